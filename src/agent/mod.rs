@@ -1,0 +1,17 @@
+//! Agent definitions: Claude-Code-style Markdown files with YAML frontmatter naming a role.
+//!
+//! [`frontmatter`] splits a file into frontmatter and body and loads the YAML (with the
+//! recovery real files need), [`parse`] turns it into an [`AgentDef`] ([`model`]), and
+//! [`tool_ref`] reads and classifies the `tools` field.
+
+// Nothing uses the agent loader yet; remove these once discovery does.
+#![allow(dead_code, unused_imports)]
+
+mod frontmatter;
+mod model;
+mod parse;
+mod tool_ref;
+
+pub(crate) use model::AgentDef;
+pub(crate) use parse::{AgentDir, AgentParse, parse_agent};
+pub(crate) use tool_ref::{BuiltinTool, ToolKind, ToolRef};

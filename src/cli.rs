@@ -1,0 +1,82 @@
+//! The command line, as clap sees it. Values here are raw; commands resolve them once.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::color::ColorChoice;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "summon",
+    version,
+    about = "A declarative batch runner for LLM recipe pipelines",
+    long_about = "summon loads reusable task definitions (goose recipes, agent role files, \
+                  subrecipes), delegates work to LLM subagents, and runs pipelines that \
+                  decompose a job, fan it out under a concurrency cap and synthesize the results."
+)]
+pub(crate) struct Cli {
+    /// When to use colour: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub(crate) color: ColorChoice,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// List every source, or print one source's content.
+    Load(LoadArgs),
+    /// Check recipes, agents and pipelines; every problem as file:line:col.
+    Validate(ValidateArgs),
+    /// Print a recipe rendered with its parameters.
+    Render(SourceArgs),
+    /// List a source's parameters, the values that would be used and what is missing.
+    Explain(SourceArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LoadArgs {
+    /// A source name (recipe, agent or subrecipe). Omit to list everything.
+    pub(crate) name: Option<String>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ValidateArgs {
+    /// Files or directories to check; default: every discovered source.
+    pub(crate) paths: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SourceArgs {
+    /// The recipe, agent or subrecipe.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) source: String,
+    #[command(flatten)]
+    pub(crate) params: ParamArgs,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+/// Parameter values for a source.
+#[derive(Debug, Args, Default, Clone)]
+pub(crate) struct ParamArgs {
+    /// A parameter value (repeatable).
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub(crate) param: Vec<String>,
+    /// A YAML or JSON file of parameter values; --param flags win over it.
+    #[arg(long = "params", value_name = "FILE")]
+    pub(crate) params_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args, Default, Clone, Copy)]
+pub(crate) struct OutputArgs {
+    /// Print machine-readable JSON on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+}

@@ -1,0 +1,22 @@
+//! One small module per subcommand; shared set-up lives in [`Ctx`].
+
+mod ctx;
+mod explain;
+mod load;
+mod render;
+mod validate;
+
+pub(crate) use ctx::Ctx;
+
+use crate::cli::Command;
+use crate::error::Result;
+
+/// Runs a parsed command.
+pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
+    match command {
+        Command::Load(args) => load::run(&args, ctx),
+        Command::Validate(args) => validate::run(&args, ctx),
+        Command::Render(args) => render::run(&args, ctx),
+        Command::Explain(args) => explain::run(&args, ctx),
+    }
+}

@@ -1,0 +1,168 @@
+//! `summon validate [PATH...]`: every problem as `path:line:col`, exit 1 on any error.
+//!
+//! JSON (`--json`): `{"checked": N, "errors": N, "warnings": N, "diagnostics": [DIAG]}`
+//! where DIAG is `{"severity": "error"|"warning", "message", "path", "line", "column",
+//! "hint"}` (`path`, `line`, `column` and `hint` may be null).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::Ctx;
+use crate::agent::{AgentDef, AgentDir, AgentParse, parse_agent};
+use crate::cli::ValidateArgs;
+use crate::diag::{Diagnostic, Diagnostics, SourceFile, Span};
+use crate::error::{Error, Result};
+use crate::recipe::{Recipe, Strictness, check_templates, parse_recipe};
+use crate::source::{SourceDef, read_source_text};
+
+pub(crate) fn run(args: &ValidateArgs, ctx: &mut Ctx) -> Result<()> {
+    let mut diags = Diagnostics::default();
+    let checked = if args.paths.is_empty() {
+        validate_catalog(ctx, &mut diags)
+    } else {
+        let mut seen = BTreeSet::new();
+        for path in &args.paths {
+            let path = ctx.env.cwd.join(path);
+            validate_path(&path, &mut seen, &mut diags);
+        }
+        seen.len()
+    };
+    let errors = diags.error_count();
+    let warnings = diags.warning_count();
+    if args.output.json {
+        let items: Vec<_> = diags.items.iter().map(diagnostic_json).collect();
+        ctx.out.json(&json!({
+            "checked": checked,
+            "errors": errors,
+            "warnings": warnings,
+            "diagnostics": items,
+        }))?;
+    } else {
+        ctx.report(&diags.items);
+        eprintln!("summon: checked {checked} file(s): {errors} error(s), {warnings} warning(s)");
+    }
+    if errors > 0 {
+        // Already shown: exit 1 without printing them again.
+        return Err(Error::Input(Diagnostics::default()));
+    }
+    Ok(())
+}
+
+fn validate_catalog(ctx: &Ctx, diags: &mut Diagnostics) -> usize {
+    let catalog = ctx.catalog();
+    let mut files = BTreeSet::new();
+    for d in &catalog.diagnostics.items {
+        if let Some(path) = d.file_path() {
+            files.insert(path.to_path_buf());
+        }
+    }
+    let mut out = Diagnostics::default();
+    let mut catalog = catalog;
+    out.extend(std::mem::take(&mut catalog.diagnostics));
+    for source in &catalog.sources {
+        files.insert(source.path.clone());
+        match &source.def {
+            SourceDef::Recipe(recipe) => check_templates(recipe, &mut out),
+            SourceDef::Subrecipe { .. } => {}
+            SourceDef::Agent(agent) => agent_notes(agent, &mut out),
+        }
+    }
+    for shadowed in &catalog.shadowed {
+        files.insert(shadowed.path.clone());
+    }
+    for warning in catalog.shadow_warnings() {
+        out.push(warning);
+    }
+    diags.extend(out);
+    files.len()
+}
+
+/// A file, or every recipe and agent file directly inside a directory.
+fn validate_path(path: &Path, seen: &mut BTreeSet<PathBuf>, diags: &mut Diagnostics) {
+    if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        for file in files {
+            let extension = file.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if file.is_file() && matches!(extension, "yaml" | "yml" | "json" | "md") {
+                validate_file(&file, false, seen, diags);
+            }
+        }
+    } else if path.exists() {
+        validate_file(path, true, seen, diags);
+    } else {
+        diags.push(Diagnostic::error("no such file or directory").in_file(path));
+    }
+}
+
+fn validate_file(path: &Path, named: bool, seen: &mut BTreeSet<PathBuf>, diags: &mut Diagnostics) {
+    if !seen.insert(path.to_path_buf()) {
+        return;
+    }
+    let text = match read_source_text(path) {
+        Ok(text) => text,
+        Err(message) => {
+            diags.push(Diagnostic::error(message).in_file(path));
+            return;
+        }
+    };
+    let file = SourceFile::new(path, text);
+    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if extension == "md" {
+        let dir = if path.parent().is_some_and(|p| p.ends_with(".agents/agents")) {
+            AgentDir::Project
+        } else {
+            AgentDir::Other
+        };
+        match parse_agent(&file, dir, diags) {
+            AgentParse::Agent(agent) => agent_notes(&agent, diags),
+            AgentParse::NotAnAgent => {
+                if named && !diags.items.iter().any(|d| d.file_path() == Some(path)) {
+                    diags.push(
+                        Diagnostic::warning(
+                            "not an agent definition: no frontmatter with a `name`",
+                        )
+                        .in_file(path),
+                    );
+                }
+            }
+        }
+        return;
+    }
+    if let Some(recipe) = parse_recipe(&file, Strictness::Strict, diags) {
+        check_recipe(&recipe, seen, diags);
+    }
+}
+
+/// Template checks, and the sub-recipes a recipe refers to.
+fn check_recipe(recipe: &Recipe, seen: &mut BTreeSet<PathBuf>, diags: &mut Diagnostics) {
+    check_templates(recipe, diags);
+    for sub in &recipe.sub_recipes {
+        validate_file(&sub.path, true, seen, diags);
+    }
+}
+
+/// Frontmatter keys that are read by other tools and ignored here.
+fn agent_notes(agent: &AgentDef, diags: &mut Diagnostics) {
+    for (key, pos) in &agent.ignored_keys {
+        diags.push(
+            Diagnostic::warning(format!("frontmatter key `{key}` is ignored by summon"))
+                .at(Span::new(&agent.file, *pos)),
+        );
+    }
+}
+
+fn diagnostic_json(d: &Diagnostic) -> serde_json::Value {
+    json!({
+        "severity": d.severity.as_str(),
+        "message": d.message,
+        "path": d.file_path().map(|p| p.display().to_string()),
+        "line": d.span.as_ref().map(|s| s.pos.line),
+        "column": d.span.as_ref().map(|s| s.pos.col),
+        "hint": d.hint,
+    })
+}

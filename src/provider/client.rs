@@ -1,0 +1,753 @@
+//! One HTTP client per provider: the endpoint's configuration, a shared keep-alive connection
+//! pool, and `chat` / `list_models` over either wire format.
+//!
+//! A [`Client`] sends exactly one request per call; retrying is [`super::retry`]'s job and rate
+//! budgets are [`super::limiter`]'s. Every error leaves this file classified as a
+//! [`ProviderError`] with provider text redacted.
+
+use std::fmt;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
+
+use super::anthropic;
+use super::error::{ErrorContext, ProviderError, Secret, classify};
+use super::message::{ChatRequest, ChatResponse};
+use super::openai;
+
+/// Installs rustls' `ring` crypto provider as the process default, once. reqwest is built
+/// without a provider of its own, so this must run before any client is built; a provider
+/// installed earlier by someone else is kept.
+pub(crate) fn install_crypto_provider() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        // Err means a default provider is already installed: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// Which wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProviderKind {
+    /// OpenAI-compatible Chat Completions (OpenAI, Ollama, vLLM, LM Studio, OpenRouter, ...).
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+/// Where and how to reach one provider.
+#[derive(Debug, Clone)]
+pub(crate) struct ProviderEndpoint {
+    /// The provider's name in summon's configuration (`openai`, `ollama`, a config entry, ...).
+    pub(crate) name: String,
+    pub(crate) kind: ProviderKind,
+    /// For [`ProviderKind::OpenAi`] including `/v1` (`http://localhost:11434/v1`); for
+    /// [`ProviderKind::Anthropic`] without it (`https://api.anthropic.com`).
+    pub(crate) base_url: String,
+    /// `None` sends no credentials (Ollama and other local servers need none).
+    pub(crate) api_key: Option<Secret>,
+    /// The environment variable the key came from, named in authentication errors.
+    pub(crate) api_key_env: Option<String>,
+    pub(crate) connect_timeout: Duration,
+    /// The whole request, from connecting to the end of the response body.
+    pub(crate) request_timeout: Duration,
+}
+
+impl ProviderEndpoint {
+    pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+    pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+    /// An endpoint without a key and with the default timeouts.
+    pub(crate) fn new(
+        name: impl Into<String>,
+        kind: ProviderKind,
+        base_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            base_url: base_url.into(),
+            api_key: None,
+            api_key_env: None,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+
+    /// Sets the key and the variable it came from (`None` when it came from a config file).
+    pub(crate) fn with_api_key(mut self, key: Secret, env_var: Option<&str>) -> Self {
+        self.api_key = Some(key);
+        self.api_key_env = env_var.map(str::to_owned);
+        self
+    }
+}
+
+/// A provider client; cheap to clone, clones share one connection pool.
+#[derive(Clone)]
+pub(crate) struct Client {
+    endpoint: Arc<ProviderEndpoint>,
+    http: reqwest::Client,
+    chat_url: String,
+    models_url: String,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Builds the client (and its connection pool) for one provider.
+    pub(crate) fn new(endpoint: ProviderEndpoint) -> Result<Self, ProviderError> {
+        install_crypto_provider();
+        let base = normalized_base(&endpoint)?;
+        let (chat_url, models_url) = match endpoint.kind {
+            ProviderKind::OpenAi => (
+                format!("{base}{}", openai::CHAT_PATH),
+                format!("{base}{}", openai::MODELS_PATH),
+            ),
+            ProviderKind::Anthropic => (
+                format!("{base}{}", anthropic::MESSAGES_PATH),
+                format!("{base}{}?limit=1000", anthropic::MODELS_PATH),
+            ),
+        };
+        let http = reqwest::Client::builder()
+            .default_headers(default_headers(&endpoint)?)
+            .user_agent(concat!("summon/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(endpoint.connect_timeout)
+            .timeout(endpoint.request_timeout)
+            .pool_max_idle_per_host(1024)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|err| ProviderError::Other {
+                status: None,
+                message: format!(
+                    "cannot set up the HTTP client for provider `{}`: {err}",
+                    endpoint.name
+                ),
+            })?;
+        Ok(Self {
+            endpoint: Arc::new(endpoint),
+            http,
+            chat_url,
+            models_url,
+        })
+    }
+
+    pub(crate) fn endpoint(&self) -> &ProviderEndpoint {
+        &self.endpoint
+    }
+
+    /// Sends one chat request (no retries).
+    pub(crate) async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let body = match self.endpoint.kind {
+            ProviderKind::OpenAi => openai::request_body(req),
+            ProviderKind::Anthropic => anthropic::request_body(req),
+        };
+        let response = self
+            .send(self.http.post(&self.chat_url).json(&body))
+            .await?;
+        match self.endpoint.kind {
+            ProviderKind::OpenAi => openai::parse_response(&response),
+            ProviderKind::Anthropic => anthropic::parse_response(&response),
+        }
+    }
+
+    /// The ids of the models the provider offers.
+    pub(crate) async fn list_models(&self) -> Result<Vec<String>, ProviderError> {
+        let response = self.send(self.http.get(&self.models_url)).await?;
+        Ok(openai::parse_models(&response))
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, ProviderError> {
+        let key = self.endpoint.api_key.as_ref();
+        let response = request
+            .send()
+            .await
+            .map_err(|e| ProviderError::from_transport(e, key))?;
+        let status = response.status();
+        let error_headers = (!status.is_success()).then(|| response.headers().clone());
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| ProviderError::from_transport(e, key))?;
+        if let Some(headers) = error_headers {
+            let ctx = ErrorContext {
+                api_key: key,
+                api_key_env: self.endpoint.api_key_env.as_deref(),
+            };
+            return Err(classify(
+                status.as_u16(),
+                &headers,
+                &String::from_utf8_lossy(&body),
+                &ctx,
+            ));
+        }
+        serde_json::from_slice(&body).map_err(|err| {
+            ProviderError::network(
+                format!(
+                    "the response of provider `{}` is not valid JSON ({err}); it may have been cut off",
+                    self.endpoint.name
+                ),
+                key,
+            )
+        })
+    }
+}
+
+/// The base URL without a trailing `/` (and, for Anthropic, without a mistaken `/v1`).
+fn normalized_base(endpoint: &ProviderEndpoint) -> Result<String, ProviderError> {
+    let trimmed = endpoint.base_url.trim().trim_end_matches('/');
+    let base = match endpoint.kind {
+        ProviderKind::OpenAi => trimmed,
+        ProviderKind::Anthropic => trimmed.strip_suffix("/v1").unwrap_or(trimmed),
+    };
+    let invalid = |why: String| ProviderError::Other {
+        status: None,
+        message: format!(
+            "invalid base URL `{}` for provider `{}`: {why}",
+            base, endpoint.name
+        ),
+    };
+    let url = reqwest::Url::parse(base).map_err(|err| invalid(err.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid("it must start with http:// or https://".to_owned()));
+    }
+    Ok(base.to_owned())
+}
+
+fn default_headers(endpoint: &ProviderEndpoint) -> Result<HeaderMap, ProviderError> {
+    let mut headers = HeaderMap::new();
+    let secret_header = |value: String| {
+        let mut value = HeaderValue::from_str(&value).map_err(|_| ProviderError::Other {
+            status: None,
+            message: format!(
+                "the API key {} contains characters that cannot be sent in an HTTP header",
+                endpoint.api_key_env.as_deref().map_or_else(
+                    || format!("of provider `{}`", endpoint.name),
+                    |v| format!("in `{v}`")
+                )
+            ),
+        })?;
+        value.set_sensitive(true);
+        Ok::<_, ProviderError>(value)
+    };
+    let key = endpoint
+        .api_key
+        .as_ref()
+        .map(|k| k.expose().trim())
+        .filter(|k| !k.is_empty());
+    match endpoint.kind {
+        ProviderKind::OpenAi => {
+            if let Some(key) = key {
+                headers.insert(AUTHORIZATION, secret_header(format!("Bearer {key}"))?);
+            }
+        }
+        ProviderKind::Anthropic => {
+            if let Some(key) = key {
+                headers.insert(
+                    HeaderName::from_static("x-api-key"),
+                    secret_header(key.to_owned())?,
+                );
+            }
+            headers.insert(
+                HeaderName::from_static("anthropic-version"),
+                HeaderValue::from_static(anthropic::API_VERSION),
+            );
+        }
+    }
+    Ok(headers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::message::{Message, ToolSpec};
+    use crate::provider::retry::{RetryPolicy, send_with_retry};
+    use serde_json::json;
+    use std::time::Instant;
+    use summon_mock_llm::{Api, MockConfig, MockServer, Reply};
+
+    const KEY: &str = "sk-test-abcdefghijklmnop0123";
+
+    fn endpoint(kind: ProviderKind, server: &MockServer) -> ProviderEndpoint {
+        let (url, env) = match kind {
+            ProviderKind::OpenAi => (server.url_openai(), "OPENAI_API_KEY"),
+            ProviderKind::Anthropic => (server.url_anthropic(), "ANTHROPIC_API_KEY"),
+        };
+        ProviderEndpoint::new("mock", kind, url).with_api_key(Secret::new(KEY), Some(env))
+    }
+
+    fn client(kind: ProviderKind, server: &MockServer) -> Client {
+        Client::new(endpoint(kind, server)).expect("client")
+    }
+
+    fn fast_policy() -> RetryPolicy {
+        RetryPolicy {
+            base: Duration::from_millis(1),
+            cap: Duration::from_millis(5),
+            max_retries: 5,
+            max_total_wait: Duration::from_secs(10),
+            ..RetryPolicy::default()
+        }
+    }
+
+    fn tool_request() -> ChatRequest {
+        ChatRequest {
+            model: "mock-model".into(),
+            system: "Be brief.".into(),
+            messages: vec![Message::user("How many files are there?")],
+            tools: vec![ToolSpec {
+                name: "list_files".into(),
+                description: "List the files of a directory".into(),
+                parameters: json!({"type": "object", "properties": {"dir": {"type": "string"}}}),
+            }],
+            ..ChatRequest::default()
+        }
+    }
+
+    fn error_body(kind: &str, message: &str) -> String {
+        json!({"error": {"message": message, "type": kind, "code": kind}}).to_string()
+    }
+
+    /// Sends the tool request, answers the tool call, and returns the final text.
+    async fn round_trip(client: &Client) -> String {
+        let mut req = tool_request();
+        let first = client.chat(&req).await.expect("first turn");
+        assert_eq!(first.text, None);
+        assert_eq!(first.tool_calls.len(), 1);
+        let call = first.tool_calls[0].clone();
+        assert_eq!(call.name, "list_files");
+        assert_eq!(call.arguments, json!({"dir": "."}));
+        assert!(first.usage.input_tokens > 0 && first.usage.output_tokens > 0);
+        req.messages.push(Message::Assistant {
+            text: None,
+            tool_calls: vec![call.clone()],
+        });
+        req.messages.push(Message::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name,
+            content: "a.txt\nb.txt".into(),
+            is_error: false,
+        });
+        let second = client.chat(&req).await.expect("second turn");
+        assert!(second.tool_calls.is_empty());
+        second.text.expect("final text")
+    }
+
+    #[tokio::test]
+    async fn openai_tool_call_round_trip() {
+        let server = MockServer::start(MockConfig::new().replies([
+            Reply::tool_call("list_files", json!({"dir": "."})),
+            Reply::text("2 files"),
+        ]))
+        .await;
+        let client = client(ProviderKind::OpenAi, &server);
+        assert_eq!(round_trip(&client).await, "2 files");
+
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2);
+        let first = &requests[0];
+        assert_eq!(
+            (first.api, first.path.as_str()),
+            (Api::OpenAi, "/v1/chat/completions")
+        );
+        assert_eq!(
+            first.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+        assert_eq!(first.tool_names(), ["list_files"]);
+        assert_eq!(
+            first.body["tools"][0],
+            json!({"type": "function", "function": {
+                "name": "list_files",
+                "description": "List the files of a directory",
+                "parameters": {"type": "object", "properties": {"dir": {"type": "string"}}},
+            }})
+        );
+        assert_eq!(
+            first.body["messages"][0],
+            json!({"role": "system", "content": "Be brief."})
+        );
+        let messages = requests[1].body["messages"]
+            .as_array()
+            .expect("messages")
+            .clone();
+        let call_id = messages[2]["tool_calls"][0]["id"]
+            .as_str()
+            .expect("call id")
+            .to_owned();
+        assert_eq!(
+            messages[2]["tool_calls"][0]["function"]["arguments"],
+            json!("{\"dir\":\".\"}")
+        );
+        assert_eq!(
+            messages[3],
+            json!({"role": "tool", "tool_call_id": call_id, "name": "list_files", "content": "a.txt\nb.txt"})
+        );
+    }
+
+    #[tokio::test]
+    async fn anthropic_tool_call_round_trip() {
+        let server = MockServer::start(MockConfig::new().replies([
+            Reply::tool_call("list_files", json!({"dir": "."})),
+            Reply::text("2 files"),
+        ]))
+        .await;
+        let client = client(ProviderKind::Anthropic, &server);
+        assert_eq!(round_trip(&client).await, "2 files");
+
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2);
+        let first = &requests[0];
+        assert_eq!(
+            (first.api, first.path.as_str()),
+            (Api::Anthropic, "/v1/messages")
+        );
+        assert_eq!(first.header("x-api-key"), Some(KEY));
+        assert_eq!(first.header("anthropic-version"), Some("2023-06-01"));
+        assert_eq!(first.header("authorization"), None);
+        assert_eq!(first.body["system"], json!("Be brief."));
+        assert_eq!(first.body["max_tokens"], json!(8192));
+        assert_eq!(
+            first.body["tools"],
+            json!([{
+                "name": "list_files",
+                "description": "List the files of a directory",
+                "input_schema": {"type": "object", "properties": {"dir": {"type": "string"}}},
+            }])
+        );
+        let messages = requests[1].body["messages"]
+            .as_array()
+            .expect("messages")
+            .clone();
+        assert_eq!(messages.len(), 3);
+        let call_id = messages[1]["content"][0]["id"]
+            .as_str()
+            .expect("tool_use id")
+            .to_owned();
+        assert_eq!(
+            messages[2],
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": call_id, "content": "a.txt\nb.txt"}
+            ]})
+        );
+    }
+
+    #[tokio::test]
+    async fn rate_limit_waits_for_retry_after() {
+        let server = MockServer::start(MockConfig::new().replies([
+            Reply::status_with_headers(
+                429,
+                [("retry-after", "1")],
+                error_body("rate_limit_exceeded", "slow down"),
+            ),
+            Reply::text("ok"),
+        ]))
+        .await;
+        let client = client(ProviderKind::OpenAi, &server);
+        let mut retries = Vec::new();
+        let mut hook = |err: &ProviderError, attempt: u32, delay: Duration| {
+            retries.push((err.code(), attempt, delay));
+        };
+        let start = Instant::now();
+        let response = send_with_retry(&client, &tool_request(), &fast_policy(), &mut hook)
+            .await
+            .expect("retried");
+        let elapsed = start.elapsed();
+        assert_eq!(response.text.as_deref(), Some("ok"));
+        assert!(
+            elapsed >= Duration::from_secs(1),
+            "retried after {elapsed:?}"
+        );
+        assert_eq!(server.request_count(), 2);
+        assert_eq!(retries.len(), 1);
+        assert_eq!((retries[0].0, retries[0].1), ("rate_limited", 1));
+        assert!(retries[0].2 >= Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn auth_failure_is_not_retried_and_hides_the_key() {
+        for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+            let body = error_body(
+                "invalid_api_key",
+                &format!("Incorrect API key provided: {KEY}"),
+            );
+            let server = MockServer::start(MockConfig::new().reply(Reply::status(401, body))).await;
+            let client = client(kind, &server);
+            let mut retried = false;
+            let mut hook = |_: &ProviderError, _: u32, _: Duration| retried = true;
+            let err = send_with_retry(&client, &tool_request(), &fast_policy(), &mut hook)
+                .await
+                .expect_err("401");
+            assert!(!retried);
+            assert_eq!(server.request_count(), 1, "{kind:?}");
+            let env = match kind {
+                ProviderKind::OpenAi => "OPENAI_API_KEY",
+                ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+            };
+            let shown = err.to_string();
+            assert!(
+                matches!(err, ProviderError::Auth { status: 401, .. }),
+                "{err:?}"
+            );
+            assert!(
+                shown.contains(&format!("check the key in `{env}`")),
+                "{shown}"
+            );
+            for text in [shown, format!("{err:?}"), format!("{client:?}")] {
+                assert!(!text.contains("abcdefghijklmnop"), "key leaked: {text}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn server_errors_are_retried_until_success() {
+        let server = MockServer::start(MockConfig::new().replies([
+            Reply::status(500, error_body("server_error", "boom")),
+            Reply::status(503, ""),
+            Reply::status(
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ),
+            Reply::text("finally"),
+        ]))
+        .await;
+        let client = client(ProviderKind::Anthropic, &server);
+        let mut codes = Vec::new();
+        let mut hook = |err: &ProviderError, _: u32, _: Duration| codes.push(err.code());
+        let response = send_with_retry(&client, &tool_request(), &fast_policy(), &mut hook)
+            .await
+            .expect("success after retries");
+        assert_eq!(response.text.as_deref(), Some("finally"));
+        assert_eq!(server.request_count(), 4);
+        assert_eq!(codes, ["overloaded"; 3]);
+    }
+
+    #[tokio::test]
+    async fn retries_give_up_after_the_limit() {
+        let server =
+            MockServer::start(MockConfig::new().default_reply(Reply::status(502, "bad gateway")))
+                .await;
+        let client = client(ProviderKind::OpenAi, &server);
+        let mut hook = |_: &ProviderError, _: u32, _: Duration| {};
+        let err = send_with_retry(&client, &tool_request(), &fast_policy(), &mut hook)
+            .await
+            .expect_err("always 502");
+        assert_eq!(err.code(), "overloaded");
+        assert_eq!(server.request_count(), 6);
+    }
+
+    #[tokio::test]
+    async fn quota_exhaustion_is_not_retried() {
+        let body = error_body(
+            "insufficient_quota",
+            "You exceeded your current quota, please check your plan and billing details.",
+        );
+        let server = MockServer::start(MockConfig::new().reply(Reply::status(429, body))).await;
+        let client = client(ProviderKind::OpenAi, &server);
+        let mut hook = |_: &ProviderError, _: u32, _: Duration| {};
+        let err = send_with_retry(&client, &tool_request(), &fast_policy(), &mut hook)
+            .await
+            .expect_err("quota");
+        assert!(
+            matches!(err, ProviderError::QuotaExhausted { .. }),
+            "{err:?}"
+        );
+        assert_eq!(server.request_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn bad_requests_and_context_overflows_are_classified() {
+        let server = MockServer::start(MockConfig::new().replies([
+            Reply::status(
+                400,
+                error_body(
+                    "context_length_exceeded",
+                    "This model's maximum context length is 8192 tokens.",
+                ),
+            ),
+            Reply::status(
+                404,
+                r#"{"error":"model \"nope\" not found, try pulling it first"}"#,
+            ),
+        ]))
+        .await;
+        let client = client(ProviderKind::OpenAi, &server);
+        let err = client.chat(&tool_request()).await.expect_err("400");
+        assert_eq!(err.code(), "context_too_long");
+        let err = client.chat(&tool_request()).await.expect_err("404");
+        assert_eq!(
+            err.to_string(),
+            "the provider rejected the request (HTTP 404): model \"nope\" not found, try pulling it first"
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_tool_arguments_reach_the_caller() {
+        let server = MockServer::start(
+            MockConfig::new().reply(Reply::tool_call("read_file", json!("{\"path\": oops"))),
+        )
+        .await;
+        let response = client(ProviderKind::OpenAi, &server)
+            .chat(&tool_request())
+            .await
+            .expect("parsed");
+        assert_eq!(
+            response.tool_calls[0].malformed_arguments(),
+            Some("{\"path\": oops")
+        );
+        assert_eq!(response.stop_reason.as_deref(), Some("tool_calls"));
+    }
+
+    #[tokio::test]
+    async fn invalid_json_on_success_is_a_network_error() {
+        let server =
+            MockServer::start(MockConfig::new().reply(Reply::status(200, "{\"choices\": ["))).await;
+        let err = client(ProviderKind::OpenAi, &server)
+            .chat(&tool_request())
+            .await
+            .expect_err("cut off");
+        assert_eq!(err.code(), "network");
+    }
+
+    #[tokio::test]
+    async fn without_a_key_no_credentials_are_sent() {
+        let server = MockServer::start(MockConfig::new()).await;
+        let endpoint = ProviderEndpoint::new("ollama", ProviderKind::OpenAi, server.url_openai());
+        let client = Client::new(endpoint).expect("client");
+        let response = client.chat(&tool_request()).await.expect("echo");
+        assert_eq!(
+            response.text.as_deref(),
+            Some("echo: How many files are there?")
+        );
+        assert_eq!(server.requests()[0].header("authorization"), None);
+    }
+
+    #[tokio::test]
+    async fn lists_models_on_both_apis() {
+        let server = MockServer::start(MockConfig::new().models(["m-1", "m-2"])).await;
+        for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+            let models = client(kind, &server).list_models().await.expect("models");
+            assert_eq!(models, ["m-1", "m-2"]);
+        }
+        let requests = server.requests();
+        assert!(
+            requests
+                .iter()
+                .all(|r| r.api == Api::Models && r.method == "GET")
+        );
+        assert_eq!(requests[1].header("x-api-key"), Some(KEY));
+    }
+
+    #[tokio::test]
+    async fn connection_refused_is_a_transient_network_error() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("addr").port()
+        };
+        let endpoint = ProviderEndpoint::new(
+            "down",
+            ProviderKind::OpenAi,
+            format!("http://127.0.0.1:{port}/v1"),
+        );
+        let client = Client::new(endpoint).expect("client");
+        let mut attempts = 0;
+        let mut hook = |_: &ProviderError, _: u32, _: Duration| attempts += 1;
+        let err = send_with_retry(&client, &tool_request(), &fast_policy(), &mut hook)
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, ProviderError::Network { .. }), "{err:?}");
+        assert!(err.to_string().contains("cannot connect"), "{err}");
+        assert_eq!(attempts, 5);
+    }
+
+    #[tokio::test]
+    async fn slow_responses_time_out() {
+        let server = MockServer::start(
+            MockConfig::new().reply(Reply::text("late").delayed(Duration::from_secs(30))),
+        )
+        .await;
+        let mut endpoint = endpoint(ProviderKind::OpenAi, &server);
+        endpoint.request_timeout = Duration::from_millis(200);
+        let err = Client::new(endpoint)
+            .expect("client")
+            .chat(&tool_request())
+            .await
+            .expect_err("timeout");
+        assert!(err.is_transient());
+        assert!(err.to_string().contains("timed out"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn concurrent_requests_share_one_client() {
+        let server = MockServer::start(
+            MockConfig::new()
+                .record(false)
+                .latency(Duration::from_millis(50))
+                .rule(|req| {
+                    Reply::text(format!("re: {}", req.last_user_text().unwrap_or_default()))
+                }),
+        )
+        .await;
+        let client = client(ProviderKind::OpenAi, &server);
+        let tasks: Vec<_> = (0..40)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let req = ChatRequest {
+                        model: "m".into(),
+                        messages: vec![Message::user(format!("task {i}"))],
+                        ..ChatRequest::default()
+                    };
+                    (i, client.chat(&req).await)
+                })
+            })
+            .collect();
+        for task in tasks {
+            let (i, result) = task.await.expect("join");
+            assert_eq!(result.expect("reply").text, Some(format!("re: task {i}")));
+        }
+        assert_eq!(server.request_count(), 40);
+        assert!(server.peak_in_flight() > 1);
+        assert!(server.requests().is_empty(), "recording is off");
+    }
+
+    #[test]
+    fn base_urls_are_normalized_and_checked() {
+        let anthropic = ProviderEndpoint::new(
+            "a",
+            ProviderKind::Anthropic,
+            "https://api.anthropic.com/v1/",
+        );
+        assert_eq!(
+            normalized_base(&anthropic).expect("ok"),
+            "https://api.anthropic.com"
+        );
+        let openai = ProviderEndpoint::new("o", ProviderKind::OpenAi, "http://localhost:11434/v1/");
+        assert_eq!(
+            normalized_base(&openai).expect("ok"),
+            "http://localhost:11434/v1"
+        );
+        let client = Client::new(anthropic).expect("client");
+        assert_eq!(client.chat_url, "https://api.anthropic.com/v1/messages");
+        let bad = ProviderEndpoint::new("x", ProviderKind::OpenAi, "localhost:1234");
+        assert!(Client::new(bad).is_err());
+        let bad = ProviderEndpoint::new("x", ProviderKind::OpenAi, "ftp://host/v1");
+        assert!(
+            Client::new(bad)
+                .expect_err("scheme")
+                .to_string()
+                .contains("http://")
+        );
+        let bad_key = ProviderEndpoint::new("x", ProviderKind::OpenAi, "http://h/v1")
+            .with_api_key(Secret::new("sk-abc\ndef"), Some("OPENAI_API_KEY"));
+        let err = Client::new(bad_key).expect_err("bad key");
+        assert!(err.to_string().contains("`OPENAI_API_KEY`") && !err.to_string().contains("abc"));
+    }
+}

@@ -1,0 +1,18 @@
+//! LLM provider clients: provider-neutral chat types, the OpenAI-compatible and Anthropic wire
+//! formats, error classification, retries and per-provider rate budgets.
+// Nothing outside uses the provider layer yet; drop these allows once the agent loop does.
+#![allow(dead_code, unused_imports)]
+
+mod anthropic;
+mod client;
+mod error;
+mod limiter;
+mod message;
+mod openai;
+mod retry;
+
+pub(crate) use client::{Client, ProviderEndpoint, ProviderKind, install_crypto_provider};
+pub(crate) use error::{ProviderError, Secret, redact};
+pub(crate) use limiter::{RateLimiter, RateLimits, estimate_tokens};
+pub(crate) use message::{ChatRequest, ChatResponse, Message, ToolCall, ToolSpec, Usage};
+pub(crate) use retry::{Backoff, Jitter, RetryHook, RetryPolicy, retry_transient, send_with_retry};

@@ -1,0 +1,314 @@
+//! The OpenAI-compatible Chat Completions wire format (OpenAI, Ollama, vLLM, llama.cpp, LM Studio,
+//! OpenRouter, Groq, ...): request body building and lenient response parsing.
+
+use serde_json::{Map, Value, json};
+
+use super::error::ProviderError;
+use super::message::{ChatRequest, ChatResponse, Message, ToolCall, Usage, parse_arguments};
+
+/// The path of the endpoint, relative to a base URL that ends in `/v1`.
+pub(crate) const CHAT_PATH: &str = "/chat/completions";
+/// The model list, relative to the same base URL.
+pub(crate) const MODELS_PATH: &str = "/models";
+
+/// Builds the JSON body of a `POST /chat/completions` request.
+pub(crate) fn request_body(req: &ChatRequest) -> Value {
+    let mut messages = Vec::with_capacity(req.messages.len() + 1);
+    if !req.system.is_empty() {
+        messages.push(json!({"role": "system", "content": req.system}));
+    }
+    for message in &req.messages {
+        messages.push(match message {
+            Message::User { text } => json!({"role": "user", "content": text}),
+            Message::Assistant { text, tool_calls } => {
+                let mut out = Map::new();
+                out.insert("role".into(), "assistant".into());
+                out.insert(
+                    "content".into(),
+                    text.as_deref().map_or(Value::Null, Value::from),
+                );
+                if !tool_calls.is_empty() {
+                    let calls = tool_calls.iter().map(wire_tool_call).collect::<Vec<_>>();
+                    out.insert("tool_calls".into(), Value::Array(calls));
+                }
+                Value::Object(out)
+            }
+            Message::ToolResult {
+                call_id,
+                name,
+                content,
+                is_error,
+            } => {
+                // The format has no error flag: say it in the content.
+                let content = if *is_error {
+                    format!("Error: {content}")
+                } else {
+                    content.clone()
+                };
+                json!({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})
+            }
+        });
+    }
+
+    let mut body = Map::new();
+    body.insert("model".into(), req.model.clone().into());
+    body.insert("messages".into(), Value::Array(messages));
+    if !req.tools.is_empty() {
+        let tools = req
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    }
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(temperature) = req.temperature {
+        body.insert("temperature".into(), json!(temperature));
+    }
+    if let Some(max_tokens) = req.max_tokens {
+        body.insert("max_tokens".into(), json!(max_tokens));
+    }
+    Value::Object(body)
+}
+
+fn wire_tool_call(call: &ToolCall) -> Value {
+    // Malformed arguments go back exactly as the model sent them.
+    let arguments = match &call.arguments {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    };
+    json!({
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    })
+}
+
+/// Parses a Chat Completions response body, leniently: missing usage counts as zero, `content`
+/// may be null, a string or an array of parts, tool arguments may be a string or an object.
+pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, ProviderError> {
+    let choice = body.get("choices").and_then(|c| c.get(0)).ok_or_else(|| {
+        let detail = body
+            .get("error")
+            .map(|e| format!(": {}", e.get("message").unwrap_or(e)))
+            .unwrap_or_default();
+        ProviderError::Other {
+            status: None,
+            message: format!("the provider's response has no choices{detail}"),
+        }
+    })?;
+    let message = choice.get("message").unwrap_or(&Value::Null);
+
+    let text = content_text(message.get("content"));
+    let tool_calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .enumerate()
+                .filter_map(|(index, call)| parse_tool_call(index, call))
+                .collect()
+        })
+        .unwrap_or_default();
+
+    let usage = body.get("usage");
+    let count = |key: &str| {
+        usage
+            .and_then(|u| u.get(key))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    Ok(ChatResponse {
+        text,
+        tool_calls,
+        usage: Usage {
+            input_tokens: count("prompt_tokens"),
+            output_tokens: count("completion_tokens"),
+        },
+        stop_reason: choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    })
+}
+
+fn content_text(content: Option<&Value>) -> Option<String> {
+    let text = match content? {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|part| match part {
+                Value::String(text) => Some(text.as_str()),
+                part => part.get("text").and_then(Value::as_str),
+            })
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => return None,
+    };
+    (!text.is_empty()).then_some(text)
+}
+
+fn parse_tool_call(index: usize, call: &Value) -> Option<ToolCall> {
+    let function = call.get("function")?;
+    let name = function.get("name").and_then(Value::as_str)?.to_owned();
+    let arguments = match function.get("arguments") {
+        Some(Value::String(raw)) => parse_arguments(raw),
+        Some(Value::Null) | None => Value::Object(Map::new()),
+        Some(other) => other.clone(),
+    };
+    let id = call
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())
+        .map_or_else(|| format!("call_{index}"), str::to_owned);
+    Some(ToolCall {
+        id,
+        name,
+        arguments,
+    })
+}
+
+/// Parses the model list (`{"data": [{"id": ...}]}`).
+pub(crate) fn parse_models(body: &Value) -> Vec<String> {
+    body.get("data")
+        .and_then(Value::as_array)
+        .map(|models| {
+            models
+                .iter()
+                .filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::message::sample_request;
+
+    #[test]
+    fn request_wire_format() {
+        assert_eq!(
+            request_body(&sample_request()),
+            json!({
+                "model": "gpt-test",
+                "messages": [
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": "Read a.txt and b.txt"},
+                    {"role": "assistant", "content": "Reading.", "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}},
+                        {"id": "call_2", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"b.txt"}},
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "name": "read_file", "content": "alpha"},
+                    {"role": "tool", "tool_call_id": "call_2", "name": "read_file", "content": "Error: malformed arguments"},
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "read_file",
+                    "description": "Read a file",
+                    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+                }}],
+                "temperature": 0.2,
+                "max_tokens": 1000,
+            })
+        );
+    }
+
+    #[test]
+    fn minimal_request_omits_optional_fields() {
+        let req = ChatRequest {
+            model: "llama3".into(),
+            messages: vec![
+                Message::user("hi"),
+                Message::Assistant {
+                    text: None,
+                    tool_calls: vec![],
+                },
+            ],
+            ..ChatRequest::default()
+        };
+        assert_eq!(
+            request_body(&req),
+            json!({"model": "llama3", "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": null},
+            ]})
+        );
+    }
+
+    #[test]
+    fn parses_text_answers() {
+        let body = json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
+        });
+        let response = parse_response(&body).expect("parse");
+        assert_eq!(response.text.as_deref(), Some("Hello"));
+        assert!(response.tool_calls.is_empty());
+        assert_eq!(
+            response.usage,
+            Usage {
+                input_tokens: 12,
+                output_tokens: 3
+            }
+        );
+        assert_eq!(response.stop_reason.as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn parses_tool_calls_including_malformed_arguments() {
+        let body = json!({
+            "choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}},
+                {"id": "call_b", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": oops"}},
+                {"type": "function", "function": {"name": "list_files", "arguments": {"dir": "."}}},
+                {"id": "call_d", "type": "function", "function": {"name": "now"}},
+                {"id": "broken"}
+            ]}, "finish_reason": "tool_calls"}]
+        });
+        let response = parse_response(&body).expect("parse");
+        assert_eq!(response.text, None);
+        assert_eq!(response.usage, Usage::default());
+        let calls = &response.tool_calls;
+        assert_eq!(calls.len(), 4);
+        assert_eq!(calls[0].arguments, json!({"path": "a.txt"}));
+        assert_eq!(calls[1].malformed_arguments(), Some("{\"path\": oops"));
+        assert_eq!(
+            (calls[2].id.as_str(), &calls[2].arguments),
+            ("call_2", &json!({"dir": "."}))
+        );
+        assert_eq!(calls[3].arguments, json!({}));
+    }
+
+    #[test]
+    fn parses_content_parts_and_rejects_empty_choices() {
+        let body = json!({"choices": [{"message": {"content": [
+            {"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}
+        ]}}]});
+        assert_eq!(
+            parse_response(&body).expect("parse").text.as_deref(),
+            Some("Hello")
+        );
+        let body = json!({"choices": [{"message": {"content": ""}}]});
+        assert_eq!(parse_response(&body).expect("parse").text, None);
+        let err = parse_response(&json!({"choices": []})).expect_err("no choices");
+        assert_eq!(err.code(), "other");
+        let err = parse_response(&json!({"error": {"message": "boom"}})).expect_err("error");
+        assert!(err.to_string().contains("boom"), "{err}");
+    }
+
+    #[test]
+    fn parses_model_lists() {
+        let body = json!({"object": "list", "data": [{"id": "gpt-a"}, {"id": "gpt-b"}, {"x": 1}]});
+        assert_eq!(parse_models(&body), ["gpt-a", "gpt-b"]);
+        assert!(parse_models(&json!({})).is_empty());
+    }
+}

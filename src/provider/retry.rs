@@ -1,0 +1,432 @@
+//! Retrying transient provider errors.
+//!
+//! Exponential backoff with full or decorrelated jitter, bounded in the number of retries and in
+//! the total time spent waiting. A wait the server asked for (`Retry-After` and friends) wins over
+//! the computed delay, but never over the total budget: when the server asks for more than is
+//! left, the error is returned instead. Only [`ProviderError::is_transient`] errors are retried.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::client::Client;
+use super::error::ProviderError;
+use super::message::{ChatRequest, ChatResponse};
+
+/// How the computed delays are randomised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Jitter {
+    /// `random(0, min(cap, base * 2^n))`.
+    #[default]
+    Full,
+    /// `min(cap, random(base, previous * 3))`.
+    Decorrelated,
+}
+
+/// Retry limits. Defaults: base 1 s, cap 30 s, 5 retries, 120 s total wait, full jitter.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RetryPolicy {
+    pub(crate) base: Duration,
+    /// The longest computed delay (a server-given wait may be longer).
+    pub(crate) cap: Duration,
+    /// Retries after the first attempt.
+    pub(crate) max_retries: u32,
+    /// Upper bound on the sum of all waits of one request.
+    pub(crate) max_total_wait: Duration,
+    pub(crate) jitter: Jitter,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(30),
+            max_retries: 5,
+            max_total_wait: Duration::from_secs(120),
+            jitter: Jitter::Full,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub(crate) fn none() -> Self {
+        Self {
+            max_retries: 0,
+            ..Self::default()
+        }
+    }
+}
+
+/// The retry state of one request.
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff<'a> {
+    policy: &'a RetryPolicy,
+    retries: u32,
+    waited: Duration,
+    previous: Duration,
+}
+
+impl<'a> Backoff<'a> {
+    pub(crate) fn new(policy: &'a RetryPolicy) -> Self {
+        Self {
+            policy,
+            retries: 0,
+            waited: Duration::ZERO,
+            previous: policy.base,
+        }
+    }
+
+    /// Retries granted so far.
+    pub(crate) fn retries(&self) -> u32 {
+        self.retries
+    }
+
+    /// Total wait granted so far.
+    pub(crate) fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// The wait before retrying after `err`, or `None` when `err` must be returned: it is not
+    /// transient, the retries are used up, or the wait would exceed the total budget.
+    pub(crate) fn next_delay(&mut self, err: &ProviderError) -> Option<Duration> {
+        self.next_delay_with(err, rand::random::<f64>())
+    }
+
+    /// [`Self::next_delay`] with the random number (in `[0, 1)`) given, for tests.
+    fn next_delay_with(&mut self, err: &ProviderError, unit: f64) -> Option<Duration> {
+        let policy = self.policy;
+        if !err.is_transient() || self.retries >= policy.max_retries {
+            return None;
+        }
+        let left = policy.max_total_wait.saturating_sub(self.waited);
+        if left.is_zero() {
+            return None;
+        }
+        let unit = unit.clamp(0.0, 1.0);
+        let delay = match err.retry_after() {
+            Some(asked) => {
+                if asked > left {
+                    return None;
+                }
+                // Spread the herd a little (at most 10 %, at most 1 s), never within the wait
+                // the server asked for.
+                let spread = (asked / 10).min(Duration::from_secs(1)).min(left - asked);
+                asked + spread.mul_f64(unit)
+            }
+            None => self.computed(unit).min(left),
+        };
+        self.retries += 1;
+        self.waited += delay;
+        self.previous = delay.max(policy.base);
+        Some(delay)
+    }
+
+    fn computed(&self, unit: f64) -> Duration {
+        let policy = self.policy;
+        match policy.jitter {
+            Jitter::Full => {
+                let factor = 1u32.checked_shl(self.retries).unwrap_or(u32::MAX);
+                policy
+                    .base
+                    .saturating_mul(factor)
+                    .min(policy.cap)
+                    .mul_f64(unit)
+            }
+            Jitter::Decorrelated => {
+                let low = policy.base.min(policy.cap);
+                let high = self.previous.saturating_mul(3).min(policy.cap).max(low);
+                (low + (high - low).mul_f64(unit)).min(policy.cap)
+            }
+        }
+    }
+}
+
+/// Told about every retry before its wait; may also take over the wait itself.
+///
+/// Any `FnMut(&ProviderError, attempt, delay)` closure is a hook. A scheduler implements the
+/// trait to give its concurrency slot back during [`RetryHook::wait`] and take one again after.
+pub(crate) trait RetryHook {
+    /// `attempt` counts retries from 1; `delay` is the wait before it.
+    fn on_retry(&mut self, err: &ProviderError, attempt: u32, delay: Duration);
+
+    /// Waits out `delay` before the next attempt.
+    fn wait(&mut self, delay: Duration) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep(delay)
+    }
+}
+
+impl<F> RetryHook for F
+where
+    F: FnMut(&ProviderError, u32, Duration),
+{
+    fn on_retry(&mut self, err: &ProviderError, attempt: u32, delay: Duration) {
+        self(err, attempt, delay)
+    }
+}
+
+/// Runs `op` until it succeeds, fails with an error that must not be retried, or the policy's
+/// budget is spent; returns the last error then.
+pub(crate) async fn retry_transient<T, F, Fut, H>(
+    policy: &RetryPolicy,
+    hook: &mut H,
+    mut op: F,
+) -> Result<T, ProviderError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ProviderError>>,
+    H: RetryHook,
+{
+    let mut backoff = Backoff::new(policy);
+    loop {
+        let err = match op().await {
+            Ok(value) => return Ok(value),
+            Err(err) => err,
+        };
+        let Some(delay) = backoff.next_delay(&err) else {
+            return Err(err);
+        };
+        hook.on_retry(&err, backoff.retries(), delay);
+        hook.wait(delay).await;
+    }
+}
+
+/// Sends `req` through `client`, retrying transient errors as `policy` allows.
+pub(crate) async fn send_with_retry<H: RetryHook>(
+    client: &Client,
+    req: &ChatRequest,
+    policy: &RetryPolicy,
+    hook: &mut H,
+) -> Result<ChatResponse, ProviderError> {
+    retry_transient(policy, hook, || client.chat(req)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn overloaded() -> ProviderError {
+        ProviderError::Overloaded {
+            status: 503,
+            retry_after: None,
+            message: String::new(),
+        }
+    }
+
+    fn rate_limited(secs: u64) -> ProviderError {
+        ProviderError::RateLimited {
+            retry_after: Some(Duration::from_secs(secs)),
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn computed_delays_stay_under_the_cap_and_the_budget() {
+        for jitter in [Jitter::Full, Jitter::Decorrelated] {
+            let policy = RetryPolicy {
+                base: Duration::from_millis(100),
+                cap: Duration::from_secs(2),
+                max_retries: 50,
+                max_total_wait: Duration::from_secs(20),
+                jitter,
+            };
+            for round in 0..200 {
+                let mut backoff = Backoff::new(&policy);
+                let mut total = Duration::ZERO;
+                let mut count = 0;
+                while let Some(delay) = backoff.next_delay(&overloaded()) {
+                    assert!(delay <= policy.cap, "{jitter:?} round {round}: {delay:?}");
+                    if jitter == Jitter::Decorrelated {
+                        assert!(delay >= policy.base.min(policy.max_total_wait - total));
+                    }
+                    total += delay;
+                    count += 1;
+                }
+                assert!(total <= policy.max_total_wait, "{total:?}");
+                assert!(count <= policy.max_retries);
+                assert_eq!(total, backoff.waited());
+            }
+        }
+    }
+
+    #[test]
+    fn full_jitter_grows_exponentially_up_to_the_cap() {
+        let policy = RetryPolicy {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(30),
+            max_retries: 10,
+            max_total_wait: Duration::from_secs(1000),
+            jitter: Jitter::Full,
+        };
+        let mut backoff = Backoff::new(&policy);
+        let ceilings: Vec<_> = (0..7)
+            .map(|_| {
+                backoff
+                    .next_delay_with(&overloaded(), 1.0)
+                    .map(|d| d.as_secs())
+            })
+            .collect();
+        assert_eq!(ceilings, [1, 2, 4, 8, 16, 30, 30].map(Some));
+        let mut backoff = Backoff::new(&policy);
+        assert_eq!(
+            backoff.next_delay_with(&overloaded(), 0.0),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn retries_are_bounded_in_count() {
+        let policy = RetryPolicy::default();
+        let mut backoff = Backoff::new(&policy);
+        let granted = std::iter::from_fn(|| backoff.next_delay_with(&overloaded(), 0.1)).count();
+        assert_eq!(granted, 5);
+        let never = RetryPolicy::none();
+        assert_eq!(Backoff::new(&never).next_delay(&overloaded()), None);
+    }
+
+    #[test]
+    fn server_wait_wins_but_not_over_the_budget() {
+        let policy = RetryPolicy {
+            base: Duration::from_millis(1),
+            cap: Duration::from_millis(10),
+            max_retries: 5,
+            max_total_wait: Duration::from_secs(60),
+            jitter: Jitter::Full,
+        };
+        let mut backoff = Backoff::new(&policy);
+        // Longer than the cap: the server's word counts.
+        let delay = backoff
+            .next_delay_with(&rate_limited(20), 0.999)
+            .expect("retry");
+        assert!(
+            delay >= Duration::from_secs(20) && delay <= Duration::from_secs(21),
+            "{delay:?}"
+        );
+        let delay = backoff
+            .next_delay_with(&rate_limited(30), 0.0)
+            .expect("retry");
+        assert_eq!(delay, Duration::from_secs(30));
+        // 50 s of 60 s spent: a 20 s wait does not fit.
+        assert_eq!(backoff.next_delay_with(&rate_limited(20), 0.0), None);
+        // ... while a computed delay is shortened to what is left.
+        let delay = backoff
+            .next_delay_with(&overloaded(), 0.999)
+            .expect("retry");
+        assert!(delay <= Duration::from_millis(10));
+    }
+
+    #[test]
+    fn permanent_errors_are_never_retried() {
+        let policy = RetryPolicy::default();
+        let permanent = [
+            ProviderError::Auth {
+                status: 401,
+                env_var: None,
+                message: String::new(),
+            },
+            ProviderError::QuotaExhausted {
+                message: String::new(),
+            },
+            ProviderError::BadRequest {
+                status: 400,
+                message: String::new(),
+            },
+            ProviderError::ContextTooLong {
+                message: String::new(),
+            },
+            ProviderError::Other {
+                status: Some(302),
+                message: String::new(),
+            },
+        ];
+        for err in permanent {
+            assert_eq!(Backoff::new(&policy).next_delay(&err), None, "{err:?}");
+        }
+        let network = ProviderError::Network {
+            message: "reset".into(),
+        };
+        assert!(Backoff::new(&policy).next_delay(&network).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_loop_reports_each_retry_and_returns_the_last_error() {
+        let policy = RetryPolicy {
+            max_retries: 3,
+            ..RetryPolicy::default()
+        };
+        let calls = Cell::new(0u32);
+        let mut seen = Vec::new();
+        let mut hook = |err: &ProviderError, attempt: u32, delay: Duration| {
+            seen.push((err.code(), attempt, delay));
+        };
+        let result: Result<(), _> = retry_transient(&policy, &mut hook, || {
+            calls.set(calls.get() + 1);
+            async { Err(overloaded()) }
+        })
+        .await;
+        assert_eq!(result.map_err(|e| e.code()), Err("overloaded"));
+        assert_eq!(calls.get(), 4);
+        assert_eq!(seen.iter().map(|s| s.1).collect::<Vec<_>>(), [1, 2, 3]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_loop_waits_the_server_time_then_succeeds() {
+        let policy = RetryPolicy::default();
+        let calls = Cell::new(0u32);
+        let start = tokio::time::Instant::now();
+        let mut hook = |_: &ProviderError, _: u32, _: Duration| {};
+        let result = retry_transient(&policy, &mut hook, || {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move { if n == 1 { Err(rate_limited(7)) } else { Ok(n) } }
+        })
+        .await;
+        assert_eq!(result, Ok(2));
+        assert!(start.elapsed() >= Duration::from_secs(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_custom_hook_can_take_over_the_wait() {
+        struct Recorder {
+            waits: Vec<Duration>,
+        }
+        impl RetryHook for Recorder {
+            fn on_retry(&mut self, _: &ProviderError, _: u32, _: Duration) {}
+            fn wait(&mut self, delay: Duration) -> impl Future<Output = ()> + Send {
+                self.waits.push(delay);
+                std::future::ready(())
+            }
+        }
+        let policy = RetryPolicy {
+            max_retries: 2,
+            ..RetryPolicy::default()
+        };
+        let mut hook = Recorder { waits: Vec::new() };
+        let start = tokio::time::Instant::now();
+        let result: Result<(), _> =
+            retry_transient(&policy, &mut hook, || async { Err(rate_limited(5)) }).await;
+        assert!(result.is_err());
+        assert_eq!(hook.waits.len(), 2);
+        assert!(hook.waits.iter().all(|w| *w >= Duration::from_secs(5)));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_errors_return_after_one_call() {
+        let calls = Cell::new(0u32);
+        let retried = Cell::new(false);
+        let mut hook = |_: &ProviderError, _: u32, _: Duration| retried.set(true);
+        let result: Result<(), _> = retry_transient(&RetryPolicy::default(), &mut hook, || {
+            calls.set(calls.get() + 1);
+            async {
+                Err(ProviderError::QuotaExhausted {
+                    message: "insufficient_quota".into(),
+                })
+            }
+        })
+        .await;
+        assert!(matches!(result, Err(ProviderError::QuotaExhausted { .. })));
+        assert_eq!(calls.get(), 1);
+        assert!(!retried.get());
+    }
+}

@@ -1,0 +1,16 @@
+//! goose recipes: the model, the parser, parameter binding and rendering.
+
+mod check;
+mod model;
+pub(crate) mod params;
+mod parse;
+mod render;
+
+pub(crate) use check::check_templates;
+pub(crate) use model::{
+    Extension, ExtensionKind, InputType, Parameter, Recipe, Requirement, RetryConfig, Settings,
+    SubRecipe,
+};
+pub(crate) use params::{Binding, BoundEntry, ParamInput, ValueSource, bind_params};
+pub(crate) use parse::{Strictness, parse_recipe};
+pub(crate) use render::{render_recipe, template_context};

@@ -1,0 +1,11 @@
+//! Sources: where recipes and agents are found, and the catalog of them by name.
+
+mod catalog;
+mod discover;
+mod search_path;
+mod suggest;
+
+pub(crate) use catalog::{Catalog, Shadowed, Source, SourceDef, SourceKind};
+pub(crate) use discover::{MAX_FILE_SIZE, discover, read_source_text};
+pub(crate) use search_path::{DirKind, Scope, SearchDir, search_dirs};
+pub(crate) use suggest::suggestions;

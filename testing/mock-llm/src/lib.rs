@@ -1,0 +1,742 @@
+//! A scriptable mock of the OpenAI Chat Completions and Anthropic Messages APIs, for summon's
+//! tests and benchmarks.
+//!
+//! [`MockServer::start`] binds `127.0.0.1:0` (never another address) and serves
+//! `POST /v1/chat/completions`, `POST /v1/messages` and `GET /v1/models`. Each chat request is
+//! answered by the next scripted [`Reply`] of the queue, else by the [`MockConfig::rule`], else by
+//! the default reply ([`Reply::Echo`] unless configured). Requests are recorded for assertions
+//! unless recording is switched off; the request counter and the in-flight peak always run. The
+//! server does no per-request logging, so benchmarks can push many requests through it.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Which API a request was addressed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `POST /v1/chat/completions`
+    OpenAi,
+    /// `POST /v1/messages`
+    Anthropic,
+    /// `GET /v1/models`
+    Models,
+    /// Anything else (answered with 404).
+    Unknown,
+}
+
+/// One scripted answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A plain text answer.
+    Text(String),
+    /// Tool calls, with optional text before them. Each call is `(name, arguments)`; arguments
+    /// given as a JSON string are sent as that raw text (OpenAI), so malformed arguments can be
+    /// scripted.
+    ToolCalls {
+        text: Option<String>,
+        calls: Vec<(String, Value)>,
+    },
+    /// A raw HTTP response (errors such as 429, 401, 500, 529, or an odd 200 body).
+    Status {
+        code: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    },
+    /// The inner reply, after a delay.
+    Delay(Duration, Box<Reply>),
+    /// `echo: ` followed by the text of the last user message.
+    Echo,
+}
+
+impl Reply {
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::Text(text.into())
+    }
+
+    /// One tool call without text.
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
+        Self::ToolCalls {
+            text: None,
+            calls: vec![(name.into(), arguments)],
+        }
+    }
+
+    /// Several tool calls without text.
+    pub fn tool_calls<N: Into<String>>(calls: impl IntoIterator<Item = (N, Value)>) -> Self {
+        Self::ToolCalls {
+            text: None,
+            calls: calls.into_iter().map(|(n, a)| (n.into(), a)).collect(),
+        }
+    }
+
+    /// A raw response with a status code and body, no extra headers.
+    pub fn status(code: u16, body: impl Into<String>) -> Self {
+        Self::Status {
+            code,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// A raw response with headers.
+    pub fn status_with_headers<K: Into<String>, V: Into<String>>(
+        code: u16,
+        headers: impl IntoIterator<Item = (K, V)>,
+        body: impl Into<String>,
+    ) -> Self {
+        Self::Status {
+            code,
+            headers: headers
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            body: body.into(),
+        }
+    }
+
+    /// This reply after `delay`.
+    pub fn delayed(self, delay: Duration) -> Self {
+        Self::Delay(delay, Box::new(self))
+    }
+}
+
+/// Answers a request from its content.
+pub type Rule = Arc<dyn Fn(&RecordedRequest) -> Reply + Send + Sync>;
+
+/// How the server behaves.
+#[derive(Clone)]
+pub struct MockConfig {
+    /// Replies consumed in order, one per chat request.
+    pub replies: Vec<Reply>,
+    /// Answers chat requests once the queue is empty.
+    pub rule: Option<Rule>,
+    /// Answers chat requests when the queue is empty and there is no rule.
+    pub default_reply: Reply,
+    /// Added before every reply.
+    pub latency: Duration,
+    /// Keep every request for [`MockServer::requests`]; off for benchmarks.
+    pub record: bool,
+    /// The ids `GET /v1/models` lists.
+    pub models: Vec<String>,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        Self {
+            replies: Vec::new(),
+            rule: None,
+            default_reply: Reply::Echo,
+            latency: Duration::ZERO,
+            record: true,
+            models: vec!["mock-model".to_owned()],
+        }
+    }
+}
+
+impl fmt::Debug for MockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockConfig")
+            .field("replies", &self.replies)
+            .field("rule", &self.rule.as_ref().map(|_| "Fn"))
+            .field("default_reply", &self.default_reply)
+            .field("latency", &self.latency)
+            .field("record", &self.record)
+            .field("models", &self.models)
+            .finish()
+    }
+}
+
+impl MockConfig {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends scripted replies.
+    pub fn replies(mut self, replies: impl IntoIterator<Item = Reply>) -> Self {
+        self.replies.extend(replies);
+        self
+    }
+
+    /// Appends one scripted reply.
+    pub fn reply(mut self, reply: Reply) -> Self {
+        self.replies.push(reply);
+        self
+    }
+
+    pub fn rule(
+        mut self,
+        rule: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        self.rule = Some(Arc::new(rule));
+        self
+    }
+
+    pub fn default_reply(mut self, reply: Reply) -> Self {
+        self.default_reply = reply;
+        self
+    }
+
+    pub fn latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
+    }
+
+    pub fn record(mut self, record: bool) -> Self {
+        self.record = record;
+        self
+    }
+
+    pub fn models<S: Into<String>>(mut self, models: impl IntoIterator<Item = S>) -> Self {
+        self.models = models.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// A request as the server received it.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// Arrival order, from 0.
+    pub seq: u64,
+    pub api: Api,
+    pub method: String,
+    pub path: String,
+    /// Header names in lower case, in arrival order; empty for chat requests when recording is
+    /// off and there is no rule (nobody could look at them).
+    pub headers: Vec<(String, String)>,
+    /// The JSON body; `Value::Null` when there was none or it was not JSON.
+    pub body: Value,
+    pub received_at: Instant,
+}
+
+impl RecordedRequest {
+    /// The first value of a header (name in any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `model` of the body.
+    pub fn model(&self) -> Option<&str> {
+        self.body.get("model").and_then(Value::as_str)
+    }
+
+    /// The names of the offered tools, in either API's format.
+    pub fn tool_names(&self) -> Vec<String> {
+        let Some(tools) = self.body.get("tools").and_then(Value::as_array) else {
+            return Vec::new();
+        };
+        tools
+            .iter()
+            .filter_map(|tool| {
+                tool.get("function")
+                    .and_then(|f| f.get("name"))
+                    .or_else(|| tool.get("name"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+
+    /// The text of the last user message (its text parts; its tool results when it has none).
+    pub fn last_user_text(&self) -> Option<String> {
+        let messages = self.body.get("messages")?.as_array()?;
+        let last = messages
+            .iter()
+            .rev()
+            .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
+        let content = last.get("content")?;
+        if let Some(text) = content.as_str() {
+            return Some(text.to_owned());
+        }
+        let blocks = content.as_array()?;
+        let texts = collect_text(blocks, "text");
+        if !texts.is_empty() {
+            return Some(texts);
+        }
+        let results: Vec<String> = blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            .filter_map(|b| match b.get("content")? {
+                Value::String(text) => Some(text.clone()),
+                Value::Array(inner) => Some(collect_text(inner, "text")),
+                _ => None,
+            })
+            .collect();
+        (!results.is_empty()).then(|| results.join("\n"))
+    }
+}
+
+fn collect_text(blocks: &[Value], kind: &str) -> String {
+    blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some(kind))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+struct Shared {
+    queue: Mutex<VecDeque<Reply>>,
+    rule: Option<Rule>,
+    default_reply: Reply,
+    latency: Duration,
+    record: bool,
+    models: Vec<String>,
+    recorded: Mutex<Vec<RecordedRequest>>,
+    count: AtomicU64,
+    in_flight: AtomicU64,
+    peak_in_flight: AtomicU64,
+    next_id: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A running mock server; it shuts down when dropped.
+pub struct MockServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for MockServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MockServer {
+    /// Starts a server on `127.0.0.1` at a free port.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub async fn start(config: MockConfig) -> MockServer {
+        match Self::start_on_port(config, 0).await {
+            Ok(server) => server,
+            Err(err) => panic!("the mock LLM server cannot bind 127.0.0.1: {err}"),
+        }
+    }
+
+    /// Starts a server on `127.0.0.1:port` (0 picks a free port).
+    pub async fn start_on_port(config: MockConfig, port: u16) -> std::io::Result<MockServer> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(config.replies.into()),
+            rule: config.rule,
+            default_reply: config.default_reply,
+            latency: config.latency,
+            record: config.record,
+            models: config.models,
+            recorded: Mutex::new(Vec::new()),
+            count: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            peak_in_flight: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(handle_openai))
+            .route("/v1/messages", post(handle_anthropic))
+            .route("/v1/models", get(handle_models))
+            .fallback(handle_unknown)
+            .layer(DefaultBodyLimit::max(256 * 1024 * 1024))
+            .with_state(Arc::clone(&shared));
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = signal.await;
+                })
+                .await;
+        });
+        Ok(MockServer {
+            addr,
+            shared,
+            shutdown: Some(shutdown),
+            task: Some(task),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Base URL for OpenAI-compatible clients: `http://127.0.0.1:PORT/v1`.
+    pub fn url_openai(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Base URL for Anthropic clients: `http://127.0.0.1:PORT`.
+    pub fn url_anthropic(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Appends a scripted reply to the queue.
+    pub fn push_reply(&self, reply: Reply) {
+        lock(&self.shared.queue).push_back(reply);
+    }
+
+    /// Scripted replies not consumed yet.
+    pub fn pending_replies(&self) -> usize {
+        lock(&self.shared.queue).len()
+    }
+
+    /// The recorded requests, in arrival order (empty when recording is off).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        let mut requests = lock(&self.shared.recorded).clone();
+        requests.sort_by_key(|r| r.seq);
+        requests
+    }
+
+    /// Requests received (all paths), recorded or not.
+    pub fn request_count(&self) -> u64 {
+        self.shared.count.load(Ordering::Relaxed)
+    }
+
+    /// Requests being answered right now.
+    pub fn in_flight(&self) -> u64 {
+        self.shared.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The most requests answered at the same time.
+    pub fn peak_in_flight(&self) -> u64 {
+        self.shared.peak_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Stops accepting connections and waits (at most 5 s) for open ones to finish.
+    pub async fn shutdown(mut self) {
+        if let Some(signal) = self.shutdown.take() {
+            let _ = signal.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        if let Some(signal) = self.shutdown.take() {
+            let _ = signal.send(());
+        }
+    }
+}
+
+/// Counts a request in flight for as long as it lives.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    /// Counts the request and returns its arrival number.
+    fn enter(shared: &'a Shared) -> (Self, u64) {
+        let seq = shared.count.fetch_add(1, Ordering::Relaxed);
+        let now = shared.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        shared.peak_in_flight.fetch_max(now, Ordering::Relaxed);
+        (Self(shared), seq)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+type AppState = State<Arc<Shared>>;
+
+async fn handle_openai(State(shared): AppState, headers: HeaderMap, body: Bytes) -> Response {
+    handle_chat(&shared, Api::OpenAi, "/v1/chat/completions", headers, body).await
+}
+
+async fn handle_anthropic(State(shared): AppState, headers: HeaderMap, body: Bytes) -> Response {
+    handle_chat(&shared, Api::Anthropic, "/v1/messages", headers, body).await
+}
+
+async fn handle_models(State(shared): AppState, headers: HeaderMap) -> Response {
+    let (_guard, seq) = InFlight::enter(&shared);
+    if shared.record {
+        let request = record(seq, Api::Models, "GET", "/v1/models", &headers, Value::Null);
+        lock(&shared.recorded).push(request);
+    }
+    let data: Vec<Value> = shared
+        .models
+        .iter()
+        .map(|id| {
+            json!({"id": id, "object": "model", "type": "model", "display_name": id,
+                   "created": 0, "owned_by": "summon-mock-llm"})
+        })
+        .collect();
+    json_response(
+        StatusCode::OK,
+        &json!({"object": "list", "data": data, "has_more": false}),
+    )
+}
+
+async fn handle_unknown(
+    State(shared): AppState,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let (_guard, seq) = InFlight::enter(&shared);
+    if shared.record {
+        let request = record(
+            seq,
+            Api::Unknown,
+            method.as_str(),
+            uri.path(),
+            &headers,
+            Value::Null,
+        );
+        lock(&shared.recorded).push(request);
+    }
+    let message = format!("summon-mock-llm: no route for {method} {}", uri.path());
+    json_response(
+        StatusCode::NOT_FOUND,
+        &json!({"error": {"message": message, "type": "not_found"}}),
+    )
+}
+
+fn record(
+    seq: u64,
+    api: Api,
+    method: &str,
+    path: &str,
+    headers: &HeaderMap,
+    body: Value,
+) -> RecordedRequest {
+    RecordedRequest {
+        seq,
+        api,
+        method: method.to_owned(),
+        path: path.to_owned(),
+        headers: headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body,
+        received_at: Instant::now(),
+    }
+}
+
+async fn handle_chat(
+    shared: &Shared,
+    api: Api,
+    path: &str,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (_guard, seq) = InFlight::enter(shared);
+    let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    // Headers are copied only when someone can look at them.
+    let empty = HeaderMap::new();
+    let seen_headers = if shared.record || shared.rule.is_some() {
+        &headers
+    } else {
+        &empty
+    };
+    let request = record(seq, api, "POST", path, seen_headers, json);
+
+    let scripted = lock(&shared.queue).pop_front();
+    let mut reply = match (scripted, &shared.rule) {
+        (Some(reply), _) => reply,
+        (None, Some(rule)) => rule(&request),
+        (None, None) => shared.default_reply.clone(),
+    };
+    let input_tokens = (body.len() as u64 / 4).max(1);
+    let model = request.model().unwrap_or("mock-model").to_owned();
+    let echo = if contains_echo(&reply) {
+        Some(format!(
+            "echo: {}",
+            request.last_user_text().unwrap_or_default()
+        ))
+    } else {
+        None
+    };
+    if shared.record {
+        lock(&shared.recorded).push(request);
+    }
+
+    if !shared.latency.is_zero() {
+        tokio::time::sleep(shared.latency).await;
+    }
+    loop {
+        match reply {
+            Reply::Delay(delay, inner) => {
+                tokio::time::sleep(delay).await;
+                reply = *inner;
+            }
+            Reply::Echo => {
+                reply = Reply::Text(echo.clone().unwrap_or_default());
+            }
+            _ => break,
+        }
+    }
+
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    match reply {
+        Reply::Text(text) => success(api, id, &model, Some(&text), &[], input_tokens),
+        Reply::ToolCalls { text, calls } => {
+            success(api, id, &model, text.as_deref(), &calls, input_tokens)
+        }
+        Reply::Status {
+            code,
+            headers,
+            body,
+        } => raw_response(code, &headers, body),
+        // Unreachable after the loop above; answer something valid anyway.
+        Reply::Delay(..) | Reply::Echo => success(api, id, &model, Some(""), &[], input_tokens),
+    }
+}
+
+fn contains_echo(reply: &Reply) -> bool {
+    match reply {
+        Reply::Echo => true,
+        Reply::Delay(_, inner) => contains_echo(inner),
+        _ => false,
+    }
+}
+
+fn success(
+    api: Api,
+    id: u64,
+    model: &str,
+    text: Option<&str>,
+    calls: &[(String, Value)],
+    input_tokens: u64,
+) -> Response {
+    let mut output_chars = text.map_or(0, str::len);
+    let body = match api {
+        Api::Anthropic => {
+            let mut content = Vec::with_capacity(calls.len() + 1);
+            if let Some(text) = text {
+                content.push(json!({"type": "text", "text": text}));
+            }
+            for (index, (name, arguments)) in calls.iter().enumerate() {
+                let input = match arguments {
+                    Value::String(raw) => serde_json::from_str(raw).unwrap_or_else(|_| json!({})),
+                    other => other.clone(),
+                };
+                output_chars += name.len() + arguments.to_string().len();
+                content.push(json!({
+                    "type": "tool_use", "id": format!("toolu_mock_{id}_{index}"),
+                    "name": name, "input": input,
+                }));
+            }
+            json!({
+                "id": format!("msg_mock_{id}"),
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": if calls.is_empty() { "end_turn" } else { "tool_use" },
+                "stop_sequence": null,
+                "usage": {"input_tokens": input_tokens, "output_tokens": (output_chars as u64 / 4).max(1)},
+            })
+        }
+        _ => {
+            let tool_calls: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(index, (name, arguments))| {
+                    let arguments = match arguments {
+                        Value::String(raw) => raw.clone(),
+                        other => other.to_string(),
+                    };
+                    output_chars += name.len() + arguments.len();
+                    json!({
+                        "id": format!("call_mock_{id}_{index}"),
+                        "type": "function",
+                        "function": {"name": name, "arguments": arguments},
+                    })
+                })
+                .collect();
+            let mut message = json!({"role": "assistant", "content": text});
+            if !tool_calls.is_empty() {
+                message["tool_calls"] = Value::Array(tool_calls);
+            }
+            let output_tokens = (output_chars as u64 / 4).max(1);
+            json!({
+                "id": format!("chatcmpl-mock-{id}"),
+                "object": "chat.completion",
+                "created": 0,
+                "model": model,
+                "choices": [{
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" },
+                }],
+                "usage": {
+                    "prompt_tokens": input_tokens,
+                    "completion_tokens": output_tokens,
+                    "total_tokens": input_tokens + output_tokens,
+                },
+            })
+        }
+    };
+    json_response(StatusCode::OK, &body)
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn raw_response(code: u16, headers: &[(String, String)], body: String) -> Response {
+    let json_like = body.trim_start().starts_with('{');
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() =
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let map = response.headers_mut();
+    if json_like {
+        map.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            map.insert(name, value);
+        }
+    }
+    response
+}

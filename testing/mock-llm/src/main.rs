@@ -1,0 +1,174 @@
+//! `summon-mock-llm`: runs the mock LLM server on 127.0.0.1 for benchmarks and manual runs.
+//!
+//! Prints `listening on 127.0.0.1:PORT` as its first stdout line, then serves until
+//! `--max-seconds` have passed (default 600), stdin reaches end of file (unless `--no-stdin`),
+//! or SIGTERM/SIGINT arrives. On exit it prints the request count and the in-flight peak to stderr.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+
+const USAGE: &str = "\
+usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-seconds S]
+                       [--record] [--no-stdin]
+
+  --port N         port on 127.0.0.1 (default 0: a free port, printed on the first line)
+  --latency-ms L   delay every reply by L milliseconds (default 0)
+  --reply R        `echo` (default): answer `echo: <last user message>`; else answer R
+  --max-seconds S  stop after S seconds (default 600)
+  --record         keep every request in memory (off by default: benchmarks)
+  --no-stdin       do not stop at end of standard input (use when stdin is /dev/null,
+                   e.g. when started in the background by a script)";
+
+struct Args {
+    port: u16,
+    latency: Duration,
+    reply: Reply,
+    max_seconds: u64,
+    record: bool,
+    watch_stdin: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        port: 0,
+        latency: Duration::ZERO,
+        reply: Reply::Echo,
+        max_seconds: 600,
+        record: false,
+        watch_stdin: true,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match flag.as_str() {
+            "--port" => {
+                let v = value("--port")?;
+                args.port = v.parse().map_err(|_| format!("--port: not a port: {v}"))?;
+            }
+            "--latency-ms" => {
+                let v = value("--latency-ms")?;
+                let ms: u64 = v
+                    .parse()
+                    .map_err(|_| format!("--latency-ms: not a number: {v}"))?;
+                args.latency = Duration::from_millis(ms);
+            }
+            "--reply" => {
+                let v = value("--reply")?;
+                args.reply = if v == "echo" {
+                    Reply::Echo
+                } else {
+                    Reply::Text(v)
+                };
+            }
+            "--max-seconds" => {
+                let v = value("--max-seconds")?;
+                args.max_seconds = v
+                    .parse()
+                    .map_err(|_| format!("--max-seconds: not a number: {v}"))?;
+            }
+            "--record" => args.record = true,
+            "--no-stdin" => args.watch_stdin = false,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument: {other}")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) if message.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("summon-mock-llm: {message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("summon-mock-llm: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(serve(args));
+    // Do not wait for the stdin reader thread, which may block forever.
+    runtime.shutdown_background();
+    code
+}
+
+async fn serve(args: Args) -> ExitCode {
+    let config = MockConfig::new()
+        .default_reply(args.reply)
+        .latency(args.latency)
+        .record(args.record);
+    let server = match MockServer::start_on_port(config, args.port).await {
+        Ok(server) => server,
+        Err(err) => {
+            eprintln!(
+                "summon-mock-llm: cannot bind 127.0.0.1:{}: {err}",
+                args.port
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "listening on {}", server.addr());
+    let _ = stdout.flush();
+
+    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
+    if args.watch_stdin {
+        // A plain thread: it must not keep the process alive at exit.
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+            let _ = eof_tx.send(());
+        });
+    } else {
+        // A dropped sender disables the stdin branch below.
+        drop(eof_tx);
+    }
+
+    let reason = tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(args.max_seconds)) => "time limit reached",
+        Ok(()) = eof_rx => "end of standard input",
+        () = terminate() => "signal",
+    };
+    eprintln!(
+        "summon-mock-llm: stopping ({reason}): served {} requests, peak in flight {}",
+        server.request_count(),
+        server.peak_in_flight()
+    );
+    ExitCode::SUCCESS
+}
+
+#[cfg(unix)]
+async fn terminate() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut sigterm) => {
+            tokio::select! {
+                _ = sigterm.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn terminate() {
+    let _ = tokio::signal::ctrl_c().await;
+}
