@@ -34,6 +34,50 @@ pub(crate) enum Command {
     Render(SourceArgs),
     /// List a source's parameters, the values that would be used and what is missing.
     Explain(SourceArgs),
+    /// Run one subagent and print its final answer.
+    Delegate(DelegateArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DelegateArgs {
+    /// The task; required without --source, appended after the source's prompt with it.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) instructions: Option<String>,
+    /// The recipe, agent or subrecipe to run.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) source: Option<String>,
+    #[command(flatten)]
+    pub(crate) params: ParamArgs,
+    /// Extensions the subagent may use (comma-separated); omitted: the source's own; empty: none.
+    #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 0..=1)]
+    pub(crate) extensions: Option<Vec<String>>,
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    /// Most model requests before the task fails (default: recipe, SUMMON_SUBAGENT_MAX_TURNS, 25).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_turns: Option<u32>,
+    /// Reference material for the system prompt: TEXT, or @FILE to read it from a file.
+    #[arg(long, value_name = "TEXT|@FILE")]
+    pub(crate) context: Option<String>,
+    /// The subagent's working directory; must be inside the current directory.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) working_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+/// Provider and model overrides.
+#[derive(Debug, Args, Default, Clone)]
+pub(crate) struct ModelArgs {
+    /// The provider: openai, anthropic, ollama, or one named in the config file.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) provider: Option<String>,
+    /// The model (or an alias from the config file).
+    #[arg(long, value_name = "MODEL")]
+    pub(crate) model: Option<String>,
+    /// Sampling temperature.
+    #[arg(long, value_name = "T")]
+    pub(crate) temperature: Option<f64>,
 }
 
 #[derive(Debug, Args)]

@@ -16,6 +16,7 @@ pub(crate) enum ColorChoice {
 }
 
 impl Palette {
+    #[cfg(test)]
     pub(crate) fn plain() -> Self {
         Self { enabled: false }
     }

@@ -74,9 +74,4 @@ impl Env {
             })
             .unwrap_or_default()
     }
-
-    /// Every variable, for passing on to child processes.
-    pub(crate) fn vars(&self) -> &BTreeMap<String, String> {
-        &self.vars
-    }
 }

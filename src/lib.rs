@@ -2,12 +2,12 @@
 //!
 //! `main` hands the arguments to [`run`]; everything else lives here so tests reach it.
 
-#![allow(dead_code, unused_imports)] // removed once delegate uses every model field
-
 mod agent;
 mod cli;
 mod color;
 mod command;
+mod config;
+mod delegation;
 mod diag;
 mod env;
 mod error;
@@ -15,6 +15,8 @@ mod output;
 mod provider;
 mod recipe;
 mod source;
+mod store;
+mod subagent;
 mod template;
 mod yaml;
 

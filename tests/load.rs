@@ -147,7 +147,6 @@ fn list_without_sources_names_the_searched_directories() {
 }
 
 #[test]
-#[ignore = "bug: the working directory is listed as an empty line under `Searched:`"]
 fn list_without_sources_names_the_working_directory() {
     let out = Test::new().env_path("HOME", "home").args(["load"]).run();
     for line in out.stdout.lines().skip(1) {
@@ -174,6 +173,8 @@ struct ListedSource {
     description: String,
     path: String,
     scope: String,
+    /// the recipe declaring a subrecipe, else null
+    parent: Option<String>,
 }
 
 #[test]
@@ -202,7 +203,13 @@ fn list_json_shape() {
         std::path::Path::new(&main.path),
         out.dir.join("recipes/main.yaml")
     );
-    assert_eq!(find("helper").kind, "subrecipe");
+    assert_eq!(main.parent, None);
+    let helper = find("helper");
+    assert_eq!(helper.kind, "subrecipe");
+    assert_eq!(
+        helper.parent.as_deref().map(std::path::Path::new),
+        Some(out.dir.join("recipes/main.yaml").as_path())
+    );
     assert_eq!(find("scout").kind, "agent");
     let global = find("global");
     assert_eq!(global.scope, "global");

@@ -1,7 +1,8 @@
 //! `summon load`: list every source, or print one.
 //!
 //! JSON (`--json`), listing:
-//! `{"sources": [{"name", "kind", "description", "path", "scope"}], "searched": [PATH]}`.
+//! `{"sources": [{"name", "kind", "description", "path", "scope", "parent"}], "searched": [PATH]}`
+//! (`parent`: the recipe declaring a subrecipe, else null).
 //! One source: `{"name", "kind", "path", "description", "content", "parameters": [PARAM]}`
 //! where PARAM is `{"key", "input_type", "requirement", "default", "description", "options"}`.
 
@@ -40,6 +41,10 @@ fn list(catalog: &Catalog, json: bool, ctx: &mut Ctx) -> Result<()> {
                     "description": s.description,
                     "path": s.path.display().to_string(),
                     "scope": if s.scope == Scope::Local { "local" } else { "global" },
+                    "parent": match &s.def {
+                        SourceDef::Subrecipe { parent, .. } => Some(parent.path().display().to_string()),
+                        _ => None,
+                    },
                 })
             })
             .collect();
@@ -61,7 +66,11 @@ fn list(catalog: &Catalog, json: bool, ctx: &mut Ctx) -> Result<()> {
     if catalog.sources.is_empty() {
         let mut text = String::from("No sources found. Searched:\n");
         for dir in &catalog.searched {
-            text.push_str(&format!("  {}\n", display_path(&dir.path, &cwd)));
+            let shown = display_path(&dir.path, &cwd);
+            text.push_str(&format!(
+                "  {}\n",
+                if shown.is_empty() { "." } else { &shown }
+            ));
         }
         ctx.out.write(&text)?;
         return Ok(());

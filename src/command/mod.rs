@@ -1,12 +1,14 @@
 //! One small module per subcommand; shared set-up lives in [`Ctx`].
 
 mod ctx;
+mod delegate;
 mod explain;
 mod load;
 mod render;
 mod validate;
 
 pub(crate) use ctx::Ctx;
+pub(crate) use delegate::NESTED_ENV;
 
 use crate::cli::Command;
 use crate::error::Result;
@@ -18,5 +20,6 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Validate(args) => validate::run(&args, ctx),
         Command::Render(args) => render::run(&args, ctx),
         Command::Explain(args) => explain::run(&args, ctx),
+        Command::Delegate(args) => delegate::run(&args, ctx),
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! JSON (`--json`): `{"source", "kind", "title", "description", "instructions", "prompt",
 //! "settings": {"provider", "model", "temperature", "max_turns"}, "parameters": {KEY: VALUE},
-//! "extensions": [NAME], "sub_recipes": [NAME], "response_schema"}`; for an agent:
+//! "extensions": [NAME], "sub_recipes": [NAME], "response_schema", "version", "author",
+//! "activities"}`; for an agent:
 //! `{"source", "kind": "agent", "description", "model", "tools", "instructions"}`.
 
 use indexmap::IndexMap;
@@ -130,6 +131,9 @@ fn recipe_json(
         ),
     );
     out.insert("response_schema".into(), json!(recipe.response_schema));
+    out.insert("version".into(), json!(recipe.version));
+    out.insert("author".into(), json!(recipe.author));
+    out.insert("activities".into(), json!(recipe.activities));
     serde_json::Value::Object(out)
 }
 

@@ -29,6 +29,7 @@ pub(crate) fn run(args: &ValidateArgs, ctx: &mut Ctx) -> Result<()> {
         }
         seen.len()
     };
+    sort_by_position(&mut diags);
     let errors = diags.error_count();
     let warnings = diags.warning_count();
     if args.output.json {
@@ -72,11 +73,28 @@ fn validate_catalog(ctx: &Ctx, diags: &mut Diagnostics) -> usize {
     for shadowed in &catalog.shadowed {
         files.insert(shadowed.path.clone());
     }
-    for warning in catalog.shadow_warnings() {
+    for warning in catalog.shadow_warnings(&ctx.env.cwd) {
         out.push(warning);
     }
     diags.extend(out);
     files.len()
+}
+
+/// Within each file, diagnostics in source order; files in the order they were met.
+fn sort_by_position(diags: &mut Diagnostics) {
+    let mut files: Vec<Option<PathBuf>> = Vec::new();
+    for d in &diags.items {
+        let path = d.file_path().map(Path::to_path_buf);
+        if !files.contains(&path) {
+            files.push(path);
+        }
+    }
+    diags.items.sort_by_key(|d| {
+        let path = d.file_path().map(Path::to_path_buf);
+        let file = files.iter().position(|f| *f == path).unwrap_or(usize::MAX);
+        let (line, col) = d.span.as_ref().map_or((0, 0), |s| (s.pos.line, s.pos.col));
+        (file, line, col)
+    });
 }
 
 /// A file, or every recipe and agent file directly inside a directory.

@@ -5,7 +5,9 @@ pub(crate) mod render;
 mod source_file;
 mod span;
 
-pub(crate) use diagnostic::{Diagnostic, Diagnostics, FileDiags, Severity};
-pub(crate) use render::{render, render_all};
+#[cfg(test)]
+pub(crate) use diagnostic::Severity;
+pub(crate) use diagnostic::{Diagnostic, Diagnostics, FileDiags};
+pub(crate) use render::render_all;
 pub(crate) use source_file::SourceFile;
 pub(crate) use span::{Pos, Span};

@@ -8,9 +8,8 @@ mod render;
 
 pub(crate) use check::check_templates;
 pub(crate) use model::{
-    Extension, ExtensionKind, InputType, Parameter, Recipe, Requirement, RetryConfig, Settings,
-    SubRecipe,
+    ExtensionKind, InputType, Parameter, Recipe, Requirement, RetryConfig, SubRecipe,
 };
-pub(crate) use params::{Binding, BoundEntry, ParamInput, ValueSource, bind_params};
+pub(crate) use params::{Binding, ParamInput, ValueSource, bind_params};
 pub(crate) use parse::{Strictness, parse_recipe};
-pub(crate) use render::{render_recipe, template_context};
+pub(crate) use render::render_recipe;

@@ -52,10 +52,6 @@ impl Recipe {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default()
     }
-
-    pub(crate) fn parameter(&self, key: &str) -> Option<&Parameter> {
-        self.parameters.iter().find(|p| p.key == key)
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,8 +164,9 @@ impl ExtensionKind {
     }
 }
 
-/// One `extensions` entry.
+/// One `extensions` entry. The connection fields are read when MCP servers are started.
 #[derive(Debug, Clone)]
+#[allow(dead_code)]
 pub(crate) struct Extension {
     pub(crate) name: String,
     pub(crate) pos: Pos,
@@ -187,6 +184,7 @@ pub(crate) struct Extension {
 
 /// One `sub_recipes` entry; `path` is resolved against the recipe's directory.
 #[derive(Debug, Clone)]
+#[allow(dead_code)] // `pos` is for diagnostics about an entry
 pub(crate) struct SubRecipe {
     pub(crate) name: String,
     pub(crate) pos: Pos,

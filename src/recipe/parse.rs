@@ -380,6 +380,29 @@ fn read_parameters(node: &Node, d: &mut FileDiags<'_>) -> Vec<Parameter> {
                 "optional parameter `{key}` has no default; it is empty unless given (goose rejects this)"
             ));
         }
+        if let (Some(value), Some(node)) = (&default, default_node) {
+            let wrong = match input_type {
+                InputType::Number => value.trim().parse::<f64>().map_or(true, |n| !n.is_finite()),
+                InputType::Boolean => {
+                    !matches!(value.trim().to_ascii_lowercase().as_str(), "true" | "false")
+                }
+                _ => false,
+            };
+            if wrong {
+                d.error(
+                    node.pos,
+                    format!(
+                        "default `{value}` of {} parameter `{key}` is not a {}",
+                        input_type.name(),
+                        if input_type == InputType::Number {
+                            "number"
+                        } else {
+                            "boolean (true or false)"
+                        }
+                    ),
+                );
+            }
+        }
         if input_type == InputType::Select {
             if options.is_empty() {
                 d.error(pos, format!("select parameter `{key}` needs `options`"));

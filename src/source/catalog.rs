@@ -173,7 +173,7 @@ impl Catalog {
     }
 
     /// Shadowing as warnings, for `summon validate`.
-    pub(crate) fn shadow_warnings(&self) -> Vec<Diagnostic> {
+    pub(crate) fn shadow_warnings(&self, cwd: &std::path::Path) -> Vec<Diagnostic> {
         self.shadowed
             .iter()
             .map(|s| {
@@ -181,7 +181,7 @@ impl Catalog {
                     "{} `{}` is shadowed by `{}`, which is found first",
                     s.kind.name(),
                     s.name,
-                    s.winner.display()
+                    crate::diag::render::display_path(&s.winner, cwd)
                 ))
                 .in_file(&s.path)
             })

@@ -5,7 +5,7 @@ mod discover;
 mod search_path;
 mod suggest;
 
-pub(crate) use catalog::{Catalog, Shadowed, Source, SourceDef, SourceKind};
-pub(crate) use discover::{MAX_FILE_SIZE, discover, read_source_text};
-pub(crate) use search_path::{DirKind, Scope, SearchDir, search_dirs};
+pub(crate) use catalog::{Catalog, Source, SourceDef, SourceKind};
+pub(crate) use discover::{discover, read_source_text};
+pub(crate) use search_path::{Scope, search_dirs};
 pub(crate) use suggest::suggestions;

@@ -51,17 +51,6 @@ impl Node {
         }
     }
 
-    pub(crate) fn as_bool(&self) -> Option<bool> {
-        match &self.value {
-            Value::Scalar(s, ScalarStyle::Plain) => match s.as_str() {
-                "true" | "True" | "TRUE" => Some(true),
-                "false" | "False" | "FALSE" => Some(false),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-
     /// A map entry by key.
     pub(crate) fn get(&self, key: &str) -> Option<&Node> {
         self.as_map()?

@@ -30,6 +30,14 @@ pub fn unindent(text: &str) -> String {
     out
 }
 
+/// [`unindent`] for expected output: exactly one trailing newline, whatever the indentation
+/// of the closing quote.
+pub fn expected(text: &str) -> String {
+    let mut out = unindent(text).trim_end_matches('\n').to_owned();
+    out.push('\n');
+    out
+}
+
 /// The directory of real third-party files, when present next to the checkout.
 pub fn corpus_dir() -> Option<std::path::PathBuf> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");

@@ -145,8 +145,7 @@ impl Test {
             .current_dir(&self.cwd)
             .env_clear()
             .env("HOME", self.dir.path())
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("SUMMON_NO_OLLAMA_PROBE", "1");
+            .env("PATH", std::env::var("PATH").unwrap_or_default());
         for (k, v) in &self.env {
             command.env(k, v);
         }

@@ -1,0 +1,338 @@
+//! Turning one delegation — a source and/or instructions, parameters, overrides — into a
+//! runnable subagent: rendered prompt, tools, provider and model, limits. Shared by
+//! `summon delegate` and pipeline steps.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, Overrides, Resolved, env_max_turns, resolve};
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::env::Env;
+use crate::recipe::{ExtensionKind, ParamInput, Recipe, bind_params, render_recipe};
+use crate::source::{Source, SourceDef};
+use crate::subagent::tool::{ToolSet, WorkDir};
+use crate::subagent::{FirstMessage, SubagentSpec, read_role_text, system_prompt};
+
+/// The built-in default for `max_turns`.
+pub(crate) const DEFAULT_MAX_TURNS: u32 = 25;
+/// How many times a schema-invalid answer is sent back.
+pub(crate) const SCHEMA_RETRIES: u32 = 3;
+
+/// What the caller asks for.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Request {
+    pub(crate) instructions: Option<String>,
+    pub(crate) params: ParamInput,
+    /// `None`: the source's own extensions; `Some(empty)`: none.
+    pub(crate) extensions: Option<Vec<String>>,
+    pub(crate) provider: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) temperature: Option<f64>,
+    pub(crate) max_turns: Option<u32>,
+    pub(crate) context: Option<String>,
+    pub(crate) working_dir: Option<PathBuf>,
+}
+
+/// A delegation ready to run.
+pub(crate) struct Prepared {
+    pub(crate) spec: SubagentSpec,
+    pub(crate) resolved: Resolved,
+    /// Shown before the run: listed tools left out, extensions not started, alias fallbacks.
+    pub(crate) notes: Vec<Diagnostic>,
+    /// A short label for progress lines: the source name, or `task`.
+    pub(crate) label: String,
+}
+
+/// A failure to prepare: bad input (exit 1) or a task failure such as an unreadable role
+/// file (exit 2).
+#[derive(Debug)]
+pub(crate) enum PrepareError {
+    Input(Diagnostics),
+    Task(String),
+}
+
+impl From<Diagnostic> for PrepareError {
+    fn from(diagnostic: Diagnostic) -> Self {
+        let mut diags = Diagnostics::default();
+        diags.push(diagnostic);
+        Self::Input(diags)
+    }
+}
+
+/// Builds the subagent for `source` (or ad-hoc when `None`).
+pub(crate) async fn prepare(
+    env: &Env,
+    config: &Config,
+    source: Option<&Source>,
+    request: &Request,
+) -> Result<Prepared, PrepareError> {
+    let workdir_path = working_dir(&env.cwd, request.working_dir.as_deref())?;
+    let workdir = WorkDir::new(&workdir_path).map_err(|e| {
+        Diagnostic::error(format!(
+            "cannot use working directory `{}`: {e}",
+            workdir_path.display()
+        ))
+    })?;
+    let mut notes = Vec::new();
+    let env_turns = env_max_turns(env)?;
+    let (label, plan) = match source {
+        None => {
+            let Some(instructions) = request.instructions.clone() else {
+                return Err(Diagnostic::error(
+                    "nothing to do: pass --instructions, --source, or both",
+                )
+                .into());
+            };
+            if !request.params.is_empty() {
+                return Err(Diagnostic::error("--param and --params need --source").into());
+            }
+            (
+                "task".to_owned(),
+                Plan {
+                    instructions: None,
+                    first: FirstMessage::AdHoc { instructions },
+                    settings_provider: None,
+                    settings_model: None,
+                    origin: "recipe settings".into(),
+                    temperature: None,
+                    max_turns: None,
+                    schema: None,
+                    retry: None,
+                    extensions: Vec::new(),
+                    narrow: None,
+                },
+            )
+        }
+        Some(source) => match &source.def {
+            SourceDef::Recipe(recipe) | SourceDef::Subrecipe { recipe, .. } => (
+                source.name.clone(),
+                recipe_plan(source, recipe, request, &env.cwd)?,
+            ),
+            SourceDef::Agent(agent) => {
+                if !request.params.is_empty() {
+                    return Err(Diagnostic::error(format!(
+                        "agent `{}` takes no parameters",
+                        agent.name
+                    ))
+                    .into());
+                }
+                let Some(task) = request.instructions.clone() else {
+                    return Err(Diagnostic::error(format!(
+                        "agent `{}` needs a task: pass --instructions",
+                        agent.name
+                    ))
+                    .into());
+                };
+                let role_text = read_role_text(agent).map_err(PrepareError::Task)?;
+                let path = crate::diag::render::display_path(agent.path(), &env.cwd);
+                (
+                    agent.name.clone(),
+                    Plan {
+                        instructions: None,
+                        first: FirstMessage::Role {
+                            name: agent.name.clone(),
+                            path,
+                            role_text,
+                            task,
+                        },
+                        settings_provider: None,
+                        settings_model: agent.model.clone(),
+                        origin: format!("agent `{}`", agent.name),
+                        temperature: None,
+                        max_turns: None,
+                        schema: None,
+                        retry: None,
+                        extensions: Vec::new(),
+                        narrow: agent.tools.clone(),
+                    },
+                )
+            }
+        },
+    };
+    // Extensions: the source's own unless the caller lists them; `developer` is summon's
+    // built-in file and shell tools.
+    let known: Vec<String> = plan
+        .extensions
+        .iter()
+        .map(|(name, _)| name.clone())
+        .collect();
+    let chosen: Vec<(String, ExtensionKind)> = match &request.extensions {
+        None => plan.extensions.clone(),
+        Some(wanted) => {
+            let mut chosen = Vec::new();
+            for name in wanted {
+                match plan.extensions.iter().find(|(n, _)| n == name) {
+                    Some(found) => chosen.push(found.clone()),
+                    None if name == "developer" => {
+                        chosen.push((name.clone(), ExtensionKind::Builtin))
+                    }
+                    None => notes.push(Diagnostic::warning(format!(
+                        "unknown extension `{name}` ignored{}",
+                        if known.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; this source has: {}", known.join(", "))
+                        }
+                    ))),
+                }
+            }
+            chosen
+        }
+    };
+    let mut shell_enabled = false;
+    for (name, kind) in &chosen {
+        match kind {
+            ExtensionKind::Builtin | ExtensionKind::Platform if name == "developer" => {
+                shell_enabled = true
+            }
+            ExtensionKind::Builtin | ExtensionKind::Platform => notes.push(Diagnostic::warning(
+                format!("goose extension `{name}` has no equivalent in summon and is left out"),
+            )),
+            _ => notes.push(Diagnostic::warning(format!(
+                "extension `{name}` is not started: MCP servers are not supported by this version"
+            ))),
+        }
+    }
+    let (tools, unavailable) = ToolSet::builtin(shell_enabled, plan.narrow.as_deref());
+    if !unavailable.is_empty() {
+        notes.push(Diagnostic::warning(format!(
+            "Listed tools not available, left out: {}",
+            unavailable.join(", ")
+        )));
+    }
+    let overrides = Overrides {
+        provider_flag: request.provider.as_deref(),
+        model_flag: request.model.as_deref(),
+        recipe_provider: plan.settings_provider.as_deref(),
+        recipe_model: plan.settings_model.as_deref(),
+        recipe_origin: &plan.origin,
+    };
+    let resolved = resolve(env, config, &overrides).await?;
+    notes.extend(resolved.warnings.iter().cloned());
+    let max_turns = request
+        .max_turns
+        .or(plan.max_turns)
+        .or(env_turns)
+        .unwrap_or(DEFAULT_MAX_TURNS);
+    let names = tools.names();
+    let system = system_prompt(
+        workdir.path(),
+        plan.instructions.as_deref(),
+        request.context.as_deref(),
+        &names,
+        plan.schema.as_ref(),
+    );
+    let spec = SubagentSpec {
+        system,
+        first_message: plan.first.text(),
+        model: resolved.model.clone(),
+        tools,
+        workdir,
+        max_turns,
+        temperature: request.temperature.or(plan.temperature),
+        response_schema: plan.schema,
+        schema_retries: SCHEMA_RETRIES,
+        retry: plan.retry,
+    };
+    Ok(Prepared {
+        spec,
+        resolved,
+        notes,
+        label,
+    })
+}
+
+/// The parts of a delegation that depend on its source.
+struct Plan {
+    instructions: Option<String>,
+    first: FirstMessage,
+    settings_provider: Option<String>,
+    settings_model: Option<String>,
+    origin: String,
+    temperature: Option<f64>,
+    max_turns: Option<u32>,
+    schema: Option<serde_json::Value>,
+    retry: Option<crate::recipe::RetryConfig>,
+    extensions: Vec<(String, ExtensionKind)>,
+    narrow: Option<Vec<crate::agent::ToolRef>>,
+}
+
+fn recipe_plan(
+    source: &Source,
+    recipe: &Recipe,
+    request: &Request,
+    cwd: &Path,
+) -> Result<Plan, PrepareError> {
+    let preset = match &source.def {
+        SourceDef::Subrecipe { entry, .. } => entry
+            .values
+            .iter()
+            .filter(|(_, v)| !crate::template::has_template(v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        _ => indexmap::IndexMap::new(),
+    };
+    let binding = bind_params(
+        &recipe.parameters,
+        &request.params,
+        &preset,
+        Some(&recipe.file),
+        cwd,
+    );
+    if binding.problems.has_errors() {
+        return Err(PrepareError::Input(binding.problems));
+    }
+    let rendered = render_recipe(recipe, &binding.values()).map_err(PrepareError::Input)?;
+    let (instructions, prompt) = match (rendered.instructions, rendered.prompt) {
+        (Some(instructions), Some(prompt)) => (Some(instructions), prompt),
+        (Some(instructions), None) => (None, instructions),
+        (None, Some(prompt)) => (None, prompt),
+        (None, None) => (None, String::new()),
+    };
+    Ok(Plan {
+        instructions,
+        first: FirstMessage::Recipe {
+            prompt,
+            extra: request.instructions.clone(),
+        },
+        settings_provider: rendered.settings.provider.clone(),
+        settings_model: rendered.settings.model.clone(),
+        origin: format!("recipe `{}` settings", source.name),
+        temperature: rendered.settings.temperature,
+        max_turns: rendered.settings.max_turns,
+        schema: rendered.response_schema.clone(),
+        retry: rendered.retry.clone(),
+        extensions: rendered
+            .extensions
+            .iter()
+            .map(|e| (e.name.clone(), e.kind.clone()))
+            .collect(),
+        narrow: None,
+    })
+}
+
+/// `--working-dir` must resolve inside the current directory, symlinks included.
+fn working_dir(cwd: &Path, wanted: Option<&Path>) -> Result<PathBuf, Diagnostic> {
+    let real_cwd = cwd
+        .canonicalize()
+        .map_err(|e| Diagnostic::error(format!("cannot resolve the working directory: {e}")))?;
+    let Some(wanted) = wanted else {
+        return Ok(real_cwd);
+    };
+    let real = cwd
+        .join(wanted)
+        .canonicalize()
+        .map_err(|e| Diagnostic::error(format!("--working-dir `{}`: {e}", wanted.display())))?;
+    if !real.starts_with(&real_cwd) {
+        return Err(Diagnostic::error(format!(
+            "--working-dir `{}` is outside the current directory",
+            wanted.display()
+        )));
+    }
+    if !real.is_dir() {
+        return Err(Diagnostic::error(format!(
+            "--working-dir `{}` is not a directory",
+            wanted.display()
+        )));
+    }
+    Ok(real)
+}

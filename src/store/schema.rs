@@ -1,0 +1,268 @@
+//! Versioned schema migrations.
+//!
+//! `PRAGMA user_version` is the number of migrations applied. [`MIGRATIONS`] is append-only:
+//! never edit a released migration, add a new one (and keep it additive where possible, so
+//! that the previous summon keeps working until the user upgrades every copy). Each migration
+//! runs in its own `BEGIN IMMEDIATE` transaction together with its `user_version` bump, and the
+//! version is re-read inside that transaction, so many processes opening a fresh store at once
+//! apply every migration exactly once. A database whose version is above [`SCHEMA_VERSION`]
+//! was written by a newer summon and is refused with [`StoreError::NewerSchema`] rather than
+//! misread.
+//!
+//! Tables are `STRICT` (SQLite type-checks every value); timestamps are INTEGER milliseconds
+//! since the Unix epoch; JSON columns are TEXT, opaque to the store unless noted.
+
+use std::path::Path;
+
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+
+use super::{Fail, StoreError, retry_busy};
+
+/// Version 1: background tasks and run journals.
+const V1: &str = r#"
+-- Background tasks (`delegate --async`). `seq` orders tasks by creation (the queue order);
+-- `id` is the user-facing YYYYMMDD_N.
+CREATE TABLE task_counters (
+    day  TEXT    PRIMARY KEY,          -- YYYYMMDD (UTC)
+    last INTEGER NOT NULL              -- last sequence number handed out that day
+) STRICT;
+
+CREATE TABLE tasks (
+    seq               INTEGER PRIMARY KEY,
+    id                TEXT    NOT NULL UNIQUE,
+    status            TEXT    NOT NULL
+        CHECK (status IN ('queued', 'running', 'completed', 'failed', 'cancelled')),
+    description       TEXT    NOT NULL,
+    source            TEXT,
+    request           TEXT    NOT NULL,  -- the delegation request (JSON, opaque)
+    pid               INTEGER,           -- the worker process
+    cancel_requested  INTEGER NOT NULL DEFAULT 0,
+    created_at        INTEGER NOT NULL,
+    started_at        INTEGER,           -- when the task took a slot
+    finished_at       INTEGER,
+    last_activity_at  INTEGER,           -- last progress (turn, tool call)
+    heartbeat_at      INTEGER NOT NULL,  -- last sign of life of the worker (or queued waiter)
+    turns             INTEGER NOT NULL DEFAULT 0,
+    tool_calls        INTEGER NOT NULL DEFAULT 0,
+    recent_tool_calls TEXT    NOT NULL DEFAULT '[]',  -- JSON array of the last 20 lines
+    output            TEXT,
+    error             TEXT,
+    input_tokens      INTEGER NOT NULL DEFAULT 0,
+    output_tokens     INTEGER NOT NULL DEFAULT 0,
+    provider          TEXT,
+    model             TEXT
+) STRICT;
+
+CREATE INDEX tasks_by_status ON tasks (status, seq);
+
+-- Ids of tasks removed by expiry, so `load ID` can say "expired" rather than "not found".
+CREATE TABLE expired_tasks (
+    id         TEXT    PRIMARY KEY,
+    expired_at INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+
+-- Pipeline runs (`summon run`).
+CREATE TABLE runs (
+    run_id        TEXT    PRIMARY KEY,   -- YYYYMMDD-HHMMSS (UTC), "-N" added on a collision
+    pipeline_path TEXT    NOT NULL,
+    pipeline_hash TEXT    NOT NULL,
+    params        TEXT    NOT NULL,      -- JSON
+    catalog       TEXT    NOT NULL,      -- the frozen agent catalog (JSON, opaque)
+    status        TEXT    NOT NULL
+        CHECK (status IN ('running', 'completed', 'failed', 'interrupted')),
+    created_at    INTEGER NOT NULL,
+    finished_at   INTEGER,
+    shard         TEXT                   -- shard description (JSON, opaque), if sharded
+) STRICT;
+
+CREATE INDEX runs_by_pipeline ON runs (pipeline_path, created_at);
+
+-- The journal: one row per finished task of a run (a retried task replaces its row).
+CREATE TABLE run_tasks (
+    run_id        TEXT    NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    step_id       TEXT    NOT NULL,
+    item_index    INTEGER NOT NULL,
+    input_hash    TEXT    NOT NULL,      -- hex content hash of the rendered request
+    status        TEXT    NOT NULL
+        CHECK (status IN ('submitted', 'completed', 'failed', 'cancelled')),
+    output        TEXT,
+    item          TEXT,                  -- the item (JSON)
+    turns         INTEGER NOT NULL DEFAULT 0,
+    input_tokens  INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    duration_ms   INTEGER NOT NULL DEFAULT 0,
+    error         TEXT,
+    finished_at   INTEGER NOT NULL,
+    batch_id      TEXT,                  -- provider batch holding the task (backend: batch)
+    PRIMARY KEY (run_id, step_id, item_index)
+) STRICT;
+"#;
+
+/// Every migration, in order; migration `i` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[V1];
+
+/// The schema version this summon writes and understands.
+pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+pub(super) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |row| row.get(0))
+}
+
+fn newer(path: &Path, found: i64) -> StoreError {
+    StoreError::NewerSchema {
+        path: path.to_owned(),
+        found,
+        supported: SCHEMA_VERSION,
+    }
+}
+
+/// Brings the database at `path` (open on `conn`) to [`SCHEMA_VERSION`].
+pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    migrate_with(conn, path, MIGRATIONS)
+}
+
+fn migrate_with(conn: &Connection, path: &Path, migrations: &[&str]) -> Result<(), StoreError> {
+    let target = migrations.len() as i64;
+    let current = retry_busy(path, || Ok(user_version(conn)?))?;
+    if current > target {
+        return Err(newer(path, current));
+    }
+    let mut version = current;
+    while version < target {
+        version = retry_busy(path, || {
+            let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+            // Another process may have migrated since we looked.
+            let version = user_version(&tx)?;
+            if version > target {
+                return Err(Fail::Store(newer(path, version)));
+            }
+            if version == target {
+                return Ok(version);
+            }
+            tx.execute_batch(migrations[version as usize])?;
+            tx.pragma_update(None, "user_version", version + 1)?;
+            tx.commit()?;
+            Ok(version + 1)
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Store;
+    use super::*;
+
+    fn tables(conn: &Connection) -> Vec<String> {
+        let mut stmt = conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn migrates_an_empty_database_and_reopens_idempotently() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(
+            tables(&store.conn),
+            [
+                "expired_tasks",
+                "run_tasks",
+                "runs",
+                "task_counters",
+                "tasks"
+            ]
+        );
+        let task = store
+            .create_task("kept", None, "{}", 5, false)
+            .expect("create");
+        drop(store);
+
+        let again = Store::open(tmp.path()).unwrap();
+        assert_eq!(again.schema_version().unwrap(), SCHEMA_VERSION);
+        assert!(
+            again.get(&task.id).unwrap().is_some(),
+            "data survives reopen"
+        );
+    }
+
+    #[test]
+    fn refuses_a_store_from_a_newer_summon() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).unwrap();
+        store
+            .conn
+            .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        drop(store);
+        let err = Store::open(tmp.path()).unwrap_err();
+        assert!(matches!(err, StoreError::NewerSchema { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(message.contains("newer version of summon"), "{message}");
+        assert!(message.contains(".summon/state.db"), "{message}");
+        assert!(message.contains(&format!("schema {}", SCHEMA_VERSION + 1)));
+    }
+
+    #[test]
+    fn applies_pending_migrations_in_order_each_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("m.db");
+        let conn = Connection::open(&path).unwrap();
+        let steps = [
+            "CREATE TABLE a (x INTEGER) STRICT;",
+            "INSERT INTO a VALUES (1);",
+            "INSERT INTO a VALUES (2);",
+        ];
+        migrate_with(&conn, &path, &steps[..2]).unwrap();
+        assert_eq!(user_version(&conn).unwrap(), 2);
+        migrate_with(&conn, &path, &steps[..2]).unwrap();
+        migrate_with(&conn, &path, &steps).unwrap();
+        migrate_with(&conn, &path, &steps).unwrap();
+        let sum: i64 = conn
+            .query_row("SELECT sum(x) FROM a", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!((user_version(&conn).unwrap(), sum), (3, 3));
+    }
+
+    #[test]
+    fn a_failing_migration_leaves_the_previous_version_intact() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("m.db");
+        let conn = Connection::open(&path).unwrap();
+        let steps = [
+            "CREATE TABLE a (x INTEGER) STRICT;",
+            "CREATE TABLE b (y INTEGER) STRICT; INSERT INTO nowhere VALUES (1);",
+        ];
+        let err = migrate_with(&conn, &path, &steps).unwrap_err();
+        assert!(err.to_string().contains("m.db"), "{err}");
+        assert_eq!(user_version(&conn).unwrap(), 1);
+        let b_exists: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name = 'b'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(b_exists, 0, "the failed migration was rolled back");
+    }
+
+    #[test]
+    fn concurrent_first_opens_migrate_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let barrier = std::sync::Barrier::new(8);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    barrier.wait();
+                    let store = Store::open(tmp.path()).unwrap();
+                    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+                });
+            }
+        });
+    }
+}

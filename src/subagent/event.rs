@@ -1,0 +1,29 @@
+//! What a running subagent reports while it works.
+
+use std::time::Duration;
+
+/// Sent to the observer of a subagent run, in order.
+#[derive(Debug, Clone)]
+#[allow(dead_code)] // every observer reads only what it needs
+pub(crate) enum SubagentEvent {
+    /// A model request is about to be sent (turn counts from 1).
+    Turn { turn: u32 },
+    /// A transient provider failure; the request is retried after `delay`.
+    Retry {
+        attempt: u32,
+        delay: Duration,
+        reason: String,
+    },
+    /// A tool call finished.
+    ToolCall {
+        name: String,
+        ok: bool,
+        summary: String,
+    },
+    /// The final answer did not match the schema; the model is asked again.
+    SchemaRetry { errors: String },
+    /// goose `retry` checks failed; the task runs again.
+    CheckRetry { attempt: u32, reason: String },
+    /// Text the model produced (intermediate or final).
+    Text { text: String },
+}

@@ -1,0 +1,14 @@
+//! Subagents: one agent loop, its prompt and its tools.
+
+mod checks;
+mod event;
+mod prompt;
+mod role;
+mod run;
+mod structured;
+pub(crate) mod tool;
+
+pub(crate) use event::SubagentEvent;
+pub(crate) use prompt::{FirstMessage, system_prompt};
+pub(crate) use role::read_role_text;
+pub(crate) use run::{SubagentSpec, SubagentStatus, run_subagent};

@@ -1,0 +1,266 @@
+//! The agent loop: send, run the tool calls, send again, until the model answers without
+//! tool calls or `max_turns` requests were made. A turn is one model request.
+
+use std::time::{Duration, Instant};
+
+use super::checks::{run_checks, run_on_failure};
+use super::event::SubagentEvent;
+use super::structured::check_answer;
+use super::tool::{ToolSet, WorkDir};
+use crate::provider::{
+    ChatRequest, Client, Message, ProviderError, RateLimiter, RetryPolicy, Usage, estimate_tokens,
+    send_with_retry,
+};
+use crate::recipe::RetryConfig;
+
+/// Everything one subagent run needs, already resolved.
+pub(crate) struct SubagentSpec {
+    pub(crate) system: String,
+    pub(crate) first_message: String,
+    pub(crate) model: String,
+    pub(crate) tools: ToolSet,
+    pub(crate) workdir: WorkDir,
+    pub(crate) max_turns: u32,
+    pub(crate) temperature: Option<f64>,
+    pub(crate) response_schema: Option<serde_json::Value>,
+    /// How many times a schema-invalid answer is sent back for correction.
+    pub(crate) schema_retries: u32,
+    pub(crate) retry: Option<RetryConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SubagentStatus {
+    Completed,
+    /// `max_turns` requests were made without a final answer.
+    MaxTurns,
+    Failed(String),
+}
+
+/// What a run produced. `text` is the final answer, or the last text when it failed.
+#[derive(Debug, Clone)]
+pub(crate) struct SubagentResult {
+    pub(crate) status: SubagentStatus,
+    pub(crate) text: String,
+    pub(crate) structured: Option<serde_json::Value>,
+    pub(crate) turns: u32,
+    pub(crate) tool_calls: u32,
+    pub(crate) usage: Usage,
+    pub(crate) duration: Duration,
+}
+
+impl SubagentResult {
+    /// The failure message, if the run failed.
+    pub(crate) fn error(&self, max_turns: u32) -> Option<String> {
+        match &self.status {
+            SubagentStatus::Completed => None,
+            SubagentStatus::MaxTurns => Some(format!("max turns ({max_turns}) reached")),
+            SubagentStatus::Failed(message) => Some(message.clone()),
+        }
+    }
+}
+
+/// Runs the loop, then goose's `retry` checks (again from scratch while they fail).
+pub(crate) async fn run_subagent(
+    client: &Client,
+    policy: &RetryPolicy,
+    limiter: &RateLimiter,
+    spec: &SubagentSpec,
+    observer: &mut (dyn FnMut(SubagentEvent) + Send),
+) -> SubagentResult {
+    let started = Instant::now();
+    let mut total = Totals::default();
+    let attempts = spec.retry.as_ref().map_or(0, |r| r.max_retries) + 1;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut result = run_once(client, policy, limiter, spec, observer, &mut total).await;
+        let Some(retry) = spec.retry.as_ref().filter(|r| !r.checks.is_empty()) else {
+            return total.finish(result, started);
+        };
+        if result.status != SubagentStatus::Completed {
+            return total.finish(result, started);
+        }
+        let Err(reason) = run_checks(retry, spec.workdir.path()).await else {
+            return total.finish(result, started);
+        };
+        if attempt >= attempts {
+            result.status = SubagentStatus::Failed(format!(
+                "retry checks still failing after {attempt} attempt(s): {reason}"
+            ));
+            return total.finish(result, started);
+        }
+        observer(SubagentEvent::CheckRetry {
+            attempt,
+            reason: reason.clone(),
+        });
+        if let Some(problem) = run_on_failure(retry, spec.workdir.path()).await {
+            observer(SubagentEvent::CheckRetry {
+                attempt,
+                reason: problem,
+            });
+        }
+    }
+}
+
+#[derive(Default)]
+struct Totals {
+    turns: u32,
+    tool_calls: u32,
+    usage: Usage,
+}
+
+impl Totals {
+    fn finish(&self, mut result: Outcome, started: Instant) -> SubagentResult {
+        SubagentResult {
+            status: std::mem::replace(&mut result.status, SubagentStatus::Completed),
+            text: std::mem::take(&mut result.text),
+            structured: result.structured.take(),
+            turns: self.turns,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
+            duration: started.elapsed(),
+        }
+    }
+}
+
+struct Outcome {
+    status: SubagentStatus,
+    text: String,
+    structured: Option<serde_json::Value>,
+}
+
+async fn run_once(
+    client: &Client,
+    policy: &RetryPolicy,
+    limiter: &RateLimiter,
+    spec: &SubagentSpec,
+    observer: &mut (dyn FnMut(SubagentEvent) + Send),
+    total: &mut Totals,
+) -> Outcome {
+    let validator = match spec.response_schema.as_ref().map(jsonschema::validator_for) {
+        Some(Ok(v)) => Some(v),
+        Some(Err(e)) => {
+            return Outcome {
+                status: SubagentStatus::Failed(format!("invalid response schema: {e}")),
+                text: String::new(),
+                structured: None,
+            };
+        }
+        None => None,
+    };
+    let mut request = ChatRequest {
+        model: spec.model.clone(),
+        system: spec.system.clone(),
+        messages: vec![Message::user(spec.first_message.clone())],
+        tools: spec.tools.specs(),
+        temperature: spec.temperature,
+        max_tokens: None,
+    };
+    let mut last_text = String::new();
+    let mut schema_asks = 0;
+    let mut turns = 0;
+    loop {
+        if turns >= spec.max_turns {
+            return Outcome {
+                status: SubagentStatus::MaxTurns,
+                text: last_text,
+                structured: None,
+            };
+        }
+        turns += 1;
+        total.turns += 1;
+        observer(SubagentEvent::Turn { turn: turns });
+        let estimate = estimate_tokens(&request);
+        limiter.acquire(estimate).await;
+        let mut hook = |err: &ProviderError, attempt: u32, delay: Duration| {
+            observer(SubagentEvent::Retry {
+                attempt,
+                delay,
+                reason: err.to_string(),
+            });
+        };
+        let response = match send_with_retry(client, &request, policy, &mut hook).await {
+            Ok(response) => response,
+            Err(err) => {
+                limiter.record_actual(estimate, 0);
+                return Outcome {
+                    status: SubagentStatus::Failed(err.to_string()),
+                    text: last_text,
+                    structured: None,
+                };
+            }
+        };
+        limiter.record_actual(estimate, response.usage.total());
+        total.usage.add(response.usage);
+        if let Some(text) = response.text.as_ref().filter(|t| !t.trim().is_empty()) {
+            last_text.clone_from(text);
+            observer(SubagentEvent::Text { text: text.clone() });
+        }
+        if response.tool_calls.is_empty() {
+            let answer = response.text.unwrap_or_default();
+            let Some(validator) = &validator else {
+                return Outcome {
+                    status: SubagentStatus::Completed,
+                    text: answer,
+                    structured: None,
+                };
+            };
+            match check_answer(validator, &answer) {
+                Ok(value) => {
+                    return Outcome {
+                        status: SubagentStatus::Completed,
+                        text: answer,
+                        structured: Some(value),
+                    };
+                }
+                Err(errors) => {
+                    if schema_asks >= spec.schema_retries {
+                        return Outcome {
+                            status: SubagentStatus::Failed(format!(
+                                "the answer does not match the response schema after {} correction(s):\n{errors}",
+                                schema_asks
+                            )),
+                            text: answer,
+                            structured: None,
+                        };
+                    }
+                    schema_asks += 1;
+                    observer(SubagentEvent::SchemaRetry {
+                        errors: errors.clone(),
+                    });
+                    request.messages.push(Message::Assistant {
+                        text: Some(answer),
+                        tool_calls: Vec::new(),
+                    });
+                    request.messages.push(Message::user(format!(
+                        "Your answer does not validate against the required JSON Schema:\n{errors}\n\n\
+                         Reply again with only the corrected JSON value."
+                    )));
+                    continue;
+                }
+            }
+        }
+        request.messages.push(Message::Assistant {
+            text: response.text.clone(),
+            tool_calls: response.tool_calls.clone(),
+        });
+        for call in &response.tool_calls {
+            total.tool_calls += 1;
+            let output = spec
+                .tools
+                .call(&call.name, &call.arguments, &spec.workdir)
+                .await;
+            observer(SubagentEvent::ToolCall {
+                name: call.name.clone(),
+                ok: !output.is_error,
+                summary: output.content.lines().next().unwrap_or("").to_owned(),
+            });
+            request.messages.push(Message::ToolResult {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: output.content,
+                is_error: output.is_error,
+            });
+        }
+    }
+}

@@ -1,0 +1,663 @@
+//! The file tools: `read_file`, `write_file` and `edit_file`.
+//!
+//! Every path goes through [`WorkDir::resolve`]. Reading streams the file line by line and stops
+//! at [`READ_CAP`] bytes, saying how to read further; writing goes to a temporary file in the same
+//! folder that is then renamed over the target, so a reader never sees half a file.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Value, json};
+
+use super::args::Args;
+use super::workdir::{Access, WorkDir};
+use super::{ToolError, blocking, truncate_at_boundary};
+use crate::provider::ToolSpec;
+
+/// The most text `read_file` returns at once.
+pub(crate) const READ_CAP: usize = 256 * 1024;
+
+/// How much of the start of a file is checked for NUL bytes to tell binary files.
+const BINARY_SNIFF: usize = 8 * 1024;
+
+const READ_EXPECTED: &str = r#"{"path": string, "offset"?: integer (1-based first line), "limit"?: integer (number of lines)}"#;
+const WRITE_EXPECTED: &str = r#"{"path": string, "content": string}"#;
+const EDIT_EXPECTED: &str =
+    r#"{"path": string, "old_string": string, "new_string": string, "replace_all"?: boolean}"#;
+
+pub(crate) fn read_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "read_file".into(),
+        description: format!(
+            "Read a UTF-8 text file in the working directory and return its text exactly as \
+             stored. `path` is relative to the working directory. For large files pass `offset` \
+             (the 1-based line to start at) and `limit` (how many lines). At most {} KiB are \
+             returned per call; a note at the end says when the text was cut and which offset \
+             continues it. Binary files are refused.",
+            READ_CAP / 1024
+        ),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the working directory."},
+                "offset": {"type": "integer", "minimum": 1, "description": "1-based line number to start reading at (default 1)."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to return (default: up to the size cap)."}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+pub(crate) fn write_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "write_file".into(),
+        description: "Create or overwrite a file in the working directory with `content`. \
+                      Missing parent folders are created. The whole file is replaced; to change \
+                      part of an existing file use edit_file."
+            .into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the working directory."},
+                "content": {"type": "string", "description": "The complete new text of the file."}
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+pub(crate) fn edit_file_spec() -> ToolSpec {
+    ToolSpec {
+        name: "edit_file".into(),
+        description: "Replace an exact string in a file in the working directory. `old_string` \
+                      must match the file exactly, including whitespace and indentation, and must \
+                      occur exactly once unless `replace_all` is true (then every occurrence is \
+                      replaced). Read the file first; include enough surrounding lines to make \
+                      `old_string` unique."
+            .into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the working directory."},
+                "old_string": {"type": "string", "description": "The exact text to replace."},
+                "new_string": {"type": "string", "description": "The text to put in its place."},
+                "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."}
+            },
+            "required": ["path", "old_string", "new_string"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// `read_file {path, offset?, limit?}`.
+pub(crate) async fn read_file(args: &Value, wd: &WorkDir) -> Result<String, ToolError> {
+    let args = Args::parse("read_file", READ_EXPECTED, args)?;
+    let user_path = args.str("path")?;
+    let offset = args.opt_u64("offset")?.unwrap_or(1).max(1);
+    let limit = args.opt_u64("limit")?;
+    if limit == Some(0) {
+        return Err(ToolError::Failed("`limit` must be at least 1".into()));
+    }
+    let path = wd.resolve(user_path, Access::Read)?;
+    let shown = wd.display(&path);
+    blocking(move || read_lines(&path, &shown, offset, limit)).await
+}
+
+/// Reads lines `offset..offset+limit` (1-based) of `path`, at most [`READ_CAP`] bytes.
+fn read_lines(
+    path: &Path,
+    shown: &str,
+    offset: u64,
+    limit: Option<u64>,
+) -> Result<String, ToolError> {
+    check_regular(path, shown, "read")?;
+    let file = File::open(path).map_err(|e| io_error("read", shown, &e))?;
+    let mut reader = BufReader::with_capacity(64 * 1024, file);
+    let head = reader.fill_buf().map_err(|e| io_error("read", shown, &e))?;
+    if head[..head.len().min(BINARY_SNIFF)].contains(&0) {
+        return Err(ToolError::Failed(format!(
+            "{shown} looks like a binary file (it contains NUL bytes); read_file only reads text"
+        )));
+    }
+    let last_wanted = limit.map_or(u64::MAX, |l| offset.saturating_add(l - 1));
+    let mut out = String::new();
+    let mut line = Vec::new();
+    let mut number = 0u64;
+    let mut shown_last = 0u64;
+    let mut more = false;
+    let mut cut_line = false;
+    loop {
+        let keep = if number + 1 >= offset {
+            READ_CAP + 4
+        } else {
+            0
+        };
+        let consumed =
+            next_line(&mut reader, &mut line, keep).map_err(|e| io_error("read", shown, &e))?;
+        if consumed == 0 {
+            break;
+        }
+        number += 1;
+        if number < offset {
+            continue;
+        }
+        if number > last_wanted {
+            more = true;
+            break;
+        }
+        let partial = line.len() < consumed;
+        let text = match std::str::from_utf8(&line) {
+            Ok(text) => text,
+            // A line cut inside a character: keep the whole characters.
+            Err(e) if partial && e.error_len().is_none() => {
+                std::str::from_utf8(&line[..e.valid_up_to()]).unwrap_or_default()
+            }
+            Err(_) => {
+                return Err(ToolError::Failed(format!(
+                    "{shown} is not valid UTF-8 text (line {number}); read_file only reads text"
+                )));
+            }
+        };
+        if out.len() + text.len() > READ_CAP {
+            if out.is_empty() {
+                let mut piece = text.to_owned();
+                truncate_at_boundary(&mut piece, READ_CAP);
+                out = piece;
+                shown_last = number;
+                cut_line = true;
+                more = !reader
+                    .fill_buf()
+                    .map_err(|e| io_error("read", shown, &e))?
+                    .is_empty();
+            } else {
+                more = true;
+            }
+            break;
+        }
+        out.push_str(text);
+        shown_last = number;
+    }
+    if shown_last == 0 {
+        return Ok(if number == 0 {
+            format!("({shown} is empty)")
+        } else {
+            format!(
+                "({shown} has {number} lines; offset {offset} is past the end, nothing to show)"
+            )
+        });
+    }
+    if more || cut_line {
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "\n[Truncated: showed lines {offset}-{shown_last} of {shown}."
+        ));
+        if cut_line {
+            out.push_str(&format!(
+                " Line {shown_last} is longer than {} KiB; only its start is shown.",
+                READ_CAP / 1024
+            ));
+        }
+        if more {
+            out.push_str(&format!(
+                " More lines follow: call read_file with offset {} to continue.",
+                shown_last + 1
+            ));
+        }
+        out.push(']');
+    }
+    Ok(out)
+}
+
+/// Reads the next line (with its `\n`) into `buf`, keeping at most `keep` bytes of it; returns
+/// how many bytes the line had (0 at the end of the file).
+fn next_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, keep: usize) -> io::Result<usize> {
+    buf.clear();
+    let mut consumed = 0;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(consumed);
+        }
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = keep.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..take.min(room)]);
+        reader.consume(take);
+        consumed += take;
+        if done {
+            return Ok(consumed);
+        }
+    }
+}
+
+/// `write_file {path, content}`.
+pub(crate) async fn write_file(args: &Value, wd: &WorkDir) -> Result<String, ToolError> {
+    let args = Args::parse("write_file", WRITE_EXPECTED, args)?;
+    let user_path = args.str("path")?;
+    let content = args.str("content")?.to_owned();
+    let path = wd.resolve(user_path, Access::Write)?;
+    let shown = wd.display(&path);
+    blocking(move || {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| io_error("create folders for", &shown, &e))?;
+        }
+        write_atomic(&path, content.as_bytes()).map_err(|e| io_error("write", &shown, &e))?;
+        Ok(format!("wrote {} bytes to {shown}", content.len()))
+    })
+    .await
+}
+
+/// `edit_file {path, old_string, new_string, replace_all?}`.
+pub(crate) async fn edit_file(args: &Value, wd: &WorkDir) -> Result<String, ToolError> {
+    let args = Args::parse("edit_file", EDIT_EXPECTED, args)?;
+    let user_path = args.str("path")?;
+    let old = args.str("old_string")?.to_owned();
+    let new = args.str("new_string")?.to_owned();
+    let replace_all = args.opt_bool("replace_all")?.unwrap_or(false);
+    if old.is_empty() {
+        return Err(ToolError::Failed(
+            "`old_string` must not be empty; to create a file or replace all of it use write_file"
+                .into(),
+        ));
+    }
+    if old == new {
+        return Err(ToolError::Failed(
+            "`old_string` and `new_string` are identical; nothing to change".into(),
+        ));
+    }
+    let path = wd.resolve(user_path, Access::Write)?;
+    let shown = wd.display(&path);
+    blocking(move || {
+        check_regular(&path, &shown, "edit")?;
+        let bytes = std::fs::read(&path).map_err(|e| io_error("read", &shown, &e))?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            ToolError::Failed(format!(
+                "{shown} is not valid UTF-8 text; edit_file only edits text"
+            ))
+        })?;
+        let count = text.matches(old.as_str()).count();
+        if count == 0 {
+            return Err(ToolError::Failed(format!(
+                "`old_string` was not found in {shown}; it must match the file exactly, including \
+                 whitespace and indentation (read the file to copy the exact text)"
+            )));
+        }
+        if count > 1 && !replace_all {
+            return Err(ToolError::Failed(format!(
+                "`old_string` occurs {count} times in {shown}; include more surrounding text to \
+                 make it unique, or set `replace_all` to true to replace every occurrence"
+            )));
+        }
+        let edited = if replace_all {
+            text.replace(old.as_str(), &new)
+        } else {
+            text.replacen(old.as_str(), &new, 1)
+        };
+        write_atomic(&path, edited.as_bytes()).map_err(|e| io_error("write", &shown, &e))?;
+        let noun = if count == 1 {
+            "occurrence"
+        } else {
+            "occurrences"
+        };
+        Ok(format!("replaced {count} {noun} in {shown}"))
+    })
+    .await
+}
+
+/// Writes `bytes` to a temporary file next to `path` and renames it over `path`, keeping the
+/// permissions of an existing file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(name);
+    temp_name.push(format!(
+        ".{}.{}.summon-tmp",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let temp: PathBuf = path.with_file_name(temp_name);
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            file.set_permissions(meta.permissions())?;
+        }
+        drop(file);
+        std::fs::rename(&temp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
+/// Refuses anything but a regular file (a folder, or a FIFO or device that could block).
+fn check_regular(path: &Path, shown: &str, action: &str) -> Result<(), ToolError> {
+    let meta = std::fs::metadata(path).map_err(|e| io_error(action, shown, &e))?;
+    if meta.is_dir() {
+        return Err(ToolError::Failed(format!(
+            "{shown} is a directory, not a file; use list_files to see what it contains"
+        )));
+    }
+    if !meta.is_file() {
+        return Err(ToolError::Failed(format!(
+            "cannot {action} {shown}: it is not a regular file"
+        )));
+    }
+    Ok(())
+}
+
+/// An I/O failure on `shown`, phrased for the model.
+fn io_error(action: &str, shown: &str, e: &io::Error) -> ToolError {
+    ToolError::Failed(match e.kind() {
+        io::ErrorKind::NotFound => format!("cannot {action} {shown}: no such file"),
+        io::ErrorKind::NotADirectory => {
+            format!("cannot {action} {shown}: a part of the path is a file, not a folder")
+        }
+        io::ErrorKind::IsADirectory => format!("cannot {action} {shown}: it is a directory"),
+        io::ErrorKind::PermissionDenied => format!("cannot {action} {shown}: permission denied"),
+        _ => format!("cannot {action} {shown}: {e}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::subagent::tool::test_support::Sandbox;
+
+    async fn read(sb: &Sandbox, args: Value) -> Result<String, ToolError> {
+        read_file(&args, &sb.wd).await
+    }
+
+    #[tokio::test]
+    async fn read_whole_file_and_ranges() {
+        let sb = Sandbox::new();
+        sb.write("a.txt", "one\ntwo\nthree\nfour\n");
+        assert_eq!(
+            read(&sb, json!({"path": "a.txt"})).await.unwrap(),
+            "one\ntwo\nthree\nfour\n"
+        );
+        let abs = sb.root().join("a.txt").display().to_string();
+        assert_eq!(
+            read(&sb, json!({"path": abs})).await.unwrap(),
+            "one\ntwo\nthree\nfour\n"
+        );
+        let part = read(&sb, json!({"path": "a.txt", "offset": 2, "limit": 2}))
+            .await
+            .unwrap();
+        assert_eq!(
+            part,
+            "two\nthree\n\n[Truncated: showed lines 2-3 of a.txt. More lines follow: call \
+             read_file with offset 4 to continue.]"
+        );
+        assert_eq!(
+            read(&sb, json!({"path": "a.txt", "offset": 4, "limit": 5}))
+                .await
+                .unwrap(),
+            "four\n"
+        );
+        let past = read(&sb, json!({"path": "a.txt", "offset": 9}))
+            .await
+            .unwrap();
+        assert!(
+            past.contains("has 4 lines; offset 9 is past the end"),
+            "{past}"
+        );
+        sb.write("empty", "");
+        assert_eq!(
+            read(&sb, json!({"path": "empty"})).await.unwrap(),
+            "(empty is empty)"
+        );
+        sb.write("no_newline", "x\ny");
+        assert_eq!(
+            read(&sb, json!({"path": "no_newline"})).await.unwrap(),
+            "x\ny"
+        );
+    }
+
+    #[tokio::test]
+    async fn read_caps_and_refusals() {
+        let sb = Sandbox::new();
+        let line = format!("{}\n", "é".repeat(50));
+        let big = line.repeat(5000);
+        sb.write("big.txt", &big);
+        let out = read(&sb, json!({"path": "big.txt"})).await.unwrap();
+        let (text, note) = out.split_once("\n\n[Truncated").unwrap();
+        assert!(text.len() <= READ_CAP);
+        let lines = text.lines().count();
+        assert!(
+            note.contains(&format!("offset {} to continue", lines + 1)),
+            "{note}"
+        );
+        let next = read(&sb, json!({"path": "big.txt", "offset": lines + 1}))
+            .await
+            .unwrap();
+        assert_eq!(format!("{text}\n{next}"), big);
+
+        let huge_line = "é".repeat(READ_CAP);
+        sb.write("one_line.txt", &huge_line);
+        let out = read(&sb, json!({"path": "one_line.txt"})).await.unwrap();
+        assert!(
+            out.contains("Line 1 is longer than 256 KiB"),
+            "{}",
+            &out[out.len() - 200..]
+        );
+        assert!(out.starts_with("éé"));
+
+        std::fs::write(sb.root().join("bin"), b"\x7fELF\0\0\x01").unwrap();
+        let err = read(&sb, json!({"path": "bin"})).await.unwrap_err();
+        assert!(err.to_string().contains("binary"), "{err}");
+        std::fs::write(sb.root().join("latin1"), b"caf\xe9\n").unwrap();
+        let err = read(&sb, json!({"path": "latin1"})).await.unwrap_err();
+        assert!(err.to_string().contains("not valid UTF-8"), "{err}");
+        let err = read(&sb, json!({"path": "missing"})).await.unwrap_err();
+        assert_eq!(err.to_string(), "cannot read missing: no such file");
+        let err = read(&sb, json!({"path": "."})).await.unwrap_err();
+        assert!(err.to_string().contains("is a directory"), "{err}");
+        let fifo = sb.root().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let err = read(&sb, json!({"path": "fifo"})).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot read fifo: it is not a regular file"
+        );
+        let err = edit_file(
+            &json!({"path": "fifo", "old_string": "a", "new_string": "b"}),
+            &sb.wd,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot edit fifo: it is not a regular file"
+        );
+        let err = read(&sb, json!({"file": "a"})).await.unwrap_err();
+        assert!(
+            err.to_string().contains("missing required field `path`"),
+            "{err}"
+        );
+        let err = read(&sb, json!("{not json")).await.unwrap_err();
+        assert!(err.to_string().contains("not valid JSON"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn write_creates_folders_atomically() {
+        let sb = Sandbox::new();
+        let out = write_file(
+            &json!({"path": "new/deep/f.txt", "content": "héllo"}),
+            &sb.wd,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, "wrote 6 bytes to new/deep/f.txt");
+        assert_eq!(sb.read("new/deep/f.txt"), "héllo");
+        write_file(
+            &json!({"path": "new/deep/f.txt", "content": "again"}),
+            &sb.wd,
+        )
+        .await
+        .unwrap();
+        assert_eq!(sb.read("new/deep/f.txt"), "again");
+        let names: Vec<_> = std::fs::read_dir(sb.root().join("new/deep"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.txt"], "no temporary file left behind");
+
+        use std::os::unix::fs::PermissionsExt;
+        sb.write("run.sh", "#!/bin/sh\n");
+        std::fs::set_permissions(
+            sb.root().join("run.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        write_file(
+            &json!({"path": "run.sh", "content": "#!/bin/sh\ntrue\n"}),
+            &sb.wd,
+        )
+        .await
+        .unwrap();
+        let mode = std::fs::metadata(sb.root().join("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+
+        sb.write("file", "x");
+        let err = write_file(&json!({"path": "file/inner", "content": "x"}), &sb.wd)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("cannot create folders for file/inner"),
+            "{err}"
+        );
+        let err = write_file(&json!({"path": "x"}), &sb.wd).await.unwrap_err();
+        assert!(
+            err.to_string().contains("missing required field `content`"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn edit_replaces_exact_strings() {
+        let sb = Sandbox::new();
+        sb.write("e.txt", "a = 1\nb = 1\nc = 2\n");
+        let edit = |args: Value| {
+            let wd = sb.wd.clone();
+            async move { edit_file(&args, &wd).await }
+        };
+        let out = edit(json!({"path": "e.txt", "old_string": "c = 2", "new_string": "c = 3"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "replaced 1 occurrence in e.txt");
+        assert_eq!(sb.read("e.txt"), "a = 1\nb = 1\nc = 3\n");
+
+        let err = edit(json!({"path": "e.txt", "old_string": "= 1", "new_string": "= 9"}))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("occurs 2 times in e.txt"), "{err}");
+        assert_eq!(sb.read("e.txt"), "a = 1\nb = 1\nc = 3\n");
+
+        let err = edit(json!({"path": "e.txt", "old_string": "zzz", "new_string": "y"}))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("was not found in e.txt"), "{err}");
+
+        let out = edit(json!({
+            "path": "e.txt", "old_string": "= 1", "new_string": "= 9", "replace_all": true
+        }))
+        .await
+        .unwrap();
+        assert_eq!(out, "replaced 2 occurrences in e.txt");
+        assert_eq!(sb.read("e.txt"), "a = 9\nb = 9\nc = 3\n");
+
+        for (args, expected) in [
+            (
+                json!({"path": "e.txt", "old_string": "", "new_string": "x"}),
+                "must not be empty",
+            ),
+            (
+                json!({"path": "e.txt", "old_string": "a", "new_string": "a"}),
+                "identical",
+            ),
+            (
+                json!({"path": "missing", "old_string": "a", "new_string": "b"}),
+                "no such file",
+            ),
+            (
+                json!({"path": "e.txt", "old_string": "a", "new_string": 3}),
+                "must be a string",
+            ),
+            (
+                json!({"path": "e.txt", "old_string": "a", "new_string": "b", "replace_all": 2}),
+                "true or false",
+            ),
+        ] {
+            let err = edit(args).await.unwrap_err();
+            assert!(err.to_string().contains(expected), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn every_file_tool_refuses_escapes() {
+        let sb = Sandbox::new();
+        for path in sb.escapes() {
+            let err = read(&sb, json!({"path": path})).await.unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ToolError::Outside { .. } | ToolError::InvalidPath { .. }
+                ),
+                "read {path:?}: {err}"
+            );
+            let err = write_file(&json!({"path": path, "content": "pwned"}), &sb.wd)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ToolError::Outside { .. } | ToolError::InvalidPath { .. }
+                ),
+                "write {path:?}: {err}"
+            );
+            let err = edit_file(
+                &json!({"path": path, "old_string": "top", "new_string": "pwned"}),
+                &sb.wd,
+            )
+            .await
+            .unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ToolError::Outside { .. } | ToolError::InvalidPath { .. }
+                ),
+                "edit {path:?}: {err}"
+            );
+        }
+        sb.assert_outside_untouched();
+    }
+}

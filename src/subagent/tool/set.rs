@@ -1,0 +1,411 @@
+//! The set of tools one subagent is offered, and the dispatch of the model's calls.
+//!
+//! A subagent gets the file tools always and `shell` when its source enables goose's
+//! `developer` extension; an agent's `tools` list narrows that (and listing `Bash` / `shell`
+//! offers the shell by itself). Listed entries summon cannot offer are handed back so the run can
+//! say they were left out. A call to a tool outside the set runs nothing and returns an
+//! `unknown_tool` error that lists the tools the model does have.
+
+use serde_json::Value;
+
+use super::workdir::WorkDir;
+use super::{ToolOutput, fs, search, shell, shown};
+use crate::agent::{BuiltinTool, ToolKind, ToolRef};
+use crate::provider::ToolSpec;
+
+/// One tool of a set. MCP tools will join as another variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    Builtin(BuiltinTool),
+}
+
+impl Tool {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Builtin(tool) => tool.name(),
+        }
+    }
+}
+
+/// The tools offered to one subagent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ToolSet {
+    /// In offering order.
+    tools: Vec<Tool>,
+    /// `Some` when the shell was offered only through patterns such as `Bash(git log*)`: the
+    /// commands it may run.
+    shell_patterns: Option<Vec<String>>,
+}
+
+impl ToolSet {
+    /// The built-in tools a subagent gets: file tools always, `shell` only when `shell_enabled`;
+    /// narrowed by an agent's `tools` list when given (None = no narrowing; Some(empty) = no
+    /// tools). An agent that lists the shell (`Bash`, `shell`, `developer__shell`) gets it even
+    /// without `shell_enabled`.
+    ///
+    /// Returns the set and the listed entries that are not available (raw text, once each):
+    /// tools summon does not have (`WebFetch`) and MCP tools (no MCP server is started here).
+    /// Delegation entries are ignored: a subagent never delegates.
+    pub(crate) fn builtin(
+        shell_enabled: bool,
+        narrow: Option<&[ToolRef]>,
+    ) -> (ToolSet, Vec<String>) {
+        let Some(list) = narrow else {
+            let tools = BuiltinTool::ALL
+                .into_iter()
+                .filter(|tool| *tool != BuiltinTool::Shell || shell_enabled)
+                .map(Tool::Builtin)
+                .collect();
+            return (
+                ToolSet {
+                    tools,
+                    shell_patterns: None,
+                },
+                Vec::new(),
+            );
+        };
+        let mut wanted = Vec::new();
+        let mut unavailable: Vec<String> = Vec::new();
+        let mut patterns: Vec<String> = Vec::new();
+        let mut shell_unrestricted = false;
+        for entry in list {
+            match &entry.kind {
+                ToolKind::Builtin { tool, pattern } => {
+                    if !wanted.contains(tool) {
+                        wanted.push(*tool);
+                    }
+                    if *tool == BuiltinTool::Shell {
+                        match pattern {
+                            None => shell_unrestricted = true,
+                            Some(p) if !patterns.contains(p) => patterns.push(p.clone()),
+                            Some(_) => {}
+                        }
+                    }
+                }
+                ToolKind::Mcp { .. } | ToolKind::Unsupported => {
+                    let raw = entry.raw.trim();
+                    if !unavailable.iter().any(|u| u == raw) {
+                        unavailable.push(raw.to_owned());
+                    }
+                }
+                ToolKind::Delegation => {}
+            }
+        }
+        let tools = BuiltinTool::ALL
+            .into_iter()
+            .filter(|tool| wanted.contains(tool))
+            .map(Tool::Builtin)
+            .collect();
+        let shell_patterns =
+            (wanted.contains(&BuiltinTool::Shell) && !shell_unrestricted).then_some(patterns);
+        (
+            ToolSet {
+                tools,
+                shell_patterns,
+            },
+            unavailable,
+        )
+    }
+
+    /// The specs offered to the model, in a stable order.
+    pub(crate) fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .map(|tool| match tool {
+                Tool::Builtin(builtin) => match builtin {
+                    BuiltinTool::ReadFile => fs::read_file_spec(),
+                    BuiltinTool::WriteFile => fs::write_file_spec(),
+                    BuiltinTool::EditFile => fs::edit_file_spec(),
+                    BuiltinTool::ListFiles => search::list_files_spec(),
+                    BuiltinTool::Search => search::search_spec(),
+                    BuiltinTool::Shell => shell::shell_spec(self.shell_patterns.as_deref()),
+                },
+            })
+            .collect()
+    }
+
+    /// The names of the tools, in the order of [`ToolSet::specs`].
+    pub(crate) fn names(&self) -> Vec<&str> {
+        self.tools.iter().map(Tool::name).collect()
+    }
+
+    #[allow(dead_code)] // used when MCP tools join the set
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.find(name).is_some()
+    }
+
+    fn find(&self, name: &str) -> Option<Tool> {
+        self.tools.iter().copied().find(|tool| tool.name() == name)
+    }
+
+    /// Runs a call. A name not in the set returns an error output whose content starts with
+    /// `unknown_tool:` naming the tool and listing the available ones, and runs nothing.
+    pub(crate) async fn call(&self, name: &str, args: &Value, workdir: &WorkDir) -> ToolOutput {
+        let Some(tool) = self.find(name) else {
+            let available = if self.tools.is_empty() {
+                "You have no tools.".to_owned()
+            } else {
+                format!("Available tools: {}.", self.names().join(", "))
+            };
+            return ToolOutput::error(format!(
+                "unknown_tool: {} is not one of your tools; nothing was run. {available}",
+                shown(name)
+            ));
+        };
+        let result = match tool {
+            Tool::Builtin(builtin) => match builtin {
+                BuiltinTool::ReadFile => fs::read_file(args, workdir).await,
+                BuiltinTool::WriteFile => fs::write_file(args, workdir).await,
+                BuiltinTool::EditFile => fs::edit_file(args, workdir).await,
+                BuiltinTool::ListFiles => search::list_files(args, workdir).await,
+                BuiltinTool::Search => search::search(args, workdir).await,
+                BuiltinTool::Shell => {
+                    shell::shell(args, workdir, self.shell_patterns.as_deref()).await
+                }
+            },
+        };
+        ToolOutput::from(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::diag::Pos;
+    use crate::subagent::tool::test_support::Sandbox;
+
+    fn refs(raws: &[&str]) -> Vec<ToolRef> {
+        raws.iter()
+            .map(|raw| ToolRef::new(*raw, Pos::new(1, 1, 1)))
+            .collect()
+    }
+
+    fn narrowed(shell_enabled: bool, raws: &[&str]) -> (ToolSet, Vec<String>) {
+        ToolSet::builtin(shell_enabled, Some(&refs(raws)))
+    }
+
+    const FILE_TOOLS: [&str; 5] = [
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_files",
+        "search",
+    ];
+
+    #[test]
+    fn default_sets() {
+        let (set, unavailable) = ToolSet::builtin(false, None);
+        assert_eq!(set.names(), FILE_TOOLS);
+        assert!(unavailable.is_empty());
+        let (set, _) = ToolSet::builtin(true, None);
+        assert_eq!(set.names(), [&FILE_TOOLS[..], &["shell"]].concat());
+        assert_eq!(set.shell_patterns, None);
+        let specs = set.specs();
+        let spec_names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(spec_names, set.names());
+        for spec in &specs {
+            assert_eq!(spec.parameters["type"], "object", "{}", spec.name);
+            assert!(spec.description.len() > 40, "{}", spec.name);
+        }
+        assert!(set.contains("shell"));
+        assert!(!set.contains("Bash"));
+    }
+
+    #[test]
+    fn narrowing() {
+        let (set, unavailable) = narrowed(true, &["Read", "Grep"]);
+        assert_eq!(set.names(), ["read_file", "search"]);
+        assert!(unavailable.is_empty());
+
+        let (set, unavailable) = narrowed(true, &[]);
+        assert!(set.names().is_empty());
+        assert!(set.specs().is_empty());
+        assert!(unavailable.is_empty());
+
+        // Listing the shell offers it even when the source does not enable it.
+        let (set, _) = narrowed(false, &["Bash", "Read"]);
+        assert_eq!(set.names(), ["read_file", "shell"]);
+        assert_eq!(set.shell_patterns, None);
+
+        // Order follows summon's, not the list's; duplicates collapse.
+        let (set, _) = narrowed(
+            false,
+            &["shell", "Edit", "MultiEdit", "Glob", "LS", "Write"],
+        );
+        assert_eq!(
+            set.names(),
+            ["write_file", "edit_file", "list_files", "shell"]
+        );
+
+        let (set, unavailable) = narrowed(
+            false,
+            &[
+                "WebFetch",
+                "Read",
+                "mcp__github__create_issue",
+                "Task",
+                "WebFetch",
+                "TodoWrite",
+            ],
+        );
+        assert_eq!(set.names(), ["read_file"]);
+        assert_eq!(
+            unavailable,
+            ["WebFetch", "mcp__github__create_issue", "TodoWrite"]
+        );
+    }
+
+    #[test]
+    fn shell_patterns() {
+        let (set, _) = narrowed(
+            false,
+            &["Bash(git log*)", "Bash(git diff*)", "Bash(git log*)"],
+        );
+        assert_eq!(set.names(), ["shell"]);
+        assert_eq!(
+            set.shell_patterns.as_deref(),
+            Some(&["git log*".to_owned(), "git diff*".to_owned()][..])
+        );
+        assert!(set.specs()[0].description.contains("Restricted"));
+        // An unrestricted entry wins over patterns.
+        let (set, _) = narrowed(true, &["Bash(git log*)", "Bash"]);
+        assert_eq!(set.shell_patterns, None);
+    }
+
+    #[tokio::test]
+    async fn calls_dispatch_to_the_tools() {
+        let sb = Sandbox::new();
+        let (set, _) = ToolSet::builtin(true, None);
+        let call = |name: &'static str, args: Value| {
+            let set = set.clone();
+            let wd = sb.wd.clone();
+            async move { set.call(name, &args, &wd).await }
+        };
+        let out = call(
+            "write_file",
+            json!({"path": "d/n.txt", "content": "alpha\nbeta\n"}),
+        )
+        .await;
+        assert_eq!(out, ToolOutput::ok("wrote 11 bytes to d/n.txt"));
+        let out = call(
+            "edit_file",
+            json!({"path": "d/n.txt", "old_string": "beta", "new_string": "gamma"}),
+        )
+        .await;
+        assert_eq!(out, ToolOutput::ok("replaced 1 occurrence in d/n.txt"));
+        let out = call("read_file", json!({"path": "d/n.txt"})).await;
+        assert_eq!(out, ToolOutput::ok("alpha\ngamma\n"));
+        let out = call("list_files", json!({"pattern": "*.txt"})).await;
+        assert_eq!(out, ToolOutput::ok("d/n.txt"));
+        let out = call("search", json!({"pattern": "gam+a"})).await;
+        assert_eq!(out, ToolOutput::ok("d/n.txt:2: gamma"));
+        let out = call("shell", json!({"command": "cat d/n.txt"})).await;
+        assert_eq!(
+            out,
+            ToolOutput::ok("exit code: 0\n[stdout]\nalpha\ngamma\n")
+        );
+        let out = call("read_file", json!({"path": "../outside/secret.txt"})).await;
+        assert!(out.is_error);
+        assert!(
+            out.content.contains("outside the working directory"),
+            "{}",
+            out.content
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_arguments_are_tool_errors() {
+        let sb = Sandbox::new();
+        let (set, _) = ToolSet::builtin(true, None);
+        for name in set.names() {
+            for args in [
+                json!("{\"path\": \"a"),
+                json!([]),
+                json!({"path": 1, "pattern": 2, "command": 3}),
+            ] {
+                let out = set.call(name, &args, &sb.wd).await;
+                assert!(out.is_error, "{name} {args}");
+                assert!(
+                    out.content
+                        .starts_with(&format!("invalid arguments for `{name}`")),
+                    "{name} {args}: {}",
+                    out.content
+                );
+                assert!(
+                    out.content.contains("Expected arguments: {"),
+                    "{}",
+                    out.content
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_tools_run_nothing() {
+        let sb = Sandbox::new();
+        let (set, _) = narrowed(true, &["Read", "Grep"]);
+        let out = set
+            .call(
+                "write_file",
+                &json!({"path": "x.txt", "content": "no"}),
+                &sb.wd,
+            )
+            .await;
+        assert!(out.is_error);
+        assert_eq!(
+            out.content,
+            "unknown_tool: `write_file` is not one of your tools; nothing was run. Available \
+             tools: read_file, search."
+        );
+        let out = set
+            .call("shell", &json!({"command": "touch y.txt"}), &sb.wd)
+            .await;
+        assert!(
+            out.content.starts_with("unknown_tool: `shell`"),
+            "{}",
+            out.content
+        );
+        let out = set
+            .call("Bash", &json!({"command": "touch y.txt"}), &sb.wd)
+            .await;
+        assert!(
+            out.content.starts_with("unknown_tool: `Bash`"),
+            "{}",
+            out.content
+        );
+        assert!(!sb.root().join("x.txt").exists());
+        assert!(!sb.root().join("y.txt").exists());
+
+        let (empty, _) = narrowed(true, &[]);
+        let out = empty.call("read_file", &json!({"path": "x"}), &sb.wd).await;
+        assert_eq!(
+            out,
+            ToolOutput::error(
+                "unknown_tool: `read_file` is not one of your tools; nothing was run. You have \
+                 no tools."
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn restricted_shell_through_the_set() {
+        let sb = Sandbox::new();
+        let (set, _) = narrowed(false, &["Bash(echo hi*)"]);
+        let out = set
+            .call("shell", &json!({"command": "echo hi"}), &sb.wd)
+            .await;
+        assert_eq!(out, ToolOutput::ok("exit code: 0\n[stdout]\nhi\n"));
+        let out = set
+            .call("shell", &json!({"command": "touch z"}), &sb.wd)
+            .await;
+        assert!(out.is_error);
+        assert!(
+            out.content.starts_with("command not allowed"),
+            "{}",
+            out.content
+        );
+        assert!(!sb.root().join("z").exists());
+    }
+}
