@@ -36,6 +36,23 @@ pub(crate) enum Command {
     Explain(SourceArgs),
     /// Run one subagent and print its final answer.
     Delegate(DelegateArgs),
+    /// List background tasks that are running or can be collected.
+    Tasks(TasksArgs),
+    /// The background worker of `delegate --async` (started by summon itself).
+    #[command(name = "__worker", hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TasksArgs {
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// The task to run.
+    pub(crate) task_id: String,
 }
 
 #[derive(Debug, Args)]
@@ -62,6 +79,13 @@ pub(crate) struct DelegateArgs {
     /// The subagent's working directory; must be inside the current directory.
     #[arg(long, value_name = "DIR")]
     pub(crate) working_dir: Option<PathBuf>,
+    /// Run in the background: print the task id at once and exit; collect with `summon load ID`.
+    #[arg(long = "async")]
+    pub(crate) r#async: bool,
+    /// With --async: when SUMMON_MAX_BACKGROUND_TASKS are running, wait for a free slot
+    /// instead of refusing.
+    #[arg(long)]
+    pub(crate) queue: bool,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -82,8 +106,18 @@ pub(crate) struct ModelArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct LoadArgs {
-    /// A source name (recipe, agent or subrecipe). Omit to list everything.
+    /// A source name (recipe, agent or subrecipe), or a background task id. Omit to list
+    /// everything.
     pub(crate) name: Option<String>,
+    /// With a task id: report progress at once instead of waiting.
+    #[arg(long, conflicts_with = "cancel")]
+    pub(crate) peek: bool,
+    /// With a task id: stop the task and return what it produced so far.
+    #[arg(long)]
+    pub(crate) cancel: bool,
+    /// With a task id: seconds to wait for the result (default 300).
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub(crate) timeout: u64,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }

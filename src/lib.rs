@@ -3,6 +3,7 @@
 //! `main` hands the arguments to [`run`]; everything else lives here so tests reach it.
 
 mod agent;
+mod background;
 mod cli;
 mod color;
 mod command;

@@ -14,11 +14,26 @@ use crate::diag::render::display_path;
 use crate::error::{Error, Result};
 use crate::recipe::Parameter;
 use crate::source::{Catalog, Scope, Source, SourceDef, SourceKind};
+use crate::store::TaskId;
 
 pub(crate) fn run(args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
+    if let Some(id) = args.name.as_deref().filter(|n| TaskId::looks_like(n)) {
+        let id: TaskId = id
+            .parse()
+            .map_err(|_| Error::usage(format!("`{id}` is not a valid task id")))?;
+        return super::task_result::run(&id, args, ctx);
+    }
+    if args.peek || args.cancel {
+        return Err(Error::usage(
+            "--peek and --cancel apply to a background task id",
+        ));
+    }
     let catalog = ctx.catalog();
     match &args.name {
-        None => list(&catalog, args.output.json, ctx),
+        None => {
+            list_tasks(args.output.json, ctx)?;
+            list(&catalog, args.output.json, ctx)
+        }
         Some(name) => {
             let source = catalog
                 .get(name)
@@ -104,6 +119,37 @@ fn list(catalog: &Catalog, json: bool, ctx: &mut Ctx) -> Result<()> {
     }
     text.push_str("Use `summon load <name>` to load into context.\n");
     text.push_str("Use `summon delegate --source <name>` to run as a subagent.\n");
+    ctx.out.write(&text)?;
+    Ok(())
+}
+
+/// Finished background tasks awaiting collection, listed before the sources (as goose
+/// does). Only in the text output, and only when the project has a store.
+fn list_tasks(json: bool, ctx: &mut Ctx) -> Result<()> {
+    if json || !ctx.env.cwd.join(".summon").is_dir() {
+        return Ok(());
+    }
+    let store = crate::background::open_store(&ctx.env)?;
+    let done = store
+        .list(crate::store::TaskFilter::Finished)
+        .map_err(|e| Error::usage(e.to_string()))?;
+    if done.is_empty() {
+        return Ok(());
+    }
+    let mut text = format!(
+        "{}:
+",
+        ctx.out_palette.bold("Completed tasks awaiting retrieval")
+    );
+    for task in done {
+        text.push_str(&format!(
+            "  {}  {}  ({})\n",
+            task.id,
+            task.description,
+            task.status.as_str()
+        ));
+    }
+    text.push('\n');
     ctx.out.write(&text)?;
     Ok(())
 }

@@ -5,10 +5,12 @@ mod delegate;
 mod explain;
 mod load;
 mod render;
+mod task_result;
+mod tasks;
 mod validate;
 
 pub(crate) use ctx::Ctx;
-pub(crate) use delegate::NESTED_ENV;
+pub(crate) use delegate::{NESTED_ENV, progress_line};
 
 use crate::cli::Command;
 use crate::error::Result;
@@ -21,5 +23,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Render(args) => render::run(&args, ctx),
         Command::Explain(args) => explain::run(&args, ctx),
         Command::Delegate(args) => delegate::run(&args, ctx),
+        Command::Tasks(args) => tasks::run(&args, ctx),
+        Command::Worker(args) => crate::background::run_worker(&args.task_id, ctx),
     }
 }

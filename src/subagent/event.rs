@@ -26,4 +26,6 @@ pub(crate) enum SubagentEvent {
     CheckRetry { attempt: u32, reason: String },
     /// Text the model produced (intermediate or final).
     Text { text: String },
+    /// Token totals of the run so far, after each response.
+    Tokens { total: crate::provider::Usage },
 }

@@ -11,4 +11,4 @@ pub(crate) mod tool;
 pub(crate) use event::SubagentEvent;
 pub(crate) use prompt::{FirstMessage, system_prompt};
 pub(crate) use role::read_role_text;
-pub(crate) use run::{SubagentSpec, SubagentStatus, run_subagent};
+pub(crate) use run::{SubagentResult, SubagentSpec, SubagentStatus, run_subagent};

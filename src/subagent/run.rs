@@ -192,6 +192,7 @@ async fn run_once(
         };
         limiter.record_actual(estimate, response.usage.total());
         total.usage.add(response.usage);
+        observer(SubagentEvent::Tokens { total: total.usage });
         if let Some(text) = response.text.as_ref().filter(|t| !t.trim().is_empty()) {
             last_text.clone_from(text);
             observer(SubagentEvent::Text { text: text.clone() });

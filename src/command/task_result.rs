@@ -1,0 +1,179 @@
+//! `summon load TASK_ID`: wait for a background task and print its result; `--peek` for
+//! progress at once; `--cancel` to stop it.
+//!
+//! JSON (`--json`): `{"id", "status", "description", "source", "elapsed_secs", "turns",
+//! "tool_calls", "idle_secs", "recent_tool_calls", "output", "error", "tokens": {"input",
+//! "output"}, "provider", "model", "still_running"}`.
+
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use serde_json::json;
+
+use super::Ctx;
+use super::tasks::{elapsed_secs, format_secs, task_json};
+use crate::background::{open_store, pid_alive};
+use crate::cli::LoadArgs;
+use crate::error::{Error, Result};
+use crate::store::{Store, TaskId, TaskLookup, TaskRecord, TaskStatus};
+
+/// How long a cancelled worker gets to stop by itself before it is killed.
+const CANCEL_GRACE: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_millis(100);
+
+pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
+    let store = open_store(&ctx.env)?;
+    let task = find(&store, id)?;
+    if args.peek {
+        return peek(&task, args.output.json, ctx);
+    }
+    if args.cancel {
+        let task = cancel(&store, &task)?;
+        return show(&task, false, args.output.json, ctx);
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let mut task = task;
+    while !task.status.is_terminal() {
+        if Instant::now() >= deadline {
+            return show(&task, true, args.output.json, ctx);
+        }
+        std::thread::sleep(POLL);
+        // Re-check liveness so a dead worker ends the wait.
+        let _ = open_store(&ctx.env)?;
+        task = find(&store, id)?;
+    }
+    show(&task, false, args.output.json, ctx)
+}
+
+fn find(store: &Store, id: &TaskId) -> Result<TaskRecord> {
+    match store.lookup(id).map_err(|e| Error::usage(e.to_string()))? {
+        TaskLookup::Found(task) => Ok(*task),
+        TaskLookup::Expired => Err(Error::usage(format!("Task '{id}' not found (expired)"))),
+        TaskLookup::NotFound => Err(Error::usage(format!(
+            "Task '{id}' not found. Use `summon tasks` to see background tasks."
+        ))),
+    }
+}
+
+fn idle_secs(task: &TaskRecord) -> f64 {
+    let last = task
+        .last_activity_at
+        .or(task.started_at)
+        .unwrap_or(task.created_at);
+    Timestamp::now().duration_since(last).as_secs_f64().max(0.0)
+}
+
+fn peek(task: &TaskRecord, json: bool, ctx: &mut Ctx) -> Result<()> {
+    if json {
+        let mut value = task_json(task);
+        value["idle_secs"] = json!((idle_secs(task) * 10.0).round() / 10.0);
+        value["recent_tool_calls"] = json!(task.recent_tool_calls);
+        value["initialising"] = json!(task.turns == 0 && task.recent_tool_calls.is_empty());
+        ctx.out.json(&value)?;
+        return Ok(());
+    }
+    let mut text = format!(
+        "Task {}: {} (\"{}\")\nElapsed: {}\nTurns: {}\nIdle: {}\n",
+        task.id,
+        task.status.as_str(),
+        task.description,
+        format_secs(elapsed_secs(task)),
+        task.turns,
+        format_secs(idle_secs(task)),
+    );
+    if task.status.is_terminal() {
+        text.push_str(&format!(
+            "Finished: collect it with `summon load {}`.\n",
+            task.id
+        ));
+    } else if task.turns == 0 && task.recent_tool_calls.is_empty() {
+        text.push_str("Task is initialising (no activity yet).\n");
+    }
+    if !task.recent_tool_calls.is_empty() {
+        text.push_str(&format!(
+            "Tool calls ({} in all, latest last):\n",
+            task.tool_calls
+        ));
+        for line in &task.recent_tool_calls {
+            text.push_str(&format!("  {line}\n"));
+        }
+    }
+    ctx.out.write(&text)?;
+    Ok(())
+}
+
+/// Asks the worker to stop, waits for it, and kills it when it does not stop in time.
+fn cancel(store: &Store, task: &TaskRecord) -> Result<TaskRecord> {
+    if task.status.is_terminal() {
+        return Ok(task.clone());
+    }
+    store
+        .request_cancel(&task.id)
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let deadline = Instant::now() + CANCEL_GRACE;
+    loop {
+        let current = find(store, &task.id)?;
+        if current.status.is_terminal() {
+            return Ok(current);
+        }
+        if Instant::now() >= deadline {
+            if let Some(pid) = current.pid.filter(|pid| pid_alive(*pid)) {
+                // The worker leads its own process group: stop it and its children.
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{pid}")])
+                    .stderr(std::process::Stdio::null())
+                    .status();
+            }
+            store
+                .cancel(&task.id)
+                .map_err(|e| Error::usage(e.to_string()))?;
+            return find(store, &task.id);
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+fn show(task: &TaskRecord, still_running: bool, json: bool, ctx: &mut Ctx) -> Result<()> {
+    if json {
+        let mut value = task_json(task);
+        value["output"] = json!(task.output);
+        value["tokens"] =
+            json!({"input": task.tokens.input_tokens, "output": task.tokens.output_tokens});
+        value["provider"] = json!(task.provider);
+        value["model"] = json!(task.model);
+        value["still_running"] = json!(still_running);
+        value["recent_tool_calls"] = json!(task.recent_tool_calls);
+        value["idle_secs"] = json!((idle_secs(task) * 10.0).round() / 10.0);
+        ctx.out.json(&value)?;
+    } else if still_running {
+        ctx.out.write(&format!(
+            "Task {id} is still running after the wait (elapsed {elapsed}, {turns} turns).\n\
+             Wait again with `summon load {id}` (--timeout SECS), check on it with `--peek`, or stop it with `--cancel`.\n",
+            id = task.id,
+            elapsed = format_secs(elapsed_secs(task)),
+            turns = task.turns,
+        ))?;
+    } else {
+        let mut text = format!(
+            "# Background task {}\n\nTask: {}\nStatus: {}\nDuration: {}\nTurns: {}\n",
+            task.id,
+            task.description,
+            task.status.as_str(),
+            format_secs(elapsed_secs(task)),
+            task.turns
+        );
+        if let Some(error) = &task.error {
+            text.push_str(&format!("Error: {error}\n"));
+        }
+        text.push_str("\n## Result\n\n");
+        text.push_str(task.output.as_deref().unwrap_or("(no output)").trim_end());
+        text.push('\n');
+        ctx.out.write(&text)?;
+    }
+    match task.status {
+        TaskStatus::Completed => Ok(()),
+        _ if still_running => Ok(()),
+        TaskStatus::Failed | TaskStatus::Cancelled => Err(Error::Failed(String::new())),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,75 @@
+//! `summon tasks`: background tasks that are running or can still be collected.
+//!
+//! JSON (`--json`): `{"tasks": [TASK]}` where TASK is `{"id", "status", "description",
+//! "source", "elapsed_secs", "turns", "tool_calls", "error"}`.
+
+use jiff::Timestamp;
+use serde_json::json;
+
+use super::Ctx;
+use crate::background::open_store;
+use crate::cli::TasksArgs;
+use crate::error::{Error, Result};
+use crate::store::{TaskFilter, TaskRecord};
+
+pub(crate) fn run(args: &TasksArgs, ctx: &mut Ctx) -> Result<()> {
+    let store = open_store(&ctx.env)?;
+    let tasks = store
+        .list(TaskFilter::All)
+        .map_err(|e| Error::usage(e.to_string()))?;
+    if args.output.json {
+        let items: Vec<_> = tasks.iter().map(task_json).collect();
+        ctx.out.json(&json!({ "tasks": items }))?;
+        return Ok(());
+    }
+    if tasks.is_empty() {
+        ctx.out
+            .line("No background tasks. Start one with `summon delegate --async ...`.")?;
+        return Ok(());
+    }
+    let mut text = format!(
+        "{:<14} {:<10} {:>8} {:>6}  {}\n",
+        "ID", "STATUS", "ELAPSED", "TURNS", "TASK"
+    );
+    for task in &tasks {
+        text.push_str(&format!(
+            "{:<14} {:<10} {:>8} {:>6}  {}\n",
+            task.id.to_string(),
+            task.status.as_str(),
+            format_secs(elapsed_secs(task)),
+            task.turns,
+            task.description
+        ));
+    }
+    ctx.out.write(&text)?;
+    Ok(())
+}
+
+/// Seconds from start (or creation) to finish (or now).
+pub(crate) fn elapsed_secs(task: &TaskRecord) -> f64 {
+    let start = task.started_at.unwrap_or(task.created_at);
+    let end = task.finished_at.unwrap_or_else(Timestamp::now);
+    end.duration_since(start).as_secs_f64().max(0.0)
+}
+
+pub(crate) fn format_secs(secs: f64) -> String {
+    if secs < 60.0 {
+        format!("{secs:.1}s")
+    } else {
+        let whole = secs.round() as u64;
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    }
+}
+
+pub(crate) fn task_json(task: &TaskRecord) -> serde_json::Value {
+    json!({
+        "id": task.id.to_string(),
+        "status": task.status.as_str(),
+        "description": task.description,
+        "source": task.source,
+        "elapsed_secs": (elapsed_secs(task) * 10.0).round() / 10.0,
+        "turns": task.turns,
+        "tool_calls": task.tool_calls,
+        "error": task.error,
+    })
+}
