@@ -98,6 +98,7 @@ impl DelegationRequest {
             max_turns: self.max_turns,
             context: self.context.clone(),
             working_dir: self.working_dir.clone(),
+            response_schema: None,
         }
     }
 }

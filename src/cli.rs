@@ -38,9 +38,39 @@ pub(crate) enum Command {
     Delegate(DelegateArgs),
     /// List background tasks that are running or can be collected.
     Tasks(TasksArgs),
+    /// Run a pipeline: decompose, fan out under a cap, synthesize.
+    Run(RunArgs),
     /// The background worker of `delegate --async` (started by summon itself).
     #[command(name = "__worker", hide = true)]
     Worker(WorkerArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The pipeline file.
+    pub(crate) pipeline: PathBuf,
+    #[command(flatten)]
+    pub(crate) params: ParamArgs,
+    /// Global cap on tasks in flight (default: the pipeline's `settings.concurrency`, else 8).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) concurrency: Option<u32>,
+    /// Write `results.jsonl` and `report.json` into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+    /// Continue the last run of this pipeline (or RUN_ID), repeating only unfinished tasks.
+    #[arg(long, value_name = "RUN_ID", num_args = 0..=1, default_missing_value = "")]
+    pub(crate) resume: Option<String>,
+    /// Render what can be rendered, print the graph and an estimate; send nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Write a JUnit XML report (one test case per task).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) junit: Option<PathBuf>,
+    /// No progress display.
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
 }
 
 #[derive(Debug, Args)]

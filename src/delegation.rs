@@ -30,6 +30,9 @@ pub(crate) struct Request {
     pub(crate) max_turns: Option<u32>,
     pub(crate) context: Option<String>,
     pub(crate) working_dir: Option<PathBuf>,
+    /// A schema the answer must match, over the source's own (pipelines ask decompose
+    /// subagents for a JSON array).
+    pub(crate) response_schema: Option<serde_json::Value>,
 }
 
 /// A delegation ready to run.
@@ -64,6 +67,43 @@ pub(crate) async fn prepare(
     config: &Config,
     source: Option<&Source>,
     request: &Request,
+) -> Result<Prepared, PrepareError> {
+    prepare_with(env, config, source, request, &Resolver::default()).await
+}
+
+/// Provider resolutions already made, by the settings that decided them: a run with many
+/// tasks resolves (and probes) once per distinct combination.
+#[derive(Default)]
+pub(crate) struct Resolver {
+    cache: std::sync::Mutex<std::collections::HashMap<[Option<String>; 4], Resolved>>,
+}
+
+impl Resolver {
+    async fn resolve(&self, env: &Env, config: &Config, overrides: &Overrides<'_>) -> Result<Resolved, Diagnostic> {
+        let key = [
+            overrides.provider_flag.map(str::to_owned),
+            overrides.model_flag.map(str::to_owned),
+            overrides.recipe_provider.map(str::to_owned),
+            overrides.recipe_model.map(str::to_owned),
+        ];
+        if let Some(found) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return Ok(found);
+        }
+        let resolved = resolve(env, config, overrides).await?;
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(key, resolved.clone());
+        }
+        Ok(resolved)
+    }
+}
+
+/// [`prepare`] with a shared [`Resolver`].
+pub(crate) async fn prepare_with(
+    env: &Env,
+    config: &Config,
+    source: Option<&Source>,
+    request: &Request,
+    resolver: &Resolver,
 ) -> Result<Prepared, PrepareError> {
     let workdir_path = working_dir(&env.cwd, request.working_dir.as_deref())?;
     let workdir = WorkDir::new(&workdir_path).map_err(|e| {
@@ -206,20 +246,21 @@ pub(crate) async fn prepare(
         recipe_model: plan.settings_model.as_deref(),
         recipe_origin: &plan.origin,
     };
-    let resolved = resolve(env, config, &overrides).await?;
+    let resolved = resolver.resolve(env, config, &overrides).await?;
     notes.extend(resolved.warnings.iter().cloned());
     let max_turns = request
         .max_turns
         .or(plan.max_turns)
         .or(env_turns)
         .unwrap_or(DEFAULT_MAX_TURNS);
+    let schema = request.response_schema.clone().or(plan.schema);
     let names = tools.names();
     let system = system_prompt(
         workdir.path(),
         plan.instructions.as_deref(),
         request.context.as_deref(),
         &names,
-        plan.schema.as_ref(),
+        schema.as_ref(),
     );
     let spec = SubagentSpec {
         system,
@@ -229,7 +270,7 @@ pub(crate) async fn prepare(
         workdir,
         max_turns,
         temperature: request.temperature.or(plan.temperature),
-        response_schema: plan.schema,
+        response_schema: schema,
         schema_retries: SCHEMA_RETRIES,
         retry: plan.retry,
     };

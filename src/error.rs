@@ -20,7 +20,6 @@ pub(crate) enum Error {
     /// The work itself failed (exit 2); the message was already shown or is given here.
     Failed(String),
     /// Interrupted by the user.
-    #[allow(dead_code)] // raised by `summon run`'s Ctrl-C handling
     Interrupted,
     /// An I/O problem writing output; a closed pipe is not an error.
     Io(std::io::Error),

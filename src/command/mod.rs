@@ -5,6 +5,7 @@ mod delegate;
 mod explain;
 mod load;
 mod render;
+mod run;
 mod task_result;
 mod tasks;
 mod validate;
@@ -24,6 +25,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Explain(args) => explain::run(&args, ctx),
         Command::Delegate(args) => delegate::run(&args, ctx),
         Command::Tasks(args) => tasks::run(&args, ctx),
+        Command::Run(args) => run::run(&args, ctx),
         Command::Worker(args) => crate::background::run_worker(&args.task_id, ctx),
     }
 }

@@ -151,6 +151,11 @@ fn validate_file(path: &Path, named: bool, seen: &mut BTreeSet<PathBuf>, diags: 
         }
         return;
     }
+    if matches!(extension, "yaml" | "yml")
+        && crate::pipeline::parse::validate_if_pipeline(&file, diags)
+    {
+        return;
+    }
     if let Some(recipe) = parse_recipe(&file, Strictness::Strict, diags) {
         check_recipe(&recipe, seen, diags);
     }

@@ -1,7 +1,19 @@
 //! Writing results: stdout that survives a closed pipe, and YAML for people.
 
+mod junit;
+mod progress;
+mod report;
+mod results;
 mod stdout;
 mod yaml_text;
 
+#[allow(unused_imports)] // used by summon run
+pub(crate) use junit::JunitWriter;
+#[allow(unused_imports)] // used by summon run
+pub(crate) use progress::{DisplayMode, Progress, resolve as resolve_display};
+#[allow(unused_imports)] // used by summon run
+pub(crate) use report::{REPORT_FILE, Report, fmt_cost, fmt_duration, fmt_tokens};
+#[allow(unused_imports)] // used by summon run
+pub(crate) use results::{RESULTS_FILE, ResultLine, ResultsWriter, read_results};
 pub(crate) use stdout::Stdout;
 pub(crate) use yaml_text::to_yaml;

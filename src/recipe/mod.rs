@@ -11,5 +11,5 @@ pub(crate) use model::{
     ExtensionKind, InputType, Parameter, Recipe, Requirement, RetryConfig, SubRecipe,
 };
 pub(crate) use params::{Binding, ParamInput, ValueSource, bind_params};
-pub(crate) use parse::{Strictness, parse_recipe};
+pub(crate) use parse::{Strictness, parse_recipe, read_parameters};
 pub(crate) use render::render_recipe;

@@ -299,7 +299,7 @@ fn read_author(node: &Node, d: &mut FileDiags<'_>) -> Option<String> {
     contact
 }
 
-fn read_parameters(node: &Node, d: &mut FileDiags<'_>) -> Vec<Parameter> {
+pub(crate) fn read_parameters(node: &Node, d: &mut FileDiags<'_>) -> Vec<Parameter> {
     let Some(items) = node.as_seq() else {
         d.error(
             node.pos,

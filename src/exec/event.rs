@@ -1,0 +1,43 @@
+//! What a finished task and a finished run look like to the outputs.
+
+use std::time::Duration;
+
+use crate::provider::Usage;
+
+/// One finished task, as the outputs see it.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskDone {
+    pub(crate) step: usize,
+    pub(crate) index: u64,
+    pub(crate) item: serde_json::Value,
+    pub(crate) ok: bool,
+    pub(crate) output: String,
+    pub(crate) structured: Option<serde_json::Value>,
+    pub(crate) error: Option<String>,
+    pub(crate) turns: u32,
+    pub(crate) usage: Usage,
+    pub(crate) duration: Duration,
+    pub(crate) model: Option<String>,
+    /// Taken from the journal of an earlier attempt of this run.
+    pub(crate) resumed: bool,
+    /// The content hash of the rendered request.
+    pub(crate) hash: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StepStatus {
+    Succeeded,
+    Failed,
+    /// Not run: a step it depends on failed, or the run was interrupted.
+    Skipped,
+}
+
+/// The end of a run.
+#[derive(Debug)]
+pub(crate) struct RunSummary {
+    pub(crate) run_id: String,
+    pub(crate) steps: Vec<(String, StepStatus, Option<String>)>,
+    /// The final step's text.
+    pub(crate) final_output: Option<String>,
+    pub(crate) interrupted: bool,
+}

@@ -1,0 +1,11 @@
+//! Running a pipeline: steps in dependency order, tasks under global and per-step caps,
+//! every finished task journaled, results streamed to the outputs.
+
+mod context;
+mod event;
+mod hash;
+mod scheduler;
+mod step;
+
+pub(crate) use event::StepStatus;
+pub(crate) use scheduler::{RunOptions, run_pipeline};

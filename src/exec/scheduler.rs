@@ -1,0 +1,539 @@
+//! The run: steps start when the steps they depend on have finished, independent steps run
+//! at the same time, and one sink owns the outputs (journal, `results.jsonl`, report, JUnit,
+//! progress).
+//!
+//! ```text
+//! ready steps --spawn--> run_step --tasks--> run_tasks (global + step semaphores)
+//!                                   \--TaskDone--> Sink (journal, results, report, progress)
+//! ```
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use jiff::Timestamp;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::context::{StepData, StepOutputs, agents_json, base_context};
+use super::event::{RunSummary, StepStatus, TaskDone};
+use super::step::{Shared, StepConfig, run_tasks};
+use crate::config::Config;
+use crate::env::Env;
+use crate::error::{Error, Result};
+use crate::output::{DisplayMode, JunitWriter, Progress, Report, ResultLine, ResultsWriter};
+use crate::pipeline::items::{command_items, glob_items, open_file_items};
+use crate::pipeline::model::{Decompose, MinSuccess, OnError, Pipeline, StepKind};
+use crate::provider::RetryPolicy;
+use crate::source::Catalog;
+use crate::store::{JournalStatus, JournalWriter, RunStatus, Store, TaskResultRow, WriterOptions};
+
+/// What `summon run` asks for.
+pub(crate) struct RunOptions {
+    pub(crate) pipeline: Pipeline,
+    pub(crate) params: IndexMap<String, String>,
+    pub(crate) concurrency: Option<usize>,
+    pub(crate) out_dir: Option<PathBuf>,
+    /// `Some(None)`: the last run of this pipeline; `Some(Some(id))`: that run.
+    pub(crate) resume: Option<Option<String>>,
+    pub(crate) junit: Option<PathBuf>,
+    pub(crate) display: DisplayMode,
+}
+
+/// Default global cap on tasks in flight.
+pub(crate) const DEFAULT_CONCURRENCY: usize = 8;
+
+/// Everything a finished task goes to. One owner; steps send through a mutex.
+struct Sink {
+    journal: JournalWriter,
+    results: Option<ResultsWriter>,
+    report: Report,
+    junit: Option<JunitWriter>,
+    progress: Progress,
+    step_ids: Vec<String>,
+    /// Results already in `results.jsonl` from before a resume.
+    already_written: std::collections::HashSet<(String, u64)>,
+}
+
+impl Sink {
+    fn record(&mut self, done: &TaskDone) {
+        let step = &self.step_ids[done.step];
+        let status = if done.ok { "completed" } else { "failed" };
+        if !done.resumed {
+            let row = TaskResultRow {
+                step_id: step.clone(),
+                item_index: done.index,
+                input_hash: done.hash.clone(),
+                status: if done.ok { JournalStatus::Completed } else { JournalStatus::Failed },
+                output: Some(done.output.clone()),
+                item_json: Some(done.item.to_string()),
+                turns: done.turns,
+                tokens: done.usage,
+                duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
+                error: done.error.clone(),
+                finished_at: Timestamp::now(),
+                batch_id: None,
+            };
+            if let Err(e) = self.journal.record(row) {
+                eprintln!("summon: warning: cannot journal a result: {e}");
+            }
+        }
+        if let Some(results) = &mut self.results
+            && !self.already_written.contains(&(step.clone(), done.index))
+        {
+            let line = ResultLine {
+                step,
+                index: done.index,
+                item: &done.item,
+                status,
+                output: &done.output,
+                error: done.error.as_deref(),
+                turns: done.turns,
+                input_tokens: done.usage.input_tokens,
+                output_tokens: done.usage.output_tokens,
+                duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
+                resumed: done.resumed,
+            };
+            if let Err(e) = results.write(&line) {
+                eprintln!("summon: warning: cannot write results.jsonl: {e}");
+            }
+        }
+        self.report.record_task(
+            step,
+            done.model.as_deref(),
+            status,
+            done.turns,
+            done.usage.input_tokens,
+            done.usage.output_tokens,
+            done.duration,
+            done.resumed,
+        );
+        if let Some(junit) = &mut self.junit {
+            junit.add_case(step, &item_label(&done.item, done.index), done.ok, done.duration, done.error.as_deref());
+        }
+        let cost = self.report.task_cost(done.model.as_deref(), done.usage.input_tokens, done.usage.output_tokens);
+        self.progress.task_finished(step, done.ok, done.usage.input_tokens + done.usage.output_tokens, cost);
+    }
+}
+
+/// A short label for an item: a string item itself, else its position.
+fn item_label(item: &Value, index: u64) -> String {
+    match item {
+        Value::String(s) if s.chars().count() <= 80 => s.clone(),
+        Value::Null => format!("#{}", index + 1),
+        _ => format!("#{}", index + 1),
+    }
+}
+
+/// Runs the pipeline to the end (or to an interruption).
+pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options: RunOptions) -> Result<RunSummary> {
+    let pipeline = Arc::new(options.pipeline);
+    let store = Store::open(&env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    let pipeline_path = pipeline.file.path().canonicalize().unwrap_or_else(|_| pipeline.file.path().to_path_buf());
+    let path_text = pipeline_path.display().to_string();
+    let params_json = serde_json::to_string(&options.params).unwrap_or_default();
+    let pipeline_hash = super::hash::request_hash(&[Some(&pipeline.file.text)]);
+    let agents = agents_json(&catalog);
+    let (run, finished) = match &options.resume {
+        None => {
+            let run = store
+                .create_run(&path_text, &pipeline_hash, &params_json, &agents.to_string(), None)
+                .map_err(|e| Error::usage(e.to_string()))?;
+            (run, HashMap::new())
+        }
+        Some(wanted) => {
+            let run = match wanted {
+                Some(id) => store.get_run(id).map_err(|e| Error::usage(e.to_string()))?,
+                None => store.last_run(&path_text).map_err(|e| Error::usage(e.to_string()))?,
+            };
+            let Some(run) = run else {
+                return Err(Error::usage(match wanted {
+                    Some(id) => format!("no run `{id}` to resume"),
+                    None => format!("no earlier run of `{}` to resume", pipeline.file.path().display()),
+                }));
+            };
+            if run.params_json != params_json {
+                return Err(Error::usage(format!(
+                    "run {} used other parameters ({}); resume it with the same --param values",
+                    run.run_id, run.params_json
+                )));
+            }
+            store
+                .set_run_status(&run.run_id, RunStatus::Running)
+                .map_err(|e| Error::usage(e.to_string()))?;
+            let finished = store.finished(&run.run_id).map_err(|e| Error::usage(e.to_string()))?;
+            (run, finished)
+        }
+    };
+    let journal = store
+        .journal_writer(&run.run_id, WriterOptions::default())
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let resuming = options.resume.is_some();
+    let (results, already_written) = match &options.out_dir {
+        Some(dir) => {
+            let dir = env.cwd.join(dir);
+            std::fs::create_dir_all(&dir)?;
+            let written = if resuming {
+                crate::output::read_results(&dir).unwrap_or_default()
+            } else {
+                Default::default()
+            };
+            (Some(ResultsWriter::create(&dir, resuming)?), written)
+        }
+        None => (None, Default::default()),
+    };
+    let progress = Progress::new(options.display);
+    for step in &pipeline.steps {
+        progress.add_step(&step.id, None);
+    }
+    let sink = Arc::new(Mutex::new(Sink {
+        journal,
+        results,
+        report: Report::new(config_prices(&config)),
+        junit: options.junit.as_ref().map(|_| JunitWriter::new(pipeline.name.clone())),
+        progress,
+        step_ids: pipeline.steps.iter().map(|s| s.id.clone()).collect(),
+        already_written,
+    }));
+    let concurrency = options
+        .concurrency
+        .or(pipeline.settings.concurrency)
+        .unwrap_or(DEFAULT_CONCURRENCY)
+        .max(1);
+    let shared = Arc::new(Shared {
+        env: env.clone(),
+        config,
+        catalog,
+        resolver: crate::delegation::Resolver::default(),
+        clients: Mutex::new(HashMap::new()),
+        global: Arc::new(Semaphore::new(concurrency)),
+        settings: pipeline.settings.clone(),
+        finished,
+        drain: CancellationToken::new(),
+        kill: CancellationToken::new(),
+        policy: RetryPolicy::default(),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let deps = dependencies(&pipeline);
+    let outputs = Arc::new(StepOutputs::new(pipeline.steps.len()));
+    let params = Arc::new(options.params.clone());
+    let agents = Arc::new(agents);
+    let statuses = runtime.block_on(async {
+        let signals = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("summon: interrupted: finishing the tasks in flight (Ctrl-C again to stop them)");
+                    shared.drain.cancel();
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        shared.kill.cancel();
+                    }
+                }
+            })
+        };
+        let n = pipeline.steps.len();
+        let mut status: Vec<Option<(StepStatus, Option<String>)>> = vec![None; n];
+        let mut started = vec![false; n];
+        let mut running = JoinSet::new();
+        loop {
+            for i in 0..n {
+                if started[i] || !deps[i].iter().all(|d| status[*d].is_some()) {
+                    continue;
+                }
+                started[i] = true;
+                if deps[i].iter().any(|d| status[*d].as_ref().is_some_and(|(s, _)| *s != StepStatus::Succeeded))
+                    || shared.drain.is_cancelled()
+                {
+                    status[i] = Some((StepStatus::Skipped, None));
+                    continue;
+                }
+                let (shared, pipeline, outputs, params, agents, sink) = (
+                    Arc::clone(&shared),
+                    Arc::clone(&pipeline),
+                    Arc::clone(&outputs),
+                    Arc::clone(&params),
+                    Arc::clone(&agents),
+                    Arc::clone(&sink),
+                );
+                running.spawn(async move {
+                    let result = run_step(&shared, &pipeline, i, &outputs, &params, &agents, &sink).await;
+                    (i, result)
+                });
+            }
+            if status.iter().all(Option::is_some) {
+                break;
+            }
+            if running.is_empty() {
+                // Skips may have unblocked more steps; go round again.
+                if status.iter().zip(&started).all(|(s, st)| s.is_some() || *st) {
+                    break;
+                }
+                continue;
+            }
+            if let Some(Ok((i, result))) = running.join_next().await {
+                status[i] = Some(match result {
+                    Ok(()) => (StepStatus::Succeeded, None),
+                    Err(message) => (StepStatus::Failed, Some(message)),
+                });
+                if let Ok(sink) = sink.lock() {
+                    sink.progress.step_finished(&pipeline.steps[i].id);
+                }
+            }
+        }
+        signals.abort();
+        status
+    });
+    let interrupted = shared.drain.is_cancelled();
+    // Flush everything that records results before deciding the outcome.
+    let mut sink = match Arc::try_unwrap(sink) {
+        Ok(sink) => sink.into_inner().map_err(|_| Error::usage("internal error: output sink"))?,
+        Err(_) => return Err(Error::usage("internal error: output sink still in use")),
+    };
+    sink.progress.finish();
+    sink.journal.flush().map_err(|e| Error::usage(e.to_string()))?;
+    if let Some(results) = &mut sink.results {
+        results.flush()?;
+    }
+    if let Some(dir) = &options.out_dir {
+        sink.report.write_json(&env.cwd.join(dir).join("report.json"))?;
+    }
+    if let (Some(junit), Some(path)) = (&sink.junit, &options.junit) {
+        junit.write(&env.cwd.join(path))?;
+    }
+    let steps: Vec<(String, StepStatus, Option<String>)> = pipeline
+        .steps
+        .iter()
+        .zip(statuses)
+        .map(|(s, st)| {
+            let (status, error) = st.unwrap_or((StepStatus::Skipped, None));
+            (s.id.clone(), status, error)
+        })
+        .collect();
+    let all_ok = steps.iter().all(|(_, s, _)| *s == StepStatus::Succeeded);
+    if all_ok && !interrupted {
+        write_outputs(env, &pipeline, &outputs, &params, &agents)?;
+    }
+    let run_status = if interrupted {
+        RunStatus::Interrupted
+    } else if all_ok {
+        RunStatus::Completed
+    } else {
+        RunStatus::Failed
+    };
+    store
+        .set_run_status(&run.run_id, run_status)
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let last = pipeline.steps.len().saturating_sub(1);
+    let final_output = outputs_final(&outputs.get(last));
+    eprintln!("summon: {}", sink.report.summary_line());
+    Ok(RunSummary {
+        run_id: run.run_id,
+        steps,
+        final_output,
+        interrupted,
+    })
+}
+
+fn outputs_final(data: &StepData) -> Option<String> {
+    if let Some(output) = &data.output {
+        return Some(output.clone());
+    }
+    data.results.as_ref().map(|results| {
+        results
+            .iter()
+            .filter_map(|r| r["output"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    })
+}
+
+fn config_prices(config: &Config) -> HashMap<String, (f64, f64)> {
+    config
+        .prices
+        .iter()
+        .map(|(model, price)| (model.clone(), (price.value.input, price.value.output)))
+        .collect()
+}
+
+/// Each step's dependencies: `needs`, `over`, and the steps its templates reference.
+fn dependencies(pipeline: &Pipeline) -> Vec<Vec<usize>> {
+    let graph = crate::pipeline::graph::Graph::new(pipeline);
+    (0..pipeline.steps.len()).map(|i| graph.deps(i).to_vec()).collect()
+}
+
+/// Runs one step; `Err` carries why it failed.
+async fn run_step(
+    shared: &Arc<Shared>,
+    pipeline: &Pipeline,
+    index: usize,
+    outputs: &StepOutputs,
+    params: &IndexMap<String, String>,
+    agents: &Value,
+    sink: &Arc<Mutex<Sink>>,
+) -> std::result::Result<(), String> {
+    let step = &pipeline.steps[index];
+    let config = StepConfig::new(index, step, &shared.settings);
+    let base = base_context(params, outputs.to_json(pipeline), agents);
+    let env = crate::template::environment(pipeline.file.path().parent());
+    let render_plain = |t: &crate::pipeline::model::Template| -> std::result::Result<String, String> {
+        env.render_str(&t.text, &base).map_err(|e| super::step::render_error(t, &e))
+    };
+    let cwd = shared.env.cwd.clone();
+    let mut failures = 0usize;
+    let mut successes = 0usize;
+    let mut results: Vec<(u64, Value)> = Vec::new();
+    let mut single_output: Option<String> = None;
+    let mut single_structured: Option<Value> = None;
+    let fail_fast = step.on_error == OnError::FailFast;
+    let mut first_error: Option<String> = None;
+    let mut on_done = |done: TaskDone| -> bool {
+        if let Ok(mut sink) = sink.lock() {
+            sink.record(&done);
+        }
+        if done.ok {
+            successes += 1;
+        } else {
+            failures += 1;
+            if first_error.is_none() {
+                first_error = Some(format!(
+                    "task {} failed: {}",
+                    done.index + 1,
+                    done.error.clone().unwrap_or_default()
+                ));
+            }
+        }
+        results.push((
+            done.index,
+            json!({"item": done.item, "output": done.output, "status": if done.ok { "completed" } else { "failed" }}),
+        ));
+        single_output = Some(done.output.clone());
+        single_structured.clone_from(&done.structured);
+        !fail_fast || done.ok
+    };
+    let single = |items: Vec<Value>| -> Box<dyn Iterator<Item = std::result::Result<Value, String>> + Send> {
+        Box::new(items.into_iter().map(Ok))
+    };
+    match &step.kind {
+        StepKind::Decompose(decompose) => {
+            let items: Vec<Value> = match decompose {
+                Decompose::Items(list) => list.clone(),
+                Decompose::Command(t) => {
+                    let command = render_plain(t)?;
+                    let cwd = cwd.clone();
+                    tokio::task::spawn_blocking(move || command_items(&command, &cwd, Duration::from_secs(600)))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| e.to_string())?
+                }
+                Decompose::Glob(t) => glob_items(&render_plain(t)?, &cwd).map_err(|e| e.to_string())?,
+                Decompose::File(t) => {
+                    let path = cwd.join(render_plain(t)?.trim());
+                    let reader = open_file_items(&path).map_err(|e| e.to_string())?;
+                    reader.map(|r| r.map_err(|e| e.to_string())).collect::<std::result::Result<_, _>>()?
+                }
+                Decompose::Agent(task) => {
+                    let schema = json!({"type": "array"});
+                    let mut iter = single(vec![Value::Null]);
+                    run_tasks(shared, &config, task, &base, &mut *iter, false, Some(schema), Some(1), &env, &mut on_done).await?;
+                    if failures > 0 {
+                        return Err(first_error.unwrap_or_default());
+                    }
+                    match single_structured.take() {
+                        Some(Value::Array(items)) => items,
+                        _ => return Err("the decompose subagent did not answer with a JSON array".into()),
+                    }
+                }
+            };
+            if let Ok(sink) = sink.lock() {
+                sink.progress.set_total(&step.id, items.len() as u64);
+            }
+            outputs.set(index, StepData { output: None, items: Some(items), results: None });
+            Ok(())
+        }
+        StepKind::FanOut(fan_out) => {
+            let over = pipeline
+                .steps
+                .iter()
+                .position(|s| s.id == fan_out.over)
+                .ok_or_else(|| format!("unknown step `{}`", fan_out.over))?;
+            let items = outputs.get(over).items.unwrap_or_default();
+            let total = items.len();
+            if let Ok(sink) = sink.lock() {
+                sink.progress.set_total(&step.id, total as u64);
+            }
+            let mut iter = single(items);
+            run_tasks(shared, &config, &fan_out.task, &base, &mut *iter, true, None, step.concurrency, &env, &mut on_done)
+                .await?;
+            results.sort_by_key(|(i, _)| *i);
+            let needed = match (step.min_success, step.on_error) {
+                (Some(min), _) => min.required(total),
+                (None, OnError::Continue) => 0,
+                (None, OnError::FailFast) => total,
+            };
+            let ok = successes >= needed && !(step.on_error == OnError::FailFast && step.min_success.is_none() && failures > 0);
+            let _ = MinSuccess::Count(0);
+            outputs.set(
+                index,
+                StepData {
+                    output: None,
+                    items: None,
+                    results: Some(results.into_iter().map(|(_, v)| v).collect()),
+                },
+            );
+            if ok && !shared.drain.is_cancelled() {
+                Ok(())
+            } else if shared.drain.is_cancelled() && failures == 0 {
+                Err("interrupted".into())
+            } else {
+                Err(format!(
+                    "{successes} of {total} tasks succeeded (needed {needed}); {}",
+                    first_error.unwrap_or_default()
+                ))
+            }
+        }
+        StepKind::Synthesize(task) | StepKind::Delegate(task) => {
+            let mut iter = single(vec![Value::Null]);
+            run_tasks(shared, &config, task, &base, &mut *iter, false, None, Some(1), &env, &mut on_done).await?;
+            outputs.set(index, StepData { output: single_output.clone(), items: None, results: None });
+            if failures > 0 {
+                Err(first_error.unwrap_or_default())
+            } else if single_output.is_none() {
+                Err("interrupted".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The pipeline's `outputs` files, relative to the working directory.
+fn write_outputs(env: &Env, pipeline: &Pipeline, outputs: &StepOutputs, params: &IndexMap<String, String>, agents: &Value) -> Result<()> {
+    if pipeline.outputs.is_empty() {
+        return Ok(());
+    }
+    let base = base_context(params, outputs.to_json(pipeline), agents);
+    let tenv = crate::template::environment(pipeline.file.path().parent());
+    for output in &pipeline.outputs {
+        let path = tenv
+            .render_str(&output.path.text, &base)
+            .map_err(|e| Error::usage(super::step::render_error(&output.path, &e)))?;
+        let content = tenv
+            .render_str(&output.content.text, &base)
+            .map_err(|e| Error::usage(super::step::render_error(&output.content, &e)))?;
+        let full = env.cwd.join(path.trim());
+        if let Some(dir) = full.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = full.with_extension("summon-tmp");
+        std::fs::write(&tmp, content)?;
+        std::fs::rename(&tmp, &full)?;
+    }
+    Ok(())
+}

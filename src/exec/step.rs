@@ -1,0 +1,393 @@
+//! Running one step: render each task, skip what the journal already has, run the rest
+//! under the global and per-step caps, and report every finished task.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::context::item_context;
+use super::event::TaskDone;
+use super::hash::request_hash;
+use crate::config::Config;
+use crate::delegation::{Request, Resolver, prepare_with};
+use crate::env::Env;
+use crate::pipeline::model::{PipelineSettings, Step, TaskTemplate, Template};
+use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
+use crate::recipe::ParamInput;
+use crate::recipe::params::Origin;
+use crate::source::Catalog;
+use crate::store::{FinishedMap, JournalStatus};
+use crate::subagent::{SubagentStatus, run_subagent};
+
+/// What every task of a run shares.
+pub(crate) struct Shared {
+    pub(crate) env: Env,
+    pub(crate) config: Config,
+    pub(crate) catalog: Catalog,
+    pub(crate) resolver: Resolver,
+    pub(crate) clients: Mutex<HashMap<String, (Client, RateLimiter)>>,
+    pub(crate) global: Arc<Semaphore>,
+    pub(crate) settings: PipelineSettings,
+    /// Finished tasks of an earlier attempt of this run (`--resume`).
+    pub(crate) finished: FinishedMap,
+    /// Set by the first Ctrl-C: start no new task.
+    pub(crate) drain: CancellationToken,
+    /// Set by the second Ctrl-C: stop tasks in flight.
+    pub(crate) kill: CancellationToken,
+    pub(crate) policy: RetryPolicy,
+}
+
+/// A task with its templates rendered.
+#[derive(Debug, Clone)]
+pub(crate) struct Rendered {
+    pub(crate) source: Option<String>,
+    pub(crate) instructions: Option<String>,
+    pub(crate) params: Vec<(String, String)>,
+    pub(crate) context: Option<String>,
+    pub(crate) extensions: Option<Vec<String>>,
+    pub(crate) schema: Option<Value>,
+}
+
+/// A step's templates compiled once, rendered per task.
+pub(crate) struct Compiled<'env> {
+    source: Option<minijinja::Template<'env, 'env>>,
+    instructions: Option<minijinja::Template<'env, 'env>>,
+    context: Option<minijinja::Template<'env, 'env>>,
+    params: Vec<(String, minijinja::Template<'env, 'env>)>,
+    extensions: Option<Vec<String>>,
+}
+
+/// A render failure, positioned in the pipeline file.
+pub(crate) fn render_error(template: &Template, error: &minijinja::Error) -> String {
+    let line = template.first_line() + error.line().map_or(0, |l| u32::try_from(l).unwrap_or(1).saturating_sub(1));
+    let mut message = error.kind().to_string();
+    if let Some(detail) = error.detail() {
+        message = format!("{message}: {detail}");
+    }
+    format!("line {line}: cannot render template: {message}")
+}
+
+impl<'env> Compiled<'env> {
+    pub(crate) fn new(env: &'env minijinja::Environment<'env>, task: &'env TaskTemplate) -> Result<Self, String> {
+        let compile = |t: &'env Template| env.template_from_str(&t.text).map_err(|e| render_error(t, &e));
+        Ok(Self {
+            source: task.source.as_ref().map(compile).transpose()?,
+            instructions: task.instructions.as_ref().map(compile).transpose()?,
+            context: task.context.as_ref().map(compile).transpose()?,
+            params: task
+                .parameters
+                .iter()
+                .map(|(k, t)| Ok((k.clone(), compile(t)?)))
+                .collect::<Result<_, String>>()?,
+            extensions: task.extensions.clone(),
+        })
+    }
+
+    pub(crate) fn render(&self, task: &TaskTemplate, ctx: &minijinja::Value) -> Result<Rendered, String> {
+        let render = |t: &minijinja::Template<'_, '_>, src: &Template| t.render(ctx).map_err(|e| render_error(src, &e));
+        let source = match (&self.source, &task.source) {
+            (Some(t), Some(src)) => {
+                let name = render(t, src)?;
+                let name = name.trim();
+                (!name.is_empty() && name != "null" && name != "none" && name != "None").then(|| name.to_owned())
+            }
+            _ => None,
+        };
+        let instructions = match (&self.instructions, &task.instructions) {
+            (Some(t), Some(src)) => Some(render(t, src)?),
+            _ => None,
+        };
+        let context = match (&self.context, &task.context) {
+            (Some(t), Some(src)) => Some(render(t, src)?),
+            _ => None,
+        };
+        let mut params = Vec::with_capacity(self.params.len());
+        for ((key, t), (_, src)) in self.params.iter().zip(&task.parameters) {
+            params.push((key.clone(), render(t, src)?));
+        }
+        Ok(Rendered {
+            source,
+            instructions,
+            params,
+            context,
+            extensions: self.extensions.clone(),
+            schema: None,
+        })
+    }
+}
+
+/// How a step's tasks are run.
+#[derive(Clone)]
+pub(crate) struct StepConfig {
+    pub(crate) index: usize,
+    pub(crate) id: String,
+    pub(crate) provider: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) temperature: Option<f64>,
+    pub(crate) max_turns: Option<u32>,
+    pub(crate) retries: u32,
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl StepConfig {
+    pub(crate) fn new(index: usize, step: &Step, settings: &PipelineSettings) -> Self {
+        Self {
+            index,
+            id: step.id.clone(),
+            provider: step.provider.clone().or_else(|| settings.provider.clone()),
+            model: step.model.clone().or_else(|| settings.model.clone()),
+            temperature: step.temperature.or(settings.temperature),
+            max_turns: step.max_turns.or(settings.max_turns),
+            retries: step.retries,
+            timeout: step.timeout,
+        }
+    }
+
+    /// The hash of a rendered task under this step's settings.
+    pub(crate) fn hash(&self, rendered: &Rendered) -> String {
+        let params = serde_json::to_string(&rendered.params).unwrap_or_default();
+        let schema = rendered.schema.as_ref().map(Value::to_string);
+        let turns = self.max_turns.map(|t| t.to_string());
+        let temperature = self.temperature.map(|t| t.to_string());
+        request_hash(&[
+            rendered.source.as_deref(),
+            rendered.instructions.as_deref(),
+            Some(&params),
+            rendered.context.as_deref(),
+            self.provider.as_deref(),
+            self.model.as_deref(),
+            temperature.as_deref(),
+            turns.as_deref(),
+            schema.as_deref(),
+        ])
+    }
+}
+
+/// The journaled result of a task whose rendered request has not changed, if any.
+pub(crate) fn resumed(shared: &Shared, step: &StepConfig, index: u64, item: &Value, hash: &str) -> Option<TaskDone> {
+    let row = shared.finished.get(&(step.id.clone(), index))?;
+    if row.input_hash != hash || row.status != JournalStatus::Completed {
+        return None;
+    }
+    let output = row.output.clone().unwrap_or_default();
+    Some(TaskDone {
+        step: step.index,
+        index,
+        item: item.clone(),
+        ok: true,
+        structured: serde_json::from_str(&output).ok().filter(Value::is_array),
+        output,
+        error: None,
+        turns: row.turns,
+        usage: row.tokens,
+        duration: Duration::from_millis(row.duration_ms),
+        model: None,
+        resumed: true,
+        hash: hash.to_owned(),
+    })
+}
+
+/// Runs one task to the end: retries on failure, a timeout per attempt.
+pub(crate) async fn run_task(shared: Arc<Shared>, step: StepConfig, index: u64, item: Value, rendered: Rendered, hash: String) -> TaskDone {
+    let started = Instant::now();
+    let mut attempt = 0;
+    loop {
+        let outcome = tokio::select! {
+            outcome = attempt_task(&shared, &step, &rendered) => outcome,
+            () = shared.kill.cancelled() => Err("cancelled".to_owned()),
+        };
+        let (ok, output, structured, error, turns, usage, model) = match outcome {
+            Ok(done) => done,
+            Err(error) => (false, String::new(), None, Some(error), 0, Usage::default(), None),
+        };
+        if ok || attempt >= step.retries || shared.kill.is_cancelled() {
+            return TaskDone {
+                step: step.index,
+                index,
+                item,
+                ok,
+                output,
+                structured,
+                error,
+                turns,
+                usage,
+                duration: started.elapsed(),
+                model,
+                resumed: false,
+                hash,
+            };
+        }
+        attempt += 1;
+    }
+}
+
+type Attempt = (bool, String, Option<Value>, Option<String>, u32, Usage, Option<String>);
+
+async fn attempt_task(shared: &Shared, step: &StepConfig, rendered: &Rendered) -> Result<Attempt, String> {
+    let source = match &rendered.source {
+        Some(name) => Some(shared.catalog.get(name).ok_or_else(|| {
+            format!("Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent.")
+        })?),
+        None => None,
+    };
+    let mut params = ParamInput::default();
+    for (key, value) in &rendered.params {
+        params.values.insert(key.clone(), (value.clone(), Origin::Flag));
+    }
+    let request = Request {
+        instructions: rendered.instructions.clone(),
+        params,
+        extensions: rendered.extensions.clone(),
+        provider: step.provider.clone(),
+        model: step.model.clone(),
+        temperature: step.temperature,
+        max_turns: step.max_turns,
+        context: rendered.context.clone(),
+        working_dir: None,
+        response_schema: rendered.schema.clone(),
+    };
+    let prepared = prepare_with(&shared.env, &shared.config, source, &request, &shared.resolver)
+        .await
+        .map_err(|e| match e {
+            crate::delegation::PrepareError::Input(diags) => diags
+                .items
+                .iter()
+                .filter(|d| d.is_error())
+                .map(|d| d.message.clone())
+                .collect::<Vec<_>>()
+                .join("; "),
+            crate::delegation::PrepareError::Task(message) => message,
+        })?;
+    let (client, limiter) = {
+        let mut clients = shared.clients.lock().map_err(|_| "internal error: client cache".to_owned())?;
+        match clients.get(&prepared.resolved.provider_name) {
+            Some(pair) => pair.clone(),
+            None => {
+                let client = Client::new(prepared.resolved.endpoint.clone()).map_err(|e| e.to_string())?;
+                let limiter = RateLimiter::new(prepared.resolved.limits);
+                clients.insert(prepared.resolved.provider_name.clone(), (client.clone(), limiter.clone()));
+                (client, limiter)
+            }
+        }
+    };
+    let mut observer = |_event: crate::subagent::SubagentEvent| {};
+    let run = run_subagent(&client, &shared.policy, &limiter, &prepared.spec, &mut observer);
+    let result = match step.timeout {
+        Some(limit) => tokio::time::timeout(limit, run)
+            .await
+            .map_err(|_| format!("timed out after {}s", limit.as_secs()))?,
+        None => run.await,
+    };
+    let error = result.error(prepared.spec.max_turns);
+    let text = match &result.structured {
+        Some(value) => value.to_string(),
+        None => result.text.clone(),
+    };
+    Ok((
+        result.status == SubagentStatus::Completed,
+        text,
+        result.structured,
+        error,
+        result.turns,
+        result.usage,
+        Some(prepared.resolved.model),
+    ))
+}
+
+/// Renders and spawns the tasks of one step over `items`, at most `cap` at a time, and
+/// hands each finished task to `on_done` (in completion order).
+#[allow(clippy::too_many_arguments)] // the step's whole state, borrowed for one call
+pub(crate) async fn run_tasks(
+    shared: &Arc<Shared>,
+    step: &StepConfig,
+    task: &TaskTemplate,
+    base: &minijinja::Value,
+    items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
+    per_item_context: bool,
+    schema: Option<Value>,
+    cap: Option<usize>,
+    env: &minijinja::Environment<'_>,
+    on_done: &mut (dyn FnMut(TaskDone) -> bool + Send),
+) -> Result<(), String> {
+    // The compiled templates borrow `env` and `task`; render synchronously here.
+    let compiled = {
+        let env: &minijinja::Environment<'_> = env;
+        // SAFETY-free lifetime narrowing: both live for this whole function.
+        compile_for(env, task)?
+    };
+    let step_cap = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
+    let mut running: JoinSet<TaskDone> = JoinSet::new();
+    let mut index: u64 = 0;
+    let mut exhausted = false;
+    let mut stop = false;
+    loop {
+        // Launch while there is room and work.
+        while !exhausted && !stop && !shared.drain.is_cancelled() {
+            let global = shared.global.clone().try_acquire_owned();
+            let Ok(global) = global else { break };
+            let local = match &step_cap {
+                Some(sem) => match sem.clone().try_acquire_owned() {
+                    Ok(permit) => Some(permit),
+                    Err(_) => break,
+                },
+                None => None,
+            };
+            let Some(next) = items.next() else {
+                exhausted = true;
+                break;
+            };
+            let item = next?;
+            let ctx = if per_item_context { item_context(base, &item, index) } else { base.clone() };
+            let mut rendered = compiled.render(task, &ctx)?;
+            rendered.schema.clone_from(&schema);
+            if let Some(name) = &rendered.source
+                && shared.catalog.get(name).is_none()
+            {
+                return Err(format!(
+                    "Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent."
+                ));
+            }
+            let hash = step.hash(&rendered);
+            if let Some(done) = resumed(shared, step, index, &item, &hash) {
+                drop((global, local));
+                index += 1;
+                if !on_done(done) {
+                    stop = true;
+                }
+                continue;
+            }
+            let shared = Arc::clone(shared);
+            let step = step.clone();
+            let this = index;
+            running.spawn(async move {
+                let done = run_task(shared, step, this, item, rendered, hash).await;
+                drop((global, local));
+                done
+            });
+            index += 1;
+        }
+        if running.is_empty() {
+            if exhausted || stop || shared.drain.is_cancelled() {
+                return Ok(());
+            }
+            // Nothing running and no permit: wait for one to free up elsewhere.
+            let permit = shared.global.clone().acquire_owned().await.map_err(|e| e.to_string())?;
+            drop(permit);
+            continue;
+        }
+        match running.join_next().await {
+            Some(Ok(done)) => stop |= !on_done(done),
+            Some(Err(e)) => return Err(format!("a task crashed: {e}")),
+            None => {}
+        }
+    }
+}
+
+fn compile_for<'a>(env: &'a minijinja::Environment<'a>, task: &'a TaskTemplate) -> Result<Compiled<'a>, String> {
+    Compiled::new(env, task)
+}

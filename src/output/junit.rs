@@ -1,0 +1,472 @@
+//! `--junit FILE`: one `<testsuite>` per step, one `<testcase>` per task, written by hand.
+//!
+//! ```xml
+//! <?xml version="1.0" encoding="UTF-8"?>
+//! <testsuites name="PIPELINE" tests="3" failures="1" errors="0" skipped="1" time="0.500">
+//!   <testsuite name="notes" tests="3" failures="1" errors="0" skipped="1" time="0.500">
+//!     <testcase name="notes: api" classname="notes" time="0.300"/>
+//!     <testcase name="notes: cli" classname="notes" time="0.200">
+//!       <failure message="first line of the error" type="failure">the whole error</failure>
+//!     </testcase>
+//!     <testcase name="notes: docs" classname="notes" time="0.000"><skipped/></testcase>
+//!   </testsuite>
+//! </testsuites>
+//! ```
+//!
+//! A case is named `STEP: LABEL` (the caller's label for the item, cut at [`LABEL_MAX`]
+//! characters), or `STEP` alone for an empty label. Cases are listed in the order they were
+//! added; `time` is the task's duration in seconds, a suite's the sum of its tasks'.
+//! Everything is escaped; characters XML 1.0 cannot carry (control characters other than tab
+//! and line breaks) become U+FFFD.
+//!
+//! [`JunitWriter`] keeps per case only a few numbers and the name (all names of a step share
+//! one buffer); only failures keep their error text (cut at [`ERROR_MAX`] bytes).
+
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+
+/// The longest item label in a case name, in characters.
+pub(crate) const LABEL_MAX: usize = 80;
+/// The longest error text kept for a failed case, in bytes.
+pub(crate) const ERROR_MAX: usize = 4096;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Passed,
+    Failed,
+    Skipped,
+}
+
+struct Case {
+    /// Range of the name in the suite's `names`.
+    name_start: u32,
+    name_len: u32,
+    time_ms: u32,
+    status: Status,
+    error: Option<Box<str>>,
+}
+
+#[derive(Default)]
+struct Suite {
+    names: String,
+    cases: Vec<Case>,
+    failures: u64,
+    skipped: u64,
+    time_ms: u64,
+}
+
+/// Collects test cases as tasks finish; [`JunitWriter::write`] writes the file at the end.
+#[allow(dead_code)] // used by summon run
+pub(crate) struct JunitWriter {
+    /// The `<testsuites>` name: the pipeline's.
+    name: String,
+    suites: IndexMap<String, Suite>,
+}
+
+impl JunitWriter {
+    /// An empty report named `name` (the pipeline's name).
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            suites: IndexMap::new(),
+        }
+    }
+
+    /// Adds a finished task of `step`: passed, or failed with `error`.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn add_case(
+        &mut self,
+        step: &str,
+        label: &str,
+        ok: bool,
+        duration: Duration,
+        error: Option<&str>,
+    ) {
+        let status = if ok { Status::Passed } else { Status::Failed };
+        self.push(step, label, status, duration, error);
+    }
+
+    /// Adds a task of `step` that was skipped.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn add_skipped(&mut self, step: &str, label: &str) {
+        self.push(step, label, Status::Skipped, Duration::ZERO, None);
+    }
+
+    fn push(
+        &mut self,
+        step: &str,
+        label: &str,
+        status: Status,
+        duration: Duration,
+        error: Option<&str>,
+    ) {
+        if !self.suites.contains_key(step) {
+            self.suites.insert(step.to_owned(), Suite::default());
+        }
+        let suite = &mut self.suites[step];
+        let start = suite.names.len();
+        push_name(&mut suite.names, step, label);
+        let time_ms = u32::try_from(duration.as_millis()).unwrap_or(u32::MAX);
+        let error = match status {
+            Status::Failed => {
+                suite.failures += 1;
+                Some(cut(error.unwrap_or("failed"), ERROR_MAX).into())
+            }
+            Status::Skipped => {
+                suite.skipped += 1;
+                None
+            }
+            Status::Passed => None,
+        };
+        suite.time_ms += u64::from(time_ms);
+        suite.cases.push(Case {
+            name_start: u32::try_from(start).unwrap_or(u32::MAX),
+            name_len: u32::try_from(suite.names.len() - start).unwrap_or(0),
+            time_ms,
+            status,
+            error,
+        });
+    }
+
+    /// Writes the XML to `path` (through a temporary file and a rename).
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn write(&self, path: &Path) -> io::Result<()> {
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        std::fs::create_dir_all(dir)?;
+        let name = path
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))?;
+        let tmp = dir.join(format!(
+            ".{}.{}.tmp",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let result = (|| {
+            let mut out = BufWriter::new(std::fs::File::create(&tmp)?);
+            self.write_to(&mut out)?;
+            let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, path)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Writes the XML document.
+    pub(crate) fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+        let (mut tests, mut failures, mut skipped, mut time_ms) = (0u64, 0, 0, 0);
+        for suite in self.suites.values() {
+            tests += suite.cases.len() as u64;
+            failures += suite.failures;
+            skipped += suite.skipped;
+            time_ms += suite.time_ms;
+        }
+        writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
+        write!(out, r#"<testsuites name=""#)?;
+        escape(
+            out,
+            if self.name.is_empty() {
+                "summon"
+            } else {
+                &self.name
+            },
+            true,
+        )?;
+        writeln!(
+            out,
+            r#"" tests="{tests}" failures="{failures}" errors="0" skipped="{skipped}" time="{}">"#,
+            secs(time_ms)
+        )?;
+        for (id, suite) in &self.suites {
+            write!(out, r#"  <testsuite name=""#)?;
+            escape(out, id, true)?;
+            writeln!(
+                out,
+                r#"" tests="{}" failures="{}" errors="0" skipped="{}" time="{}">"#,
+                suite.cases.len(),
+                suite.failures,
+                suite.skipped,
+                secs(suite.time_ms)
+            )?;
+            for case in &suite.cases {
+                let start = case.name_start as usize;
+                let name = &suite.names[start..start + case.name_len as usize];
+                write!(out, r#"    <testcase name=""#)?;
+                escape(out, name, true)?;
+                write!(out, r#"" classname=""#)?;
+                escape(out, id, true)?;
+                write!(out, r#"" time="{}""#, secs(u64::from(case.time_ms)))?;
+                match (case.status, &case.error) {
+                    (Status::Failed, error) => {
+                        let error = error.as_deref().unwrap_or("failed");
+                        let first = error.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+                        write!(out, ">\n      <failure message=\"")?;
+                        escape(out, cut(first, 200), true)?;
+                        write!(out, "\" type=\"failure\">")?;
+                        escape(out, error, false)?;
+                        writeln!(out, "</failure>\n    </testcase>")?;
+                    }
+                    (Status::Skipped, _) => writeln!(out, "><skipped/></testcase>")?,
+                    (Status::Passed, _) => writeln!(out, "/>")?,
+                }
+            }
+            writeln!(out, "  </testsuite>")?;
+        }
+        writeln!(out, "</testsuites>")?;
+        out.flush()
+    }
+}
+
+fn secs(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+/// `STEP: LABEL`, or `STEP` for an empty label.
+fn push_name(names: &mut String, step: &str, label: &str) {
+    names.push_str(step);
+    let label = label.trim();
+    if label.is_empty() {
+        return;
+    }
+    names.push_str(": ");
+    match label.char_indices().nth(LABEL_MAX) {
+        None => names.push_str(label),
+        Some((cut, _)) => {
+            names.push_str(&label[..cut]);
+            names.push('…');
+        }
+    }
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Writes `text` escaped for XML content, or (`attr`) for a double-quoted attribute value,
+/// where line breaks and tabs are kept as character references.
+fn escape(out: &mut impl Write, text: &str, attr: bool) -> io::Result<()> {
+    let mut plain = 0;
+    for (i, c) in text.char_indices() {
+        let replacement = match c {
+            '&' => "&amp;",
+            '<' => "&lt;",
+            '>' => "&gt;",
+            '"' => "&quot;",
+            '\'' => "&apos;",
+            '\n' if attr => "&#10;",
+            '\t' if attr => "&#9;",
+            '\r' => "&#13;",
+            '\n' | '\t' => continue,
+            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => "\u{fffd}",
+            _ => continue,
+        };
+        out.write_all(&text.as_bytes()[plain..i])?;
+        out.write_all(replacement.as_bytes())?;
+        plain = i + c.len_utf8();
+    }
+    out.write_all(&text.as_bytes()[plain..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small well-formedness check: one root element, tags nested and closed, attributes
+    /// double-quoted, only known entities, no raw `<`, `&` or control characters in text.
+    fn check_well_formed(xml: &str) -> Result<(), String> {
+        let body = xml
+            .strip_prefix(r#"<?xml version="1.0" encoding="UTF-8"?>"#)
+            .ok_or("no declaration")?;
+        let check_text = |text: &str| -> Result<(), String> {
+            if let Some(c) = text
+                .chars()
+                .find(|&c| (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r'))
+            {
+                return Err(format!("control character {:?}", c));
+            }
+            let mut rest = text;
+            while let Some(pos) = rest.find('&') {
+                rest = &rest[pos + 1..];
+                let end = rest.find(';').ok_or("unterminated entity")?;
+                let entity = &rest[..end];
+                let ok = matches!(entity, "amp" | "lt" | "gt" | "quot" | "apos")
+                    || entity
+                        .strip_prefix('#')
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                if !ok {
+                    return Err(format!("bad entity &{entity};"));
+                }
+            }
+            if text.contains('>') {
+                return Err("raw > in text".into());
+            }
+            Ok(())
+        };
+        let mut stack: Vec<&str> = Vec::new();
+        let mut roots = 0;
+        let mut rest = body;
+        while !rest.is_empty() {
+            let lt = rest.find('<').unwrap_or(rest.len());
+            let text = &rest[..lt];
+            if stack.is_empty() && !text.trim().is_empty() {
+                return Err("text outside the root".into());
+            }
+            check_text(text)?;
+            rest = &rest[lt..];
+            if rest.is_empty() {
+                break;
+            }
+            let gt = rest.find('>').ok_or("unterminated tag")?;
+            let tag = &rest[1..gt];
+            rest = &rest[gt + 1..];
+            if let Some(name) = tag.strip_prefix('/') {
+                if stack.pop() != Some(name) {
+                    return Err(format!("mismatched </{name}>"));
+                }
+                continue;
+            }
+            let (tag, empty) = match tag.strip_suffix('/') {
+                Some(t) => (t, true),
+                None => (tag, false),
+            };
+            let (name, mut attrs) = tag.split_once(' ').unwrap_or((tag, ""));
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric()) {
+                return Err(format!("bad tag name {name:?}"));
+            }
+            while !attrs.trim().is_empty() {
+                let (key, value) = attrs
+                    .trim_start()
+                    .split_once("=\"")
+                    .ok_or("bad attribute")?;
+                if !key.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    return Err(format!("bad attribute name {key:?}"));
+                }
+                let end = value.find('"').ok_or("unterminated attribute")?;
+                let value_text = &value[..end];
+                if value_text.contains('<') {
+                    return Err("< in attribute".into());
+                }
+                check_text(value_text)?;
+                attrs = &value[end + 1..];
+            }
+            if stack.is_empty() {
+                roots += 1;
+            }
+            if !empty {
+                stack.push(name);
+            }
+        }
+        if !stack.is_empty() || roots != 1 {
+            return Err(format!("unclosed {stack:?} or {roots} roots"));
+        }
+        Ok(())
+    }
+
+    fn render(junit: &JunitWriter) -> String {
+        let mut out = Vec::new();
+        junit.write_to(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn escapes_everything_and_stays_well_formed() {
+        let mut junit = JunitWriter::new("release <notes> & more");
+        let nasty = "a<b>&c\"d'e\u{1}\u{1b}[31m\r\nf\tg";
+        junit.add_case(
+            "st<ep>",
+            r#"{"k":"<v>"}"#,
+            true,
+            Duration::from_millis(250),
+            None,
+        );
+        junit.add_case(
+            "st<ep>",
+            nasty,
+            false,
+            Duration::from_millis(1500),
+            Some(&format!("\n{nasty}\n]]> second line")),
+        );
+        junit.add_skipped("summary", "");
+        let xml = render(&junit);
+        check_well_formed(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
+        assert!(!xml.contains('\u{1}') && !xml.contains('\u{1b}'), "{xml}");
+        assert!(xml.contains(
+            r#"<testsuites name="release &lt;notes&gt; &amp; more" tests="3" failures="1" errors="0" skipped="1" time="1.750">"#
+        ), "{xml}");
+        assert!(xml.contains(
+            r#"<testsuite name="st&lt;ep&gt;" tests="2" failures="1" errors="0" skipped="0" time="1.750">"#
+        ));
+        assert!(xml.contains(
+            r#"<testcase name="st&lt;ep&gt;: {&quot;k&quot;:&quot;&lt;v&gt;&quot;}" classname="st&lt;ep&gt;" time="0.250"/>"#
+        ), "{xml}");
+        assert!(xml.contains(
+            "name=\"st&lt;ep&gt;: a&lt;b&gt;&amp;c&quot;d&apos;e\u{fffd}\u{fffd}[31m&#13;&#10;f&#9;g\""
+        ), "{xml}");
+        assert!(xml.contains(
+            "<failure message=\"a&lt;b&gt;&amp;c&quot;d&apos;e\u{fffd}\u{fffd}[31m\" type=\"failure\">"
+        ), "{xml}");
+        assert!(xml.contains("]]&gt; second line</failure>"), "{xml}");
+        assert!(xml.contains(
+            r#"<testcase name="summary" classname="summary" time="0.000"><skipped/></testcase>"#
+        ));
+    }
+
+    #[test]
+    fn checker_rejects_broken_xml() {
+        let decl = r#"<?xml version="1.0" encoding="UTF-8"?>"#;
+        for bad in [
+            "<a><b></a>",
+            "<a>x & y</a>",
+            "<a x=\"1\"2\"/>",
+            "<a>\u{1}</a>",
+            "<a/><b/>",
+        ] {
+            assert!(check_well_formed(&format!("{decl}{bad}")).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn long_labels_and_errors_are_cut() {
+        let mut junit = JunitWriter::new("");
+        let long = "é".repeat(200);
+        junit.add_case(
+            "s",
+            &long,
+            false,
+            Duration::from_secs(2),
+            Some(&"x".repeat(10_000)),
+        );
+        let xml = render(&junit);
+        check_well_formed(&xml).unwrap();
+        assert!(xml.contains(r#"<testsuites name="summon" "#), "{xml}");
+        let label = format!("s: {}…", "é".repeat(LABEL_MAX));
+        assert!(xml.contains(&format!(r#"name="{label}""#)), "{xml}");
+        assert!(xml.contains(&format!(">{}</failure>", "x".repeat(ERROR_MAX))));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reports/junit.xml");
+        junit.write(&path).unwrap();
+        check_well_formed(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+            1
+        );
+    }
+}

@@ -1,0 +1,548 @@
+//! The live display of a run, on stderr. [`resolve`] picks the mode:
+//!
+//! - [`DisplayMode::Bar`] on a terminal: one indicatif bar per step,
+//!   `notes [=====>    ] 120/400 (16 in flight) 52.1k tokens $0.21`, redrawn at most
+//!   [`BAR_HZ`] times a second.
+//! - [`DisplayMode::Lines`] when stderr is not a terminal or `CI` is set: one plain line per
+//!   running step every [`LINES_INTERVAL`], and one when a step ends:
+//!   `[summon] notes: 120/400 done, 16 in flight, 3 failed, 52.1k tokens, $0.21`.
+//! - [`DisplayMode::Quiet`] with `--quiet`: nothing.
+//!
+//! Per task the cost is O(1): a short mutex hold to bump counters. Nothing is formatted per
+//! task; a background thread reads the counters and draws (bars) or prints (lines).
+
+use std::io::{self, Write};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::report::{fmt_cost, fmt_tokens};
+
+/// Bar redraws per second, at most.
+pub(crate) const BAR_HZ: u8 = 10;
+/// The pause between two rounds of plain lines.
+pub(crate) const LINES_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // used by summon run
+pub(crate) enum DisplayMode {
+    Bar,
+    Lines,
+    Quiet,
+}
+
+/// The display for a run: `--quiet` wins, then `CI` or a non-terminal stderr give plain lines.
+#[allow(dead_code)] // used by summon run
+pub(crate) fn resolve(is_terminal: bool, is_ci: bool, quiet: bool) -> DisplayMode {
+    if quiet {
+        DisplayMode::Quiet
+    } else if is_ci || !is_terminal {
+        DisplayMode::Lines
+    } else {
+        DisplayMode::Bar
+    }
+}
+
+#[derive(Default)]
+struct StepState {
+    total: Option<u64>,
+    done: u64,
+    in_flight: u64,
+    failed: u64,
+    tokens: u64,
+    cost: f64,
+    priced: u64,
+    unpriced: u64,
+    finished: bool,
+    /// Changed since the last draw.
+    dirty: bool,
+    bar: Option<ProgressBar>,
+}
+
+impl StepState {
+    fn cost_text(&self) -> Option<String> {
+        if self.priced == 0 && self.unpriced > 0 {
+            return None;
+        }
+        let at_least = if self.unpriced > 0 { "≥" } else { "" };
+        Some(format!("{at_least}{}", fmt_cost(self.cost)))
+    }
+
+    /// `120/400 done, 16 in flight, 3 failed, 52.1k tokens, $0.21`
+    fn line(&self, id: &str) -> String {
+        let mut line = format!("[summon] {id}: {}", self.done);
+        if let Some(total) = self.total {
+            line.push_str(&format!("/{total}"));
+        }
+        line.push_str(" done");
+        if !self.finished {
+            line.push_str(&format!(", {} in flight", self.in_flight));
+        }
+        line.push_str(&format!(
+            ", {} failed, {} tokens",
+            self.failed,
+            fmt_tokens(self.tokens)
+        ));
+        if let Some(cost) = self.cost_text() {
+            line.push_str(", ");
+            line.push_str(&cost);
+        }
+        line
+    }
+
+    /// The bar's message: `(16 in flight) 3 failed 52.1k tokens $0.21`.
+    fn message(&self) -> String {
+        let mut msg = String::new();
+        if self.in_flight > 0 {
+            msg.push_str(&format!("({} in flight) ", self.in_flight));
+        }
+        if self.failed > 0 {
+            msg.push_str(&format!("{} failed ", self.failed));
+        }
+        msg.push_str(&format!("{} tokens", fmt_tokens(self.tokens)));
+        if let Some(cost) = self.cost_text() {
+            msg.push(' ');
+            msg.push_str(&cost);
+        }
+        msg
+    }
+
+    fn draw(&mut self) {
+        self.dirty = false;
+        let Some(bar) = &self.bar else { return };
+        if let Some(total) = self.total {
+            bar.set_length(total);
+        }
+        bar.set_position(self.done);
+        bar.set_message(self.message());
+        if self.finished && !bar.is_finished() {
+            bar.finish();
+        }
+    }
+}
+
+struct Shared {
+    mode: DisplayMode,
+    steps: Mutex<IndexMap<String, StepState>>,
+    multi: Option<MultiProgress>,
+    lines_out: Mutex<Box<dyn Write + Send>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    fn print(&self, text: &str) {
+        match &self.multi {
+            Some(multi) => {
+                let _ = multi.println(text);
+            }
+            None => {
+                let mut out = lock(&self.lines_out);
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+            }
+        }
+    }
+
+    /// One round of the background thread.
+    fn tick(&self) {
+        let mut steps = lock(&self.steps);
+        match self.mode {
+            DisplayMode::Bar => {
+                for state in steps.values_mut().filter(|s| s.dirty) {
+                    state.draw();
+                }
+            }
+            DisplayMode::Lines => {
+                let mut text = String::new();
+                for (id, state) in steps.iter() {
+                    if !state.finished && (state.done > 0 || state.in_flight > 0) {
+                        text.push_str(&state.line(id));
+                        text.push('\n');
+                    }
+                }
+                drop(steps);
+                if !text.is_empty() {
+                    self.print(&text);
+                }
+            }
+            DisplayMode::Quiet => {}
+        }
+    }
+}
+
+/// The live display. Methods take `&self`; share it behind an `Arc`.
+#[allow(dead_code)] // used by summon run
+pub(crate) struct Progress {
+    shared: Arc<Shared>,
+    ticker: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+}
+
+impl Progress {
+    /// The display on stderr.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn new(mode: DisplayMode) -> Self {
+        Self::build(
+            mode,
+            ProgressDrawTarget::stderr_with_hz(BAR_HZ),
+            Box::new(io::stderr()),
+            LINES_INTERVAL,
+        )
+    }
+
+    fn build(
+        mode: DisplayMode,
+        bar_target: ProgressDrawTarget,
+        lines_out: Box<dyn Write + Send>,
+        lines_interval: Duration,
+    ) -> Self {
+        let multi = (mode == DisplayMode::Bar).then(|| MultiProgress::with_draw_target(bar_target));
+        let shared = Arc::new(Shared {
+            mode,
+            steps: Mutex::new(IndexMap::new()),
+            multi,
+            lines_out: Mutex::new(lines_out),
+        });
+        let interval = match mode {
+            DisplayMode::Bar => Some(Duration::from_millis(1000 / u64::from(BAR_HZ))),
+            DisplayMode::Lines => Some(lines_interval),
+            DisplayMode::Quiet => None,
+        };
+        let ticker = interval.and_then(|interval| {
+            let (stop, stopped) = mpsc::channel::<()>();
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("summon-progress".to_owned())
+                .spawn(move || {
+                    while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+                        shared.tick();
+                    }
+                })
+                .ok()
+                .map(|handle| (stop, handle))
+        });
+        Self {
+            shared,
+            ticker: Mutex::new(ticker),
+        }
+    }
+
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn mode(&self) -> DisplayMode {
+        self.shared.mode
+    }
+
+    /// Adds a step (again: updates its total). `total` is its task count, when known.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn add_step(&self, id: &str, total: Option<u64>) {
+        let mut steps = lock(&self.shared.steps);
+        if let Some(state) = steps.get_mut(id) {
+            state.total = total.or(state.total);
+            state.dirty = true;
+            return;
+        }
+        let bar = self.shared.multi.as_ref().map(|multi| {
+            let template = match total {
+                Some(_) => "{prefix:.bold} [{bar:30}] {pos}/{len} {msg}",
+                None => "{prefix:.bold} {pos} {msg}",
+            };
+            let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::hidden())
+                .with_style(
+                    ProgressStyle::with_template(template)
+                        .expect("valid template")
+                        .progress_chars("=> "),
+                )
+                .with_prefix(id.to_owned());
+            multi.add(bar)
+        });
+        steps.insert(
+            id.to_owned(),
+            StepState {
+                total,
+                dirty: true,
+                bar,
+                ..StepState::default()
+            },
+        );
+    }
+
+    /// Sets the task count of `step`, once known (after its items are produced).
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn set_total(&self, step: &str, total: u64) {
+        self.add_step(step, Some(total));
+    }
+
+    /// A task of `step` was sent.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn task_started(&self, step: &str) {
+        if let Some(state) = lock(&self.shared.steps).get_mut(step) {
+            state.in_flight += 1;
+            state.dirty = true;
+        }
+    }
+
+    /// A task of `step` ended; `cost` is `None` when its model has no price.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn task_finished(&self, step: &str, ok: bool, tokens: u64, cost: Option<f64>) {
+        if let Some(state) = lock(&self.shared.steps).get_mut(step) {
+            state.in_flight = state.in_flight.saturating_sub(1);
+            state.done += 1;
+            state.failed += u64::from(!ok);
+            state.tokens += tokens;
+            match cost {
+                Some(cost) => {
+                    state.cost += cost;
+                    state.priced += 1;
+                }
+                None => state.unpriced += 1,
+            }
+            state.dirty = true;
+        }
+    }
+
+    /// `step` is over: its bar shows its final numbers, or its last line is printed.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn step_finished(&self, step: &str) {
+        let mut steps = lock(&self.shared.steps);
+        let Some(state) = steps.get_mut(step) else {
+            return;
+        };
+        if state.finished {
+            return;
+        }
+        state.finished = true;
+        match self.shared.mode {
+            DisplayMode::Bar => state.draw(),
+            DisplayMode::Lines => {
+                let mut line = state.line(step);
+                line.push('\n');
+                drop(steps);
+                self.shared.print(&line);
+            }
+            DisplayMode::Quiet => {}
+        }
+    }
+
+    /// Prints a line without disturbing the bars (they are redrawn below it).
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn println(&self, text: &str) {
+        match self.shared.mode {
+            DisplayMode::Bar => self.shared.print(text),
+            _ => {
+                let mut line = text.to_owned();
+                line.push('\n');
+                self.shared.print(&line);
+            }
+        }
+    }
+
+    /// Stops the display: a last draw of every bar, or a last line for every step that did not
+    /// finish. Idempotent; dropping the display does it too.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn finish(&self) {
+        let Some((stop, handle)) = lock(&self.ticker).take() else {
+            return;
+        };
+        drop(stop);
+        let _ = handle.join();
+        let mut steps = lock(&self.shared.steps);
+        match self.shared.mode {
+            DisplayMode::Bar => {
+                for state in steps.values_mut() {
+                    state.draw();
+                    if let Some(bar) = &state.bar {
+                        if !bar.is_finished() {
+                            bar.abandon();
+                        }
+                    }
+                }
+            }
+            DisplayMode::Lines => {
+                let mut text = String::new();
+                for (id, state) in steps.iter_mut() {
+                    if !state.finished && (state.done > 0 || state.in_flight > 0) {
+                        text.push_str(&state.line(id));
+                        text.push('\n');
+                    }
+                }
+                drop(steps);
+                if !text.is_empty() {
+                    self.shared.print(&text);
+                }
+            }
+            DisplayMode::Quiet => {}
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_mode_table() {
+        use DisplayMode::*;
+        // (is_terminal, is_ci, quiet) -> mode
+        let table = [
+            ((true, false, false), Bar),
+            ((true, true, false), Lines),
+            ((false, false, false), Lines),
+            ((false, true, false), Lines),
+            ((true, false, true), Quiet),
+            ((true, true, true), Quiet),
+            ((false, false, true), Quiet),
+            ((false, true, true), Quiet),
+        ];
+        for ((terminal, ci, quiet), want) in table {
+            assert_eq!(
+                resolve(terminal, ci, quiet),
+                want,
+                "{terminal} {ci} {quiet}"
+            );
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            lock(&self.0).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Buffer {
+        fn text(&self) -> String {
+            String::from_utf8(lock(&self.0).clone()).unwrap()
+        }
+    }
+
+    fn lines_progress(interval: Duration) -> (Progress, Buffer) {
+        let buffer = Buffer::default();
+        let progress = Progress::build(
+            DisplayMode::Lines,
+            ProgressDrawTarget::hidden(),
+            Box::new(buffer.clone()),
+            interval,
+        );
+        (progress, buffer)
+    }
+
+    #[test]
+    fn lines_are_periodic_and_final() {
+        let (progress, buffer) = lines_progress(Duration::from_millis(50));
+        progress.add_step("notes", Some(400));
+        progress.add_step("later", None);
+        for _ in 0..136 {
+            progress.task_started("notes");
+        }
+        for i in 0..120 {
+            progress.task_finished("notes", i % 40 != 0, 434, Some(0.00175));
+        }
+        let want = "[summon] notes: 120/400 done, 16 in flight, 3 failed, 52.1k tokens, $0.21";
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !buffer.text().lines().any(|l| l == want) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no periodic line: {}",
+                buffer.text()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let text = buffer.text();
+        assert!(
+            text.lines().all(|l| l.starts_with("[summon] notes: ")),
+            "{text}"
+        );
+        assert!(!text.contains("later"), "idle steps print nothing: {text}");
+        for _ in 0..16 {
+            progress.task_finished("notes", true, 0, None);
+        }
+        progress.step_finished("notes");
+        progress.task_started("later");
+        progress.task_finished("later", true, 10, None);
+        progress.finish();
+        progress.finish();
+        let text = buffer.text();
+        let tail: Vec<&str> = text.lines().rev().take(2).collect();
+        assert_eq!(
+            tail[0],
+            "[summon] later: 1 done, 0 in flight, 0 failed, 10 tokens"
+        );
+        assert_eq!(
+            tail[1],
+            "[summon] notes: 136/400 done, 3 failed, 52.1k tokens, ≥$0.21"
+        );
+        // Nothing is printed after finish.
+        let len = text.len();
+        std::thread::sleep(Duration::from_millis(120));
+        assert_eq!(buffer.text().len(), len);
+    }
+
+    #[test]
+    fn bars_and_quiet_do_not_print_lines() {
+        for mode in [DisplayMode::Bar, DisplayMode::Quiet] {
+            let buffer = Buffer::default();
+            let progress = Progress::build(
+                mode,
+                ProgressDrawTarget::hidden(),
+                Box::new(buffer.clone()),
+                Duration::from_millis(10),
+            );
+            progress.add_step("s", Some(2));
+            progress.task_started("s");
+            progress.task_finished("s", false, 5, Some(0.5));
+            progress.task_finished("unknown-step", true, 5, None);
+            std::thread::sleep(Duration::from_millis(150));
+            {
+                let steps = lock(&progress.shared.steps);
+                let state = &steps["s"];
+                assert_eq!((state.done, state.failed, state.tokens), (1, 1, 5));
+                assert_eq!(state.message(), "1 failed 5 tokens $0.50");
+                if let Some(bar) = &state.bar {
+                    assert_eq!(bar.position(), 1);
+                    assert_eq!(bar.length(), Some(2));
+                }
+            }
+            progress.step_finished("s");
+            drop(progress);
+            assert_eq!(buffer.text(), "", "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn per_task_updates_are_cheap() {
+        let (progress, _buffer) = lines_progress(LINES_INTERVAL);
+        progress.add_step("s", Some(1_000_000));
+        let started = std::time::Instant::now();
+        for _ in 0..200_000 {
+            progress.task_started("s");
+            progress.task_finished("s", true, 100, Some(0.001));
+        }
+        let per_task = started.elapsed() / 200_000;
+        // Generous for debug builds on a shared machine; a release build is far below.
+        assert!(
+            per_task < Duration::from_micros(20),
+            "{per_task:?} per task"
+        );
+    }
+}

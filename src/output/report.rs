@@ -1,0 +1,607 @@
+//! `--out DIR/report.json`: what a run did, per step and in total, and the one-line summary.
+//!
+//! [`Report`] is fed one finished task at a time ([`Report::record_task`]: O(1), no
+//! allocation after a step's first task) and step start/end times. [`Report::write_json`]
+//! writes it atomically (a temporary file in the same directory, then a rename). The shape:
+//!
+//! ```json
+//! {
+//!   "version": 1,
+//!   "started_at": "2025-01-31T12:00:00Z",
+//!   "wall_ms": 41000,
+//!   "total": STATS,
+//!   "steps": { "areas": STATS, "notes": STATS, "summary": STATS }
+//! }
+//! ```
+//!
+//! `steps` is keyed by step id, in the order the steps started. Each `STATS`:
+//!
+//! ```json
+//! {
+//!   "tasks": 12, "completed": 11, "failed": 1, "skipped": 0, "resumed": 3,
+//!   "turns": 30, "input_tokens": 2900, "output_tokens": 300,
+//!   "duration_ms": { "sum": 120500, "max": 20100 },
+//!   "wall_ms": 41000,
+//!   "cost_usd": 0.004, "priced": true, "unpriced_tasks": 0
+//! }
+//! ```
+//!
+//! - `tasks` = `completed` + `failed` + `skipped`; `resumed` counts those (of any status) that
+//!   finished before a `--resume` and were not run again. Their turns, tokens, durations and
+//!   cost are included: the report describes the whole run.
+//! - `duration_ms` is over tasks (`sum` is task time, `max` the slowest); `wall_ms` is the
+//!   step's elapsed time from its start to its end (`null` for a step that never started), and
+//!   for `total` the run's.
+//! - `cost_usd` is estimated from the configured prices (USD per million input/output tokens)
+//!   of each task's model. A task that used tokens with a model missing from the price table
+//!   is counted in `unpriced_tasks`, and then `priced` is `false`; `cost_usd` is the sum over
+//!   the priced tasks, or `null` when no task could be priced.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
+use serde::Serialize;
+
+/// The report file name inside the `--out` directory.
+#[allow(dead_code)] // used by summon run
+pub(crate) const REPORT_FILE: &str = "report.json";
+
+/// Counts and sums over a set of tasks.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[allow(dead_code)] // used by summon run
+pub(crate) struct Stats {
+    pub(crate) tasks: u64,
+    pub(crate) completed: u64,
+    pub(crate) failed: u64,
+    pub(crate) skipped: u64,
+    pub(crate) resumed: u64,
+    pub(crate) turns: u64,
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
+    pub(crate) duration_sum_ms: u64,
+    pub(crate) duration_max_ms: u64,
+    /// Over the priced tasks, USD.
+    pub(crate) cost: f64,
+    pub(crate) priced_tasks: u64,
+    pub(crate) unpriced_tasks: u64,
+}
+
+impl Stats {
+    fn add(&mut self, task: &Task<'_>, cost: Option<f64>) {
+        self.tasks += 1;
+        match task.status {
+            "completed" => self.completed += 1,
+            "skipped" => self.skipped += 1,
+            _ => self.failed += 1,
+        }
+        self.resumed += u64::from(task.resumed);
+        self.turns += u64::from(task.turns);
+        self.input_tokens += task.input_tokens;
+        self.output_tokens += task.output_tokens;
+        let ms = millis(task.duration);
+        self.duration_sum_ms = self.duration_sum_ms.saturating_add(ms);
+        self.duration_max_ms = self.duration_max_ms.max(ms);
+        match cost {
+            Some(cost) => {
+                self.cost += cost;
+                self.priced_tasks += 1;
+            }
+            None => self.unpriced_tasks += 1,
+        }
+    }
+
+    /// Input plus output tokens.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    /// The estimated cost, `None` when no task could be priced.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn cost_usd(&self) -> Option<f64> {
+        (self.unpriced_tasks == 0 || self.priced_tasks > 0).then_some(self.cost)
+    }
+
+    fn json(&self, wall: Option<Duration>) -> StatsJson {
+        StatsJson {
+            tasks: self.tasks,
+            completed: self.completed,
+            failed: self.failed,
+            skipped: self.skipped,
+            resumed: self.resumed,
+            turns: self.turns,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            duration_ms: DurationJson {
+                sum: self.duration_sum_ms,
+                max: self.duration_max_ms,
+            },
+            wall_ms: wall.map(millis),
+            cost_usd: self.cost_usd().map(|c| (c * 1e6).round() / 1e6),
+            priced: self.unpriced_tasks == 0,
+            unpriced_tasks: self.unpriced_tasks,
+        }
+    }
+}
+
+struct Task<'a> {
+    status: &'a str,
+    turns: u32,
+    input_tokens: u64,
+    output_tokens: u64,
+    duration: Duration,
+    resumed: bool,
+}
+
+#[derive(Debug, Default)]
+struct StepEntry {
+    stats: Stats,
+    started: Option<Instant>,
+    finished: Option<Instant>,
+}
+
+impl StepEntry {
+    fn wall(&self, now: Instant) -> Option<Duration> {
+        let started = self.started?;
+        Some(
+            self.finished
+                .unwrap_or(now)
+                .saturating_duration_since(started),
+        )
+    }
+}
+
+/// The run's aggregate, fed one task at a time.
+#[allow(dead_code)] // used by summon run
+pub(crate) struct Report {
+    prices: HashMap<String, (f64, f64)>,
+    started_at: jiff::Timestamp,
+    started: Instant,
+    finished: Option<Instant>,
+    steps: IndexMap<String, StepEntry>,
+    total: Stats,
+}
+
+#[derive(Serialize)]
+struct ReportJson<'a> {
+    version: u32,
+    started_at: String,
+    wall_ms: u64,
+    total: StatsJson,
+    steps: IndexMap<&'a str, StatsJson>,
+}
+
+#[derive(Serialize)]
+struct StatsJson {
+    tasks: u64,
+    completed: u64,
+    failed: u64,
+    skipped: u64,
+    resumed: u64,
+    turns: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    duration_ms: DurationJson,
+    wall_ms: Option<u64>,
+    cost_usd: Option<f64>,
+    priced: bool,
+    unpriced_tasks: u64,
+}
+
+#[derive(Serialize)]
+struct DurationJson {
+    sum: u64,
+    max: u64,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Report {
+    /// An empty report; `prices` maps a model to USD per million (input, output) tokens.
+    /// The run's wall time starts now.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn new(prices: HashMap<String, (f64, f64)>) -> Self {
+        Self {
+            prices,
+            started_at: jiff::Timestamp::now(),
+            started: Instant::now(),
+            finished: None,
+            steps: IndexMap::new(),
+            total: Stats::default(),
+        }
+    }
+
+    fn entry(&mut self, step: &str) -> &mut StepEntry {
+        if !self.steps.contains_key(step) {
+            self.steps.insert(step.to_owned(), StepEntry::default());
+        }
+        &mut self.steps[step]
+    }
+
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn step_started(&mut self, step: &str) {
+        let now = Instant::now();
+        self.entry(step).started.get_or_insert(now);
+    }
+
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn step_finished(&mut self, step: &str) {
+        let now = Instant::now();
+        let entry = self.entry(step);
+        entry.started.get_or_insert(now);
+        entry.finished = Some(now);
+    }
+
+    /// The estimated cost of a task: `Some(0.0)` when it used no tokens, `None` when its model
+    /// has no price.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn task_cost(
+        &self,
+        model: Option<&str>,
+        input_tokens: u64,
+        output_tokens: u64,
+    ) -> Option<f64> {
+        if input_tokens == 0 && output_tokens == 0 {
+            return Some(0.0);
+        }
+        let (input, output) = self.prices.get(model?)?;
+        Some((input_tokens as f64 * input + output_tokens as f64 * output) / 1e6)
+    }
+
+    /// Adds one finished task of `step`, run by `model` (for its price), with `status`
+    /// `completed`, `failed` or `skipped` (anything else counts as failed). Returns its
+    /// estimated cost (as [`Report::task_cost`]), for the progress display.
+    #[allow(dead_code)] // used by summon run
+    #[allow(clippy::too_many_arguments)] // one flat call per task, no intermediate struct
+    pub(crate) fn record_task(
+        &mut self,
+        step: &str,
+        model: Option<&str>,
+        status: &str,
+        turns: u32,
+        input_tokens: u64,
+        output_tokens: u64,
+        duration: Duration,
+        resumed: bool,
+    ) -> Option<f64> {
+        debug_assert!(
+            matches!(status, "completed" | "failed" | "skipped"),
+            "unknown task status {status:?}"
+        );
+        let cost = self.task_cost(model, input_tokens, output_tokens);
+        let task = Task {
+            status,
+            turns,
+            input_tokens,
+            output_tokens,
+            duration,
+            resumed,
+        };
+        self.entry(step).stats.add(&task, cost);
+        self.total.add(&task, cost);
+        cost
+    }
+
+    /// Stops the run's clock (otherwise it runs until the report is written).
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn finish(&mut self) {
+        self.finished.get_or_insert_with(Instant::now);
+    }
+
+    /// The run's totals.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn total(&self) -> &Stats {
+        &self.total
+    }
+
+    /// One step's numbers, once it has started or had a task.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn step(&self, step: &str) -> Option<&Stats> {
+        self.steps.get(step).map(|e| &e.stats)
+    }
+
+    fn wall(&self) -> Duration {
+        self.finished
+            .unwrap_or_else(Instant::now)
+            .saturating_duration_since(self.started)
+    }
+
+    /// The report as JSON (the shape of the module documentation).
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.json_doc()).expect("report serializes")
+    }
+
+    fn json_doc(&self) -> ReportJson<'_> {
+        let now = Instant::now();
+        let wall = self.wall();
+        ReportJson {
+            version: 1,
+            started_at: self.started_at.to_string(),
+            wall_ms: millis(wall),
+            total: self.total.json(Some(wall)),
+            steps: self
+                .steps
+                .iter()
+                .map(|(id, e)| (id.as_str(), e.stats.json(e.wall(now))))
+                .collect(),
+        }
+    }
+
+    /// Writes the report to `path` atomically: a temporary file next to it, synced, then
+    /// renamed over it.
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn write_json(&self, path: &Path) -> io::Result<()> {
+        let mut bytes = serde_json::to_vec_pretty(&self.json_doc()).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        write_atomically(path, &bytes)
+    }
+
+    /// `12 tasks: 11 completed, 1 failed, 3.2k tokens, $0.004, 41.0s` — failed, skipped and
+    /// resumed only when there are some; the cost only when some task could be priced (`≥`
+    /// before it when others could not).
+    #[allow(dead_code)] // used by summon run
+    pub(crate) fn summary_line(&self) -> String {
+        let t = &self.total;
+        let mut line = format!(
+            "{} task{}: {} completed",
+            t.tasks,
+            if t.tasks == 1 { "" } else { "s" },
+            t.completed
+        );
+        for (n, what) in [
+            (t.failed, "failed"),
+            (t.skipped, "skipped"),
+            (t.resumed, "resumed"),
+        ] {
+            if n > 0 {
+                line.push_str(&format!(", {n} {what}"));
+            }
+        }
+        line.push_str(&format!(", {} tokens", fmt_tokens(t.tokens())));
+        if t.priced_tasks > 0 || t.unpriced_tasks == 0 {
+            let at_least = if t.unpriced_tasks > 0 { "≥" } else { "" };
+            line.push_str(&format!(", {at_least}{}", fmt_cost(t.cost)));
+        }
+        line.push_str(&format!(", {}", fmt_duration(self.wall())));
+        line
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename, so a
+/// reader sees the old file or the new one, never a part.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// `950`, `3.2k`, `52.1k`, `1.3M`.
+pub(crate) fn fmt_tokens(n: u64) -> String {
+    if n < 1000 {
+        n.to_string()
+    } else if n < 999_950 {
+        format!("{:.1}k", n as f64 / 1e3)
+    } else {
+        format!("{:.1}M", n as f64 / 1e6)
+    }
+}
+
+/// `$0`, `$0.004`, `$0.21`, `$12.35`; `<$0.001` for a nonzero cost below a tenth of a cent.
+pub(crate) fn fmt_cost(usd: f64) -> String {
+    if usd <= 0.0 {
+        "$0".to_owned()
+    } else if usd < 0.001 {
+        "<$0.001".to_owned()
+    } else if usd < 0.1 {
+        format!("${usd:.3}")
+    } else {
+        format!("${usd:.2}")
+    }
+}
+
+/// `41.0s`, `2m03s`, `1h05m`.
+pub(crate) fn fmt_duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        format!("{secs:.1}s")
+    } else if secs < 3600.0 {
+        let s = d.as_secs();
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        let m = d.as_secs() / 60;
+        format!("{}h{:02}m", m / 60, m % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// 1000 input and 100 output tokens in 2 turns.
+    fn record(report: &mut Report, step: &str, model: &str, status: &str, ms: u64) {
+        report.record_task(
+            step,
+            Some(model),
+            status,
+            2,
+            1000,
+            100,
+            Duration::from_millis(ms),
+            false,
+        );
+    }
+
+    fn prices() -> HashMap<String, (f64, f64)> {
+        HashMap::from([("cheap".to_owned(), (0.15, 0.60))])
+    }
+
+    fn keys(value: &Value) -> Vec<&str> {
+        value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect()
+    }
+
+    #[test]
+    fn json_shape_is_pinned_and_cost_comes_from_prices() {
+        let mut report = Report::new(prices());
+        report.step_started("areas");
+        record(&mut report, "areas", "cheap", "completed", 100);
+        report.step_finished("areas");
+        report.step_started("notes");
+        record(&mut report, "notes", "cheap", "completed", 300);
+        let resumed_cost = report.record_task(
+            "notes",
+            Some("cheap"),
+            "failed",
+            2,
+            1000,
+            100,
+            Duration::from_millis(200),
+            true,
+        );
+        assert!((resumed_cost.unwrap() - 0.00021).abs() < 1e-12);
+        let skipped_cost = report.record_task(
+            "notes",
+            Some("unknown"),
+            "skipped",
+            0,
+            0,
+            0,
+            Duration::ZERO,
+            false,
+        );
+        assert_eq!(skipped_cost, Some(0.0), "no tokens, no cost");
+        record(&mut report, "other", "unknown", "completed", 5);
+        report.finish();
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out").join(REPORT_FILE);
+        report.write_json(&path).unwrap();
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            keys(&doc),
+            ["version", "started_at", "wall_ms", "total", "steps"]
+        );
+        assert_eq!(doc["version"], 1);
+        assert!(doc["started_at"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(keys(&doc["steps"]), ["areas", "notes", "other"]);
+        let stats_keys = [
+            "tasks",
+            "completed",
+            "failed",
+            "skipped",
+            "resumed",
+            "turns",
+            "input_tokens",
+            "output_tokens",
+            "duration_ms",
+            "wall_ms",
+            "cost_usd",
+            "priced",
+            "unpriced_tasks",
+        ];
+        assert_eq!(keys(&doc["total"]), stats_keys);
+        assert_eq!(keys(&doc["steps"]["notes"]), stats_keys);
+
+        // 1000 in × 0.15/M + 100 out × 0.60/M = 0.00021 per task.
+        let mut notes = doc["steps"]["notes"].clone();
+        assert!(notes["wall_ms"].is_u64());
+        notes["wall_ms"] = json!(0);
+        assert_eq!(
+            notes,
+            json!({
+                "tasks": 3, "completed": 1, "failed": 1, "skipped": 1, "resumed": 1,
+                "turns": 4, "input_tokens": 2000, "output_tokens": 200,
+                "duration_ms": {"sum": 500, "max": 300}, "wall_ms": 0,
+                "cost_usd": 0.00042, "priced": true, "unpriced_tasks": 0
+            })
+        );
+        let other = &doc["steps"]["other"];
+        assert_eq!(other["cost_usd"], Value::Null);
+        assert_eq!(other["priced"], false);
+        assert_eq!(other["wall_ms"], Value::Null, "never started");
+        let total = &doc["total"];
+        assert_eq!(total["tasks"], 5);
+        assert_eq!(total["cost_usd"], json!(0.00063));
+        assert_eq!(total["priced"], false);
+        assert_eq!(total["unpriced_tasks"], 1);
+        // No temporary file is left behind.
+        assert_eq!(
+            std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+            1
+        );
+    }
+
+    #[test]
+    fn summary_line() {
+        let mut report = Report::new(prices());
+        for i in 0..11 {
+            record(&mut report, "s", "cheap", "completed", i);
+        }
+        record(&mut report, "s", "cheap", "failed", 1);
+        report.finish();
+        let line = report.summary_line();
+        assert!(
+            line.starts_with("12 tasks: 11 completed, 1 failed, 13.2k tokens, $0.003, "),
+            "{line}"
+        );
+        assert!(line.ends_with('s'), "{line}");
+
+        let mut report = Report::new(HashMap::new());
+        record(&mut report, "s", "x", "completed", 1);
+        assert!(
+            report
+                .summary_line()
+                .starts_with("1 task: 1 completed, 1.1k tokens, 0."),
+            "{}",
+            report.summary_line()
+        );
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_tokens(950), "950");
+        assert_eq!(fmt_tokens(3210), "3.2k");
+        assert_eq!(fmt_tokens(52_140), "52.1k");
+        assert_eq!(fmt_tokens(999_999), "1.0M");
+        assert_eq!(fmt_tokens(1_260_000), "1.3M");
+        assert_eq!(fmt_cost(0.0), "$0");
+        assert_eq!(fmt_cost(0.0004), "<$0.001");
+        assert_eq!(fmt_cost(0.004), "$0.004");
+        assert_eq!(fmt_cost(0.2149), "$0.21");
+        assert_eq!(fmt_cost(12.346), "$12.35");
+        assert_eq!(fmt_duration(Duration::from_millis(41_040)), "41.0s");
+        assert_eq!(fmt_duration(Duration::from_secs(123)), "2m03s");
+        assert_eq!(fmt_duration(Duration::from_secs(3900)), "1h05m");
+    }
+}

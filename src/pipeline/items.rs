@@ -1,0 +1,854 @@
+//! Where a `decompose` step's items come from (SPEC §6): a shell command (one string item per
+//! non-empty output line), a file (CSV with a header, JSONL/NDJSON, or a JSON array), or a
+//! glob (matching paths, sorted).
+//!
+//! Files are streamed: [`open_file_items`] returns an iterator that reads one row or line at a
+//! time, so a million-row CSV never sits in memory whole (a `.json` array is the exception: it
+//! is one document and is read whole).
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+
+/// The extensions [`open_file_items`] reads.
+const SUPPORTED: &str = ".csv, .jsonl, .ndjson, .json";
+
+/// How many trailing lines of a failed command's stderr go into the error.
+const STDERR_TAIL_LINES: usize = 10;
+
+/// Why a step's items could not be produced. Messages name the command, file or pattern, and
+/// the line where there is one.
+#[derive(Debug, thiserror::Error)]
+#[allow(dead_code)] // used by summon run
+pub(crate) enum ItemError {
+    #[error("items command `{command}` could not start: {source}")]
+    CommandStart {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("items command `{command}` {status}{}", stderr_suffix(.stderr))]
+    CommandFailed {
+        command: String,
+        /// "exited with code N" or "was killed by signal N".
+        status: String,
+        /// The last lines of its stderr.
+        stderr: String,
+    },
+    #[error("items command `{command}` timed out after {}", fmt_secs(*.timeout))]
+    CommandTimeout { command: String, timeout: Duration },
+    #[error("cannot read items file {}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{line}: {message}", .path.display())]
+    Parse {
+        path: PathBuf,
+        line: u64,
+        message: String,
+    },
+    #[error(
+        "items file {} has an unsupported extension; supported: {SUPPORTED}",
+        .path.display()
+    )]
+    Unsupported { path: PathBuf },
+    #[error("glob `{pattern}`: {message}")]
+    Glob { pattern: String, message: String },
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!("; stderr:\n{stderr}")
+    }
+}
+
+fn fmt_secs(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// command
+
+/// Runs `sh -c COMMAND` in `cwd` with stdin closed; one string item per non-empty line of its
+/// stdout (a trailing `\r` is dropped). A non-zero exit is an error carrying the exit code and
+/// the last lines of stderr; so is running longer than `timeout` (the command's whole process
+/// group is killed then).
+#[allow(dead_code)] // used by summon run
+pub(crate) fn command_items(
+    command: &str,
+    cwd: &Path,
+    timeout: Duration,
+) -> Result<Vec<Value>, ItemError> {
+    use std::os::unix::process::CommandExt;
+
+    let deadline = Instant::now() + timeout;
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|source| ItemError::CommandStart {
+            command: command.to_owned(),
+            source,
+        })?;
+    let pid = child.id();
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        unreachable!("both pipes were requested");
+    };
+
+    // Readers on their own threads so that neither pipe can fill up and stall the command;
+    // they report through channels so the wait below can give up at the deadline.
+    let (out_tx, out_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = out_tx.send(read_item_lines(stdout));
+    });
+    let (err_tx, err_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = err_tx.send(read_tail(stderr, STDERR_TAIL_LINES));
+    });
+
+    let timed_out = || {
+        kill_group(pid);
+        ItemError::CommandTimeout {
+            command: command.to_owned(),
+            timeout,
+        }
+    };
+    // Wait for the exit, polling with a growing pause (the common case ends in milliseconds).
+    let mut pause = Duration::from_millis(1);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(source) => {
+                kill_group(pid);
+                let _ = child.wait();
+                return Err(ItemError::CommandStart {
+                    command: command.to_owned(),
+                    source,
+                });
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let error = timed_out();
+            let _ = child.wait();
+            return Err(error);
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(50));
+    };
+    // A background process of the command may still hold the pipes open: the deadline applies
+    // to reading them to the end too.
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let lines = out_rx.recv_timeout(remaining).map_err(|_| timed_out())?;
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let stderr = err_rx
+        .recv_timeout(remaining.max(Duration::from_millis(100)))
+        .unwrap_or_default();
+    if !status.success() {
+        use std::os::unix::process::ExitStatusExt;
+        let status = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exited with code {code}"),
+            (None, Some(signal)) => format!("was killed by signal {signal}"),
+            (None, None) => "failed".to_owned(),
+        };
+        return Err(ItemError::CommandFailed {
+            command: command.to_owned(),
+            status,
+            stderr,
+        });
+    }
+    Ok(lines)
+}
+
+fn kill_group(pid: u32) {
+    let _ = Command::new("kill")
+        .arg("-KILL")
+        .arg(format!("-{pid}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// One string item per non-empty line (lossy UTF-8, trailing `\r` dropped).
+fn read_item_lines(pipe: impl Read) -> Vec<Value> {
+    let mut reader = BufReader::new(pipe);
+    let mut items = Vec::new();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let line = trim_eol(&buf);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        items.push(Value::String(String::from_utf8_lossy(line).into_owned()));
+    }
+    items
+}
+
+/// The last `keep` non-empty lines of a stream, joined by newlines; memory stays bounded
+/// whatever the stream's length.
+fn read_tail(pipe: impl Read, keep: usize) -> String {
+    const MAX_LINE: usize = 500;
+    let mut reader = BufReader::new(pipe);
+    let mut tail: VecDeque<String> = VecDeque::with_capacity(keep + 1);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let line = trim_eol(&buf);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let mut text = String::from_utf8_lossy(line).into_owned();
+        if text.len() > MAX_LINE {
+            let mut cut = MAX_LINE;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push('…');
+        }
+        tail.push_back(text);
+        if tail.len() > keep {
+            tail.pop_front();
+        }
+    }
+    Vec::from(tail).join("\n")
+}
+
+fn trim_eol(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+// ---------------------------------------------------------------------------------------------
+// file
+
+/// Streams the items of a file, one at a time. Returned by [`open_file_items`]. After an error
+/// the iterator ends.
+#[allow(dead_code)] // used by summon run
+pub(crate) struct ItemReader {
+    path: PathBuf,
+    kind: ReaderKind,
+    done: bool,
+}
+
+enum ReaderKind {
+    Csv {
+        reader: csv::Reader<File>,
+        headers: Vec<String>,
+        record: csv::StringRecord,
+    },
+    Lines {
+        reader: BufReader<File>,
+        line: u64,
+        buf: String,
+    },
+    Array(std::vec::IntoIter<Value>),
+}
+
+/// Opens a file of items, chosen by extension (case-insensitive): `.csv` (a header row, then
+/// one JSON object per row, keys in column order, values strings), `.jsonl`/`.ndjson` (one JSON
+/// value per non-empty line) or `.json` (an array, read whole). The header (CSV) or the whole
+/// document (JSON) is read here, so their errors come from this call; row errors come from
+/// the iterator.
+#[allow(dead_code)] // used by summon run
+pub(crate) fn open_file_items(path: &Path) -> Result<ItemReader, ItemError> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let io_err = |source| ItemError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let kind = match ext.as_deref() {
+        Some("csv") => {
+            let file = File::open(path).map_err(io_err)?;
+            let mut reader = csv::ReaderBuilder::new()
+                .has_headers(true)
+                .flexible(false)
+                .from_reader(file);
+            let headers: Vec<String> = reader
+                .headers()
+                .map_err(|e| csv_error(path, &e))?
+                .iter()
+                .map(str::to_owned)
+                .collect();
+            for (i, name) in headers.iter().enumerate() {
+                if headers[..i].contains(name) {
+                    return Err(ItemError::Parse {
+                        path: path.to_owned(),
+                        line: 1,
+                        message: format!("duplicate column name `{name}` in the header"),
+                    });
+                }
+            }
+            ReaderKind::Csv {
+                reader,
+                headers,
+                record: csv::StringRecord::new(),
+            }
+        }
+        Some("jsonl" | "ndjson") => ReaderKind::Lines {
+            reader: BufReader::new(File::open(path).map_err(io_err)?),
+            line: 0,
+            buf: String::new(),
+        },
+        Some("json") => {
+            let reader = BufReader::new(File::open(path).map_err(io_err)?);
+            let value: Value = serde_json::from_reader(reader).map_err(|e| {
+                if e.is_io() {
+                    io_err(e.into())
+                } else {
+                    ItemError::Parse {
+                        path: path.to_owned(),
+                        line: e.line() as u64,
+                        message: format!("invalid JSON: {e}"),
+                    }
+                }
+            })?;
+            let Value::Array(items) = value else {
+                return Err(ItemError::Parse {
+                    path: path.to_owned(),
+                    line: 1,
+                    message: format!("expected a JSON array of items, found {}", kind_of(&value)),
+                });
+            };
+            ReaderKind::Array(items.into_iter())
+        }
+        _ => {
+            return Err(ItemError::Unsupported {
+                path: path.to_owned(),
+            });
+        }
+    };
+    Ok(ItemReader {
+        path: path.to_owned(),
+        kind,
+        done: false,
+    })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn csv_error(path: &Path, error: &csv::Error) -> ItemError {
+    let line = error.position().map_or(0, csv::Position::line);
+    let message = match error.kind() {
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => format!("row has {len} fields, but the header has {expected_len}"),
+        csv::ErrorKind::Utf8 { err, .. } => format!("invalid UTF-8 in field {}", err.field() + 1),
+        csv::ErrorKind::Io(e) => {
+            return ItemError::Io {
+                path: path.to_owned(),
+                source: std::io::Error::new(e.kind(), e.to_string()),
+            };
+        }
+        _ => error.to_string(),
+    };
+    ItemError::Parse {
+        path: path.to_owned(),
+        line,
+        message,
+    }
+}
+
+impl ItemReader {
+    fn next_item(&mut self) -> Option<Result<Value, ItemError>> {
+        match &mut self.kind {
+            ReaderKind::Csv {
+                reader,
+                headers,
+                record,
+            } => match reader.read_record(record) {
+                Ok(false) => None,
+                Ok(true) => {
+                    let mut row = Map::with_capacity(headers.len());
+                    for (name, field) in headers.iter().zip(record.iter()) {
+                        row.insert(name.clone(), Value::String(field.to_owned()));
+                    }
+                    Some(Ok(Value::Object(row)))
+                }
+                Err(e) => Some(Err(csv_error(&self.path, &e))),
+            },
+            ReaderKind::Lines { reader, line, buf } => loop {
+                buf.clear();
+                *line += 1;
+                match reader.read_line(buf) {
+                    Ok(0) => return None,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        return Some(Err(ItemError::Parse {
+                            path: self.path.clone(),
+                            line: *line,
+                            message: "invalid UTF-8".to_owned(),
+                        }));
+                    }
+                    Err(source) => {
+                        return Some(Err(ItemError::Io {
+                            path: self.path.clone(),
+                            source,
+                        }));
+                    }
+                }
+                let text = buf.trim();
+                if text.is_empty() {
+                    continue;
+                }
+                return Some(serde_json::from_str(text).map_err(|e| ItemError::Parse {
+                    path: self.path.clone(),
+                    line: *line,
+                    message: format!("invalid JSON: {e}"),
+                }));
+            },
+            ReaderKind::Array(items) => items.next().map(Ok),
+        }
+    }
+}
+
+impl Iterator for ItemReader {
+    type Item = Result<Value, ItemError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let next = self.next_item();
+        if matches!(next, None | Some(Err(_))) {
+            self.done = true;
+        }
+        next
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// glob
+
+/// The files under `cwd` matching `pattern` (globset syntax: `*` and `?` stay within one path
+/// component, `**` crosses them, `{a,b}` and `[ab]` work), as `/`-separated paths relative to
+/// `cwd`, sorted. `.gitignore` is not applied (the pattern is explicit), but `.git` directories
+/// are skipped unless the pattern names `.git`. A pattern may not leave `cwd`: `..` components
+/// and absolute paths outside it are refused. Symbolic links to directories are not followed.
+#[allow(dead_code)] // used by summon run
+pub(crate) fn glob_items(pattern: &str, cwd: &Path) -> Result<Vec<Value>, ItemError> {
+    let fail = |message: String| ItemError::Glob {
+        pattern: pattern.to_owned(),
+        message,
+    };
+    let relative = relative_pattern(pattern, cwd).map_err(fail)?;
+    if relative.is_empty() {
+        return Err(fail("the pattern is empty".to_owned()));
+    }
+    let matcher = globset::GlobBuilder::new(&relative)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .map_err(|e| fail(e.kind().to_string()))?
+        .compile_matcher();
+
+    // Walk only below the pattern's literal prefix, and only as deep as it can match.
+    let components: Vec<&str> = relative.split('/').collect();
+    let literal = components
+        .iter()
+        .take_while(|c| !c.contains(['*', '?', '[', '{', '\\']))
+        .count();
+    let rest = &components[literal..];
+    let max_depth = if rest.iter().any(|c| c.contains("**") || c.contains('{')) {
+        None
+    } else {
+        Some(rest.len())
+    };
+    let root = if literal == 0 {
+        cwd.to_owned()
+    } else {
+        cwd.join(components[..literal].join("/"))
+    };
+    let include_git = relative.contains(".git");
+
+    let mut found = Vec::new();
+    if rest.is_empty() {
+        // A plain path: it matches itself when it is a file.
+        if root.is_file() {
+            found.push(relative.clone());
+        }
+    } else if root.is_dir() {
+        let walker = ignore::WalkBuilder::new(&root)
+            .standard_filters(false)
+            .follow_links(false)
+            .max_depth(max_depth)
+            .filter_entry(move |entry| include_git || entry.file_name() != ".git")
+            .build();
+        for entry in walker {
+            let entry = entry.map_err(|e| fail(e.to_string()))?;
+            let is_file = match entry.file_type() {
+                Some(t) if t.is_file() => true,
+                Some(t) if t.is_symlink() => entry.path().is_file(),
+                _ => false,
+            };
+            if !is_file {
+                continue;
+            }
+            let Ok(rel) = entry.path().strip_prefix(cwd) else {
+                continue;
+            };
+            let Some(rel) = rel.to_str() else {
+                continue;
+            };
+            if matcher.is_match(rel) {
+                found.push(rel.to_owned());
+            }
+        }
+    }
+    found.sort_unstable();
+    Ok(found.into_iter().map(Value::String).collect())
+}
+
+/// The pattern made relative to `cwd`, with `.` components dropped; refuses `..` and absolute
+/// paths outside `cwd`.
+fn relative_pattern(pattern: &str, cwd: &Path) -> Result<String, String> {
+    let outside = || "the pattern must stay inside the working directory".to_owned();
+    let mut pattern = pattern.to_owned();
+    if Path::new(&pattern).is_absolute() {
+        let cwd_canon = cwd.canonicalize().unwrap_or_else(|_| cwd.to_owned());
+        let stripped = [cwd, cwd_canon.as_path()].into_iter().find_map(|base| {
+            let base = base.to_str()?.trim_end_matches('/');
+            let rest = pattern.strip_prefix(base)?;
+            (rest.is_empty() || rest.starts_with('/')).then(|| rest.trim_start_matches('/'))
+        });
+        pattern = stripped.ok_or_else(outside)?.to_owned();
+    }
+    let mut parts = Vec::new();
+    for part in pattern.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(outside()),
+            _ => parts.push(part),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn collect(path: &Path) -> Result<Vec<Value>, ItemError> {
+        open_file_items(path)?.collect()
+    }
+
+    #[test]
+    fn csv_rows_become_objects_in_column_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "in.csv",
+            "name,text,n\r\nalpha,\"a, b\",1\n\"be\"\"ta\",\"two\nlines\",2\n\ngamma,,3\n",
+        );
+        let items = collect(&path).unwrap();
+        assert_eq!(
+            items,
+            vec![
+                json!({"name": "alpha", "text": "a, b", "n": "1"}),
+                json!({"name": "be\"ta", "text": "two\nlines", "n": "2"}),
+                json!({"name": "gamma", "text": "", "n": "3"}),
+            ]
+        );
+        let keys: Vec<&String> = items[0].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["name", "text", "n"]);
+    }
+
+    #[test]
+    fn csv_bom_and_uppercase_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "IN.CSV", "\u{feff}id,v\n1,x\n");
+        assert_eq!(collect(&path).unwrap(), vec![json!({"id": "1", "v": "x"})]);
+    }
+
+    #[test]
+    fn ragged_csv_row_names_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "in.csv", "a,b\n1,2\n\"x\ny\",3\n4,5,6\n7,8\n");
+        let mut reader = open_file_items(&path).unwrap();
+        assert!(reader.next().unwrap().is_ok());
+        assert!(reader.next().unwrap().is_ok());
+        let error = reader.next().unwrap().unwrap_err().to_string();
+        assert!(error.contains("in.csv:5:"), "{error}");
+        assert!(
+            error.contains("row has 3 fields, but the header has 2"),
+            "{error}"
+        );
+        assert!(reader.next().is_none(), "the reader stops after an error");
+    }
+
+    #[test]
+    fn csv_duplicate_header_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "in.csv", "a,b,a\n1,2,3\n");
+        let error = open_file_items(&path).err().unwrap().to_string();
+        assert!(
+            error.contains("in.csv:1: duplicate column name `a`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn jsonl_skips_empty_lines_and_names_a_bad_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "in.jsonl",
+            "{\"a\": 1}\n\n  \r\n\"text\"\r\n[1,2]\n{bad\n3\n",
+        );
+        let mut reader = open_file_items(&path).unwrap();
+        assert_eq!(reader.next().unwrap().unwrap(), json!({"a": 1}));
+        assert_eq!(reader.next().unwrap().unwrap(), json!("text"));
+        assert_eq!(reader.next().unwrap().unwrap(), json!([1, 2]));
+        let error = reader.next().unwrap().unwrap_err().to_string();
+        assert!(error.contains("in.jsonl:6: invalid JSON"), "{error}");
+        assert!(reader.next().is_none());
+
+        let path = write(dir.path(), "ok.ndjson", "1\n2");
+        assert_eq!(collect(&path).unwrap(), vec![json!(1), json!(2)]);
+    }
+
+    #[test]
+    fn json_array_and_non_array() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "in.json", "[\"a\", {\"b\": 2}]");
+        assert_eq!(collect(&path).unwrap(), vec![json!("a"), json!({"b": 2})]);
+        let path = write(dir.path(), "obj.json", "{\"a\": 1}");
+        let error = open_file_items(&path).err().unwrap().to_string();
+        assert!(
+            error.contains("expected a JSON array of items, found an object"),
+            "{error}"
+        );
+        let path = write(dir.path(), "bad.json", "[1,\n2,\n}");
+        let error = open_file_items(&path).err().unwrap().to_string();
+        assert!(error.contains("bad.json:3: invalid JSON"), "{error}");
+    }
+
+    #[test]
+    fn unsupported_extension_and_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "in.txt", "a\n");
+        let error = open_file_items(&path).err().unwrap().to_string();
+        assert!(error.contains("in.txt"), "{error}");
+        assert!(error.contains(".csv, .jsonl, .ndjson, .json"), "{error}");
+        let error = open_file_items(&dir.path().join("none.csv"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("cannot read items file") && error.contains("none.csv"));
+    }
+
+    #[test]
+    fn command_lines_become_items() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "marker", "");
+        let items = command_items(
+            "printf 'a\\r\\n\\n  \\nb c\\n'; ls; printf last",
+            dir.path(),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(
+            items,
+            vec![json!("a"), json!("b c"), json!("marker"), json!("last")]
+        );
+    }
+
+    #[test]
+    fn command_failure_carries_code_and_stderr_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = command_items(
+            "echo out; for i in $(seq 1 30); do echo err$i >&2; done; exit 3",
+            dir.path(),
+            Duration::from_secs(10),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("exited with code 3"), "{error}");
+        assert!(
+            error.contains("err30") && error.contains("err21"),
+            "{error}"
+        );
+        assert!(!error.contains("err20\n"), "{error}");
+    }
+
+    #[test]
+    fn command_timeout_kills_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let error = command_items(
+            "echo one; sleep 30; echo two",
+            dir.path(),
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(matches!(error, ItemError::CommandTimeout { .. }), "{error}");
+        assert!(
+            error.to_string().contains("timed out after 0.3s"),
+            "{error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn command_background_child_holding_stdout_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let error =
+            command_items("sleep 30 & echo x", dir.path(), Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(error, ItemError::CommandTimeout { .. }), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn glob_matches_sorted_relative_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for name in [
+            "b.md",
+            "a.md",
+            "notes.txt",
+            "docs/z.md",
+            "docs/deep/x.md",
+            "docs/deep/y.txt",
+            ".git/info.md",
+            ".hidden.md",
+        ] {
+            write(root, name, "");
+        }
+        write(root, ".gitignore", "*.md\n");
+        let glob = |p: &str| -> Vec<String> {
+            glob_items(p, root)
+                .unwrap()
+                .into_iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(glob("*.md"), [".hidden.md", "a.md", "b.md"]);
+        assert_eq!(
+            glob("**/*.md"),
+            [".hidden.md", "a.md", "b.md", "docs/deep/x.md", "docs/z.md"]
+        );
+        assert_eq!(glob("docs/**/*.md"), ["docs/deep/x.md", "docs/z.md"]);
+        assert_eq!(glob("./docs/*"), ["docs/z.md"]);
+        assert_eq!(
+            glob("docs/{deep/y.txt,z.md}"),
+            ["docs/deep/y.txt", "docs/z.md"]
+        );
+        assert_eq!(glob("notes.txt"), ["notes.txt"]);
+        assert_eq!(glob(".git/*.md"), [".git/info.md"]);
+        assert!(glob("nothing/**").is_empty());
+        let absolute = format!("{}/docs/*.md", root.display());
+        assert_eq!(glob(&absolute), ["docs/z.md"]);
+    }
+
+    #[test]
+    fn glob_refuses_to_leave_the_working_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        for pattern in ["../*", "docs/../../x", "/etc/*", "/**/*.md"] {
+            let error = glob_items(pattern, dir.path()).unwrap_err().to_string();
+            assert!(error.contains("must stay inside"), "{pattern}: {error}");
+        }
+        let error = glob_items("[", dir.path()).unwrap_err().to_string();
+        assert!(error.starts_with("glob `[`:"), "{error}");
+    }
+
+    fn rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// A million-row CSV is streamed: iterating it barely moves the process's RSS.
+    #[test]
+    #[ignore = "slow in debug builds; run with --ignored"]
+    fn million_row_csv_streams_in_bounded_memory() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.csv");
+        {
+            let mut out = std::io::BufWriter::new(File::create(&path).unwrap());
+            writeln!(out, "id,name,text").unwrap();
+            for i in 0..1_000_000u32 {
+                writeln!(out, "{i},item-{i},\"some text, with a comma {i}\"").unwrap();
+            }
+        }
+        let size = std::fs::metadata(&path).unwrap().len();
+        let before = rss_kib();
+        let started = Instant::now();
+        let mut count = 0u64;
+        let mut peak = before;
+        for item in open_file_items(&path).unwrap() {
+            let item = item.unwrap();
+            assert!(item.get("text").is_some());
+            count += 1;
+            if count % 50_000 == 0 {
+                peak = peak.max(rss_kib());
+            }
+        }
+        let after = rss_kib();
+        peak = peak.max(after);
+        eprintln!(
+            "1M-row CSV ({} MiB): {count} items in {:.2}s; VmRSS before {} KiB, peak {} KiB, after {} KiB, growth {} KiB",
+            size / (1 << 20),
+            started.elapsed().as_secs_f64(),
+            before,
+            peak,
+            after,
+            peak.saturating_sub(before)
+        );
+        assert_eq!(count, 1_000_000);
+        assert!(peak.saturating_sub(before) < 30 * 1024, "RSS grew too much");
+    }
+}

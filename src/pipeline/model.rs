@@ -1,0 +1,174 @@
+//! The pipeline format, version 1 (README "Pipelines"): a pipeline names steps; each step
+//! delegates one or many subagent tasks. Strings that are rendered later are [`Template`]s
+//! that remember where they were written.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+
+use crate::diag::{Pos, SourceFile};
+use crate::recipe::Parameter;
+
+/// A validated pipeline.
+#[derive(Debug, Clone)]
+pub(crate) struct Pipeline {
+    pub(crate) file: Arc<SourceFile>,
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) parameters: Vec<Parameter>,
+    pub(crate) settings: PipelineSettings,
+    /// In file order; ids are unique.
+    pub(crate) steps: Vec<Step>,
+    pub(crate) outputs: Vec<OutputFile>,
+}
+
+/// `settings`: defaults for every step.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PipelineSettings {
+    pub(crate) provider: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) temperature: Option<f64>,
+    pub(crate) max_turns: Option<u32>,
+    /// Global cap on tasks in flight (`--concurrency` overrides).
+    pub(crate) concurrency: Option<usize>,
+}
+
+/// A string rendered with the template context, and where it was written (the line of its
+/// first character, for error positions).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Template {
+    pub(crate) text: String,
+    pub(crate) pos: Pos,
+    /// Written as a block scalar (`|`/`>`): the text starts on the line after `pos`.
+    pub(crate) block: bool,
+}
+
+impl Template {
+    /// The file line of the template's first line.
+    pub(crate) fn first_line(&self) -> u32 {
+        self.pos.line + u32::from(self.block)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Step {
+    pub(crate) id: String,
+    pub(crate) pos: Pos,
+    pub(crate) kind: StepKind,
+    /// Extra dependencies, beyond what the step's templates reference.
+    pub(crate) needs: Vec<(String, Pos)>,
+    /// Per-step cap on tasks in flight.
+    pub(crate) concurrency: Option<usize>,
+    pub(crate) on_error: OnError,
+    /// For fan_out: how many tasks must succeed for the step to succeed (default: all, or
+    /// none under `on_error: continue`).
+    pub(crate) min_success: Option<MinSuccess>,
+    /// Extra attempts for a failed task.
+    pub(crate) retries: u32,
+    /// Bound on one task's run.
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) provider: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) temperature: Option<f64>,
+    pub(crate) max_turns: Option<u32>,
+    pub(crate) backend: Backend,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum StepKind {
+    Decompose(Decompose),
+    FanOut(FanOut),
+    Synthesize(TaskTemplate),
+    Delegate(TaskTemplate),
+}
+
+impl StepKind {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Decompose(_) => "decompose",
+            Self::FanOut(_) => "fan_out",
+            Self::Synthesize(_) => "synthesize",
+            Self::Delegate(_) => "delegate",
+        }
+    }
+}
+
+/// Where a decompose step's items come from.
+#[derive(Debug, Clone)]
+pub(crate) enum Decompose {
+    /// One item per non-empty output line, run with `sh -c` in the working directory.
+    Command(Template),
+    /// A literal list (any JSON values).
+    Items(Vec<serde_json::Value>),
+    /// A CSV file with a header (one object per row) or JSONL (one value per line), streamed.
+    File(Template),
+    /// Matching paths, sorted.
+    Glob(Template),
+    /// A subagent whose final answer must be a JSON array.
+    Agent(TaskTemplate),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct FanOut {
+    /// The step whose items to iterate, and where it was named.
+    pub(crate) over: String,
+    pub(crate) over_pos: Pos,
+    pub(crate) task: TaskTemplate,
+}
+
+/// One subagent task, before rendering: a source and/or instructions.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TaskTemplate {
+    /// May itself be a template (`{{ item.agent }}`); rendered empty or `null` means a
+    /// general (ad-hoc) subagent.
+    pub(crate) source: Option<Template>,
+    pub(crate) instructions: Option<Template>,
+    /// Parameter values for the source, each a template.
+    pub(crate) parameters: IndexMap<String, Template>,
+    pub(crate) context: Option<Template>,
+    /// `None`: the source's own; `Some(empty)`: none.
+    pub(crate) extensions: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum OnError {
+    #[default]
+    FailFast,
+    Continue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum MinSuccess {
+    Count(usize),
+    /// 0–100.
+    Percent(f64),
+}
+
+impl MinSuccess {
+    /// The number of successes needed out of `total`.
+    pub(crate) fn required(self, total: usize) -> usize {
+        match self {
+            Self::Count(n) => n.min(total),
+            Self::Percent(p) => {
+                let needed = (p / 100.0 * total as f64).ceil();
+                (needed.max(0.0) as usize).min(total)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Backend {
+    #[default]
+    Live,
+    Batch,
+}
+
+/// An `outputs` entry: a file written (relative to the working directory) when the run
+/// succeeds.
+#[derive(Debug, Clone)]
+pub(crate) struct OutputFile {
+    pub(crate) path: Template,
+    pub(crate) content: Template,
+}
