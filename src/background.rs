@@ -398,12 +398,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
     let cancel = CancellationToken::new();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let heartbeat = {
-        let (cancel, done, cwd, id) = (
-            cancel.clone(),
-            Arc::clone(&done),
-            ctx.env.cwd.clone(),
-            id,
-        );
+        let (cancel, done, cwd, id) = (cancel.clone(), Arc::clone(&done), ctx.env.cwd.clone(), id);
         std::thread::spawn(move || {
             let Ok(store) = Store::open(&cwd) else { return };
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
@@ -500,13 +495,13 @@ struct Progress {
 impl Progress {
     fn on_event(&mut self, label: &str, event: SubagentEvent) {
         let line = match &event {
-            SubagentEvent::Turn { turn } => {
-                self.turns = *turn;
-                None
-            }
+            // A turn counts once its reply has arrived (until then the task is still
+            // initialising, as far as `--peek` is concerned).
+            SubagentEvent::Turn { .. } => return,
             SubagentEvent::Tokens { total } => {
                 self.tokens = *total;
-                return;
+                self.turns += 1;
+                None
             }
             SubagentEvent::Text { text } => {
                 if let Ok(mut last) = self.last_text.lock() {

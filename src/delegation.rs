@@ -79,7 +79,12 @@ pub(crate) struct Resolver {
 }
 
 impl Resolver {
-    async fn resolve(&self, env: &Env, config: &Config, overrides: &Overrides<'_>) -> Result<Resolved, Diagnostic> {
+    async fn resolve(
+        &self,
+        env: &Env,
+        config: &Config,
+        overrides: &Overrides<'_>,
+    ) -> Result<Resolved, Diagnostic> {
         let key = [
             overrides.provider_flag.map(str::to_owned),
             overrides.model_flag.map(str::to_owned),

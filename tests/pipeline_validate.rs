@@ -165,9 +165,8 @@ fn a_full_report_with_source_line_and_hint() {
 
 #[test]
 fn warnings_alone_exit_zero() {
-    let out = validate(
-        "version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x, colour: red}\n",
-    );
+    let out =
+        validate("version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x, colour: red}\n");
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
         out.stderr
@@ -235,12 +234,7 @@ fn cases() -> Vec<PathBuf> {
     let mut cases: Vec<PathBuf> = std::fs::read_dir(fixtures())
         .expect("fixtures folder")
         .map(|e| e.expect("entry").path())
-        .filter(|p| {
-            matches!(
-                p.extension().and_then(|e| e.to_str()),
-                Some("yaml" | "yml")
-            )
-        })
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
         .collect();
     cases.sort();
     cases

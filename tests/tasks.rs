@@ -447,7 +447,7 @@ async fn peek_while_running_then_the_result_can_be_read_twice() {
 
 // 3: "initialising" while the first model request is still unanswered.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "bug: --peek never says initialising once the first model request is sent (turn 1 counts as activity before any reply)"]
+
 async fn peek_says_initialising_before_the_first_reply() {
     let server = MockServer::start(MockConfig::new().latency(Duration::from_secs(20))).await;
     let p = Project::new(&server);

@@ -23,7 +23,11 @@ use crate::source::read_source_text;
 
 pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
     let pipeline = load_pipeline(args, ctx)?;
-    let input = ParamInput::from_args(args.params.params_file.as_deref(), &args.params.param, &ctx.env.cwd)?;
+    let input = ParamInput::from_args(
+        args.params.params_file.as_deref(),
+        &args.params.param,
+        &ctx.env.cwd,
+    )?;
     let binding = bind_params(
         &pipeline.parameters,
         &input,
@@ -59,7 +63,10 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         params,
         concurrency: args.concurrency.map(|c| c as usize),
         out_dir: args.out.clone(),
-        resume: args.resume.as_ref().map(|id| (!id.is_empty()).then(|| id.clone())),
+        resume: args
+            .resume
+            .as_ref()
+            .map(|id| (!id.is_empty()).then(|| id.clone())),
         junit: args.junit.clone(),
         display,
     };
@@ -102,14 +109,24 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         ctx.out.line(output.trim_end())?;
     }
     for (id, _, error) in &failed {
-        eprintln!("summon: step `{id}` failed: {}", error.as_deref().unwrap_or(""));
+        eprintln!(
+            "summon: step `{id}` failed: {}",
+            error.as_deref().unwrap_or("")
+        );
     }
     if summary.interrupted {
-        eprintln!("summon: run {} interrupted; continue it with `summon run {} --resume`", summary.run_id, args.pipeline.display());
+        eprintln!(
+            "summon: run {} interrupted; continue it with `summon run {} --resume`",
+            summary.run_id,
+            args.pipeline.display()
+        );
         return Err(Error::Interrupted);
     }
     if !failed.is_empty() {
-        eprintln!("summon: run {} failed; after fixing, `--resume` repeats only unfinished tasks", summary.run_id);
+        eprintln!(
+            "summon: run {} failed; after fixing, `--resume` repeats only unfinished tasks",
+            summary.run_id
+        );
         return Err(Error::Failed(String::new()));
     }
     let _ = exit::OK;
@@ -118,9 +135,8 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
 
 fn load_pipeline(args: &RunArgs, ctx: &Ctx) -> Result<Pipeline> {
     let path = ctx.env.cwd.join(&args.pipeline);
-    let text = read_source_text(&path).map_err(|message| {
-        Error::from(crate::diag::Diagnostic::error(message).in_file(&path))
-    })?;
+    let text = read_source_text(&path)
+        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message).in_file(&path)))?;
     let file = SourceFile::new(&path, text);
     let mut diags = Diagnostics::default();
     let pipeline = parse_pipeline(&file, &mut diags);
@@ -133,7 +149,12 @@ fn load_pipeline(args: &RunArgs, ctx: &Ctx) -> Result<Pipeline> {
 }
 
 /// Renders what needs no model output, prints the graph, widths and an estimate.
-fn dry_run(pipeline: &Pipeline, params: &indexmap::IndexMap<String, String>, json: bool, ctx: &mut Ctx) -> Result<()> {
+fn dry_run(
+    pipeline: &Pipeline,
+    params: &indexmap::IndexMap<String, String>,
+    json: bool,
+    ctx: &mut Ctx,
+) -> Result<()> {
     let graph = crate::pipeline::graph::Graph::new(pipeline);
     let env = crate::template::environment(pipeline.file.path().parent());
     let mut context = serde_json::Map::new();
@@ -144,19 +165,34 @@ fn dry_run(pipeline: &Pipeline, params: &indexmap::IndexMap<String, String>, jso
     let mut widths: Vec<Option<usize>> = vec![None; pipeline.steps.len()];
     let mut steps_json = Vec::new();
     let mut tokens = 0usize;
-    let mut text = format!("Pipeline {} ({} steps)\n", pipeline.name, pipeline.steps.len());
+    let mut text = format!(
+        "Pipeline {} ({} steps)\n",
+        pipeline.name,
+        pipeline.steps.len()
+    );
     if !pipeline.description.is_empty() {
         text.push_str(&format!("{}\n", pipeline.description.trim()));
     }
     for (i, step) in pipeline.steps.iter().enumerate() {
-        let needs: Vec<&str> = graph.deps(i).iter().map(|d| pipeline.steps[*d].id.as_str()).collect();
+        let needs: Vec<&str> = graph
+            .deps(i)
+            .iter()
+            .map(|d| pipeline.steps[*d].id.as_str())
+            .collect();
         let (width, prompt) = match &step.kind {
             StepKind::Decompose(Decompose::Items(items)) => (Some(items.len()), None),
             StepKind::Decompose(Decompose::Command(t)) => {
                 let count = env
                     .render_str(&t.text, &base)
                     .ok()
-                    .and_then(|c| crate::pipeline::items::command_items(&c, &ctx.env.cwd, std::time::Duration::from_secs(60)).ok())
+                    .and_then(|c| {
+                        crate::pipeline::items::command_items(
+                            &c,
+                            &ctx.env.cwd,
+                            std::time::Duration::from_secs(60),
+                        )
+                        .ok()
+                    })
                     .map(|items| items.len());
                 (count, None)
             }
@@ -170,12 +206,19 @@ fn dry_run(pipeline: &Pipeline, params: &indexmap::IndexMap<String, String>, jso
             StepKind::Decompose(Decompose::File(t)) => (
                 env.render_str(&t.text, &base)
                     .ok()
-                    .and_then(|p| crate::pipeline::items::open_file_items(&ctx.env.cwd.join(p.trim())).ok())
+                    .and_then(|p| {
+                        crate::pipeline::items::open_file_items(&ctx.env.cwd.join(p.trim())).ok()
+                    })
                     .map(Iterator::count),
                 None,
             ),
-            StepKind::Decompose(Decompose::Agent(task)) | StepKind::Synthesize(task) | StepKind::Delegate(task) => {
-                let prompt = task.instructions.as_ref().and_then(|t| env.render_str(&t.text, &base).ok());
+            StepKind::Decompose(Decompose::Agent(task))
+            | StepKind::Synthesize(task)
+            | StepKind::Delegate(task) => {
+                let prompt = task
+                    .instructions
+                    .as_ref()
+                    .and_then(|t| env.render_str(&t.text, &base).ok());
                 (Some(1), prompt)
             }
             StepKind::FanOut(fan_out) => {
@@ -185,7 +228,9 @@ fn dry_run(pipeline: &Pipeline, params: &indexmap::IndexMap<String, String>, jso
         };
         widths[i] = width;
         let tasks = match &step.kind {
-            StepKind::Decompose(Decompose::Agent(_)) | StepKind::Synthesize(_) | StepKind::Delegate(_) => Some(1),
+            StepKind::Decompose(Decompose::Agent(_))
+            | StepKind::Synthesize(_)
+            | StepKind::Delegate(_) => Some(1),
             StepKind::FanOut(_) => width,
             StepKind::Decompose(_) => Some(0),
         };
@@ -199,12 +244,17 @@ fn dry_run(pipeline: &Pipeline, params: &indexmap::IndexMap<String, String>, jso
             "  {} ({}){}{}\n",
             step.id,
             step.kind.name(),
-            if needs.is_empty() { String::new() } else { format!(" after {}", needs.join(", ")) },
+            if needs.is_empty() {
+                String::new()
+            } else {
+                format!(" after {}", needs.join(", "))
+            },
             match (width, &step.kind) {
                 (Some(w), StepKind::FanOut(_)) => format!(": {w} tasks"),
                 (Some(w), StepKind::Decompose(Decompose::Agent(_))) => format!(": {w} task"),
                 (Some(w), StepKind::Decompose(_)) => format!(": {w} items"),
-                (None, StepKind::FanOut(_) | StepKind::Decompose(_)) => ": width known after the run starts".into(),
+                (None, StepKind::FanOut(_) | StepKind::Decompose(_)) =>
+                    ": width known after the run starts".into(),
                 _ => ": 1 task".into(),
             }
         ));
@@ -215,9 +265,12 @@ fn dry_run(pipeline: &Pipeline, params: &indexmap::IndexMap<String, String>, jso
         }
         steps_json.push(json!({"id": step.id, "kind": step.kind.name(), "needs": needs, "width": width, "prompt": prompt}));
     }
-    text.push_str(&format!("Estimated input tokens (prompts known before the run): ~{tokens}\nNo request was sent.\n"));
+    text.push_str(&format!(
+        "Estimated input tokens (prompts known before the run): ~{tokens}\nNo request was sent.\n"
+    ));
     if json {
-        ctx.out.json(&json!({"steps": steps_json, "estimated_input_tokens": tokens}))?;
+        ctx.out
+            .json(&json!({"steps": steps_json, "estimated_input_tokens": tokens}))?;
     } else {
         ctx.out.write(&text)?;
     }

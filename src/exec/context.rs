@@ -15,6 +15,9 @@ pub(crate) struct StepData {
     pub(crate) items: Option<Vec<Value>>,
     /// `{item, output, status}` in item order.
     pub(crate) results: Option<Vec<Value>>,
+    /// Items still in their file, streamed by the fan-out over them (no template reads
+    /// `steps.<id>.items`, so they are never held in memory).
+    pub(crate) file: Option<std::path::PathBuf>,
 }
 
 /// Step outputs by step index, filled as steps finish.
@@ -37,7 +40,10 @@ impl StepOutputs {
     }
 
     pub(crate) fn get(&self, step: usize) -> StepData {
-        self.data.lock().map(|all| all[step].clone()).unwrap_or_default()
+        self.data
+            .lock()
+            .map(|all| all[step].clone())
+            .unwrap_or_default()
     }
 
     /// `{"<id>": {"output", "items", "results"}}` for the finished steps.

@@ -26,8 +26,14 @@ mod tests {
 
     #[test]
     fn parts_do_not_run_together() {
-        assert_ne!(request_hash(&[Some("ab"), Some("c")]), request_hash(&[Some("a"), Some("bc")]));
-        assert_ne!(request_hash(&[None, Some("x")]), request_hash(&[Some(""), Some("x")]));
+        assert_ne!(
+            request_hash(&[Some("ab"), Some("c")]),
+            request_hash(&[Some("a"), Some("bc")])
+        );
+        assert_ne!(
+            request_hash(&[None, Some("x")]),
+            request_hash(&[Some(""), Some("x")])
+        );
         assert_eq!(request_hash(&[Some("a")]), request_hash(&[Some("a")]));
     }
 }

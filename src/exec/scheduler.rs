@@ -57,18 +57,27 @@ struct Sink {
     step_ids: Vec<String>,
     /// Results already in `results.jsonl` from before a resume.
     already_written: std::collections::HashSet<(String, u64)>,
+    /// Journal rows recorded so far; a row's number is its position in commit order.
+    recorded: u64,
 }
 
 impl Sink {
-    fn record(&mut self, done: &TaskDone) {
+    /// Records a finished task everywhere; returns its journal row number (none for a
+    /// result taken from the journal).
+    fn record(&mut self, done: &TaskDone) -> Option<u64> {
         let step = &self.step_ids[done.step];
         let status = if done.ok { "completed" } else { "failed" };
+        let mut seq = None;
         if !done.resumed {
             let row = TaskResultRow {
                 step_id: step.clone(),
                 item_index: done.index,
                 input_hash: done.hash.clone(),
-                status: if done.ok { JournalStatus::Completed } else { JournalStatus::Failed },
+                status: if done.ok {
+                    JournalStatus::Completed
+                } else {
+                    JournalStatus::Failed
+                },
                 output: Some(done.output.clone()),
                 item_json: Some(done.item.to_string()),
                 turns: done.turns,
@@ -81,9 +90,13 @@ impl Sink {
             if let Err(e) = self.journal.record(row) {
                 eprintln!("summon: warning: cannot journal a result: {e}");
             }
+            seq = Some(self.recorded);
+            self.recorded += 1;
         }
+        // A task that ran again after `--resume` gets a new line; the file is compacted to
+        // one line per task when the run ends.
         if let Some(results) = &mut self.results
-            && !self.already_written.contains(&(step.clone(), done.index))
+            && !(done.resumed && self.already_written.contains(&(step.clone(), done.index)))
         {
             let line = ResultLine {
                 step,
@@ -113,10 +126,26 @@ impl Sink {
             done.resumed,
         );
         if let Some(junit) = &mut self.junit {
-            junit.add_case(step, &item_label(&done.item, done.index), done.ok, done.duration, done.error.as_deref());
+            junit.add_case(
+                step,
+                &item_label(&done.item, done.index),
+                done.ok,
+                done.duration,
+                done.error.as_deref(),
+            );
         }
-        let cost = self.report.task_cost(done.model.as_deref(), done.usage.input_tokens, done.usage.output_tokens);
-        self.progress.task_finished(step, done.ok, done.usage.input_tokens + done.usage.output_tokens, cost);
+        let cost = self.report.task_cost(
+            done.model.as_deref(),
+            done.usage.input_tokens,
+            done.usage.output_tokens,
+        );
+        self.progress.task_finished(
+            step,
+            done.ok,
+            done.usage.input_tokens + done.usage.output_tokens,
+            cost,
+        );
+        seq
     }
 }
 
@@ -130,10 +159,19 @@ fn item_label(item: &Value, index: u64) -> String {
 }
 
 /// Runs the pipeline to the end (or to an interruption).
-pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options: RunOptions) -> Result<RunSummary> {
+pub(crate) fn run_pipeline(
+    env: &Env,
+    config: Config,
+    catalog: Catalog,
+    options: RunOptions,
+) -> Result<RunSummary> {
     let pipeline = Arc::new(options.pipeline);
     let store = Store::open(&env.cwd).map_err(|e| Error::usage(e.to_string()))?;
-    let pipeline_path = pipeline.file.path().canonicalize().unwrap_or_else(|_| pipeline.file.path().to_path_buf());
+    let pipeline_path = pipeline
+        .file
+        .path()
+        .canonicalize()
+        .unwrap_or_else(|_| pipeline.file.path().to_path_buf());
     let path_text = pipeline_path.display().to_string();
     let params_json = serde_json::to_string(&options.params).unwrap_or_default();
     let pipeline_hash = super::hash::request_hash(&[Some(&pipeline.file.text)]);
@@ -141,19 +179,30 @@ pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options:
     let (run, finished) = match &options.resume {
         None => {
             let run = store
-                .create_run(&path_text, &pipeline_hash, &params_json, &agents.to_string(), None)
+                .create_run(
+                    &path_text,
+                    &pipeline_hash,
+                    &params_json,
+                    &agents.to_string(),
+                    None,
+                )
                 .map_err(|e| Error::usage(e.to_string()))?;
             (run, HashMap::new())
         }
         Some(wanted) => {
             let run = match wanted {
                 Some(id) => store.get_run(id).map_err(|e| Error::usage(e.to_string()))?,
-                None => store.last_run(&path_text).map_err(|e| Error::usage(e.to_string()))?,
+                None => store
+                    .last_run(&path_text)
+                    .map_err(|e| Error::usage(e.to_string()))?,
             };
             let Some(run) = run else {
                 return Err(Error::usage(match wanted {
                     Some(id) => format!("no run `{id}` to resume"),
-                    None => format!("no earlier run of `{}` to resume", pipeline.file.path().display()),
+                    None => format!(
+                        "no earlier run of `{}` to resume",
+                        pipeline.file.path().display()
+                    ),
                 }));
             };
             if run.params_json != params_json {
@@ -165,12 +214,24 @@ pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options:
             store
                 .set_run_status(&run.run_id, RunStatus::Running)
                 .map_err(|e| Error::usage(e.to_string()))?;
-            let finished = store.finished(&run.run_id).map_err(|e| Error::usage(e.to_string()))?;
+            let finished = store
+                .finished(&run.run_id)
+                .map_err(|e| Error::usage(e.to_string()))?;
             (run, finished)
         }
     };
+    let (commit_sender, committed) = tokio::sync::watch::channel(0u64);
+    let hook = Box::new(move |rows: &[TaskResultRow]| {
+        commit_sender.send_modify(|n| *n += rows.len() as u64);
+    });
+    // Group commit: each commit takes every row recorded while the previous one ran.
+    let writer_options = WriterOptions {
+        max_rows: 4096,
+        max_delay: Duration::ZERO,
+        on_commit: Some(hook),
+    };
     let journal = store
-        .journal_writer(&run.run_id, WriterOptions::default())
+        .journal_writer(&run.run_id, writer_options)
         .map_err(|e| Error::usage(e.to_string()))?;
     let resuming = options.resume.is_some();
     let (results, already_written) = match &options.out_dir {
@@ -194,10 +255,14 @@ pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options:
         journal,
         results,
         report: Report::new(config_prices(&config)),
-        junit: options.junit.as_ref().map(|_| JunitWriter::new(pipeline.name.clone())),
+        junit: options
+            .junit
+            .as_ref()
+            .map(|_| JunitWriter::new(pipeline.name.clone())),
         progress,
         step_ids: pipeline.steps.iter().map(|s| s.id.clone()).collect(),
         already_written,
+        recorded: 0,
     }));
     let concurrency = options
         .concurrency
@@ -216,12 +281,20 @@ pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options:
         drain: CancellationToken::new(),
         kill: CancellationToken::new(),
         policy: RetryPolicy::default(),
+        committed,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     let deps = dependencies(&pipeline);
+    let graph = crate::pipeline::graph::Graph::new(&pipeline);
+    let keep_results: Arc<Vec<bool>> = Arc::new(
+        (0..pipeline.steps.len())
+            .map(|i| graph.results_needed(i))
+            .collect(),
+    );
+    let last_step = pipeline.steps.len().saturating_sub(1);
     let outputs = Arc::new(StepOutputs::new(pipeline.steps.len()));
     let params = Arc::new(options.params.clone());
     let agents = Arc::new(agents);
@@ -254,6 +327,8 @@ pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options:
                     status[i] = Some((StepStatus::Skipped, None));
                     continue;
                 }
+                let keep = keep_results[i];
+                let is_last = i == last_step;
                 let (shared, pipeline, outputs, params, agents, sink) = (
                     Arc::clone(&shared),
                     Arc::clone(&pipeline),
@@ -262,8 +337,11 @@ pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options:
                     Arc::clone(&agents),
                     Arc::clone(&sink),
                 );
+                if let Ok(mut sink) = sink.lock() {
+                    sink.report.step_started(&pipeline.steps[i].id);
+                }
                 running.spawn(async move {
-                    let result = run_step(&shared, &pipeline, i, &outputs, &params, &agents, &sink).await;
+                    let result = run_step(&shared, &pipeline, i, keep, is_last, &outputs, &params, &agents, &sink).await;
                     (i, result)
                 });
             }
@@ -282,8 +360,9 @@ pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options:
                     Ok(()) => (StepStatus::Succeeded, None),
                     Err(message) => (StepStatus::Failed, Some(message)),
                 });
-                if let Ok(sink) = sink.lock() {
+                if let Ok(mut sink) = sink.lock() {
                     sink.progress.step_finished(&pipeline.steps[i].id);
+                    sink.report.step_finished(&pipeline.steps[i].id);
                 }
             }
         }
@@ -293,16 +372,25 @@ pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options:
     let interrupted = shared.drain.is_cancelled();
     // Flush everything that records results before deciding the outcome.
     let mut sink = match Arc::try_unwrap(sink) {
-        Ok(sink) => sink.into_inner().map_err(|_| Error::usage("internal error: output sink"))?,
+        Ok(sink) => sink
+            .into_inner()
+            .map_err(|_| Error::usage("internal error: output sink"))?,
         Err(_) => return Err(Error::usage("internal error: output sink still in use")),
     };
     sink.progress.finish();
-    sink.journal.flush().map_err(|e| Error::usage(e.to_string()))?;
+    sink.journal
+        .flush()
+        .map_err(|e| Error::usage(e.to_string()))?;
     if let Some(results) = &mut sink.results {
         results.flush()?;
     }
+    drop(sink.results.take());
+    if let (Some(dir), true) = (&options.out_dir, resuming) {
+        compact_results(&env.cwd.join(dir))?;
+    }
     if let Some(dir) = &options.out_dir {
-        sink.report.write_json(&env.cwd.join(dir).join("report.json"))?;
+        sink.report
+            .write_json(&env.cwd.join(dir).join("report.json"))?;
     }
     if let (Some(junit), Some(path)) = (&sink.junit, &options.junit) {
         junit.write(&env.cwd.join(path))?;
@@ -341,6 +429,38 @@ pub(crate) fn run_pipeline(env: &Env, config: Config, catalog: Catalog, options:
     })
 }
 
+/// Keeps the last line of every task in `results.jsonl` (a task that ran again after a
+/// resume replaces its earlier line), in first-seen order.
+fn compact_results(dir: &std::path::Path) -> Result<()> {
+    let path = dir.join(crate::output::RESULTS_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let mut order: Vec<(String, u64)> = Vec::new();
+    let mut lines: HashMap<(String, u64), &str> = HashMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let key = (
+            value["step"].as_str().unwrap_or_default().to_owned(),
+            value["index"].as_u64().unwrap_or_default(),
+        );
+        if lines.insert(key.clone(), line).is_none() {
+            order.push(key);
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    for key in &order {
+        out.push_str(lines[key]);
+        out.push('\n');
+    }
+    let tmp = path.with_extension("jsonl.tmp");
+    std::fs::write(&tmp, out)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(())
+}
+
 fn outputs_final(data: &StepData) -> Option<String> {
     if let Some(output) = &data.output {
         return Some(output.clone());
@@ -365,14 +485,27 @@ fn config_prices(config: &Config) -> HashMap<String, (f64, f64)> {
 /// Each step's dependencies: `needs`, `over`, and the steps its templates reference.
 fn dependencies(pipeline: &Pipeline) -> Vec<Vec<usize>> {
     let graph = crate::pipeline::graph::Graph::new(pipeline);
-    (0..pipeline.steps.len()).map(|i| graph.deps(i).to_vec()).collect()
+    (0..pipeline.steps.len())
+        .map(|i| graph.deps(i).to_vec())
+        .collect()
+}
+
+/// Whether any template reads `steps.<id>.items`.
+fn items_read(pipeline: &Pipeline, id: &str) -> bool {
+    let text = &pipeline.file.text;
+    text.contains(&format!("steps.{id}.items"))
+        || text.contains(&format!("steps[\"{id}\"].items"))
+        || text.contains(&format!("steps['{id}'].items"))
 }
 
 /// Runs one step; `Err` carries why it failed.
+#[allow(clippy::too_many_arguments)] // the run's shared state, borrowed for one step
 async fn run_step(
     shared: &Arc<Shared>,
     pipeline: &Pipeline,
     index: usize,
+    keep_results: bool,
+    is_last: bool,
     outputs: &StepOutputs,
     params: &IndexMap<String, String>,
     agents: &Value,
@@ -382,21 +515,23 @@ async fn run_step(
     let config = StepConfig::new(index, step, &shared.settings);
     let base = base_context(params, outputs.to_json(pipeline), agents);
     let env = crate::template::environment(pipeline.file.path().parent());
-    let render_plain = |t: &crate::pipeline::model::Template| -> std::result::Result<String, String> {
-        env.render_str(&t.text, &base).map_err(|e| super::step::render_error(t, &e))
-    };
+    let render_plain =
+        |t: &crate::pipeline::model::Template| -> std::result::Result<String, String> {
+            env.render_str(&t.text, &base)
+                .map_err(|e| super::step::render_error(t, &e))
+        };
     let cwd = shared.env.cwd.clone();
     let mut failures = 0usize;
     let mut successes = 0usize;
     let mut results: Vec<(u64, Value)> = Vec::new();
+    // The final step's text goes to stdout: keep only the outputs, in item order.
+    let mut final_texts: Vec<(u64, String)> = Vec::new();
     let mut single_output: Option<String> = None;
     let mut single_structured: Option<Value> = None;
     let fail_fast = step.on_error == OnError::FailFast;
     let mut first_error: Option<String> = None;
-    let mut on_done = |done: TaskDone| -> bool {
-        if let Ok(mut sink) = sink.lock() {
-            sink.record(&done);
-        }
+    let mut on_done = |done: TaskDone| -> (bool, Option<u64>) {
+        let seq = sink.lock().ok().and_then(|mut sink| sink.record(&done));
         if done.ok {
             successes += 1;
         } else {
@@ -409,17 +544,23 @@ async fn run_step(
                 ));
             }
         }
-        results.push((
-            done.index,
-            json!({"item": done.item, "output": done.output, "status": if done.ok { "completed" } else { "failed" }}),
-        ));
+        if is_last && !keep_results {
+            final_texts.push((done.index, done.output.clone()));
+        }
+        if keep_results {
+            results.push((
+                done.index,
+                json!({"item": done.item, "output": done.output, "status": if done.ok { "completed" } else { "failed" }}),
+            ));
+        }
         single_output = Some(done.output.clone());
         single_structured.clone_from(&done.structured);
-        !fail_fast || done.ok
+        (!fail_fast || done.ok, seq)
     };
-    let single = |items: Vec<Value>| -> Box<dyn Iterator<Item = std::result::Result<Value, String>> + Send> {
-        Box::new(items.into_iter().map(Ok))
-    };
+    let single =
+        |items: Vec<Value>| -> Box<dyn Iterator<Item = std::result::Result<Value, String>> + Send> {
+            Box::new(items.into_iter().map(Ok))
+        };
     match &step.kind {
         StepKind::Decompose(decompose) => {
             let items: Vec<Value> = match decompose {
@@ -427,34 +568,74 @@ async fn run_step(
                 Decompose::Command(t) => {
                     let command = render_plain(t)?;
                     let cwd = cwd.clone();
-                    tokio::task::spawn_blocking(move || command_items(&command, &cwd, Duration::from_secs(600)))
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .map_err(|e| e.to_string())?
+                    tokio::task::spawn_blocking(move || {
+                        command_items(&command, &cwd, Duration::from_secs(600))
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?
                 }
-                Decompose::Glob(t) => glob_items(&render_plain(t)?, &cwd).map_err(|e| e.to_string())?,
+                Decompose::Glob(t) => {
+                    glob_items(&render_plain(t)?, &cwd).map_err(|e| e.to_string())?
+                }
                 Decompose::File(t) => {
                     let path = cwd.join(render_plain(t)?.trim());
                     let reader = open_file_items(&path).map_err(|e| e.to_string())?;
-                    reader.map(|r| r.map_err(|e| e.to_string())).collect::<std::result::Result<_, _>>()?
+                    if !items_read(pipeline, &step.id) {
+                        // Checked now (it opens), streamed by the fan-out later.
+                        drop(reader);
+                        outputs.set(
+                            index,
+                            StepData {
+                                file: Some(path),
+                                ..StepData::default()
+                            },
+                        );
+                        return Ok(());
+                    }
+                    reader
+                        .map(|r| r.map_err(|e| e.to_string()))
+                        .collect::<std::result::Result<_, _>>()?
                 }
                 Decompose::Agent(task) => {
                     let schema = json!({"type": "array"});
                     let mut iter = single(vec![Value::Null]);
-                    run_tasks(shared, &config, task, &base, &mut *iter, false, Some(schema), Some(1), &env, &mut on_done).await?;
+                    run_tasks(
+                        shared,
+                        &config,
+                        task,
+                        &base,
+                        &mut *iter,
+                        false,
+                        Some(schema),
+                        Some(1),
+                        &env,
+                        &mut on_done,
+                    )
+                    .await?;
                     if failures > 0 {
                         return Err(first_error.unwrap_or_default());
                     }
                     match single_structured.take() {
                         Some(Value::Array(items)) => items,
-                        _ => return Err("the decompose subagent did not answer with a JSON array".into()),
+                        _ => {
+                            return Err(
+                                "the decompose subagent did not answer with a JSON array".into()
+                            );
+                        }
                     }
                 }
             };
             if let Ok(sink) = sink.lock() {
                 sink.progress.set_total(&step.id, items.len() as u64);
             }
-            outputs.set(index, StepData { output: None, items: Some(items), results: None });
+            outputs.set(
+                index,
+                StepData {
+                    items: Some(items),
+                    ..StepData::default()
+                },
+            );
             Ok(())
         }
         StepKind::FanOut(fan_out) => {
@@ -463,28 +644,82 @@ async fn run_step(
                 .iter()
                 .position(|s| s.id == fan_out.over)
                 .ok_or_else(|| format!("unknown step `{}`", fan_out.over))?;
-            let items = outputs.get(over).items.unwrap_or_default();
-            let total = items.len();
-            if let Ok(sink) = sink.lock() {
-                sink.progress.set_total(&step.id, total as u64);
-            }
-            let mut iter = single(items);
-            run_tasks(shared, &config, &fan_out.task, &base, &mut *iter, true, None, step.concurrency, &env, &mut on_done)
-                .await?;
+            let over_data = outputs.get(over);
+            let mut iter: Box<dyn Iterator<Item = std::result::Result<Value, String>> + Send> =
+                match &over_data.file {
+                    Some(path) => {
+                        let first_pass = open_file_items(path).map_err(|e| e.to_string())?;
+                        let mut total = 0usize;
+                        let mut names_checked = Ok(());
+                        if fan_out
+                            .task
+                            .source
+                            .as_ref()
+                            .is_some_and(|s| crate::template::has_template(&s.text))
+                        {
+                            let items: Vec<Value> =
+                                first_pass.filter_map(std::result::Result::ok).collect();
+                            total = items.len();
+                            names_checked =
+                                check_sources(shared, &env, &fan_out.task, &base, &items);
+                        } else {
+                            total += first_pass.count();
+                        }
+                        names_checked?;
+                        if let Ok(sink) = sink.lock() {
+                            sink.progress.set_total(&step.id, total as u64);
+                        }
+                        let reader = open_file_items(path).map_err(|e| e.to_string())?;
+                        Box::new(reader.map(|r| r.map_err(|e| e.to_string())))
+                    }
+                    None => {
+                        let items = over_data.items.unwrap_or_default();
+                        check_sources(shared, &env, &fan_out.task, &base, &items)?;
+                        if let Ok(sink) = sink.lock() {
+                            sink.progress.set_total(&step.id, items.len() as u64);
+                        }
+                        single(items)
+                    }
+                };
+            run_tasks(
+                shared,
+                &config,
+                &fan_out.task,
+                &base,
+                &mut *iter,
+                true,
+                None,
+                step.concurrency,
+                &env,
+                &mut on_done,
+            )
+            .await?;
+            let total = successes + failures;
             results.sort_by_key(|(i, _)| *i);
             let needed = match (step.min_success, step.on_error) {
                 (Some(min), _) => min.required(total),
                 (None, OnError::Continue) => 0,
                 (None, OnError::FailFast) => total,
             };
-            let ok = successes >= needed && !(step.on_error == OnError::FailFast && step.min_success.is_none() && failures > 0);
+            let ok = successes >= needed
+                && !(step.on_error == OnError::FailFast
+                    && step.min_success.is_none()
+                    && failures > 0);
             let _ = MinSuccess::Count(0);
+            final_texts.sort_by_key(|(i, _)| *i);
+            let output = (!final_texts.is_empty()).then(|| {
+                final_texts
+                    .iter()
+                    .map(|(_, t)| t.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n\n")
+            });
             outputs.set(
                 index,
                 StepData {
-                    output: None,
-                    items: None,
-                    results: Some(results.into_iter().map(|(_, v)| v).collect()),
+                    output,
+                    results: keep_results.then(|| results.into_iter().map(|(_, v)| v).collect()),
+                    ..StepData::default()
                 },
             );
             if ok && !shared.drain.is_cancelled() {
@@ -500,8 +735,26 @@ async fn run_step(
         }
         StepKind::Synthesize(task) | StepKind::Delegate(task) => {
             let mut iter = single(vec![Value::Null]);
-            run_tasks(shared, &config, task, &base, &mut *iter, false, None, Some(1), &env, &mut on_done).await?;
-            outputs.set(index, StepData { output: single_output.clone(), items: None, results: None });
+            run_tasks(
+                shared,
+                &config,
+                task,
+                &base,
+                &mut *iter,
+                false,
+                None,
+                Some(1),
+                &env,
+                &mut on_done,
+            )
+            .await?;
+            outputs.set(
+                index,
+                StepData {
+                    output: single_output.clone(),
+                    ..StepData::default()
+                },
+            );
             if failures > 0 {
                 Err(first_error.unwrap_or_default())
             } else if single_output.is_none() {
@@ -513,8 +766,51 @@ async fn run_step(
     }
 }
 
+/// Every source name a templated `source:` renders to must be in the run's catalog before
+/// any task of the step is sent.
+fn check_sources(
+    shared: &Shared,
+    env: &minijinja::Environment<'_>,
+    task: &crate::pipeline::model::TaskTemplate,
+    base: &minijinja::Value,
+    items: &[Value],
+) -> std::result::Result<(), String> {
+    let Some(source) = task
+        .source
+        .as_ref()
+        .filter(|s| crate::template::has_template(&s.text))
+    else {
+        return Ok(());
+    };
+    let template = env
+        .template_from_str(&source.text)
+        .map_err(|e| super::step::render_error(source, &e))?;
+    for (index, item) in items.iter().enumerate() {
+        let ctx = super::context::item_context(base, item, index as u64);
+        let name = template
+            .render(&ctx)
+            .map_err(|e| super::step::render_error(source, &e))?;
+        let name = name.trim();
+        if !name.is_empty()
+            && !matches!(name, "null" | "none" | "None")
+            && shared.catalog.get(name).is_none()
+        {
+            return Err(format!(
+                "Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent."
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The pipeline's `outputs` files, relative to the working directory.
-fn write_outputs(env: &Env, pipeline: &Pipeline, outputs: &StepOutputs, params: &IndexMap<String, String>, agents: &Value) -> Result<()> {
+fn write_outputs(
+    env: &Env,
+    pipeline: &Pipeline,
+    outputs: &StepOutputs,
+    params: &IndexMap<String, String>,
+    agents: &Value,
+) -> Result<()> {
     if pipeline.outputs.is_empty() {
         return Ok(());
     }

@@ -40,7 +40,16 @@ pub(crate) struct Shared {
     /// Set by the second Ctrl-C: stop tasks in flight.
     pub(crate) kill: CancellationToken,
     pub(crate) policy: RetryPolicy,
+    /// How many journal rows are committed, in record order; updated after each commit.
+    pub(crate) committed: tokio::sync::watch::Receiver<u64>,
 }
+
+/// A task's concurrency slots, held until its result is committed to the journal, so that a
+/// `kill -9` repeats at most the tasks that hold slots.
+type Permits = (
+    tokio::sync::OwnedSemaphorePermit,
+    Option<tokio::sync::OwnedSemaphorePermit>,
+);
 
 /// A task with its templates rendered.
 #[derive(Debug, Clone)]
@@ -64,7 +73,10 @@ pub(crate) struct Compiled<'env> {
 
 /// A render failure, positioned in the pipeline file.
 pub(crate) fn render_error(template: &Template, error: &minijinja::Error) -> String {
-    let line = template.first_line() + error.line().map_or(0, |l| u32::try_from(l).unwrap_or(1).saturating_sub(1));
+    let line = template.first_line()
+        + error
+            .line()
+            .map_or(0, |l| u32::try_from(l).unwrap_or(1).saturating_sub(1));
     let mut message = error.kind().to_string();
     if let Some(detail) = error.detail() {
         message = format!("{message}: {detail}");
@@ -73,8 +85,14 @@ pub(crate) fn render_error(template: &Template, error: &minijinja::Error) -> Str
 }
 
 impl<'env> Compiled<'env> {
-    pub(crate) fn new(env: &'env minijinja::Environment<'env>, task: &'env TaskTemplate) -> Result<Self, String> {
-        let compile = |t: &'env Template| env.template_from_str(&t.text).map_err(|e| render_error(t, &e));
+    pub(crate) fn new(
+        env: &'env minijinja::Environment<'env>,
+        task: &'env TaskTemplate,
+    ) -> Result<Self, String> {
+        let compile = |t: &'env Template| {
+            env.template_from_str(&t.text)
+                .map_err(|e| render_error(t, &e))
+        };
         Ok(Self {
             source: task.source.as_ref().map(compile).transpose()?,
             instructions: task.instructions.as_ref().map(compile).transpose()?,
@@ -88,13 +106,20 @@ impl<'env> Compiled<'env> {
         })
     }
 
-    pub(crate) fn render(&self, task: &TaskTemplate, ctx: &minijinja::Value) -> Result<Rendered, String> {
-        let render = |t: &minijinja::Template<'_, '_>, src: &Template| t.render(ctx).map_err(|e| render_error(src, &e));
+    pub(crate) fn render(
+        &self,
+        task: &TaskTemplate,
+        ctx: &minijinja::Value,
+    ) -> Result<Rendered, String> {
+        let render = |t: &minijinja::Template<'_, '_>, src: &Template| {
+            t.render(ctx).map_err(|e| render_error(src, &e))
+        };
         let source = match (&self.source, &task.source) {
             (Some(t), Some(src)) => {
                 let name = render(t, src)?;
                 let name = name.trim();
-                (!name.is_empty() && name != "null" && name != "none" && name != "None").then(|| name.to_owned())
+                (!name.is_empty() && name != "null" && name != "none" && name != "None")
+                    .then(|| name.to_owned())
             }
             _ => None,
         };
@@ -169,7 +194,13 @@ impl StepConfig {
 }
 
 /// The journaled result of a task whose rendered request has not changed, if any.
-pub(crate) fn resumed(shared: &Shared, step: &StepConfig, index: u64, item: &Value, hash: &str) -> Option<TaskDone> {
+pub(crate) fn resumed(
+    shared: &Shared,
+    step: &StepConfig,
+    index: u64,
+    item: &Value,
+    hash: &str,
+) -> Option<TaskDone> {
     let row = shared.finished.get(&(step.id.clone(), index))?;
     if row.input_hash != hash || row.status != JournalStatus::Completed {
         return None;
@@ -193,7 +224,14 @@ pub(crate) fn resumed(shared: &Shared, step: &StepConfig, index: u64, item: &Val
 }
 
 /// Runs one task to the end: retries on failure, a timeout per attempt.
-pub(crate) async fn run_task(shared: Arc<Shared>, step: StepConfig, index: u64, item: Value, rendered: Rendered, hash: String) -> TaskDone {
+pub(crate) async fn run_task(
+    shared: Arc<Shared>,
+    step: StepConfig,
+    index: u64,
+    item: Value,
+    rendered: Rendered,
+    hash: String,
+) -> TaskDone {
     let started = Instant::now();
     let mut attempt = 0;
     loop {
@@ -203,7 +241,15 @@ pub(crate) async fn run_task(shared: Arc<Shared>, step: StepConfig, index: u64, 
         };
         let (ok, output, structured, error, turns, usage, model) = match outcome {
             Ok(done) => done,
-            Err(error) => (false, String::new(), None, Some(error), 0, Usage::default(), None),
+            Err(error) => (
+                false,
+                String::new(),
+                None,
+                Some(error),
+                0,
+                Usage::default(),
+                None,
+            ),
         };
         if ok || attempt >= step.retries || shared.kill.is_cancelled() {
             return TaskDone {
@@ -226,9 +272,21 @@ pub(crate) async fn run_task(shared: Arc<Shared>, step: StepConfig, index: u64, 
     }
 }
 
-type Attempt = (bool, String, Option<Value>, Option<String>, u32, Usage, Option<String>);
+type Attempt = (
+    bool,
+    String,
+    Option<Value>,
+    Option<String>,
+    u32,
+    Usage,
+    Option<String>,
+);
 
-async fn attempt_task(shared: &Shared, step: &StepConfig, rendered: &Rendered) -> Result<Attempt, String> {
+async fn attempt_task(
+    shared: &Shared,
+    step: &StepConfig,
+    rendered: &Rendered,
+) -> Result<Attempt, String> {
     let source = match &rendered.source {
         Some(name) => Some(shared.catalog.get(name).ok_or_else(|| {
             format!("Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent.")
@@ -237,7 +295,9 @@ async fn attempt_task(shared: &Shared, step: &StepConfig, rendered: &Rendered) -
     };
     let mut params = ParamInput::default();
     for (key, value) in &rendered.params {
-        params.values.insert(key.clone(), (value.clone(), Origin::Flag));
+        params
+            .values
+            .insert(key.clone(), (value.clone(), Origin::Flag));
     }
     let request = Request {
         instructions: rendered.instructions.clone(),
@@ -251,32 +311,51 @@ async fn attempt_task(shared: &Shared, step: &StepConfig, rendered: &Rendered) -
         working_dir: None,
         response_schema: rendered.schema.clone(),
     };
-    let prepared = prepare_with(&shared.env, &shared.config, source, &request, &shared.resolver)
-        .await
-        .map_err(|e| match e {
-            crate::delegation::PrepareError::Input(diags) => diags
-                .items
-                .iter()
-                .filter(|d| d.is_error())
-                .map(|d| d.message.clone())
-                .collect::<Vec<_>>()
-                .join("; "),
-            crate::delegation::PrepareError::Task(message) => message,
-        })?;
+    let prepared = prepare_with(
+        &shared.env,
+        &shared.config,
+        source,
+        &request,
+        &shared.resolver,
+    )
+    .await
+    .map_err(|e| match e {
+        crate::delegation::PrepareError::Input(diags) => diags
+            .items
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.message.clone())
+            .collect::<Vec<_>>()
+            .join("; "),
+        crate::delegation::PrepareError::Task(message) => message,
+    })?;
     let (client, limiter) = {
-        let mut clients = shared.clients.lock().map_err(|_| "internal error: client cache".to_owned())?;
+        let mut clients = shared
+            .clients
+            .lock()
+            .map_err(|_| "internal error: client cache".to_owned())?;
         match clients.get(&prepared.resolved.provider_name) {
             Some(pair) => pair.clone(),
             None => {
-                let client = Client::new(prepared.resolved.endpoint.clone()).map_err(|e| e.to_string())?;
+                let client =
+                    Client::new(prepared.resolved.endpoint.clone()).map_err(|e| e.to_string())?;
                 let limiter = RateLimiter::new(prepared.resolved.limits);
-                clients.insert(prepared.resolved.provider_name.clone(), (client.clone(), limiter.clone()));
+                clients.insert(
+                    prepared.resolved.provider_name.clone(),
+                    (client.clone(), limiter.clone()),
+                );
                 (client, limiter)
             }
         }
     };
     let mut observer = |_event: crate::subagent::SubagentEvent| {};
-    let run = run_subagent(&client, &shared.policy, &limiter, &prepared.spec, &mut observer);
+    let run = run_subagent(
+        &client,
+        &shared.policy,
+        &limiter,
+        &prepared.spec,
+        &mut observer,
+    );
     let result = match step.timeout {
         Some(limit) => tokio::time::timeout(limit, run)
             .await
@@ -312,7 +391,7 @@ pub(crate) async fn run_tasks(
     schema: Option<Value>,
     cap: Option<usize>,
     env: &minijinja::Environment<'_>,
-    on_done: &mut (dyn FnMut(TaskDone) -> bool + Send),
+    on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
 ) -> Result<(), String> {
     // The compiled templates borrow `env` and `task`; render synchronously here.
     let compiled = {
@@ -321,7 +400,9 @@ pub(crate) async fn run_tasks(
         compile_for(env, task)?
     };
     let step_cap = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
-    let mut running: JoinSet<TaskDone> = JoinSet::new();
+    let mut running: JoinSet<(TaskDone, Permits)> = JoinSet::new();
+    let mut pending: std::collections::VecDeque<(u64, Permits)> = std::collections::VecDeque::new();
+    let mut commits = shared.committed.clone();
     let mut index: u64 = 0;
     let mut exhausted = false;
     let mut stop = false;
@@ -342,7 +423,11 @@ pub(crate) async fn run_tasks(
                 break;
             };
             let item = next?;
-            let ctx = if per_item_context { item_context(base, &item, index) } else { base.clone() };
+            let ctx = if per_item_context {
+                item_context(base, &item, index)
+            } else {
+                base.clone()
+            };
             let mut rendered = compiled.render(task, &ctx)?;
             rendered.schema.clone_from(&schema);
             if let Some(name) = &rendered.source
@@ -356,9 +441,7 @@ pub(crate) async fn run_tasks(
             if let Some(done) = resumed(shared, step, index, &item, &hash) {
                 drop((global, local));
                 index += 1;
-                if !on_done(done) {
-                    stop = true;
-                }
+                stop |= !on_done(done).0;
                 continue;
             }
             let shared = Arc::clone(shared);
@@ -366,28 +449,64 @@ pub(crate) async fn run_tasks(
             let this = index;
             running.spawn(async move {
                 let done = run_task(shared, step, this, item, rendered, hash).await;
-                drop((global, local));
-                done
+                (done, (global, local))
             });
             index += 1;
+        }
+        let committed = *commits.borrow_and_update();
+        let mut released = false;
+        while pending.front().is_some_and(|(seq, _)| *seq < committed) {
+            pending.pop_front();
+            released = true;
+        }
+        if released && !exhausted && !stop {
+            continue;
         }
         if running.is_empty() {
             if exhausted || stop || shared.drain.is_cancelled() {
                 return Ok(());
             }
+            if !pending.is_empty() {
+                // Slots come back when the journal commits the results holding them.
+                let _ = commits.changed().await;
+                continue;
+            }
             // Nothing running and no permit: wait for one to free up elsewhere.
-            let permit = shared.global.clone().acquire_owned().await.map_err(|e| e.to_string())?;
+            let permit = shared
+                .global
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|e| e.to_string())?;
             drop(permit);
             continue;
         }
-        match running.join_next().await {
-            Some(Ok(done)) => stop |= !on_done(done),
+        let joined = if pending.is_empty() {
+            running.join_next().await
+        } else {
+            tokio::select! {
+                joined = running.join_next() => joined,
+                _ = commits.changed() => continue,
+            }
+        };
+        match joined {
+            Some(Ok((done, permits))) => {
+                let (go_on, seq) = on_done(done);
+                stop |= !go_on;
+                match seq {
+                    Some(seq) => pending.push_back((seq, permits)),
+                    None => drop(permits),
+                }
+            }
             Some(Err(e)) => return Err(format!("a task crashed: {e}")),
             None => {}
         }
     }
 }
 
-fn compile_for<'a>(env: &'a minijinja::Environment<'a>, task: &'a TaskTemplate) -> Result<Compiled<'a>, String> {
+fn compile_for<'a>(
+    env: &'a minijinja::Environment<'a>,
+    task: &'a TaskTemplate,
+) -> Result<Compiled<'a>, String> {
     Compiled::new(env, task)
 }

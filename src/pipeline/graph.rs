@@ -123,7 +123,6 @@ impl Graph {
     }
 
     /// The steps that step `step` waits for, ascending.
-    #[allow(dead_code)] // for the runner and `--dry-run`
     pub(crate) fn deps(&self, step: usize) -> &[usize] {
         &self.deps[step]
     }
@@ -157,7 +156,6 @@ impl Graph {
 
     /// Whether a template (of a step or of `outputs`) reads this step's `output` or `results`
     /// (anything but `items`): if not, the runner need not keep its results in memory.
-    #[allow(dead_code)] // for the runner
     pub(crate) fn results_needed(&self, step: usize) -> bool {
         self.results_needed[step]
     }
@@ -290,10 +288,18 @@ mod tests {
     #[test]
     fn dependencies_come_from_references_needs_and_over() {
         let p = pipeline(&[
-            ("late", "{{ steps.first.output }} {{ steps['mid'].output }}", &[]),
+            (
+                "late",
+                "{{ steps.first.output }} {{ steps['mid'].output }}",
+                &[],
+            ),
             ("first", "x", &[]),
             ("mid", "y", &["first"]),
-            ("solo", "{{ steps.solo.output }} {{ steps.ghost.output }}", &[]),
+            (
+                "solo",
+                "{{ steps.solo.output }} {{ steps.ghost.output }}",
+                &[],
+            ),
             ("all", "{% for s in steps %}{% endfor %}", &[]),
         ]);
         let g = Graph::new(&p);

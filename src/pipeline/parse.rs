@@ -12,8 +12,8 @@ use indexmap::IndexMap;
 use super::duration::{from_seconds, parse_duration};
 use super::graph::{self, Graph};
 use super::model::{
-    Backend, Decompose, FanOut, MinSuccess, OnError, OutputFile, Pipeline, PipelineSettings,
-    Step, StepKind, TaskTemplate, Template,
+    Backend, Decompose, FanOut, MinSuccess, OnError, OutputFile, Pipeline, PipelineSettings, Step,
+    StepKind, TaskTemplate, Template,
 };
 use super::refs;
 use crate::diag::{Diagnostic, Diagnostics, FileDiags, Pos, SourceFile};
@@ -41,13 +41,19 @@ pub(crate) fn looks_like_pipeline(root: &Node) -> bool {
 /// For `summon validate`: if `file` is a pipeline, parses and validates it into `diags` and
 /// returns true; otherwise returns false and reports nothing.
 pub(crate) fn validate_if_pipeline(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> bool {
-    match yaml::parse(&file.text) {
-        Ok(Some(root)) if looks_like_pipeline(&root) => {
-            let _ = parse_pipeline(file, diags);
-            true
+    let is_pipeline = match yaml::parse(&file.text) {
+        Ok(Some(root)) => looks_like_pipeline(&root),
+        Ok(None) => false,
+        // broken YAML: judged by its top-level keys, so the error is told in pipeline terms
+        Err(_) => {
+            let has_key = |key: &str| file.text.lines().any(|l| l.starts_with(key));
+            has_key("steps:") && !has_key("title:")
         }
-        _ => false,
+    };
+    if is_pipeline {
+        let _ = parse_pipeline(file, diags);
     }
+    is_pipeline
 }
 
 /// Parses and validates a pipeline file. Every problem goes to `diags`; `None` when any of
@@ -71,7 +77,15 @@ fn read_file(file: &Arc<SourceFile>, d: &mut FileDiags<'_>) -> Option<Pipeline> 
             return None;
         }
         Err(syntax) => {
-            d.error(syntax.pos, format!("invalid YAML: {}", syntax.message));
+            let mut diagnostic = Diagnostic::error(format!("invalid YAML: {}", syntax.message))
+                .at(d.span(syntax.pos));
+            let near = (syntax.pos.line.saturating_sub(1)..=syntax.pos.line)
+                .filter_map(|line| file.line_text(line))
+                .any(|line| line.contains(": {{") || line.contains("- {{"));
+            if near {
+                diagnostic = diagnostic.with_hint(QUOTE_HINT);
+            }
+            d.push(diagnostic);
             return None;
         }
     };
@@ -184,16 +198,32 @@ fn template(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Option<Template> 
             })
         }
         _ => {
-            d.error(
-                node.pos,
-                format!(
-                    "`{path}` must be a string (a template), found {}",
-                    node.kind_name()
-                ),
-            );
+            let mut diagnostic = Diagnostic::error(format!(
+                "`{path}` must be a string (a template), found {}",
+                node.kind_name()
+            ))
+            .at(d.span(node.pos));
+            if starts_unquoted_template(&d.file, node.pos) {
+                diagnostic = diagnostic.with_hint(QUOTE_HINT);
+            }
+            d.push(diagnostic);
             None
         }
     }
+}
+
+const QUOTE_HINT: &str =
+    "YAML reads an unquoted `{{ ... }}` as a mapping: quote the template, `\"{{ item }}\"`";
+
+/// Whether the text at `pos` is an unquoted `{{` (which YAML reads as a flow mapping).
+fn starts_unquoted_template(file: &SourceFile, pos: Pos) -> bool {
+    file.line_text(pos.line).is_some_and(|line| {
+        let rest: String = line
+            .chars()
+            .skip(usize::try_from(pos.col.saturating_sub(1)).unwrap_or(0))
+            .collect();
+        rest.starts_with("{{") || rest.starts_with("{%")
+    })
 }
 
 /// The YAML tree places a block scalar at its first non-blank content line; a [`Template`]
@@ -332,17 +362,26 @@ fn read_steps(entry: Option<(&Node, &Node)>, d: &mut FileDiags<'_>) -> (Vec<Step
     let items = match node.as_seq() {
         Some(items) if !items.is_empty() => items,
         Some(_) => {
-            d.error(node.pos, "`steps` is empty: a pipeline needs at least one step");
+            d.error(
+                node.pos,
+                "`steps` is empty: a pipeline needs at least one step",
+            );
             return (steps, known);
         }
         None if node.is_null() => {
-            d.error(key.pos, "`steps` is empty: a pipeline needs at least one step");
+            d.error(
+                key.pos,
+                "`steps` is empty: a pipeline needs at least one step",
+            );
             return (steps, known);
         }
         None => {
             d.error(
                 node.pos,
-                format!("`steps` must be a list of steps, found {}", node.kind_name()),
+                format!(
+                    "`steps` must be a list of steps, found {}",
+                    node.kind_name()
+                ),
             );
             return (steps, known);
         }
@@ -411,10 +450,21 @@ fn read_step(
         .collect();
     kinds.sort_by_key(|(_, k, _)| (k.pos.line, k.pos.col));
     match kinds.as_slice() {
-        [] => d.error(
-            pos,
-            format!("{label} has no kind: set exactly one of {KINDS_TEXT}"),
-        ),
+        [] => {
+            let mut diagnostic = Diagnostic::error(format!(
+                "{label} has no kind: set exactly one of {KINDS_TEXT}"
+            ))
+            .at(d.span(pos));
+            let misplaced = ["source", "instructions", "over", "command", "items", "glob"]
+                .into_iter()
+                .find(|key| node.get(key).is_some());
+            if let Some(key) = misplaced {
+                diagnostic = diagnostic.with_hint(format!(
+                    "`{key}` goes under the kind: `delegate: {{ {key}: ... }}` runs one task, `fan_out` one per item, `decompose` lists items"
+                ));
+            }
+            d.push(diagnostic);
+        }
         [_] => {}
         [_, second, ..] => {
             let names: Vec<String> = kinds.iter().map(|(k, _, _)| format!("`{k}`")).collect();
@@ -455,7 +505,10 @@ fn read_step(
     let on_error = choice(
         &mut r,
         "on_error",
-        &[("fail_fast", OnError::FailFast), ("continue", OnError::Continue)],
+        &[
+            ("fail_fast", OnError::FailFast),
+            ("continue", OnError::Continue),
+        ],
         d,
     )
     .map(|(v, _)| v)
@@ -605,7 +658,10 @@ fn read_min_success(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Option<Mi
 fn read_timeout(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Option<std::time::Duration> {
     let result = match (node.to_json(), node.as_str()) {
         (serde_json::Value::Number(n), _) => n.as_f64().and_then(from_seconds).ok_or_else(|| {
-            format!("`{path}` must be more than 0 seconds, found {}", describe(node))
+            format!(
+                "`{path}` must be more than 0 seconds, found {}",
+                describe(node)
+            )
         }),
         (_, Some(text)) => parse_duration(text).map_err(|e| format!("`{path}`: {e}")),
         _ => Err(format!(
@@ -1047,7 +1103,8 @@ impl TemplateChecker<'_> {
         for var in vars {
             let name = var.as_str();
             let pos = || {
-                refs::find_variable(&t.text, name).map_or(t.pos, |offset| locate(file, t, offset, name))
+                refs::find_variable(&t.text, name)
+                    .map_or(t.pos, |offset| locate(file, t, offset, name))
             };
             if self.pipeline.parameters.iter().any(|p| p.key == var) {
                 self.used.insert(var);
@@ -1065,8 +1122,8 @@ impl TemplateChecker<'_> {
                     );
                 }
             } else if !GLOBAL_VARIABLES.contains(&name) {
-                let mut diagnostic = Diagnostic::error(format!("undefined variable `{name}`"))
-                    .at(d.span(pos()));
+                let mut diagnostic =
+                    Diagnostic::error(format!("undefined variable `{name}`")).at(d.span(pos()));
                 let params = self.pipeline.parameters.iter().map(|p| p.key.as_str());
                 diagnostic = match suggestions(name, params).first() {
                     Some(close) => diagnostic.with_hint(format!(
@@ -1092,7 +1149,12 @@ impl TemplateChecker<'_> {
     }
 
     fn unknown_step(&self, id: &str, pos: Pos, d: &mut FileDiags<'_>) {
-        let ids = self.pipeline.steps.iter().map(|s| s.id.as_str()).filter(|s| !s.is_empty());
+        let ids = self
+            .pipeline
+            .steps
+            .iter()
+            .map(|s| s.id.as_str())
+            .filter(|s| !s.is_empty());
         let close = suggestions(id, ids.clone());
         let hint = match close.first() {
             Some(close) => format!("did you mean `{close}`?"),
@@ -1155,7 +1217,11 @@ fn locate(file: &SourceFile, t: &Template, offset: usize, needle: &str) -> Pos {
         return Pos::new(line, col, len);
     }
     let lines = u32::try_from(t.text[..offset].matches('\n').count()).unwrap_or(0);
-    Pos::new(first_line + lines, if lines == 0 { t.pos.col } else { 1 }, len)
+    Pos::new(
+        first_line + lines,
+        if lines == 0 { t.pos.col } else { 1 },
+        len,
+    )
 }
 
 /// Where a template syntax error on line `error_line` of the template is shown: that line
@@ -1243,8 +1309,11 @@ outputs:
             + "\n"
     }
 
-    /// Parses, returning the pipeline (when valid) and `(severity, line, col, message)`.
-    pub(crate) fn run(text: &str) -> (Option<Pipeline>, Vec<(Severity, u32, u32, String)>) {
+    /// A diagnostic as `(severity, line, col, message)`.
+    type Found = (Severity, u32, u32, String);
+
+    /// Parses, returning the pipeline (when valid) and the diagnostics.
+    pub(crate) fn run(text: &str) -> (Option<Pipeline>, Vec<Found>) {
         let mut diags = Diagnostics::default();
         let pipeline = parse_pipeline(&file(text), &mut diags);
         let found = diags
@@ -1336,7 +1405,10 @@ outputs:
         );
         assert!(fan_out.task.instructions.is_none());
         assert_eq!(fan_out.task.parameters.len(), 1);
-        same_template(&fan_out.task.parameters["area"], &t("{{ item }}", 19, 27, false));
+        same_template(
+            &fan_out.task.parameters["area"],
+            &t("{{ item }}", 19, 27, false),
+        );
         assert_eq!(fan_out.task.extensions, None);
         assert_eq!(notes.concurrency, Some(4));
         assert_eq!(notes.on_error, OnError::Continue);
@@ -1352,10 +1424,17 @@ outputs:
         assert!(instructions.block);
         assert_eq!((instructions.pos.line, instructions.pos.col), (24, 21));
         assert_eq!(instructions.first_line(), 25);
-        assert!(instructions.text.starts_with("Merge these notes into one document:\n{% for r"));
+        assert!(
+            instructions
+                .text
+                .starts_with("Merge these notes into one document:\n{% for r")
+        );
 
         assert_eq!(p.outputs.len(), 1);
-        same_template(&p.outputs[0].path, &t("out/release-notes.md", 30, 11, false));
+        same_template(
+            &p.outputs[0].path,
+            &t("out/release-notes.md", 30, 11, false),
+        );
         same_template(
             &p.outputs[0].content,
             &t("{{ steps.summary.output }}", 31, 14, false),
@@ -1437,7 +1516,10 @@ outputs:
         };
         assert_eq!(fan_out.task.extensions, Some(Vec::new()));
         assert_eq!(
-            work.needs.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+            work.needs
+                .iter()
+                .map(|(id, _)| id.as_str())
+                .collect::<Vec<_>>(),
             ["lit"]
         );
         assert_eq!(work.min_success, Some(MinSuccess::Percent(80.0)));
@@ -1446,10 +1528,21 @@ outputs:
         let StepKind::Decompose(Decompose::Items(items)) = &p.steps[2].kind else {
             panic!()
         };
-        assert_eq!(items, &[serde_json::json!(1), "two".into(), serde_json::json!({"three": 3})]);
-        assert!(matches!(&p.steps[3].kind, StepKind::Decompose(Decompose::Glob(g)) if g.text == "docs/**/*.md"));
+        assert_eq!(
+            items,
+            &[
+                serde_json::json!(1),
+                "two".into(),
+                serde_json::json!({"three": 3})
+            ]
+        );
+        assert!(
+            matches!(&p.steps[3].kind, StepKind::Decompose(Decompose::Glob(g)) if g.text == "docs/**/*.md")
+        );
         assert_eq!(p.steps[3].needs.len(), 2);
-        assert!(matches!(&p.steps[4].kind, StepKind::Decompose(Decompose::File(f)) if f.text == "data.csv"));
+        assert!(
+            matches!(&p.steps[4].kind, StepKind::Decompose(Decompose::File(f)) if f.text == "data.csv")
+        );
         assert_eq!(p.steps[5].timeout, Some(Duration::from_millis(2500)));
         assert!(matches!(&p.steps[5].kind, StepKind::Delegate(_)));
     }
@@ -1463,58 +1556,325 @@ outputs:
     fn each_rule_is_reported_at_its_position() {
         // (pipeline text, line, col, message start)
         let cases: &[(&str, u32, u32, &str)] = &[
-            ("steps:\n  - id: a\n    delegate: {instructions: x}\n", 1, 1, "missing `version: 1`"),
-            ("version: 2\nsteps:\n  - id: a\n    delegate: {instructions: x}\n", 1, 10, "unsupported pipeline `version` `2`"),
+            (
+                "steps:\n  - id: a\n    delegate: {instructions: x}\n",
+                1,
+                1,
+                "missing `version: 1`",
+            ),
+            (
+                "version: 2\nsteps:\n  - id: a\n    delegate: {instructions: x}\n",
+                1,
+                10,
+                "unsupported pipeline `version` `2`",
+            ),
             ("version: 1\nsteps: []\n", 2, 8, "`steps` is empty"),
             ("version: 1\nsteps:\n", 2, 1, "`steps` is empty"),
             ("version: 1\nsteps: 3\n", 2, 8, "`steps` must be a list"),
-            (&one_step("  - delegate: {instructions: x}\n"), 3, 5, "`steps[0]` is missing `id`"),
-            (&one_step("  - id: 2nd\n    delegate: {instructions: x}\n"), 3, 9, "step id `2nd` is not a name templates can use"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n  - id: a\n    delegate: {instructions: y}\n"), 5, 9, "duplicate step id `a`: line 3 already has it"),
-            (&one_step("  - id: a\n    needs: []\n"), 3, 9, "step `a` has no kind: set exactly one of `decompose`, `fan_out`, `synthesize`, `delegate`"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    synthesize: {instructions: y}\n"), 5, 5, "step `a` has both `delegate` and `synthesize`"),
-            (&one_step("  - id: a\n    delegate: {context: x}\n"), 4, 5, "`steps[0].delegate` needs `source`, `instructions`, or both"),
-            (&one_step("  - id: a\n    delegate:\n"), 4, 5, "`steps[0].delegate` is empty"),
-            (&one_step("  - id: a\n    decompose: {}\n"), 4, 5, "`steps[0].decompose` needs one of `command`, `items`"),
-            (&one_step("  - id: a\n    decompose: {glob: '*', instructions: x}\n"), 4, 28, "`steps[0].decompose` takes exactly one of"),
-            (&one_step("  - id: a\n    decompose: {items: x}\n"), 4, 24, "`steps[0].decompose.items` must be a list"),
-            (&one_step("  - id: a\n    fan_out: {instructions: x}\n"), 4, 5, "`steps[0].fan_out` is missing `over`"),
-            (&one_step("  - id: a\n    decompose: {items: [1]}\n  - id: b\n    fan_out: {over: a}\n"), 6, 5, "`steps[1].fan_out` needs `source`, `instructions`, or both"),
-            (&one_step("  - id: a\n    decompose: {items: [1]}\n  - id: b\n    fan_out: {over: zz, instructions: x}\n"), 6, 21, "unknown step `zz`"),
-            (&one_step("  - id: a\n    decompose: {items: [1]}\n  - id: b\n    fan_out: {over: a, instructions: x}\n  - id: c\n    fan_out: {over: b, instructions: y}\n"), 8, 21, "`over: b` names a fan_out step; only decompose steps have items"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n  - id: b\n    fan_out: {over: a, instructions: y}\n"), 6, 21, "`over: a` names a delegate step"),
-            (&one_step("  - id: b\n    fan_out: {over: b, instructions: y}\n"), 4, 21, "step `b` iterates over itself"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    needs: [a]\n"), 5, 13, "step `a` needs itself"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    needs: [b, c]\n"), 5, 13, "unknown step `b`"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    needs: q\n"), 5, 12, "unknown step `q`"),
-            (&one_step("  - id: a\n    delegate: {instructions: \"{{ steps.a.output }}\"}\n"), 4, 40, "step `a` reads its own result"),
-            (&one_step("  - id: a\n    delegate: {instructions: \"x {{ steps.nope.output }}\"}\n"), 4, 42, "unknown step `nope`"),
-            (&one_step("  - id: a\n    delegate: {instructions: \"{{ steps['no-pe'] }}\"}\n"), 4, 41, "unknown step `no-pe`"),
-            (&one_step("  - id: a\n    delegate: {instructions: \"{{ who }}\"}\n"), 4, 34, "undefined variable `who`"),
-            (&one_step("  - id: a\n    delegate: {instructions: \"{{ item }}\"}\n"), 4, 34, "`item` is only defined in a fan_out step's templates"),
-            (&one_step("  - id: a\n    delegate: {instructions: \"{{ x }\"}\n"), 4, 30, "template error: syntax error"),
-            (&one_step("  - id: a\n    delegate:\n      instructions: |\n        one\n        two {% if %}\n"), 7, 9, "template error: syntax error"),
-            (&one_step("  - id: a\n    delegate:\n      instructions: |\n        one\n        two {{ steps.zz.output }}\n"), 7, 22, "unknown step `zz`"),
-            (&one_step("  - id: a\n    delegate:\n      instructions: >\n        one\n        two {{ steps.zz.output }}\n"), 7, 22, "unknown step `zz`"),
-            (&one_step("  - id: a\n    delegate:\n      instructions: \"one\n        two \\\"{{ steps.zz }}\"\n"), 6, 24, "unknown step `zz`"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    concurrency: 0\n"), 5, 18, "`steps[0].concurrency` must be a whole number ≥ 1, found `0`"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    retries: -1\n"), 5, 14, "`steps[0].retries` must be a whole number ≥ 0"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    on_error: ignore\n"), 5, 15, "`steps[0].on_error` must be `fail_fast` or `continue`, found `ignore`"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    backend: cloud\n"), 5, 14, "`steps[0].backend` must be `live` or `batch`"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    backend: batch\n"), 5, 14, "`backend: batch` applies only to fan_out steps"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    min_success: 2\n"), 5, 5, "`min_success` applies only to fan_out steps; step `a` is a delegate step"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    temperature: 3\n"), 5, 18, "`steps[0].temperature` must be a number between 0 and 2"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    max_turns: 0\n"), 5, 16, "`steps[0].max_turns` must be a whole number ≥ 1"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    timeout: 0\n"), 5, 14, "`steps[0].timeout` must be more than 0 seconds"),
-            (&one_step("  - id: a\n    delegate: {instructions: x}\n    timeout: soon\n"), 5, 14, "`steps[0].timeout`: `soon` is not a duration"),
-            (&one_step("  - id: a\n    delegate: {instructions: [x]}\n"), 4, 30, "`steps[0].delegate.instructions` must be a string (a template), found a list"),
-            ("version: 1\nsettings: {concurrency: 0}\nsteps:\n  - id: a\n    delegate: {instructions: x}\n", 2, 25, "`settings.concurrency` must be a whole number ≥ 1"),
-            ("version: 1\nsettings: {temperature: hot}\nsteps:\n  - id: a\n    delegate: {instructions: x}\n", 2, 25, "`settings.temperature` must be a number between 0 and 2"),
-            ("version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x}\noutputs:\n  - path: o.md\n", 6, 5, "`outputs[0]` is missing `content`"),
-            ("version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x}\noutputs:\n  - {path: o.md, content: \"{{ steps.b.output }}\"}\n", 6, 37, "unknown step `b`"),
-            ("version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x}\noutputs:\n  - {path: o.md, content: \"{{ item }}\"}\n", 6, 31, "`item` is only defined in a fan_out step's templates (one task per item); `outputs`"),
-            ("version: 1\nparameters:\n  - {key: steps, input_type: string, requirement: required}\nsteps:\n  - id: a\n    delegate: {instructions: \"{{ steps }}\"}\n", 3, 11, "parameter `steps` would hide the template variable `steps`"),
-            ("version: 1\nsteps:\n  - id: a\n    delegate: {instructions: \"{{ steps.b.output }}\"}\n  - id: b\n    delegate: {instructions: x}\n    needs: a\n", 3, 9, "dependency cycle: a -> b -> a"),
+            (
+                &one_step("  - delegate: {instructions: x}\n"),
+                3,
+                5,
+                "`steps[0]` is missing `id`",
+            ),
+            (
+                &one_step("  - id: 2nd\n    delegate: {instructions: x}\n"),
+                3,
+                9,
+                "step id `2nd` is not a name templates can use",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    delegate: {instructions: x}\n  - id: a\n    delegate: {instructions: y}\n",
+                ),
+                5,
+                9,
+                "duplicate step id `a`: line 3 already has it",
+            ),
+            (
+                &one_step("  - id: a\n    needs: []\n"),
+                3,
+                9,
+                "step `a` has no kind: set exactly one of `decompose`, `fan_out`, `synthesize`, `delegate`",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    delegate: {instructions: x}\n    synthesize: {instructions: y}\n",
+                ),
+                5,
+                5,
+                "step `a` has both `delegate` and `synthesize`",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {context: x}\n"),
+                4,
+                5,
+                "`steps[0].delegate` needs `source`, `instructions`, or both",
+            ),
+            (
+                &one_step("  - id: a\n    delegate:\n"),
+                4,
+                5,
+                "`steps[0].delegate` is empty",
+            ),
+            (
+                &one_step("  - id: a\n    decompose: {}\n"),
+                4,
+                5,
+                "`steps[0].decompose` needs one of `command`, `items`",
+            ),
+            (
+                &one_step("  - id: a\n    decompose: {glob: '*', instructions: x}\n"),
+                4,
+                28,
+                "`steps[0].decompose` takes exactly one of",
+            ),
+            (
+                &one_step("  - id: a\n    decompose: {items: x}\n"),
+                4,
+                24,
+                "`steps[0].decompose.items` must be a list",
+            ),
+            (
+                &one_step("  - id: a\n    fan_out: {instructions: x}\n"),
+                4,
+                5,
+                "`steps[0].fan_out` is missing `over`",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    decompose: {items: [1]}\n  - id: b\n    fan_out: {over: a}\n",
+                ),
+                6,
+                5,
+                "`steps[1].fan_out` needs `source`, `instructions`, or both",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    decompose: {items: [1]}\n  - id: b\n    fan_out: {over: zz, instructions: x}\n",
+                ),
+                6,
+                21,
+                "unknown step `zz`",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    decompose: {items: [1]}\n  - id: b\n    fan_out: {over: a, instructions: x}\n  - id: c\n    fan_out: {over: b, instructions: y}\n",
+                ),
+                8,
+                21,
+                "`over: b` names a fan_out step; only decompose steps have items",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    delegate: {instructions: x}\n  - id: b\n    fan_out: {over: a, instructions: y}\n",
+                ),
+                6,
+                21,
+                "`over: a` names a delegate step",
+            ),
+            (
+                &one_step("  - id: b\n    fan_out: {over: b, instructions: y}\n"),
+                4,
+                21,
+                "step `b` iterates over itself",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    needs: [a]\n"),
+                5,
+                13,
+                "step `a` needs itself",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    needs: [b, c]\n"),
+                5,
+                13,
+                "unknown step `b`",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    needs: q\n"),
+                5,
+                12,
+                "unknown step `q`",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: \"{{ steps.a.output }}\"}\n"),
+                4,
+                40,
+                "step `a` reads its own result",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    delegate: {instructions: \"x {{ steps.nope.output }}\"}\n",
+                ),
+                4,
+                42,
+                "unknown step `nope`",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: \"{{ steps['no-pe'] }}\"}\n"),
+                4,
+                41,
+                "unknown step `no-pe`",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: \"{{ who }}\"}\n"),
+                4,
+                34,
+                "undefined variable `who`",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: \"{{ item }}\"}\n"),
+                4,
+                34,
+                "`item` is only defined in a fan_out step's templates",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: \"{{ x }\"}\n"),
+                4,
+                30,
+                "template error: syntax error",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    delegate:\n      instructions: |\n        one\n        two {% if %}\n",
+                ),
+                7,
+                9,
+                "template error: syntax error",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    delegate:\n      instructions: |\n        one\n        two {{ steps.zz.output }}\n",
+                ),
+                7,
+                22,
+                "unknown step `zz`",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    delegate:\n      instructions: >\n        one\n        two {{ steps.zz.output }}\n",
+                ),
+                7,
+                22,
+                "unknown step `zz`",
+            ),
+            (
+                &one_step(
+                    "  - id: a\n    delegate:\n      instructions: \"one\n        two \\\"{{ steps.zz }}\"\n",
+                ),
+                6,
+                24,
+                "unknown step `zz`",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    concurrency: 0\n"),
+                5,
+                18,
+                "`steps[0].concurrency` must be a whole number ≥ 1, found `0`",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    retries: -1\n"),
+                5,
+                14,
+                "`steps[0].retries` must be a whole number ≥ 0",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    on_error: ignore\n"),
+                5,
+                15,
+                "`steps[0].on_error` must be `fail_fast` or `continue`, found `ignore`",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    backend: cloud\n"),
+                5,
+                14,
+                "`steps[0].backend` must be `live` or `batch`",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    backend: batch\n"),
+                5,
+                14,
+                "`backend: batch` applies only to fan_out steps",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    min_success: 2\n"),
+                5,
+                5,
+                "`min_success` applies only to fan_out steps; step `a` is a delegate step",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    temperature: 3\n"),
+                5,
+                18,
+                "`steps[0].temperature` must be a number between 0 and 2",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    max_turns: 0\n"),
+                5,
+                16,
+                "`steps[0].max_turns` must be a whole number ≥ 1",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    timeout: 0\n"),
+                5,
+                14,
+                "`steps[0].timeout` must be more than 0 seconds",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    timeout: soon\n"),
+                5,
+                14,
+                "`steps[0].timeout`: `soon` is not a duration",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: [x]}\n"),
+                4,
+                30,
+                "`steps[0].delegate.instructions` must be a string (a template), found a list",
+            ),
+            (
+                "version: 1\nsettings: {concurrency: 0}\nsteps:\n  - id: a\n    delegate: {instructions: x}\n",
+                2,
+                25,
+                "`settings.concurrency` must be a whole number ≥ 1",
+            ),
+            (
+                "version: 1\nsettings: {temperature: hot}\nsteps:\n  - id: a\n    delegate: {instructions: x}\n",
+                2,
+                25,
+                "`settings.temperature` must be a number between 0 and 2",
+            ),
+            (
+                "version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x}\noutputs:\n  - path: o.md\n",
+                6,
+                5,
+                "`outputs[0]` is missing `content`",
+            ),
+            (
+                "version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x}\noutputs:\n  - {path: o.md, content: \"{{ steps.b.output }}\"}\n",
+                6,
+                37,
+                "unknown step `b`",
+            ),
+            (
+                "version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x}\noutputs:\n  - {path: o.md, content: \"{{ item }}\"}\n",
+                6,
+                31,
+                "`item` is only defined in a fan_out step's templates (one task per item); `outputs`",
+            ),
+            (
+                "version: 1\nparameters:\n  - {key: steps, input_type: string, requirement: required}\nsteps:\n  - id: a\n    delegate: {instructions: \"{{ steps }}\"}\n",
+                3,
+                11,
+                "parameter `steps` would hide the template variable `steps`",
+            ),
+            (
+                "version: 1\nsteps:\n  - id: a\n    delegate: {instructions: \"{{ steps.b.output }}\"}\n  - id: b\n    delegate: {instructions: x}\n    needs: a\n",
+                3,
+                9,
+                "dependency cycle: a -> b -> a",
+            ),
             ("- 1\n", 1, 1, "a pipeline must be a mapping"),
             ("version: 1\nsteps: [\n", 2, 8, "invalid YAML"),
         ];
@@ -1536,16 +1896,14 @@ outputs:
 
     #[test]
     fn all_problems_are_reported_in_one_pass() {
-        let (pipeline, found) = run(
-            r#"
+        let (pipeline, found) = run(r#"
             steps:
               - id: a
                 delegate: {instructions: "{{ steps.x.output }} {{ y }}"}
                 timeout: never
               - id: a
                 fan_out: {over: nothing, instructions: i}
-            "#,
-        );
+            "#);
         assert!(pipeline.is_none());
         let messages: Vec<&str> = found.iter().map(|d| d.3.as_str()).collect();
         for wanted in [
@@ -1565,8 +1923,7 @@ outputs:
 
     #[test]
     fn warnings_alone_keep_the_pipeline() {
-        let (pipeline, found) = run(
-            r#"
+        let (pipeline, found) = run(r#"
             version: 1
             parameters:
               - {key: unused, input_type: string, requirement: optional, default: x}
@@ -1576,8 +1933,7 @@ outputs:
                 extra: 1
               - id: b
                 fan_out: {over: a, instructions: "{{ item }}", colour: red}
-            "#,
-        );
+            "#);
         assert!(pipeline.is_some(), "{found:#?}");
         let warnings: Vec<(u32, &str)> = found
             .iter()
@@ -1587,10 +1943,16 @@ outputs:
         assert_eq!(
             warnings,
             [
-                (6, "`steps[0].decompose.context` only applies to a subagent decompose (`source`/`instructions`); it is ignored"),
+                (
+                    6,
+                    "`steps[0].decompose.context` only applies to a subagent decompose (`source`/`instructions`); it is ignored"
+                ),
                 (7, "unknown key `steps[0].extra`"),
                 (9, "unknown key `steps[1].fan_out.colour`"),
-                (3, "parameter `unused` is declared but never used in a template"),
+                (
+                    3,
+                    "parameter `unused` is declared but never used in a template"
+                ),
             ]
         );
     }
@@ -1605,9 +1967,21 @@ outputs:
         };
         for (template, kind, error) in [
             ("{{ item }} {{ loop.index }} {{ agents }}", "fan_out", None),
-            ("{% for a in agents %}{{ a.name }}{% endfor %}", "fan_out", None),
-            ("{% for item in steps.d.items %}{{ item }}{{ loop.index }}{% endfor %}", "synthesize", None),
-            ("{{ loop.index }}", "synthesize", Some("`loop` is only defined")),
+            (
+                "{% for a in agents %}{{ a.name }}{% endfor %}",
+                "fan_out",
+                None,
+            ),
+            (
+                "{% for item in steps.d.items %}{{ item }}{{ loop.index }}{% endfor %}",
+                "synthesize",
+                None,
+            ),
+            (
+                "{{ loop.index }}",
+                "synthesize",
+                Some("`loop` is only defined"),
+            ),
             ("{{ items }}", "fan_out", Some("undefined variable `items`")),
             ("{{ steps.d.items | length }}", "fan_out", None),
         ] {
@@ -1698,8 +2072,16 @@ outputs:
 
     #[test]
     fn version_forms() {
-        for (value, ok) in [("1", true), ("\"1\"", true), ("2", false), ("1.0", false), ("", false), ("[1]", false)] {
-            let text = format!("version: {value}\nsteps:\n  - id: a\n    delegate: {{instructions: x}}\n");
+        for (value, ok) in [
+            ("1", true),
+            ("\"1\"", true),
+            ("2", false),
+            ("1.0", false),
+            ("", false),
+            ("[1]", false),
+        ] {
+            let text =
+                format!("version: {value}\nsteps:\n  - id: a\n    delegate: {{instructions: x}}\n");
             assert_eq!(run(&text).0.is_some(), ok, "{value}");
         }
     }
@@ -1709,14 +2091,43 @@ outputs:
         let doc = |text: &str| crate::yaml::parse(text).unwrap().unwrap();
         assert!(looks_like_pipeline(&doc("version: 1\nsteps: []\n")));
         assert!(looks_like_pipeline(&doc("steps:\n")));
-        assert!(!looks_like_pipeline(&doc("title: t\nsteps: []\ninstructions: x\n")));
+        assert!(!looks_like_pipeline(&doc(
+            "title: t\nsteps: []\ninstructions: x\n"
+        )));
         assert!(!looks_like_pipeline(&doc("title: t\ninstructions: x\n")));
         assert!(!looks_like_pipeline(&doc("- steps\n")));
     }
 
     #[test]
+    fn validate_takes_only_pipelines() {
+        let check = |text: &str| {
+            let mut diags = Diagnostics::default();
+            let taken = validate_if_pipeline(&file(text), &mut diags);
+            let messages: Vec<String> = diags.items.iter().map(|d| d.message.clone()).collect();
+            (taken, messages)
+        };
+        assert_eq!(check("title: t\ninstructions: x\n"), (false, Vec::new()));
+        assert_eq!(check("title: t\nsteps: [\n"), (false, Vec::new()));
+        let (taken, messages) =
+            check("version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x}\n");
+        assert!(taken && messages.is_empty(), "{messages:?}");
+        let (taken, messages) = check("version: 1\nsteps:\n  - id: [\n");
+        assert!(taken);
+        assert!(messages[0].starts_with("invalid YAML"), "{messages:?}");
+    }
+
+    #[test]
     fn ids() {
-        for (id, ok) in [("a", true), ("_x9", true), ("Notes_2", true), ("2a", false), ("a-b", false), ("a.b", false), ("é", false), ("", false)] {
+        for (id, ok) in [
+            ("a", true),
+            ("_x9", true),
+            ("Notes_2", true),
+            ("2a", false),
+            ("a-b", false),
+            ("a.b", false),
+            ("é", false),
+            ("", false),
+        ] {
             assert_eq!(is_valid_id(id), ok, "{id}");
         }
         assert_eq!(suggested_id("my-step"), "my_step");

@@ -56,8 +56,8 @@ async fn run_shell(command: &str, workdir: &Path, timeout: Duration) -> Result<(
         Err(_) => {
             if let Some(pid) = child.id() {
                 let _ = std::process::Command::new("kill")
-                    .arg("-KILL")
-                    .arg(format!("-{pid}"))
+                    // `--` so the negative pid is read as a process group, not as `-1`.
+                    .args(["-KILL", "--", &format!("-{pid}")])
                     .status();
             }
             Err(format!("timed out after {}s", timeout.as_secs()))

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Fan-out benchmark: a pipeline that decomposes a CSV of N rows and fans out N single-turn
+tasks at concurrency C against the local mock server answering after L ms, with the journal
+and --out on. Prints wall time against the ideal (ceil(N/C) x L), CPU per task and peak RSS.
+
+    benches/fanout.py                      # the three standard cases
+    benches/fanout.py N C L_MS [N C L_MS]  # your own cases
+"""
+import math, os, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = [(2000, 64, 200), (10000, 256, 100), (100000, 256, 10)]
+
+
+def build():
+    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "summon-mock-llm", "-p", "summon"],
+                   cwd=ROOT, check=True)
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    return os.path.join(target, "release", "summon"), os.path.join(target, "release", "summon-mock-llm")
+
+
+def run_case(summon, mock, n, c, latency_ms):
+    with tempfile.TemporaryDirectory() as work:
+        with open(os.path.join(work, "rows.csv"), "w") as f:
+            f.write("id,text\n")
+            for i in range(n):
+                f.write(f"{i},classify row number {i}\n")
+        with open(os.path.join(work, "fan.yaml"), "w") as f:
+            f.write(f"""version: 1
+name: bench
+steps:
+  - id: rows
+    decompose:
+      file: rows.csv
+  - id: tasks
+    fan_out:
+      over: rows
+      instructions: "{{{{ item.text }}}}"
+      extensions: []
+    on_error: continue
+""")
+        server = subprocess.Popen([mock, "--port", "0", "--latency-ms", str(latency_ms), "--no-stdin",
+                                   "--max-seconds", "900"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            port = server.stdout.readline().strip().rsplit(":", 1)[1]
+            env = dict(os.environ, OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1", OPENAI_API_KEY="sk-bench",
+                       SUMMON_MODEL="bench", CI="1")
+            errors = open(os.path.join(work, "stderr.txt"), "w+")
+            start = time.perf_counter()
+            proc = subprocess.Popen([summon, "run", "fan.yaml", "--concurrency", str(c), "--out", "out", "--quiet"],
+                                    cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=errors)
+            # The run's own resource use, not the mock server's.
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - start
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode != 0:
+                errors.seek(0)
+                sys.exit(f"run failed ({proc.returncode}): {errors.read()[-2000:]}")
+            lines = sum(1 for _ in open(os.path.join(work, "out", "results.jsonl")))
+            if lines != n:
+                sys.exit(f"results.jsonl has {lines} lines, expected {n}")
+        finally:
+            server.terminate()
+            server.wait()
+    cpu = usage.ru_utime + usage.ru_stime
+    ideal = math.ceil(n / c) * latency_ms / 1000
+    return wall, ideal, cpu / n * 1000, usage.ru_maxrss / 1024
+
+
+def main():
+    args = [int(a) for a in sys.argv[1:]]
+    cases = [tuple(args[i:i + 3]) for i in range(0, len(args), 3)] if args else CASES
+    summon, mock = build()
+    print("| N | C | L (ms) | wall (s) | ideal (s) | wall / ideal | CPU per task (ms) | peak RSS (MiB) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, c, latency in cases:
+        wall, ideal, cpu_ms, rss = run_case(summon, mock, n, c, latency)
+        print(f"| {n} | {c} | {latency} | {wall:.2f} | {ideal:.2f} | {wall / ideal:.3f} | {cpu_ms:.3f} | {rss:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
