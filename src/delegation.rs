@@ -278,6 +278,7 @@ pub(crate) async fn prepare_with(
         response_schema: schema,
         schema_retries: SCHEMA_RETRIES,
         retry: plan.retry,
+        slot: None,
     };
     Ok(Prepared {
         spec,

@@ -239,6 +239,43 @@ async fn the_global_cap_is_never_exceeded() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_task_waiting_out_retry_after_gives_its_slot_back() {
+    // With one slot, the first task is told to retry after 2 s; while it waits, the second
+    // task must get the slot and be sent.
+    let first_seen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = std::sync::Arc::clone(&first_seen);
+    let server = MockServer::start(MockConfig::new().rule(move |req: &RecordedRequest| {
+        let text = req.last_user_text().unwrap_or_default();
+        if text.contains("slow-one") && !seen.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            Reply::status_with_headers(
+                429,
+                [("retry-after", "2")],
+                "{\"error\":{\"message\":\"slow down\"}}",
+            )
+        } else {
+            Reply::Echo
+        }
+    }))
+    .await;
+    let items = vec!["slow-one".to_owned(), "quick-two".to_owned()];
+    let pipeline = fan_out_pipeline(&items, "Wait {{ item }}", "", "");
+    let out = project(&server)
+        .write_raw("p.yaml", &pipeline)
+        .args(["run", "p.yaml", "--concurrency", "1", "--quiet"])
+        .run();
+    let order: Vec<String> = chats(&server)
+        .iter()
+        .map(|r| r.last_user_text().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        order,
+        ["Wait slow-one", "Wait quick-two", "Wait slow-one"],
+        "the second task ran during the first one's Retry-After wait\n{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_step_cap_below_the_global_cap_holds() {
     let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(150))).await;
     let pipeline = fan_out_pipeline(

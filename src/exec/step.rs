@@ -51,6 +51,68 @@ type Permits = (
     Option<tokio::sync::OwnedSemaphorePermit>,
 );
 
+/// Waits for a step slot (when the step has a cap) and a global slot.
+async fn acquire_slot(global: &Arc<Semaphore>, local: Option<&Arc<Semaphore>>) -> Option<Permits> {
+    let local = match local {
+        Some(sem) => Some(Arc::clone(sem).acquire_owned().await.ok()?),
+        None => None,
+    };
+    let global = Arc::clone(global).acquire_owned().await.ok()?;
+    Some((global, local))
+}
+
+/// The slots of one running task; given back while it waits out a rate limit.
+pub(crate) struct TaskSlot {
+    global: Arc<Semaphore>,
+    local: Option<Arc<Semaphore>>,
+    held: Mutex<Option<Permits>>,
+}
+
+impl TaskSlot {
+    fn new(global: &Arc<Semaphore>, local: Option<&Arc<Semaphore>>, permits: Permits) -> Arc<Self> {
+        Arc::new(Self {
+            global: Arc::clone(global),
+            local: local.cloned(),
+            held: Mutex::new(Some(permits)),
+        })
+    }
+
+    /// The permits, once the task is done (taken again if it gave them back to wait).
+    async fn into_permits(self: Arc<Self>) -> Option<Permits> {
+        if let Some(permits) = self.held.lock().ok().and_then(|mut h| h.take()) {
+            return Some(permits);
+        }
+        crate::subagent::Slot::reacquire(&*self).await;
+        self.held.lock().ok().and_then(|mut h| h.take())
+    }
+}
+
+impl crate::subagent::Slot for TaskSlot {
+    fn release(&self) {
+        if let Ok(mut held) = self.held.lock() {
+            held.take();
+        }
+    }
+
+    fn reacquire(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let Ok(global) = Arc::clone(&self.global).acquire_owned().await else {
+                return;
+            };
+            let local = match &self.local {
+                Some(sem) => match Arc::clone(sem).acquire_owned().await {
+                    Ok(permit) => Some(permit),
+                    Err(_) => return,
+                },
+                None => None,
+            };
+            if let Ok(mut held) = self.held.lock() {
+                *held = Some((global, local));
+            }
+        })
+    }
+}
+
 /// A task with its templates rendered.
 #[derive(Debug, Clone)]
 pub(crate) struct Rendered {
@@ -231,12 +293,13 @@ pub(crate) async fn run_task(
     item: Value,
     rendered: Rendered,
     hash: String,
+    slot: Arc<TaskSlot>,
 ) -> TaskDone {
     let started = Instant::now();
     let mut attempt = 0;
     loop {
         let outcome = tokio::select! {
-            outcome = attempt_task(&shared, &step, &rendered) => outcome,
+            outcome = attempt_task(&shared, &step, &rendered, &slot) => outcome,
             () = shared.kill.cancelled() => Err("cancelled".to_owned()),
         };
         let (ok, output, structured, error, turns, usage, model) = match outcome {
@@ -286,6 +349,7 @@ async fn attempt_task(
     shared: &Shared,
     step: &StepConfig,
     rendered: &Rendered,
+    slot: &Arc<TaskSlot>,
 ) -> Result<Attempt, String> {
     let source = match &rendered.source {
         Some(name) => Some(shared.catalog.get(name).ok_or_else(|| {
@@ -311,7 +375,7 @@ async fn attempt_task(
         working_dir: None,
         response_schema: rendered.schema.clone(),
     };
-    let prepared = prepare_with(
+    let mut prepared = prepare_with(
         &shared.env,
         &shared.config,
         source,
@@ -348,6 +412,7 @@ async fn attempt_task(
             }
         }
     };
+    prepared.spec.slot = Some(Arc::clone(slot) as Arc<dyn crate::subagent::Slot>);
     let mut observer = |_event: crate::subagent::SubagentEvent| {};
     let run = run_subagent(
         &client,
@@ -400,23 +465,33 @@ pub(crate) async fn run_tasks(
         compile_for(env, task)?
     };
     let step_cap = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
-    let mut running: JoinSet<(TaskDone, Permits)> = JoinSet::new();
-    let mut pending: std::collections::VecDeque<(u64, Permits)> = std::collections::VecDeque::new();
+    let mut running: JoinSet<(TaskDone, Option<Permits>)> = JoinSet::new();
+    let mut pending: std::collections::VecDeque<(u64, Option<Permits>)> =
+        std::collections::VecDeque::new();
     let mut commits = shared.committed.clone();
+    // Slots taken while waiting, used by the next launch.
+    let mut ready: Option<Permits> = None;
     let mut index: u64 = 0;
     let mut exhausted = false;
     let mut stop = false;
     loop {
         // Launch while there is room and work.
         while !exhausted && !stop && !shared.drain.is_cancelled() {
-            let global = shared.global.clone().try_acquire_owned();
-            let Ok(global) = global else { break };
-            let local = match &step_cap {
-                Some(sem) => match sem.clone().try_acquire_owned() {
-                    Ok(permit) => Some(permit),
-                    Err(_) => break,
-                },
-                None => None,
+            let (global, local) = match ready.take() {
+                Some(permits) => permits,
+                None => {
+                    let Ok(global) = shared.global.clone().try_acquire_owned() else {
+                        break;
+                    };
+                    let local = match &step_cap {
+                        Some(sem) => match sem.clone().try_acquire_owned() {
+                            Ok(permit) => Some(permit),
+                            Err(_) => break,
+                        },
+                        None => None,
+                    };
+                    (global, local)
+                }
             };
             let Some(next) = items.next() else {
                 exhausted = true;
@@ -447,9 +522,11 @@ pub(crate) async fn run_tasks(
             let shared = Arc::clone(shared);
             let step = step.clone();
             let this = index;
+            let slot = TaskSlot::new(&shared.global, step_cap.as_ref(), (global, local));
             running.spawn(async move {
-                let done = run_task(shared, step, this, item, rendered, hash).await;
-                (done, (global, local))
+                let done =
+                    run_task(shared, step, this, item, rendered, hash, Arc::clone(&slot)).await;
+                (done, slot.into_permits().await)
             });
             index += 1;
         }
@@ -481,12 +558,15 @@ pub(crate) async fn run_tasks(
             drop(permit);
             continue;
         }
-        let joined = if pending.is_empty() {
-            running.join_next().await
-        } else {
-            tokio::select! {
-                joined = running.join_next() => joined,
-                _ = commits.changed() => continue,
+        // Wait for a task to finish, a commit to free held slots, or a slot given back by a
+        // task that waits out a rate limit.
+        let can_launch = !exhausted && !stop && !shared.drain.is_cancelled();
+        let joined = tokio::select! {
+            joined = running.join_next() => joined,
+            _ = commits.changed(), if !pending.is_empty() => continue,
+            permits = acquire_slot(&shared.global, step_cap.as_ref()), if can_launch => {
+                ready = permits;
+                continue;
             }
         };
         match joined {

@@ -5,6 +5,7 @@ mod event;
 mod prompt;
 mod role;
 mod run;
+mod slot;
 mod structured;
 pub(crate) mod tool;
 
@@ -12,3 +13,4 @@ pub(crate) use event::SubagentEvent;
 pub(crate) use prompt::{FirstMessage, system_prompt};
 pub(crate) use role::read_role_text;
 pub(crate) use run::{SubagentResult, SubagentSpec, SubagentStatus, run_subagent};
+pub(crate) use slot::Slot;

@@ -26,6 +26,8 @@ pub(crate) struct SubagentSpec {
     /// How many times a schema-invalid answer is sent back for correction.
     pub(crate) schema_retries: u32,
     pub(crate) retry: Option<RetryConfig>,
+    /// The concurrency slot the task holds, given back while it waits out a rate limit.
+    pub(crate) slot: Option<std::sync::Arc<dyn super::slot::Slot>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +131,35 @@ struct Outcome {
     structured: Option<serde_json::Value>,
 }
 
+/// Reports retries to the observer and waits them out without holding the slot.
+struct SlotHook<'a> {
+    observer: &'a mut (dyn FnMut(SubagentEvent) + Send),
+    slot: Option<std::sync::Arc<dyn super::slot::Slot>>,
+}
+
+impl crate::provider::RetryHook for SlotHook<'_> {
+    fn on_retry(&mut self, err: &ProviderError, attempt: u32, delay: Duration) {
+        (self.observer)(SubagentEvent::Retry {
+            attempt,
+            delay,
+            reason: err.to_string(),
+        });
+    }
+
+    fn wait(&mut self, delay: Duration) -> impl std::future::Future<Output = ()> + Send {
+        let slot = self.slot.clone();
+        async move {
+            if let Some(slot) = &slot {
+                slot.release();
+            }
+            tokio::time::sleep(delay).await;
+            if let Some(slot) = &slot {
+                slot.reacquire().await;
+            }
+        }
+    }
+}
+
 async fn run_once(
     client: &Client,
     policy: &RetryPolicy,
@@ -171,13 +202,17 @@ async fn run_once(
         total.turns += 1;
         observer(SubagentEvent::Turn { turn: turns });
         let estimate = estimate_tokens(&request);
-        limiter.acquire(estimate).await;
-        let mut hook = |err: &ProviderError, attempt: u32, delay: Duration| {
-            observer(SubagentEvent::Retry {
-                attempt,
-                delay,
-                reason: err.to_string(),
-            });
+        match &spec.slot {
+            Some(slot) if !limiter.is_unlimited() => {
+                slot.release();
+                limiter.acquire(estimate).await;
+                slot.reacquire().await;
+            }
+            _ => limiter.acquire(estimate).await,
+        }
+        let mut hook = SlotHook {
+            observer: &mut *observer,
+            slot: spec.slot.clone(),
         };
         let response = match send_with_retry(client, &request, policy, &mut hook).await {
             Ok(response) => response,
