@@ -655,6 +655,21 @@ async fn dry_run_sends_nothing_and_prints_the_widths() {
     assert_eq!(steps[1]["needs"], json!(["list"]));
     assert_eq!(server.request_count(), 0, "--dry-run sent a request");
     assert!(!t.path().join("out").exists(), "--dry-run wrote --out");
+    // With a price for the model, the estimate has a cost.
+    assert_eq!(json["unpriced_models"], json!(["mock-model"]));
+    std::fs::write(
+        t.path().join("summon.yaml"),
+        "prices:\n  mock-model: { input: 1000000, output: 0 }\n",
+    )
+    .unwrap();
+    let priced = summon(&t, &["run", "p.yaml", "--dry-run", "--json"])
+        .expect(0)
+        .json();
+    let tokens = priced["estimated_input_tokens"].as_f64().unwrap();
+    assert!(tokens > 0.0);
+    assert_eq!(priced["estimated_input_cost_usd"].as_f64().unwrap(), tokens);
+    assert_eq!(priced["unpriced_models"], json!([]));
+    assert_eq!(server.request_count(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1224,4 +1239,55 @@ async fn kill_9_right_after_a_wave_finishes_repeats_only_the_tasks_in_flight() {
         total <= 40 + 4,
         "{total} requests for 40 tasks: finished tasks ran again (killed with {first} sent)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_uses_the_run_s_frozen_catalog() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server)
+        .write(".agents/agents/explorer.md", EXPLORER)
+        .write(
+            "p.yaml",
+            r#"
+            version: 1
+            name: roles
+            steps:
+              - id: plan
+                decompose:
+                  items:
+                    - {agent: explorer, q: "Find the parser."}
+                    - {agent: newbie, q: "Count the files."}
+              - id: work
+                fan_out:
+                  over: plan
+                  source: "{{ item.agent }}"
+                  instructions: "{{ item.q }}"
+            "#,
+        );
+    let first = summon(&t, &["run", "p.yaml", "--quiet"]).expect(2);
+    assert!(
+        first
+            .stderr
+            .contains("Subagent \"newbie\" is not in this run's catalog"),
+        "{}",
+        first.stderr
+    );
+    // A definition added after the run started is not in its frozen catalog...
+    std::fs::write(
+        t.path().join(".agents/agents/newbie.md"),
+        "---\nname: newbie\ndescription: new\n---\nYou are new.\n",
+    )
+    .unwrap();
+    let resumed = summon(&t, &["run", "p.yaml", "--resume", "--quiet"]).expect(2);
+    assert!(
+        resumed
+            .stderr
+            .contains("Subagent \"newbie\" is not in this run's catalog"),
+        "{}",
+        resumed.stderr
+    );
+    assert_eq!(server.request_count(), 0);
+    // ...but a new run sees it.
+    summon(&t, &["run", "p.yaml", "--quiet"]).expect(0);
+    assert_eq!(server.request_count(), 2);
 }

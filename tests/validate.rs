@@ -916,3 +916,15 @@ fn parameter_without_key_still_reports_its_other_problems() {
     );
     assert_reports(&out, 1, "unknown requirement `always`");
 }
+
+#[test]
+fn positions_inside_block_scalars_are_exact() {
+    let out = check("title: t\ndescription: d\ninstructions: |\n  hello\n  {{ who }}\n");
+    assert_reports(
+        &out,
+        1,
+        "r.yaml:5:6: error: template variable `who` is used but not declared",
+    );
+    let out = check("title: t\ndescription: d\ninstructions: |\n  {% if %}\n");
+    assert_reports(&out, 1, "r.yaml:4:1: error: template error");
+}

@@ -3,7 +3,7 @@
 //! JSON (`--json`): `{"run_id", "status": "succeeded"|"failed"|"interrupted", "steps":
 //! [{"id", "status": "succeeded"|"failed"|"skipped", "error"}], "output"}`.
 //! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "prompt"}],
-//! "estimated_input_tokens"}`.
+//! "estimated_input_tokens", "estimated_input_cost_usd", "unpriced_models"}`.
 
 use std::io::IsTerminal;
 
@@ -165,6 +165,9 @@ fn dry_run(
     let mut widths: Vec<Option<usize>> = vec![None; pipeline.steps.len()];
     let mut steps_json = Vec::new();
     let mut tokens = 0usize;
+    let (config, _) = load_config(&ctx.env).map_err(Error::Input)?;
+    let mut cost = 0.0f64;
+    let mut unpriced: Vec<String> = Vec::new();
     let mut text = format!(
         "Pipeline {} ({} steps)\n",
         pipeline.name,
@@ -234,11 +237,27 @@ fn dry_run(
             StepKind::FanOut(_) => width,
             StepKind::Decompose(_) => Some(0),
         };
-        if let (Some(p), Some(n)) = (&prompt, tasks) {
-            tokens += p.len() / 4 * n;
+        let step_tokens = if let (Some(p), Some(n)) = (&prompt, tasks) {
+            p.len() / 4 * n
         } else if let (StepKind::FanOut(f), Some(n)) = (&step.kind, tasks) {
-            let per_task = f.task.instructions.as_ref().map_or(0, |t| t.text.len() / 4);
-            tokens += per_task * n;
+            f.task.instructions.as_ref().map_or(0, |t| t.text.len() / 4) * n
+        } else {
+            0
+        };
+        tokens += step_tokens;
+        // The model this step would most likely use, for its input price.
+        let model = step
+            .model
+            .clone()
+            .or_else(|| pipeline.settings.model.clone())
+            .or_else(|| ctx.env.var("SUMMON_SUBAGENT_MODEL").map(str::to_owned))
+            .or_else(|| ctx.env.var("SUMMON_MODEL").map(str::to_owned))
+            .or_else(|| config.default_model.as_ref().map(|m| m.value.clone()));
+        if step_tokens > 0 {
+            match model.as_deref().and_then(|m| config.price(m)) {
+                Some(price) => cost += step_tokens as f64 * price.input / 1e6,
+                None => unpriced.push(model.unwrap_or_else(|| "(no model set)".into())),
+            }
         }
         text.push_str(&format!(
             "  {} ({}){}{}\n",
@@ -266,11 +285,26 @@ fn dry_run(
         steps_json.push(json!({"id": step.id, "kind": step.kind.name(), "needs": needs, "width": width, "prompt": prompt}));
     }
     text.push_str(&format!(
-        "Estimated input tokens (prompts known before the run): ~{tokens}\nNo request was sent.\n"
+        "Estimated input tokens (prompts known before the run): ~{tokens}\n"
     ));
+    unpriced.sort();
+    unpriced.dedup();
+    if unpriced.is_empty() {
+        text.push_str(&format!("Estimated input cost: ${cost:.4}\n"));
+    } else {
+        text.push_str(&format!(
+            "Estimated input cost: ${cost:.4} for priced models; no price in the config file for: {}\n",
+            unpriced.join(", ")
+        ));
+    }
+    text.push_str("No request was sent.\n");
     if json {
-        ctx.out
-            .json(&json!({"steps": steps_json, "estimated_input_tokens": tokens}))?;
+        ctx.out.json(&json!({
+            "steps": steps_json,
+            "estimated_input_tokens": tokens,
+            "estimated_input_cost_usd": cost,
+            "unpriced_models": unpriced,
+        }))?;
     } else {
         ctx.out.write(&text)?;
     }

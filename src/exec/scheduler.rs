@@ -175,19 +175,19 @@ pub(crate) fn run_pipeline(
     let path_text = pipeline_path.display().to_string();
     let params_json = serde_json::to_string(&options.params).unwrap_or_default();
     let pipeline_hash = super::hash::request_hash(&[Some(&pipeline.file.text)]);
-    let agents = agents_json(&catalog);
-    let (run, finished) = match &options.resume {
+    let (run, finished, catalog) = match &options.resume {
         None => {
+            // The catalog is frozen into the journal for `--resume`.
             let run = store
                 .create_run(
                     &path_text,
                     &pipeline_hash,
                     &params_json,
-                    &agents.to_string(),
+                    &crate::source::freeze(&catalog).to_string(),
                     None,
                 )
                 .map_err(|e| Error::usage(e.to_string()))?;
-            (run, HashMap::new())
+            (run, HashMap::new(), catalog)
         }
         Some(wanted) => {
             let run = match wanted {
@@ -217,9 +217,17 @@ pub(crate) fn run_pipeline(
             let finished = store
                 .finished(&run.run_id)
                 .map_err(|e| Error::usage(e.to_string()))?;
-            (run, finished)
+            // The run's own catalog, not a new scan.
+            let frozen: Value = serde_json::from_str(&run.catalog_json).unwrap_or(Value::Null);
+            let catalog = if frozen.is_array() {
+                crate::source::thaw(&frozen)
+            } else {
+                catalog
+            };
+            (run, finished, catalog)
         }
     };
+    let agents = agents_json(&catalog);
     let (commit_sender, committed) = tokio::sync::watch::channel(0u64);
     let hook = Box::new(move |rows: &[TaskResultRow]| {
         commit_sender.send_modify(|n| *n += rows.len() as u64);

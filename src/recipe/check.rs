@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::Recipe;
 use crate::diag::{Diagnostic, Diagnostics, Pos, Span};
 use crate::template;
-use crate::yaml::{Node, ScalarStyle, Value};
+use crate::yaml::{Node, Value};
 
 /// Names every template may use without declaring them.
 pub(crate) const BUILTIN_VARIABLES: &[&str] = &["recipe_dir"];
@@ -69,9 +69,9 @@ pub(crate) fn check_templates(recipe: &Recipe, diags: &mut Diagnostics) {
 /// `parameters` section (its descriptions are not rendered).
 fn for_each_template(node: &Node, is_nested: bool, f: &mut dyn FnMut(&str, u32)) {
     match &node.value {
-        Value::Scalar(text, style) => {
+        Value::Scalar(text, _) => {
             if template::has_template(text) {
-                let line = node.pos.line + u32::from(*style == ScalarStyle::Block);
+                let line = node.pos.line;
                 f(text, line);
             }
         }

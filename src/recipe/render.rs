@@ -88,7 +88,7 @@ fn render_node(
     match &mut node.value {
         Value::Scalar(text, style) => {
             if template::has_template(text) {
-                let base_line = pos.line + u32::from(*style == ScalarStyle::Block);
+                let base_line = pos.line;
                 match template::render(env, text, context) {
                     Ok(rendered) => {
                         *text = rendered;
