@@ -146,12 +146,17 @@ impl Client {
     /// Sends one chat request (no retries).
     pub(crate) async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = match self.endpoint.kind {
-            ProviderKind::OpenAi => openai::request_body(req),
-            ProviderKind::Anthropic => anthropic::request_body(req),
+            ProviderKind::OpenAi => openai::request_bytes(req),
+            ProviderKind::Anthropic => {
+                serde_json::to_vec(&anthropic::request_body(req)).unwrap_or_default()
+            }
         };
-        let response = self
-            .send(self.http.post(&self.chat_url).json(&body))
-            .await?;
+        let request = self
+            .http
+            .post(&self.chat_url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        let response = self.send(request).await?;
         match self.endpoint.kind {
             ProviderKind::OpenAi => openai::parse_response(&response),
             ProviderKind::Anthropic => anthropic::parse_response(&response),
@@ -306,7 +311,8 @@ mod tests {
                 name: "list_files".into(),
                 description: "List the files of a directory".into(),
                 parameters: json!({"type": "object", "properties": {"dir": {"type": "string"}}}),
-            }],
+            }]
+            .into(),
             ..ChatRequest::default()
         }
     }

@@ -212,7 +212,7 @@ pub(crate) fn estimate_tokens(req: &ChatRequest) -> u64 {
             } => call_id.len() + name.len() + content.len(),
         };
     }
-    for tool in &req.tools {
+    for tool in req.tools.iter() {
         chars += tool.name.len() + tool.description.len() + tool.parameters.to_string().len();
     }
     (chars as u64).div_ceil(4) + u64::from(req.max_tokens.unwrap_or(0))

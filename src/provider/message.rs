@@ -16,7 +16,7 @@ pub(crate) struct ChatRequest {
     /// The conversation so far, oldest first.
     pub(crate) messages: Vec<Message>,
     /// The tools offered to the model; empty means none.
-    pub(crate) tools: Vec<ToolSpec>,
+    pub(crate) tools: std::sync::Arc<[ToolSpec]>,
     pub(crate) temperature: Option<f64>,
     /// Upper bound on output tokens; the Anthropic client uses a default when `None`.
     pub(crate) max_tokens: Option<u32>,
@@ -156,11 +156,11 @@ pub(crate) fn sample_request() -> ChatRequest {
                 is_error: true,
             },
         ],
-        tools: vec![ToolSpec {
+        tools: std::sync::Arc::from(vec![ToolSpec {
             name: "read_file".into(),
             description: "Read a file".into(),
             parameters: serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
-        }],
+        }]),
         temperature: Some(0.2),
         max_tokens: Some(1000),
     }

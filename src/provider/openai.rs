@@ -1,6 +1,7 @@
 //! The OpenAI-compatible Chat Completions wire format (OpenAI, Ollama, vLLM, llama.cpp, LM Studio,
 //! OpenRouter, Groq, ...): request body building and lenient response parsing.
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::error::ProviderError;
@@ -13,70 +14,113 @@ pub(crate) const MODELS_PATH: &str = "/models";
 
 /// Builds the JSON body of a `POST /chat/completions` request.
 pub(crate) fn request_body(req: &ChatRequest) -> Value {
-    let mut messages = Vec::with_capacity(req.messages.len() + 1);
-    if !req.system.is_empty() {
-        messages.push(json!({"role": "system", "content": req.system}));
-    }
-    for message in &req.messages {
-        messages.push(match message {
-            Message::User { text } => json!({"role": "user", "content": text}),
-            Message::Assistant { text, tool_calls } => {
-                let mut out = Map::new();
-                out.insert("role".into(), "assistant".into());
-                out.insert(
-                    "content".into(),
-                    text.as_deref().map_or(Value::Null, Value::from),
-                );
-                if !tool_calls.is_empty() {
-                    let calls = tool_calls.iter().map(wire_tool_call).collect::<Vec<_>>();
-                    out.insert("tool_calls".into(), Value::Array(calls));
-                }
-                Value::Object(out)
-            }
-            Message::ToolResult {
-                call_id,
-                name,
-                content,
-                is_error,
-            } => {
-                // The format has no error flag: say it in the content.
-                let content = if *is_error {
-                    format!("Error: {content}")
-                } else {
-                    content.clone()
-                };
-                json!({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})
-            }
-        });
-    }
+    serde_json::to_value(Body::new(req)).unwrap_or(Value::Null)
+}
 
-    let mut body = Map::new();
-    body.insert("model".into(), req.model.clone().into());
-    body.insert("messages".into(), Value::Array(messages));
-    if !req.tools.is_empty() {
-        let tools = req
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    }
+/// The body as bytes, serialized straight from the request (no intermediate JSON tree: this
+/// runs once per model request).
+pub(crate) fn request_bytes(req: &ChatRequest) -> Vec<u8> {
+    serde_json::to_vec(&Body::new(req)).unwrap_or_default()
+}
+
+/// The request body, borrowing from the request.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<Value>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        name: &'a str,
+        content: std::borrow::Cow<'a, str>,
+    },
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    r#type: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> Body<'a> {
+    fn new(req: &'a ChatRequest) -> Self {
+        let mut messages = Vec::with_capacity(req.messages.len() + 1);
+        if !req.system.is_empty() {
+            messages.push(WireMessage::System {
+                content: &req.system,
+            });
+        }
+        for message in &req.messages {
+            messages.push(match message {
+                Message::User { text } => WireMessage::User { content: text },
+                Message::Assistant { text, tool_calls } => WireMessage::Assistant {
+                    content: text.as_deref(),
+                    tool_calls: tool_calls.iter().map(wire_tool_call).collect(),
+                },
+                Message::ToolResult {
+                    call_id,
+                    name,
+                    content,
+                    is_error,
+                } => WireMessage::Tool {
+                    tool_call_id: call_id,
+                    name,
+                    // The format has no error flag: say it in the content.
+                    content: if *is_error {
+                        std::borrow::Cow::Owned(format!("Error: {content}"))
+                    } else {
+                        std::borrow::Cow::Borrowed(content)
+                    },
+                },
+            });
+        }
+        Self {
+            model: &req.model,
+            messages,
+            tools: req
+                .tools
+                .iter()
+                .map(|tool| WireTool {
+                    r#type: "function",
+                    function: WireFunction {
+                        name: &tool.name,
+                        description: &tool.description,
+                        parameters: &tool.parameters,
+                    },
                 })
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
+                .collect(),
+            temperature: req.temperature,
+            max_tokens: req.max_tokens,
+        }
     }
-    if let Some(temperature) = req.temperature {
-        body.insert("temperature".into(), json!(temperature));
-    }
-    if let Some(max_tokens) = req.max_tokens {
-        body.insert("max_tokens".into(), json!(max_tokens));
-    }
-    Value::Object(body)
 }
 
 fn wire_tool_call(call: &ToolCall) -> Value {

@@ -107,8 +107,27 @@ impl ToolSet {
         )
     }
 
-    /// The specs offered to the model, in a stable order.
-    pub(crate) fn specs(&self) -> Vec<ToolSpec> {
+    /// The specs offered to the model, in a stable order. Built once per distinct set of
+    /// tools and shared: every model request carries them.
+    pub(crate) fn specs(&self) -> std::sync::Arc<[ToolSpec]> {
+        type Cache =
+            std::sync::Mutex<Vec<((Vec<Tool>, Option<Vec<String>>), std::sync::Arc<[ToolSpec]>)>>;
+        static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+        let cache = CACHE.get_or_init(Default::default);
+        let key = (self.tools.clone(), self.shell_patterns.clone());
+        if let Ok(entries) = cache.lock()
+            && let Some((_, specs)) = entries.iter().find(|(k, _)| *k == key)
+        {
+            return std::sync::Arc::clone(specs);
+        }
+        let specs: std::sync::Arc<[ToolSpec]> = self.build_specs().into();
+        if let Ok(mut entries) = cache.lock() {
+            entries.push((key, std::sync::Arc::clone(&specs)));
+        }
+        specs
+    }
+
+    fn build_specs(&self) -> Vec<ToolSpec> {
         self.tools
             .iter()
             .map(|tool| match tool {
@@ -205,7 +224,7 @@ mod tests {
         let specs = set.specs();
         let spec_names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(spec_names, set.names());
-        for spec in &specs {
+        for spec in specs.iter() {
             assert_eq!(spec.parameters["type"], "object", "{}", spec.name);
             assert!(spec.description.len() > 40, "{}", spec.name);
         }
