@@ -38,7 +38,7 @@ pub(crate) struct Request {
 /// A delegation ready to run.
 pub(crate) struct Prepared {
     pub(crate) spec: SubagentSpec,
-    pub(crate) resolved: Resolved,
+    pub(crate) resolved: std::sync::Arc<Resolved>,
     /// Shown before the run: listed tools left out, extensions not started, alias fallbacks.
     pub(crate) notes: Vec<Diagnostic>,
     /// A short label for progress lines: the source name, or `task`.
@@ -75,7 +75,10 @@ pub(crate) async fn prepare(
 /// tasks resolves (and probes) once per distinct combination.
 #[derive(Default)]
 pub(crate) struct Resolver {
-    cache: std::sync::Mutex<std::collections::HashMap<[Option<String>; 4], Resolved>>,
+    cache:
+        std::sync::Mutex<std::collections::HashMap<[Option<String>; 4], std::sync::Arc<Resolved>>>,
+    /// The default working directory, checked once.
+    workdir: std::sync::OnceLock<WorkDir>,
 }
 
 impl Resolver {
@@ -84,7 +87,7 @@ impl Resolver {
         env: &Env,
         config: &Config,
         overrides: &Overrides<'_>,
-    ) -> Result<Resolved, Diagnostic> {
+    ) -> Result<std::sync::Arc<Resolved>, Diagnostic> {
         let key = [
             overrides.provider_flag.map(str::to_owned),
             overrides.model_flag.map(str::to_owned),
@@ -94,11 +97,31 @@ impl Resolver {
         if let Some(found) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(found);
         }
-        let resolved = resolve(env, config, overrides).await?;
+        let resolved = std::sync::Arc::new(resolve(env, config, overrides).await?);
         if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(key, resolved.clone());
+            cache.insert(key, std::sync::Arc::clone(&resolved));
         }
         Ok(resolved)
+    }
+
+    /// The subagent's working directory: `--working-dir` checked each time, the default once.
+    fn workdir(&self, cwd: &Path, wanted: Option<&Path>) -> Result<WorkDir, Diagnostic> {
+        if wanted.is_none()
+            && let Some(found) = self.workdir.get()
+        {
+            return Ok(found.clone());
+        }
+        let path = working_dir(cwd, wanted)?;
+        let workdir = WorkDir::new(&path).map_err(|e| {
+            Diagnostic::error(format!(
+                "cannot use working directory `{}`: {e}",
+                path.display()
+            ))
+        })?;
+        if wanted.is_none() {
+            let _ = self.workdir.set(workdir.clone());
+        }
+        Ok(workdir)
     }
 }
 
@@ -110,13 +133,7 @@ pub(crate) async fn prepare_with(
     request: &Request,
     resolver: &Resolver,
 ) -> Result<Prepared, PrepareError> {
-    let workdir_path = working_dir(&env.cwd, request.working_dir.as_deref())?;
-    let workdir = WorkDir::new(&workdir_path).map_err(|e| {
-        Diagnostic::error(format!(
-            "cannot use working directory `{}`: {e}",
-            workdir_path.display()
-        ))
-    })?;
+    let workdir = resolver.workdir(&env.cwd, request.working_dir.as_deref())?;
     let mut notes = Vec::new();
     let env_turns = env_max_turns(env)?;
     let (label, plan) = match source {

@@ -439,7 +439,7 @@ async fn attempt_task(
         error,
         result.turns,
         result.usage,
-        Some(prepared.resolved.model),
+        Some(prepared.resolved.model.clone()),
     ))
 }
 
