@@ -463,9 +463,7 @@ fn compact_results(dir: &std::path::Path) -> Result<()> {
         out.push_str(lines[key]);
         out.push('\n');
     }
-    let tmp = path.with_extension("jsonl.tmp");
-    std::fs::write(&tmp, out)?;
-    std::fs::rename(&tmp, &path)?;
+    crate::output::write_atomically(&path, out.as_bytes())?;
     Ok(())
 }
 
@@ -831,13 +829,7 @@ fn write_outputs(
         let content = tenv
             .render_str(&output.content.text, &base)
             .map_err(|e| Error::usage(super::step::render_error(&output.content, &e)))?;
-        let full = env.cwd.join(path.trim());
-        if let Some(dir) = full.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let tmp = full.with_extension("summon-tmp");
-        std::fs::write(&tmp, content)?;
-        std::fs::rename(&tmp, &full)?;
+        crate::output::write_atomically(&env.cwd.join(path.trim()), content.as_bytes())?;
     }
     Ok(())
 }

@@ -22,7 +22,7 @@
 //! [`JunitWriter`] keeps per case only a few numbers and the name (all names of a step share
 //! one buffer); only failures keep their error text (cut at [`ERROR_MAX`] bytes).
 
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -133,32 +133,10 @@ impl JunitWriter {
     }
 
     /// Writes the XML to `path` (through a temporary file and a rename).
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn write(&self, path: &Path) -> io::Result<()> {
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        std::fs::create_dir_all(dir)?;
-        let name = path
-            .file_name()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))?;
-        let tmp = dir.join(format!(
-            ".{}.{}.tmp",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        let result = (|| {
-            let mut out = BufWriter::new(std::fs::File::create(&tmp)?);
-            self.write_to(&mut out)?;
-            let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, path)
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        let mut bytes = Vec::new();
+        self.write_to(&mut bytes)?;
+        super::report::write_atomically(path, &bytes)
     }
 
     /// Writes the XML document.

@@ -12,7 +12,9 @@ pub(crate) use junit::JunitWriter;
 #[allow(unused_imports)] // used by summon run
 pub(crate) use progress::{DisplayMode, Progress, resolve as resolve_display};
 #[allow(unused_imports)] // used by summon run
-pub(crate) use report::{REPORT_FILE, Report, fmt_cost, fmt_duration, fmt_tokens};
+pub(crate) use report::{
+    REPORT_FILE, Report, fmt_cost, fmt_duration, fmt_tokens, write_atomically,
+};
 #[allow(unused_imports)] // used by summon run
 pub(crate) use results::{RESULTS_FILE, ResultLine, ResultsWriter, read_results};
 pub(crate) use stdout::Stdout;
