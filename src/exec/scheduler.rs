@@ -256,8 +256,11 @@ pub(crate) fn run_pipeline(
         None => (None, Default::default()),
     };
     let progress = Progress::new(options.display);
+    // Steps that send tasks; a decompose from a command, list, file or glob sends none.
     for step in &pipeline.steps {
-        progress.add_step(&step.id, None);
+        if !matches!(&step.kind, StepKind::Decompose(d) if !matches!(d, Decompose::Agent(_))) {
+            progress.add_step(&step.id, None);
+        }
     }
     let sink = Arc::new(Mutex::new(Sink {
         journal,
@@ -632,9 +635,6 @@ async fn run_step(
                     }
                 }
             };
-            if let Ok(sink) = sink.lock() {
-                sink.progress.set_total(&step.id, items.len() as u64);
-            }
             outputs.set(
                 index,
                 StepData {
