@@ -488,7 +488,6 @@ fn yaml_output_round_trips_awkward_values() {
 }
 
 #[test]
-#[ignore = "bug: render's YAML drops trailing blank lines (`|+` block without them) and keeps CR inside block scalars"]
 fn yaml_output_round_trips_trailing_blank_lines_and_cr() {
     for value in ["two newlines\n\n", "a\n\n\n", "crlf\r\nline"] {
         yaml_matches_json(value);

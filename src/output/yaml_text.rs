@@ -59,17 +59,27 @@ fn write_child(out: &mut String, item: &Value, indent: usize) {
             out.push('\n');
             write_value(out, item, indent + 2);
         }
-        Value::String(s) if s.contains('\n') => {
+        // A literal block keeps the text as it is, except characters a block cannot carry
+        // (carriage returns and other controls, which are quoted instead).
+        Value::String(s)
+            if s.contains('\n') && !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') =>
+        {
             let chomp = if s.ends_with('\n') { "" } else { "-" };
             let keep = if s.ends_with("\n\n") { "+" } else { chomp };
-            let lead = if s.starts_with(' ') { "2" } else { "" };
+            let lead = if s.starts_with([' ', '\n']) { "2" } else { "" };
             out.push_str(&format!(" |{lead}{keep}\n"));
             let pad = " ".repeat(indent + 2);
-            for line in s.trim_end_matches('\n').split('\n') {
+            let body = s.trim_end_matches('\n');
+            for line in body.split('\n') {
                 if !line.is_empty() {
                     out.push_str(&pad);
                     out.push_str(line);
                 }
+                out.push('\n');
+            }
+            // `|+` keeps every trailing line break: the ones after the first are empty lines.
+            let trailing = s.len() - body.len();
+            for _ in 1..trailing {
                 out.push('\n');
             }
         }
