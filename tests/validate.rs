@@ -880,7 +880,6 @@ fn tab_indentation_is_reported_at_the_tab() {
 }
 
 #[test]
-#[ignore = "bug: a `title` of the wrong type is reported twice (`must be a string` and `missing required field`)"]
 fn wrong_type_title_is_one_error() {
     let out = check("title: [1, 2]\ndescription: d\ninstructions: i");
     assert_reports(
@@ -896,7 +895,6 @@ fn wrong_type_title_is_one_error() {
 }
 
 #[test]
-#[ignore = "bug: a parameter without `key` hides its other problems (here the unknown requirement)"]
 fn parameter_without_key_still_reports_its_other_problems() {
     let out = check(
         "

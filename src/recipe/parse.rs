@@ -151,12 +151,14 @@ fn read_recipe(
     let instructions = string_field(&mut r, "instructions", d);
     let prompt = string_field(&mut r, "prompt", d);
     let top = Pos::new(1, 1, 1);
+    // A field given with the wrong type was reported already.
+    let given = |name: &str| root.get(name).is_some_and(|v| !v.is_null());
     for (name, value) in [("title", &title), ("description", &description)] {
-        if value.is_none() {
+        if value.is_none() && !given(name) {
             d.error(top, format!("missing required field `{name}`"));
         }
     }
-    if instructions.is_none() && prompt.is_none() {
+    if instructions.is_none() && prompt.is_none() && !given("instructions") && !given("prompt") {
         d.error(
             top,
             "a recipe needs `instructions` or `prompt`; neither is set",
@@ -318,11 +320,16 @@ pub(crate) fn read_parameters(node: &Node, d: &mut FileDiags<'_>) -> Vec<Paramet
             continue;
         };
         let key_node = r.get("key");
-        let Some(key) = key_node.and_then(|k| scalar_text(k, &format!("{path}.key"), d)) else {
-            if key_node.is_none() {
-                d.error(item.pos, format!("`{path}` is missing `key`"));
+        // Without a key the entry is still checked, so every problem shows at once.
+        let (key, has_key) = match key_node.and_then(|k| scalar_text(k, &format!("{path}.key"), d))
+        {
+            Some(key) => (key, true),
+            None => {
+                if key_node.is_none() {
+                    d.error(item.pos, format!("`{path}` is missing `key`"));
+                }
+                (format!("#{}", index + 1), false)
             }
-            continue;
         };
         let pos = key_node.map_or(item.pos, |k| k.pos);
         let input_type = match r.get("input_type") {
@@ -425,6 +432,9 @@ pub(crate) fn read_parameters(node: &Node, d: &mut FileDiags<'_>) -> Vec<Paramet
                     input_type.name()
                 ),
             );
+        }
+        if !has_key {
+            continue;
         }
         if out.iter().any(|p| p.key == key) {
             d.error(pos, format!("parameter `{key}` is declared twice"));
