@@ -266,13 +266,11 @@ pub(crate) fn start(
             let binding = crate::recipe::bind_params(
                 &recipe.parameters,
                 &request.to_request().params,
-                &indexmap::IndexMap::new(),
+                &source.preset_values(),
                 Some(&recipe.file),
                 &ctx.env.cwd,
             );
-            let missing_only_presets =
-                matches!(source.def, crate::source::SourceDef::Subrecipe { .. });
-            if binding.problems.has_errors() && !missing_only_presets {
+            if binding.problems.has_errors() {
                 return Err(Error::Input(binding.problems));
             }
         }
@@ -433,9 +431,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         .unwrap_or_default();
     match outcome {
         Ok(outcome) => {
-            if let Some(provider_model) = Some((&outcome.provider, &outcome.model)) {
-                let _ = store.set_model(&id, provider_model.0, provider_model.1);
-            }
+            let _ = store.set_model(&id, &outcome.provider, &outcome.model);
             let cancelled = cancel.is_cancelled();
             let text = if cancelled {
                 last_text.lock().map(|t| t.clone()).unwrap_or_default()

@@ -326,15 +326,7 @@ fn recipe_plan(
     request: &Request,
     cwd: &Path,
 ) -> Result<Plan, PrepareError> {
-    let preset = match &source.def {
-        SourceDef::Subrecipe { entry, .. } => entry
-            .values
-            .iter()
-            .filter(|(_, v)| !crate::template::has_template(v))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        _ => indexmap::IndexMap::new(),
-    };
+    let preset = source.preset_values();
     let binding = bind_params(
         &recipe.parameters,
         &request.params,

@@ -16,7 +16,6 @@ use crate::error::{Error, Result};
 use crate::output::to_yaml;
 use crate::recipe::{Binding, ParamInput, Recipe, bind_params, render_recipe};
 use crate::source::{Source, SourceDef};
-use crate::template;
 
 pub(crate) fn run(args: &SourceArgs, ctx: &mut Ctx) -> Result<()> {
     let catalog = ctx.catalog();
@@ -74,19 +73,10 @@ pub(crate) fn bind(
     ctx: &Ctx,
 ) -> Result<Binding> {
     let input = ParamInput::from_args(args.params_file.as_deref(), &args.param, &ctx.env.cwd)?;
-    let preset: IndexMap<String, String> = match &source.def {
-        SourceDef::Subrecipe { entry, .. } => entry
-            .values
-            .iter()
-            .filter(|(_, v)| !template::has_template(v))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        _ => IndexMap::new(),
-    };
     Ok(bind_params(
         &recipe.parameters,
         &input,
-        &preset,
+        &source.preset_values(),
         Some(&recipe.file),
         &ctx.env.cwd,
     ))

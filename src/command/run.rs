@@ -13,7 +13,7 @@ use super::Ctx;
 use crate::cli::RunArgs;
 use crate::config::load_config;
 use crate::diag::{Diagnostics, SourceFile};
-use crate::error::{Error, Result, exit};
+use crate::error::{Error, Result};
 use crate::exec::{RunOptions, StepStatus, run_pipeline};
 use crate::output::resolve_display;
 use crate::pipeline::model::{Decompose, Pipeline, StepKind};
@@ -129,7 +129,6 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         );
         return Err(Error::Failed(String::new()));
     }
-    let _ = exit::OK;
     Ok(())
 }
 

@@ -27,7 +27,7 @@ use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::output::{DisplayMode, JunitWriter, Progress, Report, ResultLine, ResultsWriter};
 use crate::pipeline::items::{command_items, glob_items, open_file_items};
-use crate::pipeline::model::{Decompose, MinSuccess, OnError, Pipeline, StepKind};
+use crate::pipeline::model::{Decompose, OnError, Pipeline, StepKind};
 use crate::provider::RetryPolicy;
 use crate::source::Catalog;
 use crate::store::{JournalStatus, JournalWriter, RunStatus, Store, TaskResultRow, WriterOptions};
@@ -153,7 +153,6 @@ impl Sink {
 fn item_label(item: &Value, index: u64) -> String {
     match item {
         Value::String(s) if s.chars().count() <= 80 => s.clone(),
-        Value::Null => format!("#{}", index + 1),
         _ => format!("#{}", index + 1),
     }
 }
@@ -298,8 +297,10 @@ pub(crate) fn run_pipeline(
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let deps = dependencies(&pipeline);
     let graph = crate::pipeline::graph::Graph::new(&pipeline);
+    let deps: Vec<Vec<usize>> = (0..pipeline.steps.len())
+        .map(|i| graph.deps(i).to_vec())
+        .collect();
     let keep_results: Arc<Vec<bool>> = Arc::new(
         (0..pipeline.steps.len())
             .map(|i| graph.results_needed(i))
@@ -488,14 +489,6 @@ fn config_prices(config: &Config) -> HashMap<String, (f64, f64)> {
         .prices
         .iter()
         .map(|(model, price)| (model.clone(), (price.value.input, price.value.output)))
-        .collect()
-}
-
-/// Each step's dependencies: `needs`, `over`, and the steps its templates reference.
-fn dependencies(pipeline: &Pipeline) -> Vec<Vec<usize>> {
-    let graph = crate::pipeline::graph::Graph::new(pipeline);
-    (0..pipeline.steps.len())
-        .map(|i| graph.deps(i).to_vec())
         .collect()
 }
 
@@ -711,7 +704,6 @@ async fn run_step(
                 && !(step.on_error == OnError::FailFast
                     && step.min_success.is_none()
                     && failures > 0);
-            let _ = MinSuccess::Count(0);
             final_texts.sort_by_key(|(i, _)| *i);
             let output = (!final_texts.is_empty()).then(|| {
                 final_texts

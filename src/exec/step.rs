@@ -459,11 +459,7 @@ pub(crate) async fn run_tasks(
     on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
 ) -> Result<(), String> {
     // The compiled templates borrow `env` and `task`; render synchronously here.
-    let compiled = {
-        let env: &minijinja::Environment<'_> = env;
-        // SAFETY-free lifetime narrowing: both live for this whole function.
-        compile_for(env, task)?
-    };
+    let compiled = Compiled::new(env, task)?;
     let step_cap = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
     let mut running: JoinSet<(TaskDone, Option<Permits>)> = JoinSet::new();
     let mut pending: std::collections::VecDeque<(u64, Option<Permits>)> =
@@ -582,11 +578,4 @@ pub(crate) async fn run_tasks(
             None => {}
         }
     }
-}
-
-fn compile_for<'a>(
-    env: &'a minijinja::Environment<'a>,
-    task: &'a TaskTemplate,
-) -> Result<Compiled<'a>, String> {
-    Compiled::new(env, task)
 }

@@ -191,10 +191,10 @@ fn kill_group(pid: u32) {
         .status();
 }
 
-/// One string item per non-empty line (lossy UTF-8, trailing `\r` dropped).
-fn read_item_lines(pipe: impl Read) -> Vec<Value> {
+/// Calls `f` with every line of a stream that is not blank (lossy UTF-8, trailing `\r`
+/// dropped), reading one line at a time.
+fn for_each_line(pipe: impl Read, mut f: impl FnMut(String)) {
     let mut reader = BufReader::new(pipe);
-    let mut items = Vec::new();
     let mut buf = Vec::new();
     loop {
         buf.clear();
@@ -203,11 +203,16 @@ fn read_item_lines(pipe: impl Read) -> Vec<Value> {
             Ok(_) => {}
         }
         let line = trim_eol(&buf);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+        if !line.iter().all(u8::is_ascii_whitespace) {
+            f(String::from_utf8_lossy(line).into_owned());
         }
-        items.push(Value::String(String::from_utf8_lossy(line).into_owned()));
     }
+}
+
+/// One string item per non-empty line.
+fn read_item_lines(pipe: impl Read) -> Vec<Value> {
+    let mut items = Vec::new();
+    for_each_line(pipe, |line| items.push(Value::String(line)));
     items
 }
 
@@ -215,20 +220,8 @@ fn read_item_lines(pipe: impl Read) -> Vec<Value> {
 /// whatever the stream's length.
 fn read_tail(pipe: impl Read, keep: usize) -> String {
     const MAX_LINE: usize = 500;
-    let mut reader = BufReader::new(pipe);
     let mut tail: VecDeque<String> = VecDeque::with_capacity(keep + 1);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let line = trim_eol(&buf);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let mut text = String::from_utf8_lossy(line).into_owned();
+    for_each_line(pipe, |mut text| {
         if text.len() > MAX_LINE {
             let mut cut = MAX_LINE;
             while !text.is_char_boundary(cut) {
@@ -241,7 +234,7 @@ fn read_tail(pipe: impl Read, keep: usize) -> String {
         if tail.len() > keep {
             tail.pop_front();
         }
-    }
+    });
     Vec::from(tail).join("\n")
 }
 

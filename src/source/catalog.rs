@@ -52,6 +52,20 @@ pub(crate) struct Source {
 }
 
 impl Source {
+    /// Parameter values fixed by the source: a subrecipe's `values` that are plain text (those
+    /// that are templates need the parent recipe's parameters).
+    pub(crate) fn preset_values(&self) -> indexmap::IndexMap<String, String> {
+        match &self.def {
+            SourceDef::Subrecipe { entry, .. } => entry
+                .values
+                .iter()
+                .filter(|(_, v)| !crate::template::has_template(v))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            _ => indexmap::IndexMap::new(),
+        }
+    }
+
     /// The recipe behind a recipe or subrecipe source.
     pub(crate) fn recipe(&self) -> Option<&Arc<Recipe>> {
         match &self.def {
