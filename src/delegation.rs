@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use crate::config::{Config, Overrides, Resolved, env_max_turns, resolve};
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::env::Env;
-use crate::recipe::{ExtensionKind, ParamInput, Recipe, bind_params, render_recipe};
+use crate::mcp::ServerSpec;
+use crate::recipe::{Extension, ExtensionKind, ParamInput, Recipe, bind_params, render_recipe};
 use crate::source::{Source, SourceDef};
 use crate::subagent::tool::{ToolSet, WorkDir};
 use crate::subagent::{FirstMessage, SubagentSpec, read_role_text, system_prompt};
@@ -160,6 +161,7 @@ pub(crate) async fn prepare_with(
                     schema: None,
                     retry: None,
                     extensions: Vec::new(),
+                    file: None,
                     narrow: None,
                 },
             )
@@ -204,6 +206,7 @@ pub(crate) async fn prepare_with(
                         schema: None,
                         retry: None,
                         extensions: Vec::new(),
+                        file: None,
                         narrow: agent.tools.clone(),
                     },
                 )
@@ -211,22 +214,16 @@ pub(crate) async fn prepare_with(
         },
     };
     // Extensions: the source's own unless the caller lists them; `developer` is summon's
-    // built-in file and shell tools.
-    let known: Vec<String> = plan
-        .extensions
-        .iter()
-        .map(|(name, _)| name.clone())
-        .collect();
-    let chosen: Vec<(String, ExtensionKind)> = match &request.extensions {
+    // built-in file and shell tools; stdio and streamable_http ones are MCP servers.
+    let known: Vec<String> = plan.extensions.iter().map(|e| e.name.clone()).collect();
+    let chosen: Vec<Extension> = match &request.extensions {
         None => plan.extensions.clone(),
         Some(wanted) => {
             let mut chosen = Vec::new();
             for name in wanted {
-                match plan.extensions.iter().find(|(n, _)| n == name) {
+                match plan.extensions.iter().find(|e| &e.name == name) {
                     Some(found) => chosen.push(found.clone()),
-                    None if name == "developer" => {
-                        chosen.push((name.clone(), ExtensionKind::Builtin))
-                    }
+                    None if name == "developer" => chosen.push(Extension::builtin(name)),
                     None => notes.push(Diagnostic::warning(format!(
                         "unknown extension `{name}` ignored{}",
                         if known.is_empty() {
@@ -241,20 +238,60 @@ pub(crate) async fn prepare_with(
         }
     };
     let mut shell_enabled = false;
-    for (name, kind) in &chosen {
-        match kind {
+    let mut servers = Vec::new();
+    for ext in &chosen {
+        let name = &ext.name;
+        match &ext.kind {
             ExtensionKind::Builtin | ExtensionKind::Platform if name == "developer" => {
                 shell_enabled = true
             }
             ExtensionKind::Builtin | ExtensionKind::Platform => notes.push(Diagnostic::warning(
                 format!("goose extension `{name}` has no equivalent in summon and is left out"),
             )),
-            _ => notes.push(Diagnostic::warning(format!(
-                "extension `{name}` is not started: MCP servers are not supported by this version"
+            ExtensionKind::Stdio | ExtensionKind::StreamableHttp => {
+                if let Some(server) = ServerSpec::from_extension(ext, plan.file.as_ref(), env)? {
+                    servers.push(server);
+                }
+            }
+            other => notes.push(Diagnostic::warning(format!(
+                "extension `{name}` of type {} is not supported and is left out",
+                other.name()
             ))),
         }
     }
-    let (tools, unavailable) = ToolSet::builtin(shell_enabled, plan.narrow.as_deref());
+    let (tools, mut unavailable, wanted_mcp) =
+        ToolSet::builtin(shell_enabled, plan.narrow.as_deref());
+    // An agent's `mcp__server__tool` entries name servers of the project's `.mcp.json`.
+    if !wanted_mcp.is_empty() {
+        let project = crate::mcp::project_servers(&env.cwd, env)?;
+        for (server, tool, raw) in wanted_mcp {
+            let Some(found) = project.iter().find(|s| s.name == server) else {
+                if !unavailable.contains(&raw) {
+                    unavailable.push(raw);
+                }
+                continue;
+            };
+            match servers
+                .iter_mut()
+                .find(|s: &&mut ServerSpec| s.name == server)
+            {
+                Some(existing) => {
+                    if let Some(tool) = tool
+                        && !existing.allow.is_empty()
+                    {
+                        existing.allow.push(tool);
+                    } else {
+                        existing.allow.clear();
+                    }
+                }
+                None => {
+                    let mut spec = found.clone();
+                    spec.allow = tool.into_iter().collect();
+                    servers.push(spec);
+                }
+            }
+        }
+    }
     if !unavailable.is_empty() {
         notes.push(Diagnostic::warning(format!(
             "Listed tools not available, left out: {}",
@@ -295,6 +332,7 @@ pub(crate) async fn prepare_with(
         response_schema: schema,
         schema_retries: SCHEMA_RETRIES,
         retry: plan.retry,
+        extensions: servers,
         slot: None,
     };
     Ok(Prepared {
@@ -316,7 +354,9 @@ struct Plan {
     max_turns: Option<u32>,
     schema: Option<serde_json::Value>,
     retry: Option<crate::recipe::RetryConfig>,
-    extensions: Vec<(String, ExtensionKind)>,
+    extensions: Vec<Extension>,
+    /// The file the extensions were read from, for error positions.
+    file: Option<std::sync::Arc<crate::diag::SourceFile>>,
     narrow: Option<Vec<crate::agent::ToolRef>>,
 }
 
@@ -357,11 +397,8 @@ fn recipe_plan(
         max_turns: rendered.settings.max_turns,
         schema: rendered.response_schema.clone(),
         retry: rendered.retry.clone(),
-        extensions: rendered
-            .extensions
-            .iter()
-            .map(|e| (e.name.clone(), e.kind.clone()))
-            .collect(),
+        extensions: rendered.extensions.clone(),
+        file: Some(std::sync::Arc::clone(&recipe.file)),
         narrow: None,
     })
 }

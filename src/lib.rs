@@ -13,6 +13,7 @@ mod diag;
 mod env;
 mod error;
 mod exec;
+mod mcp;
 mod output;
 mod pipeline;
 mod provider;

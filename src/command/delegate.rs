@@ -103,6 +103,12 @@ pub(crate) fn progress_line(label: &str, palette: crate::color::Palette, event: 
         SubagentEvent::CheckRetry { attempt, reason } => {
             eprintln!("[subagent {label}] retry checks failed (attempt {attempt}): {reason}");
         }
+        SubagentEvent::Warning { message } => {
+            eprintln!(
+                "[subagent {label}] {}: {message}",
+                palette.warning("warning")
+            );
+        }
         SubagentEvent::Turn { .. } | SubagentEvent::Text { .. } | SubagentEvent::Tokens { .. } => {}
     }
 }

@@ -413,7 +413,14 @@ async fn attempt_task(
         }
     };
     prepared.spec.slot = Some(Arc::clone(slot) as Arc<dyn crate::subagent::Slot>);
-    let mut observer = |_event: crate::subagent::SubagentEvent| {};
+    for note in &prepared.notes {
+        warn_once(&step.id, &note.message);
+    }
+    let mut observer = |event: crate::subagent::SubagentEvent| {
+        if let crate::subagent::SubagentEvent::Warning { message } = event {
+            warn_once(&step.id, &message);
+        }
+    };
     let run = run_subagent(
         &client,
         &shared.policy,
@@ -441,6 +448,21 @@ async fn attempt_task(
         result.usage,
         Some(prepared.resolved.model.clone()),
     ))
+}
+
+/// Prints a warning about a step once per run, however many of its tasks run into it.
+fn warn_once(step: &str, message: &str) {
+    static SEEN: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    let line = format!("summon: warning: step `{step}`: {message}");
+    let first = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .map(|mut seen| seen.insert(line.clone()))
+        .unwrap_or(true);
+    if first {
+        eprintln!("{line}");
+    }
 }
 
 /// Renders and spawns the tasks of one step over `items`, at most `cap` at a time, and

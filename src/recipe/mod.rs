@@ -8,7 +8,7 @@ mod render;
 
 pub(crate) use check::check_templates;
 pub(crate) use model::{
-    ExtensionKind, InputType, Parameter, Recipe, Requirement, RetryConfig, SubRecipe,
+    Extension, ExtensionKind, InputType, Parameter, Recipe, Requirement, RetryConfig, SubRecipe,
 };
 pub(crate) use params::{Binding, ParamInput, ValueSource, bind_params};
 pub(crate) use parse::{Strictness, parse_recipe, read_parameters};

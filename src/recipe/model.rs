@@ -162,11 +162,24 @@ impl ExtensionKind {
             other => Self::Other(other.to_owned()),
         }
     }
+
+    /// The `type` as written in a recipe.
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            Self::Builtin => "builtin",
+            Self::Platform => "platform",
+            Self::Stdio => "stdio",
+            Self::StreamableHttp => "streamable_http",
+            Self::Sse => "sse",
+            Self::InlinePython => "inline_python",
+            Self::Frontend => "frontend",
+            Self::Other(name) => name,
+        }
+    }
 }
 
 /// One `extensions` entry. The connection fields are read when MCP servers are started.
 #[derive(Debug, Clone)]
-#[allow(dead_code)]
 pub(crate) struct Extension {
     pub(crate) name: String,
     pub(crate) pos: Pos,
@@ -174,12 +187,33 @@ pub(crate) struct Extension {
     pub(crate) args: Vec<String>,
     pub(crate) available_tools: Vec<String>,
     pub(crate) cmd: Option<String>,
+    #[allow(dead_code)] // read by tests; the model sees the server's own tool descriptions
     pub(crate) description: Option<String>,
     pub(crate) env_keys: Vec<String>,
     pub(crate) envs: IndexMap<String, String>,
     pub(crate) headers: IndexMap<String, String>,
     pub(crate) timeout_secs: Option<u64>,
     pub(crate) uri: Option<String>,
+}
+
+impl Extension {
+    /// A goose builtin named on the command line (`--extensions developer`).
+    pub(crate) fn builtin(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            pos: Pos::new(1, 1, 1),
+            kind: ExtensionKind::Builtin,
+            args: Vec::new(),
+            available_tools: Vec::new(),
+            cmd: None,
+            description: None,
+            env_keys: Vec::new(),
+            envs: IndexMap::new(),
+            headers: IndexMap::new(),
+            timeout_secs: None,
+            uri: None,
+        }
+    }
 }
 
 /// One `sub_recipes` entry; `path` is resolved against the recipe's directory.

@@ -26,6 +26,8 @@ pub(crate) enum SubagentEvent {
     CheckRetry { attempt: u32, reason: String },
     /// Text the model produced (intermediate or final).
     Text { text: String },
+    /// Something the user should know, such as an extension that failed; names its subject.
+    Warning { message: String },
     /// Token totals of the run so far, after each response.
     Tokens { total: crate::provider::Usage },
 }

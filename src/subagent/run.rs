@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 use super::checks::{run_checks, run_on_failure};
 use super::event::SubagentEvent;
 use super::structured::check_answer;
-use super::tool::{ToolSet, WorkDir};
+use super::tool::{ToolOutput, ToolSet, WorkDir};
+use crate::mcp::Session;
 use crate::provider::{
-    ChatRequest, Client, Message, ProviderError, RateLimiter, RetryPolicy, Usage, estimate_tokens,
-    send_with_retry,
+    ChatRequest, Client, Message, ProviderError, RateLimiter, RetryPolicy, ToolSpec, Usage,
+    estimate_tokens, send_with_retry,
 };
 use crate::recipe::RetryConfig;
 
@@ -26,6 +27,8 @@ pub(crate) struct SubagentSpec {
     /// How many times a schema-invalid answer is sent back for correction.
     pub(crate) schema_retries: u32,
     pub(crate) retry: Option<RetryConfig>,
+    /// MCP servers started for this run and stopped when it ends.
+    pub(crate) extensions: Vec<crate::mcp::ServerSpec>,
     /// The concurrency slot the task holds, given back while it waits out a rate limit.
     pub(crate) slot: Option<std::sync::Arc<dyn super::slot::Slot>>,
 }
@@ -71,25 +74,111 @@ pub(crate) async fn run_subagent(
 ) -> SubagentResult {
     let started = Instant::now();
     let mut total = Totals::default();
+    let tools = Tools::start(spec, observer).await;
+    let result = run_attempts(client, policy, limiter, spec, &tools, observer, &mut total).await;
+    tools.session.shutdown().await;
+    total.finish(result, started)
+}
+
+/// The tools of one run: the built-in set and the MCP servers' tools.
+struct Tools {
+    session: Session,
+    /// Every tool's spec, sent with each request.
+    specs: std::sync::Arc<[ToolSpec]>,
+    /// The system prompt, naming the MCP tools when there are any.
+    system: String,
+}
+
+impl Tools {
+    async fn start(spec: &SubagentSpec, observer: &mut (dyn FnMut(SubagentEvent) + Send)) -> Self {
+        if spec.extensions.is_empty() {
+            return Self {
+                session: Session::default(),
+                specs: spec.tools.specs(),
+                system: spec.system.clone(),
+            };
+        }
+        let started = Session::start(&spec.extensions, spec.workdir.path()).await;
+        for message in started.warnings {
+            observer(SubagentEvent::Warning { message });
+        }
+        let mut system = spec.system.clone();
+        if !started.specs.is_empty() {
+            let names: Vec<&str> = started.specs.iter().map(|s| s.name.as_str()).collect();
+            system.push_str(&format!(
+                "\nTools from extensions (MCP servers): {}.\n",
+                names.join(", ")
+            ));
+        }
+        let specs: Vec<ToolSpec> = spec
+            .tools
+            .specs()
+            .iter()
+            .cloned()
+            .chain(started.specs)
+            .collect();
+        Self {
+            session: started.session,
+            specs: specs.into(),
+            system,
+        }
+    }
+
+    async fn call(
+        &self,
+        spec: &SubagentSpec,
+        name: &str,
+        args: &serde_json::Value,
+        observer: &mut (dyn FnMut(SubagentEvent) + Send),
+    ) -> ToolOutput {
+        if spec.tools.contains(name) || !self.session.has(name) {
+            if !spec.tools.contains(name) {
+                let extra: Vec<&str> = self
+                    .specs
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .filter(|n| !spec.tools.contains(n))
+                    .collect();
+                return spec.tools.unknown_tool(name, &extra);
+            }
+            return spec.tools.call(name, args, &spec.workdir).await;
+        }
+        let (output, warning) = self.session.call(name, args).await;
+        if let Some(message) = warning {
+            observer(SubagentEvent::Warning { message });
+        }
+        output
+    }
+}
+
+async fn run_attempts(
+    client: &Client,
+    policy: &RetryPolicy,
+    limiter: &RateLimiter,
+    spec: &SubagentSpec,
+    tools: &Tools,
+    observer: &mut (dyn FnMut(SubagentEvent) + Send),
+    total: &mut Totals,
+) -> Outcome {
     let attempts = spec.retry.as_ref().map_or(0, |r| r.max_retries) + 1;
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let mut result = run_once(client, policy, limiter, spec, observer, &mut total).await;
+        let mut result = run_once(client, policy, limiter, spec, tools, observer, total).await;
         let Some(retry) = spec.retry.as_ref().filter(|r| !r.checks.is_empty()) else {
-            return total.finish(result, started);
+            return result;
         };
         if result.status != SubagentStatus::Completed {
-            return total.finish(result, started);
+            return result;
         }
         let Err(reason) = run_checks(retry, spec.workdir.path()).await else {
-            return total.finish(result, started);
+            return result;
         };
         if attempt >= attempts {
             result.status = SubagentStatus::Failed(format!(
                 "retry checks still failing after {attempt} attempt(s): {reason}"
             ));
-            return total.finish(result, started);
+            return result;
         }
         observer(SubagentEvent::CheckRetry {
             attempt,
@@ -165,6 +254,7 @@ async fn run_once(
     policy: &RetryPolicy,
     limiter: &RateLimiter,
     spec: &SubagentSpec,
+    tools: &Tools,
     observer: &mut (dyn FnMut(SubagentEvent) + Send),
     total: &mut Totals,
 ) -> Outcome {
@@ -181,9 +271,9 @@ async fn run_once(
     };
     let mut request = ChatRequest {
         model: spec.model.clone(),
-        system: spec.system.clone(),
+        system: tools.system.clone(),
         messages: vec![Message::user(spec.first_message.clone())],
-        tools: spec.tools.specs(),
+        tools: std::sync::Arc::clone(&tools.specs),
         temperature: spec.temperature,
         max_tokens: None,
     };
@@ -282,9 +372,8 @@ async fn run_once(
         });
         for call in &response.tool_calls {
             total.tool_calls += 1;
-            let output = spec
-                .tools
-                .call(&call.name, &call.arguments, &spec.workdir)
+            let output = tools
+                .call(spec, &call.name, &call.arguments, observer)
                 .await;
             observer(SubagentEvent::ToolCall {
                 name: call.name.clone(),

@@ -13,6 +13,9 @@ use super::{ToolOutput, fs, search, shell, shown};
 use crate::agent::{BuiltinTool, ToolKind, ToolRef};
 use crate::provider::ToolSpec;
 
+/// A listed MCP tool: server, tool (`None` = all of the server's), the entry as written.
+pub(crate) type McpWanted = (String, Option<String>, String);
+
 /// One tool of a set. MCP tools will join as another variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tool {
@@ -43,13 +46,14 @@ impl ToolSet {
     /// tools). An agent that lists the shell (`Bash`, `shell`, `developer__shell`) gets it even
     /// without `shell_enabled`.
     ///
-    /// Returns the set and the listed entries that are not available (raw text, once each):
-    /// tools summon does not have (`WebFetch`) and MCP tools (no MCP server is started here).
+    /// Returns the set, the listed entries that are not available (raw text, once each: tools
+    /// summon does not have, such as `WebFetch`), and the listed MCP tools as (server, tool —
+    /// `None` for all of the server's —, raw text), for the caller to find servers for.
     /// Delegation entries are ignored: a subagent never delegates.
     pub(crate) fn builtin(
         shell_enabled: bool,
         narrow: Option<&[ToolRef]>,
-    ) -> (ToolSet, Vec<String>) {
+    ) -> (ToolSet, Vec<String>, Vec<McpWanted>) {
         let Some(list) = narrow else {
             let tools = BuiltinTool::ALL
                 .into_iter()
@@ -62,10 +66,12 @@ impl ToolSet {
                     shell_patterns: None,
                 },
                 Vec::new(),
+                Vec::new(),
             );
         };
         let mut wanted = Vec::new();
         let mut unavailable: Vec<String> = Vec::new();
+        let mut mcp: Vec<McpWanted> = Vec::new();
         let mut patterns: Vec<String> = Vec::new();
         let mut shell_unrestricted = false;
         for entry in list {
@@ -82,7 +88,12 @@ impl ToolSet {
                         }
                     }
                 }
-                ToolKind::Mcp { .. } | ToolKind::Unsupported => {
+                ToolKind::Mcp { server, tool } => {
+                    if !mcp.iter().any(|(s, t, _)| s == server && t == tool) {
+                        mcp.push((server.clone(), tool.clone(), entry.raw.trim().to_owned()));
+                    }
+                }
+                ToolKind::Unsupported => {
                     let raw = entry.raw.trim();
                     if !unavailable.iter().any(|u| u == raw) {
                         unavailable.push(raw.to_owned());
@@ -104,6 +115,7 @@ impl ToolSet {
                 shell_patterns,
             },
             unavailable,
+            mcp,
         )
     }
 
@@ -148,7 +160,6 @@ impl ToolSet {
         self.tools.iter().map(Tool::name).collect()
     }
 
-    #[allow(dead_code)] // used when MCP tools join the set
     pub(crate) fn contains(&self, name: &str) -> bool {
         self.find(name).is_some()
     }
@@ -157,19 +168,27 @@ impl ToolSet {
         self.tools.iter().copied().find(|tool| tool.name() == name)
     }
 
+    /// The answer to a call of a tool the subagent does not have: it names the tool and lists
+    /// the ones it has (these and `extra`, the MCP tools).
+    pub(crate) fn unknown_tool(&self, name: &str, extra: &[&str]) -> ToolOutput {
+        let mut names = self.names();
+        names.extend_from_slice(extra);
+        let available = if names.is_empty() {
+            "You have no tools.".to_owned()
+        } else {
+            format!("Available tools: {}.", names.join(", "))
+        };
+        ToolOutput::error(format!(
+            "unknown_tool: {} is not one of your tools; nothing was run. {available}",
+            shown(name)
+        ))
+    }
+
     /// Runs a call. A name not in the set returns an error output whose content starts with
     /// `unknown_tool:` naming the tool and listing the available ones, and runs nothing.
     pub(crate) async fn call(&self, name: &str, args: &Value, workdir: &WorkDir) -> ToolOutput {
         let Some(tool) = self.find(name) else {
-            let available = if self.tools.is_empty() {
-                "You have no tools.".to_owned()
-            } else {
-                format!("Available tools: {}.", self.names().join(", "))
-            };
-            return ToolOutput::error(format!(
-                "unknown_tool: {} is not one of your tools; nothing was run. {available}",
-                shown(name)
-            ));
+            return self.unknown_tool(name, &[]);
         };
         let result = match tool {
             Tool::Builtin(builtin) => match builtin {
@@ -202,7 +221,8 @@ mod tests {
     }
 
     fn narrowed(shell_enabled: bool, raws: &[&str]) -> (ToolSet, Vec<String>) {
-        ToolSet::builtin(shell_enabled, Some(&refs(raws)))
+        let (set, unavailable, _) = ToolSet::builtin(shell_enabled, Some(&refs(raws)));
+        (set, unavailable)
     }
 
     const FILE_TOOLS: [&str; 5] = [
@@ -215,10 +235,10 @@ mod tests {
 
     #[test]
     fn default_sets() {
-        let (set, unavailable) = ToolSet::builtin(false, None);
+        let (set, unavailable, _) = ToolSet::builtin(false, None);
         assert_eq!(set.names(), FILE_TOOLS);
         assert!(unavailable.is_empty());
-        let (set, _) = ToolSet::builtin(true, None);
+        let (set, _, _) = ToolSet::builtin(true, None);
         assert_eq!(set.names(), [&FILE_TOOLS[..], &["shell"]].concat());
         assert_eq!(set.shell_patterns, None);
         let specs = set.specs();
@@ -270,9 +290,31 @@ mod tests {
             ],
         );
         assert_eq!(set.names(), ["read_file"]);
+        assert_eq!(unavailable, ["WebFetch", "TodoWrite"]);
+        let (_, _, mcp) = ToolSet::builtin(
+            false,
+            Some(&refs(&[
+                "mcp__github__create_issue",
+                "mcp__github",
+                "mcp__github__create_issue",
+                "fs__read",
+            ])),
+        );
         assert_eq!(
-            unavailable,
-            ["WebFetch", "mcp__github__create_issue", "TodoWrite"]
+            mcp,
+            [
+                (
+                    "github".to_owned(),
+                    Some("create_issue".to_owned()),
+                    "mcp__github__create_issue".to_owned()
+                ),
+                ("github".to_owned(), None, "mcp__github".to_owned()),
+                (
+                    "fs".to_owned(),
+                    Some("read".to_owned()),
+                    "fs__read".to_owned()
+                ),
+            ]
         );
     }
 
@@ -296,7 +338,7 @@ mod tests {
     #[tokio::test]
     async fn calls_dispatch_to_the_tools() {
         let sb = Sandbox::new();
-        let (set, _) = ToolSet::builtin(true, None);
+        let (set, _, _) = ToolSet::builtin(true, None);
         let call = |name: &'static str, args: Value| {
             let set = set.clone();
             let wd = sb.wd.clone();
@@ -337,7 +379,7 @@ mod tests {
     #[tokio::test]
     async fn malformed_arguments_are_tool_errors() {
         let sb = Sandbox::new();
-        let (set, _) = ToolSet::builtin(true, None);
+        let (set, _, _) = ToolSet::builtin(true, None);
         for name in set.names() {
             for args in [
                 json!("{\"path\": \"a"),

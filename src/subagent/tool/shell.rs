@@ -159,7 +159,7 @@ fn wildcard_match(pattern: &str, text: &str) -> bool {
 }
 
 /// Whether an environment variable looks like it holds an API key or token for a provider.
-fn is_secret_name(name: &str) -> bool {
+pub(crate) fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     upper.ends_with("API_KEY") || upper.ends_with("_AUTH_TOKEN")
 }

@@ -1,0 +1,546 @@
+//! The MCP servers of one running task: started when the task starts, asked for their tools,
+//! called, and stopped when the task ends — however it ends.
+//!
+//! Nothing here can hang a task: start-up and every call are bounded by the extension's
+//! `timeout`; a server that fails to start, crashes or stops answering becomes a warning
+//! naming the extension and a tool error the model reads. A stdio server runs in its own
+//! process group, and the whole group is killed when the session ends or is dropped (a
+//! cancelled task drops it), so no server process outlives its task.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, ContentBlock};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+
+use super::server::{ServerSpec, Transport};
+use crate::provider::ToolSpec;
+use crate::subagent::tool::ToolOutput;
+
+/// How long a server gets to stop by itself (stdin closed) before its group is killed.
+const STOP_GRACE: Duration = Duration::from_millis(500);
+/// Lines of a server's stderr kept for error messages.
+const STDERR_LINES: usize = 8;
+/// The most text one call returns to the model.
+const MAX_OUTPUT: usize = 100 * 1024;
+
+/// The connected servers of one task.
+#[derive(Default)]
+pub(crate) struct Session {
+    servers: Vec<Server>,
+}
+
+/// What [`Session::start`] produced.
+pub(crate) struct Started {
+    pub(crate) session: Session,
+    /// The tools to offer, named `<extension>__<tool>`, in the extensions' order.
+    pub(crate) specs: Vec<ToolSpec>,
+    /// One line per problem, each naming its extension.
+    pub(crate) warnings: Vec<String>,
+}
+
+struct Server {
+    name: String,
+    timeout: Duration,
+    /// `None` once stopped.
+    client: tokio::sync::Mutex<Option<RunningService<RoleClient, ()>>>,
+    /// (exposed name, the server's own name).
+    tools: Vec<(String, String)>,
+    group: Option<ProcessGroup>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    /// Why the server can no longer be used.
+    broken: Mutex<Option<String>>,
+}
+
+impl Session {
+    /// Starts every server at once. A server that cannot be started is left out with a
+    /// warning; the others are still offered.
+    pub(crate) async fn start(specs: &[ServerSpec], workdir: &Path) -> Started {
+        let started = futures::future::join_all(specs.iter().map(|s| start_one(s, workdir))).await;
+        let mut session = Session::default();
+        let mut tool_specs = Vec::new();
+        let mut warnings = Vec::new();
+        for result in started {
+            match result {
+                Ok((server, specs, mut problems)) => {
+                    tool_specs.extend(specs);
+                    warnings.append(&mut problems);
+                    session.servers.push(server);
+                }
+                Err(warning) => warnings.push(warning),
+            }
+        }
+        Started {
+            session,
+            specs: tool_specs,
+            warnings,
+        }
+    }
+
+    /// Whether `name` is a tool of one of the servers.
+    pub(crate) fn has(&self, name: &str) -> bool {
+        self.server_of(name).is_some()
+    }
+
+    fn server_of(&self, name: &str) -> Option<(&Server, &str)> {
+        self.servers.iter().find_map(|server| {
+            server
+                .tools
+                .iter()
+                .find(|(exposed, _)| exposed == name)
+                .map(|(_, own)| (server, own.as_str()))
+        })
+    }
+
+    /// Runs one call. The second value is a warning for the user when the server failed
+    /// (it is then no longer used).
+    pub(crate) async fn call(&self, name: &str, args: &Value) -> (ToolOutput, Option<String>) {
+        let Some((server, own)) = self.server_of(name) else {
+            return (
+                ToolOutput::error(format!("unknown_tool: `{name}` is not one of your tools")),
+                None,
+            );
+        };
+        server.call(own, args).await
+    }
+
+    /// Stops every server: stdin is closed, and after a short grace the process group is
+    /// killed.
+    pub(crate) async fn shutdown(self) {
+        futures::future::join_all(self.servers.into_iter().map(Server::stop)).await;
+    }
+}
+
+impl Server {
+    async fn call(&self, tool: &str, args: &Value) -> (ToolOutput, Option<String>) {
+        if let Some(reason) = self.broken.lock().ok().and_then(|b| b.clone()) {
+            return (
+                ToolOutput::error(format!(
+                    "extension `{}` is not available: {reason}",
+                    self.name
+                )),
+                None,
+            );
+        }
+        let arguments = match args {
+            Value::Object(map) => Some(map.clone()),
+            Value::Null => None,
+            other => {
+                return (
+                    ToolOutput::error(format!(
+                        "invalid arguments for `{}__{tool}`: expected a JSON object, got {}",
+                        self.name,
+                        kind_of(other)
+                    )),
+                    None,
+                );
+            }
+        };
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = arguments;
+        let guard = self.client.lock().await;
+        let Some(client) = guard.as_ref() else {
+            return (
+                ToolOutput::error(format!("extension `{}` was stopped", self.name)),
+                None,
+            );
+        };
+        let outcome = tokio::time::timeout(self.timeout, client.call_tool(params)).await;
+        drop(guard);
+        match outcome {
+            Ok(Ok(result)) => (format_result(result), None),
+            Ok(Err(e)) => {
+                let running = self.group.as_ref().is_none_or(ProcessGroup::leader_alive);
+                let reason = if running {
+                    format!("the call failed: {e}")
+                } else {
+                    format!("the server exited{}", self.stderr_tail())
+                };
+                // A protocol-level error from a live server leaves it usable.
+                if running && !matches!(e, rmcp::ServiceError::TransportClosed) {
+                    return (
+                        ToolOutput::error(format!("extension `{}`: {reason}", self.name)),
+                        None,
+                    );
+                }
+                self.fail(reason).await
+            }
+            Err(_) => {
+                self.fail(format!(
+                    "it did not answer within {}",
+                    seconds(self.timeout)
+                ))
+                .await
+            }
+        }
+    }
+
+    /// Marks the server unusable, stops it, and phrases the failure for the model and the user.
+    async fn fail(&self, reason: String) -> (ToolOutput, Option<String>) {
+        if let Ok(mut broken) = self.broken.lock() {
+            *broken = Some(reason.clone());
+        }
+        let client = self.client.lock().await.take();
+        if let Some(group) = &self.group {
+            group.kill();
+        }
+        drop(client);
+        let warning = format!(
+            "extension `{}` failed: {reason}; its tools are no longer offered",
+            self.name
+        );
+        (
+            ToolOutput::error(format!(
+                "extension `{}` failed: {reason}. Its tools cannot be used for the rest of \
+                 this task.",
+                self.name
+            )),
+            Some(warning),
+        )
+    }
+
+    fn stderr_tail(&self) -> String {
+        let lines = self.stderr.lock().map(|l| l.clone()).unwrap_or_default();
+        if lines.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (stderr: {})",
+                lines.into_iter().collect::<Vec<_>>().join(" | ")
+            )
+        }
+    }
+
+    async fn stop(self) {
+        let client = self.client.lock().await.take();
+        if let Some(client) = client {
+            // Closing the transport closes the server's stdin; well-behaved servers exit.
+            let _ = tokio::time::timeout(STOP_GRACE, client.cancel()).await;
+        }
+        if let Some(group) = &self.group {
+            group.kill();
+        }
+    }
+}
+
+/// Starts one server and lists its tools.
+async fn start_one(
+    spec: &ServerSpec,
+    workdir: &Path,
+) -> Result<(Server, Vec<ToolSpec>, Vec<String>), String> {
+    let stderr = Arc::new(Mutex::new(VecDeque::new()));
+    let fail = |reason: String, stderr: &Arc<Mutex<VecDeque<String>>>| {
+        let lines = stderr.lock().map(|l| l.clone()).unwrap_or_default();
+        let tail = if lines.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (stderr: {})",
+                lines.into_iter().collect::<Vec<_>>().join(" | ")
+            )
+        };
+        format!(
+            "extension `{}` did not start: {reason}{tail}; its tools are left out",
+            spec.name
+        )
+    };
+    let (client, group) = match &spec.transport {
+        Transport::Stdio { cmd, args, envs } => {
+            let (transport, group) = spawn_stdio(cmd, args, envs, workdir, &stderr)
+                .map_err(|e| fail(format!("cannot run `{cmd}`: {e}"), &stderr))?;
+            let client = match tokio::time::timeout(spec.timeout, ().serve(transport)).await {
+                Ok(Ok(client)) => client,
+                Ok(Err(e)) => {
+                    // Let the stderr reader catch the server's last words.
+                    group.wait_gone(Duration::from_millis(200)).await;
+                    return Err(fail(e.to_string(), &stderr));
+                }
+                Err(_) => {
+                    return Err(fail(
+                        format!("no answer within {}", seconds(spec.timeout)),
+                        &stderr,
+                    ));
+                }
+            };
+            (client, Some(group))
+        }
+        Transport::Http { uri, headers } => {
+            let mut custom = std::collections::HashMap::new();
+            for (name, value) in headers {
+                let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|e| fail(format!("header `{name}`: {e}"), &stderr))?;
+                let value = reqwest::header::HeaderValue::from_str(value)
+                    .map_err(|e| fail(format!("header `{name}`: {e}"), &stderr))?;
+                custom.insert(name, value);
+            }
+            let http = reqwest::Client::builder()
+                .connect_timeout(spec.timeout.min(Duration::from_secs(10)))
+                .build()
+                .map_err(|e| fail(e.to_string(), &stderr))?;
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(uri.as_str()).custom_headers(custom);
+            let transport = StreamableHttpClientTransport::with_client(http, config);
+            let client = match tokio::time::timeout(spec.timeout, ().serve(transport)).await {
+                Ok(Ok(client)) => client,
+                Ok(Err(e)) => return Err(fail(e.to_string(), &stderr)),
+                Err(_) => {
+                    return Err(fail(
+                        format!("no answer within {}", seconds(spec.timeout)),
+                        &stderr,
+                    ));
+                }
+            };
+            (client, None)
+        }
+    };
+    let listed = match tokio::time::timeout(spec.timeout, client.list_all_tools()).await {
+        Ok(Ok(tools)) => tools,
+        Ok(Err(e)) => return Err(fail(format!("cannot list its tools: {e}"), &stderr)),
+        Err(_) => {
+            return Err(fail(
+                format!("it did not list its tools within {}", seconds(spec.timeout)),
+                &stderr,
+            ));
+        }
+    };
+    let mut warnings = Vec::new();
+    for wanted in &spec.allow {
+        if !listed.iter().any(|t| t.name == wanted.as_str()) {
+            warnings.push(format!(
+                "extension `{}` has no tool `{wanted}` (listed in its available_tools)",
+                spec.name
+            ));
+        }
+    }
+    let mut tools = Vec::new();
+    let mut specs = Vec::new();
+    for tool in listed.into_iter().filter(|t| spec.allows(&t.name)) {
+        let exposed = spec.exposed_name(&tool.name);
+        specs.push(ToolSpec {
+            name: exposed.clone(),
+            description: tool
+                .description
+                .as_deref()
+                .unwrap_or("(no description)")
+                .to_owned(),
+            parameters: Value::Object((*tool.input_schema).clone()),
+        });
+        tools.push((exposed, tool.name.into_owned()));
+    }
+    Ok((
+        Server {
+            name: spec.name.clone(),
+            timeout: spec.timeout,
+            client: tokio::sync::Mutex::new(Some(client)),
+            tools,
+            group,
+            stderr,
+            broken: Mutex::new(None),
+        },
+        specs,
+        warnings,
+    ))
+}
+
+/// Spawns a stdio server as the leader of a new process group, its stderr kept in `tail`.
+fn spawn_stdio(
+    cmd: &str,
+    args: &[String],
+    envs: &[(String, String)],
+    workdir: &Path,
+    tail: &Arc<Mutex<VecDeque<String>>>,
+) -> std::io::Result<(TokioChildProcess, ProcessGroup)> {
+    let mut command = tokio::process::Command::new(cmd);
+    command
+        .args(args)
+        .current_dir(workdir)
+        .env(crate::command::NESTED_ENV, "1");
+    // summon's own secrets are not handed to servers unless the extension names them.
+    for (name, _) in std::env::vars_os() {
+        if let Some(name) = name.to_str()
+            && crate::subagent::tool::is_secret_name(name)
+            && !envs.iter().any(|(k, _)| k == name)
+        {
+            command.env_remove(name);
+        }
+    }
+    command.envs(envs.iter().map(|(k, v)| (k, v)));
+    let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
+    wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+    let (transport, stderr) = TokioChildProcess::builder(wrapped)
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let pid = transport
+        .id()
+        .ok_or_else(|| std::io::Error::other("the process exited at once"))?;
+    let group = ProcessGroup {
+        pgid: pid,
+        killed: false.into(),
+    };
+    if let Some(stderr) = stderr {
+        let tail = Arc::clone(tail);
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let line = line.trim().to_owned();
+                if line.is_empty() {
+                    continue;
+                }
+                if let Ok(mut tail) = tail.lock() {
+                    if tail.len() == STDERR_LINES {
+                        tail.pop_front();
+                    }
+                    let mut line = line;
+                    crate::subagent::tool::truncate_at_boundary(&mut line, 300);
+                    tail.push_back(line);
+                }
+            }
+        });
+    }
+    Ok((transport, group))
+}
+
+/// A server's process group; killed (all of it) when dropped.
+struct ProcessGroup {
+    pgid: u32,
+    /// Set once the group was killed: a pgid is not signalled twice, as it may be reused.
+    killed: std::sync::atomic::AtomicBool,
+}
+
+impl ProcessGroup {
+    fn pid(&self) -> Option<nix::unistd::Pid> {
+        i32::try_from(self.pgid)
+            .ok()
+            .map(nix::unistd::Pid::from_raw)
+    }
+
+    fn kill(&self) {
+        if self.killed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        if let Some(pid) = self.pid() {
+            let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    /// Whether the group's leader (the server itself) still runs.
+    fn leader_alive(&self) -> bool {
+        self.pid().is_some_and(|pid| {
+            nix::sys::signal::kill(pid, None).is_ok()
+                && !std::fs::read_to_string(format!("/proc/{}/stat", self.pgid))
+                    .is_ok_and(|stat| is_zombie(&stat))
+        })
+    }
+
+    /// Waits up to `limit` for the leader to exit.
+    async fn wait_gone(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.leader_alive() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether a `/proc/PID/stat` line describes a zombie (state `Z`).
+fn is_zombie(stat: &str) -> bool {
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state == "Z")
+}
+
+/// The result's content as text for the model.
+fn format_result(result: rmcp::model::CallToolResult) -> ToolOutput {
+    let mut parts = Vec::new();
+    for block in &result.content {
+        match block {
+            ContentBlock::Text(text) => parts.push(text.text.clone()),
+            ContentBlock::Image(image) => parts.push(format!(
+                "[image: {}, {} bytes]",
+                image.mime_type,
+                image.data.len()
+            )),
+            ContentBlock::Audio(audio) => parts.push(format!(
+                "[audio: {}, {} bytes]",
+                audio.mime_type,
+                audio.data.len()
+            )),
+            other => parts.push(serde_json::to_string(other).unwrap_or_default()),
+        }
+    }
+    if parts.is_empty()
+        && let Some(structured) = &result.structured_content
+    {
+        parts.push(structured.to_string());
+    }
+    let mut text = parts.join("\n");
+    if crate::subagent::tool::truncate_at_boundary(&mut text, MAX_OUTPUT) {
+        text.push_str("\n[output truncated]");
+    }
+    if result.is_error == Some(true) {
+        ToolOutput::error(text)
+    } else {
+        ToolOutput::ok(text)
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs.fract() == 0.0 {
+        format!("{secs:.0}s")
+    } else {
+        format!("{secs:.1}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zombie_state() {
+        assert!(is_zombie("123 (a b) c) Z 1 2"));
+        assert!(!is_zombie("123 (server) S 1 2"));
+        assert!(!is_zombie(""));
+    }
+
+    #[test]
+    fn result_text() {
+        let result: rmcp::model::CallToolResult = serde_json::from_value(serde_json::json!({
+            "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}],
+            "isError": true
+        }))
+        .unwrap();
+        assert_eq!(format_result(result), ToolOutput::error("one\ntwo"));
+        let result: rmcp::model::CallToolResult = serde_json::from_value(serde_json::json!({
+            "content": [],
+            "structuredContent": {"a": 1}
+        }))
+        .unwrap();
+        assert_eq!(format_result(result), ToolOutput::ok("{\"a\":1}"));
+    }
+}
