@@ -767,7 +767,6 @@ fn templated_structure_does_not_render_values_twice() {
 }
 
 #[test]
-#[ignore = "bug: in a recipe whose YAML structure is templated, a value with `: ` or a newline breaks the rendered YAML (`the rendered recipe is not valid YAML`)"]
 fn templated_structure_survives_awkward_values() {
     for value in ["a: b", "multi\nline", "\"quoted", "- dash"] {
         let out = Test::new()

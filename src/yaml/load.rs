@@ -33,9 +33,17 @@ pub(crate) fn parse(text: &str) -> Result<Option<Node>, LoadError> {
     let mut root: Option<Node> = None;
     let mut node_count = 0usize;
     for event in Parser::new_from_str(text) {
-        let (event, span) = event.map_err(|e| LoadError {
-            pos: marker_pos(e.marker(), 1),
-            message: e.info(),
+        let (event, span) = event.map_err(|e| {
+            let mut pos = marker_pos(e.marker(), 1);
+            let message = e.info();
+            // The scanner reports a tab at the start of the token it was reading (a plain
+            // scalar may span lines); point at the indentation tab itself.
+            if message.contains("found a tab")
+                && let Some(tab) = indentation_tab(text, pos.line)
+            {
+                pos = tab;
+            }
+            LoadError { pos, message }
         })?;
         let node = match event {
             Event::Scalar(value, style, anchor, _) => {
@@ -147,6 +155,22 @@ fn too_deep(span: &Span) -> LoadError {
         pos: span_pos(span),
         message: format!("nesting deeper than {MAX_DEPTH} levels"),
     }
+}
+
+/// The first tab in a line's indentation, at or after line `from` (1-based).
+fn indentation_tab(text: &str, from: u32) -> Option<Pos> {
+    text.lines()
+        .enumerate()
+        .skip(usize::try_from(from).ok()?.saturating_sub(1))
+        .find_map(|(index, line)| {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            let col = indent.chars().position(|c| c == '\t')?;
+            Some(Pos::new(
+                u32::try_from(index + 1).ok()?,
+                u32::try_from(col + 1).ok()?,
+                1,
+            ))
+        })
 }
 
 fn marker_pos(marker: &Marker, len: u32) -> Pos {
