@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use clap_complete::ArgValueCandidates;
 
 use crate::color::ColorChoice;
+use crate::command::completions;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -40,6 +42,17 @@ pub(crate) enum Command {
     Tasks(TasksArgs),
     /// Run a pipeline: decompose, fan out under a cap, synthesize.
     Run(RunArgs),
+    /// Combine the `--out` directories of `summon run --shard` and run the remaining steps.
+    Merge(MergeArgs),
+    /// Write a new agent, recipe or pipeline, checked as `summon validate` checks it.
+    New(NewArgs),
+    /// Check the setup: provider and model, config files, sources, the store.
+    Doctor(DoctorArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions(CompletionsArgs),
+    /// Print the man page, or write one page per command into a directory.
+    Man(ManArgs),
     /// The background worker of `delegate --async` (started by summon itself).
     #[command(name = "__worker", hide = true)]
     Worker(WorkerArgs),
@@ -64,6 +77,46 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// Write a JUnit XML report (one test case per task).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) junit: Option<PathBuf>,
+    /// Send every fan_out step's single-turn tasks through the provider's batch API (half
+    /// price, results within 24 h), as `backend: batch` does for one step.
+    #[arg(long)]
+    pub(crate) batch: bool,
+    /// No progress display.
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+    /// Run only shard I of N (1-based) of every fan_out, for `summon merge`; needs --out.
+    /// Without it, JOB_COMPLETION_INDEX (0-based) and JOB_COMPLETIONS select the shard.
+    #[arg(long, value_name = "I/N")]
+    pub(crate) shard: Option<String>,
+    /// Compute STEP and the steps it needs, once, into --out, for every shard's --items-from.
+    #[arg(long, value_name = "STEP", conflicts_with = "shard")]
+    pub(crate) until: Option<String>,
+    /// Take the steps a `--until` run computed from its --out DIR instead of running them.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) items_from: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MergeArgs {
+    /// The pipeline file the shards ran.
+    pub(crate) pipeline: PathBuf,
+    /// The `--out` directories of every shard (`summon run --shard I/N --out DIR`).
+    #[arg(value_name = "DIR", required = true)]
+    pub(crate) dirs: Vec<PathBuf>,
+    /// Parameters; they must be the shards' (default: the shards' own).
+    #[command(flatten)]
+    pub(crate) params: ParamArgs,
+    /// Global cap on tasks in flight for the remaining steps.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) concurrency: Option<u32>,
+    /// Write the combined `results.jsonl` and `report.json` into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+    /// Write a JUnit XML report (one test case per task of every shard and of the merge).
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<PathBuf>,
     /// No progress display.
@@ -91,7 +144,7 @@ pub(crate) struct DelegateArgs {
     #[arg(long, value_name = "TEXT")]
     pub(crate) instructions: Option<String>,
     /// The recipe, agent or subrecipe to run.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", add = ArgValueCandidates::new(completions::source_names))]
     pub(crate) source: Option<String>,
     #[command(flatten)]
     pub(crate) params: ParamArgs,
@@ -138,6 +191,7 @@ pub(crate) struct ModelArgs {
 pub(crate) struct LoadArgs {
     /// A source name (recipe, agent or subrecipe), or a background task id. Omit to list
     /// everything.
+    #[arg(add = ArgValueCandidates::new(completions::source_names_and_task_ids))]
     pub(crate) name: Option<String>,
     /// With a task id: report progress at once instead of waiting.
     #[arg(long, conflicts_with = "cancel")]
@@ -163,7 +217,7 @@ pub(crate) struct ValidateArgs {
 #[derive(Debug, Args)]
 pub(crate) struct SourceArgs {
     /// The recipe, agent or subrecipe.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", add = ArgValueCandidates::new(completions::source_names))]
     pub(crate) source: String,
     #[command(flatten)]
     pub(crate) params: ParamArgs,
@@ -187,4 +241,133 @@ pub(crate) struct OutputArgs {
     /// Print machine-readable JSON on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct NewArgs {
+    #[command(subcommand)]
+    pub(crate) kind: NewKind,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum NewKind {
+    /// An agent role: `.agents/agents/NAME.md`.
+    Agent(NewAgentArgs),
+    /// A goose recipe: `recipes/NAME.yaml`.
+    Recipe(NewRecipeArgs),
+    /// A pipeline: `pipelines/NAME.yaml`.
+    Pipeline(NewPipelineArgs),
+}
+
+/// What every `summon new` takes.
+#[derive(Debug, Args)]
+pub(crate) struct NewCommonArgs {
+    /// The name, which is also the file name: letters, digits, `-` and `_`.
+    pub(crate) name: String,
+    /// One line saying what it is for (shown by `summon load`).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) description: Option<String>,
+    /// Replace an existing file, showing what changes.
+    #[arg(long)]
+    pub(crate) force: bool,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct NewAgentArgs {
+    #[command(flatten)]
+    pub(crate) common: NewCommonArgs,
+    /// The tools the role may use (comma-separated): read_file, write_file, edit_file,
+    /// list_files, search, shell, Claude Code names (Read, Grep, Bash, ...) or
+    /// mcp__SERVER__TOOL. Omitted: every tool the run offers; empty: none.
+    #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 0..=1)]
+    pub(crate) tools: Option<Vec<String>>,
+    /// The model: `inherit` (the default), `sonnet`, `opus`, `haiku` or a model id.
+    #[arg(long, value_name = "MODEL")]
+    pub(crate) model: Option<String>,
+    /// The role text (the Markdown body); default: an outline to fill in.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) role: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct NewRecipeArgs {
+    #[command(flatten)]
+    pub(crate) common: NewCommonArgs,
+    /// The title (default: the name, capitalised).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) title: Option<String>,
+    /// The system prompt: who the subagent is and how it works.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) instructions: Option<String>,
+    /// The task, sent as the first user message.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) prompt: Option<String>,
+    /// A parameter (repeatable): KEY, KEY:TYPE, or KEY:TYPE=DEFAULT for an optional one.
+    /// TYPE is string (the default), number, boolean, date, file or select; a select
+    /// lists its options after `=`: `level:select=low,medium,high`.
+    #[arg(long = "param", value_name = "KEY[:TYPE][=DEFAULT]")]
+    pub(crate) params: Vec<String>,
+    /// The provider (`settings.goose_provider`).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) provider: Option<String>,
+    /// The model (`settings.goose_model`).
+    #[arg(long, value_name = "MODEL")]
+    pub(crate) model: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct NewPipelineArgs {
+    #[command(flatten)]
+    pub(crate) common: NewCommonArgs,
+    /// The recipe or agent each item is given to; default: ad-hoc instructions.
+    #[arg(long, value_name = "NAME", add = ArgValueCandidates::new(completions::source_names))]
+    pub(crate) source: Option<String>,
+    /// A pipeline parameter (repeatable), as for `summon new recipe`.
+    #[arg(long = "param", value_name = "KEY[:TYPE][=DEFAULT]")]
+    pub(crate) params: Vec<String>,
+    /// The model every step uses (`settings.model`).
+    #[arg(long, value_name = "MODEL")]
+    pub(crate) model: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    /// Check this provider instead of the one that would be chosen.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) provider: Option<String>,
+    /// Check this model instead of the one that would be chosen.
+    #[arg(long, value_name = "MODEL")]
+    pub(crate) model: Option<String>,
+    /// Send no request: skip the check that the provider answers.
+    #[arg(long)]
+    pub(crate) offline: bool,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+/// How to install the completion script, shown by `summon completions --help`.
+const COMPLETIONS_HELP: &str = "\
+Install (the script asks summon itself for names, so it stays up to date):
+  bash:  echo 'source <(summon completions bash)' >> ~/.bashrc
+  zsh:   echo 'source <(summon completions zsh)' >> ~/.zshrc
+  fish:  summon completions fish > ~/.config/fish/completions/summon.fish
+
+Besides commands and flags, source names complete after `--source` and `summon load`,
+and background task ids after `summon load`.";
+
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub(crate) shell: completions::Shell,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// Write `summon.1` and one page per command (`summon-load.1`, ...) into DIR instead of
+    /// printing `summon.1`.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
 }

@@ -13,18 +13,23 @@ mod diag;
 mod env;
 mod error;
 mod exec;
+#[doc(hidden)]
+pub mod fuzzing;
 mod mcp;
 mod output;
 mod pipeline;
 mod provider;
 mod recipe;
+mod scaffold;
 mod source;
 mod store;
 mod subagent;
 mod template;
 mod yaml;
 
-use clap::Parser;
+use std::io::Write as _;
+
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::error::exit;
 
@@ -34,7 +39,19 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match cli::Cli::try_parse_from(args) {
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let env = env::Env::from_process();
+    if let Ok(env) = &env
+        && let Some(code) = command::completions::complete_request(&args, env)
+    {
+        return code;
+    }
+    let no_color = env.as_ref().is_ok_and(|env| env.is_set("NO_COLOR"));
+    let parsed = cli::Cli::command()
+        .color(color::for_clap(&args, no_color))
+        .try_get_matches_from(&args)
+        .and_then(|matches| cli::Cli::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -45,24 +62,28 @@ where
             };
         }
     };
-    let env = match env::Env::from_process() {
+    let env = match env {
         Ok(env) => env,
         Err(e) => {
-            eprintln!("summon: error: cannot read the working directory: {e}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "summon: error: cannot read the working directory: {e}"
+            );
             return exit::USAGE;
         }
     };
     let mut ctx = command::Ctx::new(env, cli.color);
+    ctx.err_palette.apply_to_progress();
     match command::execute(cli.command, &mut ctx) {
         Ok(()) => exit::OK,
         Err(error) => {
             match &error {
                 error::Error::Input(diags) => ctx.report(&diags.items),
                 error::Error::Failed(message) if !message.is_empty() => {
-                    eprintln!("summon: error: {message}");
+                    let _ = writeln!(std::io::stderr(), "summon: error: {message}");
                 }
                 error::Error::Io(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                    eprintln!("summon: error: {e}");
+                    let _ = writeln!(std::io::stderr(), "summon: error: {e}");
                 }
                 _ => {}
             }

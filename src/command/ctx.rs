@@ -1,6 +1,6 @@
 //! What every command needs: the environment, output streams and the catalog.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 
 use crate::color::{ColorChoice, Palette};
 use crate::diag::{self, Diagnostic};
@@ -38,14 +38,13 @@ impl Ctx {
         if diagnostics.is_empty() {
             return;
         }
-        eprint!(
-            "{}",
-            diag::render_all(diagnostics, &self.env.cwd, self.err_palette)
-        );
+        // A closed stderr (`2>&1 | head`) is not an error: the text is dropped.
+        let text = diag::render_all(diagnostics, &self.env.cwd, self.err_palette);
+        let _ = std::io::stderr().write_all(text.as_bytes());
     }
 
     /// A one-line note on stderr, prefixed with the program name.
     pub(crate) fn note(&self, message: &str) {
-        eprintln!("summon: {message}");
+        let _ = writeln!(std::io::stderr(), "summon: {message}");
     }
 }

@@ -1,9 +1,13 @@
 //! One small module per subcommand; shared set-up lives in [`Ctx`].
 
+pub(crate) mod completions;
 mod ctx;
 mod delegate;
+mod doctor;
 mod explain;
 mod load;
+mod merge;
+mod new;
 mod render;
 mod run;
 mod task_result;
@@ -26,6 +30,11 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Delegate(args) => delegate::run(&args, ctx),
         Command::Tasks(args) => tasks::run(&args, ctx),
         Command::Run(args) => run::run(&args, ctx),
+        Command::Merge(args) => merge::run(&args, ctx),
+        Command::New(args) => new::run(&args, ctx),
+        Command::Doctor(args) => doctor::run(&args, ctx),
+        Command::Completions(args) => completions::run_completions(&args, ctx),
+        Command::Man(args) => completions::run_man(&args, ctx),
         Command::Worker(args) => crate::background::run_worker(&args.task_id, ctx),
     }
 }

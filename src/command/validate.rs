@@ -5,6 +5,7 @@
 //! "hint"}` (`path`, `line`, `column` and `hint` may be null).
 
 use std::collections::BTreeSet;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -42,7 +43,11 @@ pub(crate) fn run(args: &ValidateArgs, ctx: &mut Ctx) -> Result<()> {
         }))?;
     } else {
         ctx.report(&diags.items);
-        eprintln!("summon: checked {checked} file(s): {errors} error(s), {warnings} warning(s)");
+        // A closed stderr (`2>&1 | head`) is not an error.
+        let _ = writeln!(
+            std::io::stderr(),
+            "summon: checked {checked} file(s): {errors} error(s), {warnings} warning(s)"
+        );
     }
     if errors > 0 {
         // Already shown: exit 1 without printing them again.
@@ -117,6 +122,16 @@ fn validate_path(path: &Path, seen: &mut BTreeSet<PathBuf>, diags: &mut Diagnost
     }
 }
 
+/// Checks `text` as `summon validate PATH` would check it were it the content of `path`
+/// (for `summon new`, before the file is written).
+pub(super) fn validate_text(path: &Path, text: String) -> Diagnostics {
+    let mut diags = Diagnostics::default();
+    let mut seen = BTreeSet::from([path.to_path_buf()]);
+    validate_source_file(path, text, true, &mut seen, &mut diags);
+    sort_by_position(&mut diags);
+    diags
+}
+
 fn validate_file(path: &Path, named: bool, seen: &mut BTreeSet<PathBuf>, diags: &mut Diagnostics) {
     if !seen.insert(path.to_path_buf()) {
         return;
@@ -128,6 +143,16 @@ fn validate_file(path: &Path, named: bool, seen: &mut BTreeSet<PathBuf>, diags: 
             return;
         }
     };
+    validate_source_file(path, text, named, seen, diags);
+}
+
+fn validate_source_file(
+    path: &Path,
+    text: String,
+    named: bool,
+    seen: &mut BTreeSet<PathBuf>,
+    diags: &mut Diagnostics,
+) {
     let file = SourceFile::new(path, text);
     let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     if extension == "md" {

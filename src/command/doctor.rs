@@ -1,0 +1,104 @@
+//! `summon doctor`: is summon set up to work here? Each finding is ok, a warning or an error,
+//! with the fix; exit 1 when any is an error.
+//!
+//! Four sections, each in its own file: [`provider`] (the provider and model a delegation
+//! would use, where each setting came from, whether the provider answers: one `GET` of its
+//! models list with a short timeout; the API key is never shown), [`config_files`] (the
+//! config files looked for and their problems at `file:line:col`), [`sources`] (how many,
+//! broken files, every source shadowed by another) and [`store`] (the `.summon/` schema
+//! version, tasks whose worker is gone).
+//!
+//! JSON (`--json`): `{"ok": BOOL, "errors": N, "warnings": N, "provider": PROVIDER|null,
+//! "model": {"name", "from", "alias"}|null, "config_files": [{"path", "scope":
+//! "global"|"project", "found"}], "checks": [CHECK]}` where CHECK is `{"section":
+//! "provider"|"config"|"sources"|"store", "status": "ok"|"warning"|"error", "message", "fix",
+//! "path", "line", "column"}` (`fix`, `path`, `line`, `column` may be null) and PROVIDER is
+//! `{"name", "kind": "openai"|"anthropic", "from", "base_url", "base_url_from",
+//! "defined_by", "key_env", "key_set", "answers": BOOL|null, "models": N|null}`
+//! (`answers` is null with `--offline`).
+
+mod check;
+mod config_files;
+mod provider;
+mod sources;
+mod store;
+
+use serde_json::json;
+
+use super::Ctx;
+use crate::cli::DoctorArgs;
+use crate::diag::Diagnostics;
+use crate::error::{Error, Result};
+use check::{Check, Section, Status};
+
+pub(crate) fn run(args: &DoctorArgs, ctx: &mut Ctx) -> Result<()> {
+    let loaded = crate::config::file::load(&ctx.env);
+    let mut checks = Vec::new();
+    let report = provider::check(args, &ctx.env, &loaded.config, &mut checks);
+    config_files::check(&loaded, &mut checks);
+    sources::check(&ctx.catalog(), &ctx.env.cwd, &mut checks);
+    store::check(&ctx.env, &mut checks);
+    let errors = checks.iter().filter(|c| c.status == Status::Error).count();
+    let warnings = checks
+        .iter()
+        .filter(|c| c.status == Status::Warning)
+        .count();
+    if args.output.json {
+        let files: Vec<_> = loaded
+            .config
+            .files
+            .iter()
+            .map(|f| {
+                json!({
+                    "path": f.path.display().to_string(),
+                    "scope": match f.scope {
+                        crate::config::file::Scope::Global => "global",
+                        crate::config::file::Scope::Project => "project",
+                    },
+                    "found": f.found,
+                })
+            })
+            .collect();
+        ctx.out.json(&json!({
+            "ok": errors == 0,
+            "errors": errors,
+            "warnings": warnings,
+            "provider": report.provider,
+            "model": report.model,
+            "config_files": files,
+            "checks": checks.iter().map(|c| c.to_json()).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        let mut text = String::new();
+        for section in Section::ALL {
+            let in_section: Vec<&Check> = checks.iter().filter(|c| c.section == section).collect();
+            if in_section.is_empty() {
+                continue;
+            }
+            text.push_str(&ctx.out_palette.bold(section.title()));
+            text.push('\n');
+            for check in in_section {
+                text.push_str(&check.render(&ctx.env.cwd, ctx.out_palette));
+            }
+        }
+        text.push_str(&format!(
+            "\nsummon doctor: {}, {}\n",
+            count(errors, "error"),
+            count(warnings, "warning")
+        ));
+        ctx.out.write(&text)?;
+    }
+    if errors > 0 {
+        // Already shown: exit 1 without printing anything more.
+        return Err(Error::Input(Diagnostics::default()));
+    }
+    Ok(())
+}
+
+fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
