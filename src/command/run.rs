@@ -1,7 +1,8 @@
 //! `summon run PIPELINE`: the final step's text on stdout, progress on stderr.
 //!
 //! JSON (`--json`): `{"run_id", "status": "succeeded"|"failed"|"interrupted", "steps":
-//! [{"id", "status": "succeeded"|"failed"|"skipped", "error"}], "output"}`.
+//! [{"id", "status": "succeeded"|"failed"|"skipped"|"deferred", "error"}], "output"}`;
+//! `deferred`: a step a shard leaves for `summon merge`, or one after `--until STEP`.
 //! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "prompt"}],
 //! "estimated_input_tokens", "estimated_input_cost_usd", "unpriced_models"}`.
 
@@ -22,7 +23,7 @@ use crate::recipe::{ParamInput, bind_params};
 use crate::source::read_source_text;
 
 pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
-    let pipeline = load_pipeline(args, ctx)?;
+    let pipeline = load_pipeline(&args.pipeline, ctx)?;
     let input = ParamInput::from_args(
         args.params.params_file.as_deref(),
         &args.params.param,
@@ -39,17 +40,25 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         return Err(binding.problems.into());
     }
     let params = binding.values();
-    for step in &pipeline.steps {
-        if step.backend == crate::pipeline::model::Backend::Batch {
-            eprintln!(
-                "summon: warning: step `{}`: `backend: batch` is not available in this version; its tasks run live",
-                step.id
-            );
-        }
-    }
+    let shown = args.pipeline.display().to_string();
+    let request = crate::exec::shard::RunRequest {
+        shard: args.shard.as_deref(),
+        until: args.until.as_deref(),
+        items_from: args.items_from.as_deref(),
+        out: args.out.as_deref(),
+        shown: &shown,
+    };
+    let plan = crate::exec::shard::plan_for_run(&ctx.env, &pipeline, &params, &request)?;
     if args.dry_run {
         return dry_run(&pipeline, &params, args.output.json, ctx);
     }
+    for note in &plan.notes {
+        ctx.note(&format!("note: {note}"));
+    }
+    let closing = args
+        .out
+        .as_deref()
+        .and_then(|out| plan.closing_note(out, &shown));
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
     let catalog = ctx.catalog();
@@ -69,6 +78,8 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
             .map(|id| (!id.is_empty()).then(|| id.clone())),
         junit: args.junit.clone(),
         display,
+        batch: args.batch,
+        plan,
     };
     let summary = run_pipeline(&ctx.env, config, catalog, options)?;
     let failed: Vec<_> = summary
@@ -92,6 +103,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
                     StepStatus::Succeeded => "succeeded",
                     StepStatus::Failed => "failed",
                     StepStatus::Skipped => "skipped",
+                    StepStatus::Deferred => "deferred",
                 };
                 json!({"id": id, "status": status, "error": error})
             })
@@ -115,8 +127,19 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         );
     }
     if summary.interrupted {
+        // A shard or `--until` run resumes with the same part of the pipeline.
+        let mut part = String::new();
+        for (flag, value) in [
+            ("--shard", args.shard.clone()),
+            ("--until", args.until.clone()),
+            ("--out", args.out.as_ref().map(|d| d.display().to_string())),
+        ] {
+            if let (Some(value), true) = (value, args.shard.is_some() || args.until.is_some()) {
+                part.push_str(&format!(" {flag} {value}"));
+            }
+        }
         eprintln!(
-            "summon: run {} interrupted; continue it with `summon run {} --resume`",
+            "summon: run {} interrupted; continue it with `summon run {}{part} --resume`",
             summary.run_id,
             args.pipeline.display()
         );
@@ -129,11 +152,14 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         );
         return Err(Error::Failed(String::new()));
     }
+    if let Some(closing) = closing {
+        ctx.note(&closing);
+    }
     Ok(())
 }
 
-fn load_pipeline(args: &RunArgs, ctx: &Ctx) -> Result<Pipeline> {
-    let path = ctx.env.cwd.join(&args.pipeline);
+pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pipeline> {
+    let path = ctx.env.cwd.join(pipeline);
     let text = read_source_text(&path)
         .map_err(|message| Error::from(crate::diag::Diagnostic::error(message).in_file(&path)))?;
     let file = SourceFile::new(&path, text);

@@ -22,6 +22,8 @@ pub(crate) struct TaskDone {
     pub(crate) resumed: bool,
     /// The content hash of the rendered request.
     pub(crate) hash: String,
+    /// The provider batch that answered it (`backend: batch`); priced at the batch rate.
+    pub(crate) batch_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +32,8 @@ pub(crate) enum StepStatus {
     Failed,
     /// Not run: a step it depends on failed, or the run was interrupted.
     Skipped,
+    /// Not run here: left for `summon merge` (a shard), or not needed (`--until`).
+    Deferred,
 }
 
 /// The end of a run.

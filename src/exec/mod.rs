@@ -1,10 +1,12 @@
 //! Running a pipeline: steps in dependency order, tasks under global and per-step caps,
 //! every finished task journaled, results streamed to the outputs.
 
+mod batch;
 mod context;
 mod event;
 mod hash;
 mod scheduler;
+pub(crate) mod shard;
 mod step;
 
 pub(crate) use event::StepStatus;

@@ -21,13 +21,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::{StepData, StepOutputs, agents_json, base_context};
 use super::event::{RunSummary, StepStatus, TaskDone};
+use super::shard::{Plan, TaskRef};
 use super::step::{Shared, StepConfig, run_tasks};
 use crate::config::Config;
 use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::output::{DisplayMode, JunitWriter, Progress, Report, ResultLine, ResultsWriter};
 use crate::pipeline::items::{command_items, glob_items, open_file_items};
-use crate::pipeline::model::{Decompose, OnError, Pipeline, StepKind};
+use crate::pipeline::model::{Backend, Decompose, OnError, Pipeline, StepKind};
+use crate::pipeline::shard::Role;
 use crate::provider::RetryPolicy;
 use crate::source::Catalog;
 use crate::store::{JournalStatus, JournalWriter, RunStatus, Store, TaskResultRow, WriterOptions};
@@ -42,6 +44,10 @@ pub(crate) struct RunOptions {
     pub(crate) resume: Option<Option<String>>,
     pub(crate) junit: Option<PathBuf>,
     pub(crate) display: DisplayMode,
+    /// `--batch`: every eligible fan_out step uses the provider's batch API.
+    pub(crate) batch: bool,
+    /// A shard, `--until`, `--items-from` or a merge; the default runs every step.
+    pub(crate) plan: Plan,
 }
 
 /// Default global cap on tasks in flight.
@@ -59,6 +65,8 @@ struct Sink {
     already_written: std::collections::HashSet<(String, u64)>,
     /// Journal rows recorded so far; a row's number is its position in commit order.
     recorded: u64,
+    /// Every task of the run, for a shard's or `--until` run's manifest.
+    tasks: Option<Vec<TaskRef>>,
 }
 
 impl Sink {
@@ -67,6 +75,15 @@ impl Sink {
     fn record(&mut self, done: &TaskDone) -> Option<u64> {
         let step = &self.step_ids[done.step];
         let status = if done.ok { "completed" } else { "failed" };
+        if let Some(tasks) = &mut self.tasks {
+            tasks.push(TaskRef {
+                step: step.clone(),
+                index: done.index,
+                hash: done.hash.clone(),
+                model: done.model.clone(),
+                batch_id: done.batch_id.clone(),
+            });
+        }
         let mut seq = None;
         if !done.resumed {
             let row = TaskResultRow {
@@ -85,7 +102,7 @@ impl Sink {
                 duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
                 error: done.error.clone(),
                 finished_at: Timestamp::now(),
-                batch_id: None,
+                batch_id: done.batch_id.clone(),
             };
             if let Err(e) = self.journal.record(row) {
                 eprintln!("summon: warning: cannot journal a result: {e}");
@@ -115,7 +132,14 @@ impl Sink {
                 eprintln!("summon: warning: cannot write results.jsonl: {e}");
             }
         }
-        self.report.record_task(
+        crate::env::crash_point("task-recorded");
+        let record = if done.batch_id.is_some() {
+            Report::record_batch_task
+        } else {
+            Report::record_task
+        };
+        let cost = record(
+            &mut self.report,
             step,
             done.model.as_deref(),
             status,
@@ -134,11 +158,6 @@ impl Sink {
                 done.error.as_deref(),
             );
         }
-        let cost = self.report.task_cost(
-            done.model.as_deref(),
-            done.usage.input_tokens,
-            done.usage.output_tokens,
-        );
         self.progress.task_finished(
             step,
             done.ok,
@@ -146,6 +165,33 @@ impl Sink {
             cost,
         );
         seq
+    }
+}
+
+/// What a batch step tells the run's display.
+struct SinkReporter<'a>(&'a Arc<Mutex<Sink>>);
+
+impl super::batch::BatchReporter for SinkReporter<'_> {
+    fn warning(&self, text: &str) {
+        if let Ok(sink) = self.0.lock() {
+            sink.progress.println(&format!("summon: warning: {text}"));
+        }
+    }
+
+    fn progress(&self, text: &str) {
+        if let Ok(sink) = self.0.lock()
+            && sink.progress.mode() != DisplayMode::Quiet
+        {
+            sink.progress.println(&format!("[summon] {text}"));
+        }
+    }
+
+    fn tasks_sent(&self, step: &str, count: usize) {
+        if let Ok(sink) = self.0.lock() {
+            for _ in 0..count {
+                sink.progress.task_started(step);
+            }
+        }
     }
 }
 
@@ -174,6 +220,8 @@ pub(crate) fn run_pipeline(
     let path_text = pipeline_path.display().to_string();
     let params_json = serde_json::to_string(&options.params).unwrap_or_default();
     let pipeline_hash = super::hash::request_hash(&[Some(&pipeline.file.text)]);
+    let plan = options.plan;
+    let journal_tag = plan.journal_tag();
     let (run, finished, catalog) = match &options.resume {
         None => {
             // The catalog is frozen into the journal for `--resume`.
@@ -183,7 +231,7 @@ pub(crate) fn run_pipeline(
                     &pipeline_hash,
                     &params_json,
                     &crate::source::freeze(&catalog).to_string(),
-                    None,
+                    journal_tag.as_deref(),
                 )
                 .map_err(|e| Error::usage(e.to_string()))?;
             (run, HashMap::new(), catalog)
@@ -192,7 +240,7 @@ pub(crate) fn run_pipeline(
             let run = match wanted {
                 Some(id) => store.get_run(id).map_err(|e| Error::usage(e.to_string()))?,
                 None => store
-                    .last_run(&path_text)
+                    .last_run_of_shard(&path_text, journal_tag.as_deref())
                     .map_err(|e| Error::usage(e.to_string()))?,
             };
             let Some(run) = run else {
@@ -208,6 +256,16 @@ pub(crate) fn run_pipeline(
                 return Err(Error::usage(format!(
                     "run {} used other parameters ({}); resume it with the same --param values",
                     run.run_id, run.params_json
+                )));
+            }
+            if run.shard != journal_tag {
+                let describe =
+                    |tag: Option<&str>| tag.map_or("a whole run".to_owned(), |t| format!("`{t}`"));
+                return Err(Error::usage(format!(
+                    "run {} is {}, not {}; resume it with the same --shard/--until",
+                    run.run_id,
+                    describe(run.shard.as_deref()),
+                    describe(journal_tag.as_deref())
                 )));
             }
             store
@@ -226,6 +284,7 @@ pub(crate) fn run_pipeline(
             (run, finished, catalog)
         }
     };
+    crate::env::crash_point("run-created");
     let agents = agents_json(&catalog);
     let (commit_sender, committed) = tokio::sync::watch::channel(0u64);
     let hook = Box::new(move |rows: &[TaskResultRow]| {
@@ -245,6 +304,10 @@ pub(crate) fn run_pipeline(
         Some(dir) => {
             let dir = env.cwd.join(dir);
             std::fs::create_dir_all(&dir)?;
+            if plan.writes_manifest() {
+                // A manifest describes a finished run: the old one goes until this one ends.
+                super::shard::remove_manifest(&dir)?;
+            }
             let written = if resuming {
                 crate::output::read_results(&dir).unwrap_or_default()
             } else {
@@ -256,8 +319,10 @@ pub(crate) fn run_pipeline(
     };
     let progress = Progress::new(options.display);
     // Steps that send tasks; a decompose from a command, list, file or glob sends none.
-    for step in &pipeline.steps {
-        if !matches!(&step.kind, StepKind::Decompose(d) if !matches!(d, Decompose::Agent(_))) {
+    for (i, step) in pipeline.steps.iter().enumerate() {
+        if matches!(plan.role(i), Role::Run | Role::Shard)
+            && !matches!(&step.kind, StepKind::Decompose(d) if !matches!(d, Decompose::Agent(_)))
+        {
             progress.add_step(&step.id, None);
         }
     }
@@ -273,6 +338,7 @@ pub(crate) fn run_pipeline(
         step_ids: pipeline.steps.iter().map(|s| s.id.clone()).collect(),
         already_written,
         recorded: 0,
+        tasks: plan.writes_manifest().then(Vec::new),
     }));
     let concurrency = options
         .concurrency
@@ -290,8 +356,11 @@ pub(crate) fn run_pipeline(
         finished,
         drain: CancellationToken::new(),
         kill: CancellationToken::new(),
-        policy: RetryPolicy::default(),
+        policy: RetryPolicy::from_env(env),
+        retries: Mutex::default(),
         committed,
+        run_id: run.run_id.clone(),
+        batch_all: options.batch,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -333,6 +402,18 @@ pub(crate) fn run_pipeline(
                     continue;
                 }
                 started[i] = true;
+                match plan.role(i) {
+                    Role::Given => {
+                        status[i] = Some(start_given(&plan, i, &outputs, &sink));
+                        continue;
+                    }
+                    Role::Merge | Role::Skip => {
+                        status[i] = Some((StepStatus::Deferred, None));
+                        continue;
+                    }
+                    Role::Run | Role::Shard => {}
+                }
+                let shard = plan.step_shard(i);
                 if deps[i].iter().any(|d| status[*d].as_ref().is_some_and(|(s, _)| *s != StepStatus::Succeeded))
                     || shared.drain.is_cancelled()
                 {
@@ -353,7 +434,7 @@ pub(crate) fn run_pipeline(
                     sink.report.step_started(&pipeline.steps[i].id);
                 }
                 running.spawn(async move {
-                    let result = run_step(&shared, &pipeline, i, keep, is_last, &outputs, &params, &agents, &sink).await;
+                    let result = run_step(&shared, &pipeline, i, keep, is_last, &outputs, &params, &agents, &sink, shard).await;
                     (i, result)
                 });
             }
@@ -381,6 +462,7 @@ pub(crate) fn run_pipeline(
         signals.abort();
         status
     });
+    crate::env::crash_point("steps-done");
     let interrupted = shared.drain.is_cancelled();
     // Flush everything that records results before deciding the outcome.
     let mut sink = match Arc::try_unwrap(sink) {
@@ -400,6 +482,9 @@ pub(crate) fn run_pipeline(
     if let (Some(dir), true) = (&options.out_dir, resuming) {
         compact_results(&env.cwd.join(dir))?;
     }
+    if let Ok(retries) = shared.retries.lock() {
+        sink.report.set_retries(&retries);
+    }
     if let Some(dir) = &options.out_dir {
         sink.report
             .write_json(&env.cwd.join(dir).join("report.json"))?;
@@ -416,9 +501,26 @@ pub(crate) fn run_pipeline(
             (s.id.clone(), status, error)
         })
         .collect();
-    let all_ok = steps.iter().all(|(_, s, _)| *s == StepStatus::Succeeded);
-    if all_ok && !interrupted {
+    // A shard leaves steps for the merge, `--until` the steps after it: the run can succeed,
+    // but the pipeline's outputs need every step.
+    let all_ok = steps
+        .iter()
+        .all(|(_, s, _)| matches!(s, StepStatus::Succeeded | StepStatus::Deferred));
+    let whole = steps.iter().all(|(_, s, _)| *s == StepStatus::Succeeded);
+    if whole && !interrupted {
         write_outputs(env, &pipeline, &outputs, &params, &agents)?;
+    }
+    if let (true, Some(dir)) = (plan.writes_manifest(), &options.out_dir) {
+        let finished = super::shard::Finished {
+            pipeline: &pipeline,
+            params: &params,
+            plan: &plan,
+            statuses: &steps,
+            outputs: &outputs,
+            tasks: sink.tasks.as_deref().unwrap_or_default(),
+            interrupted,
+        };
+        super::shard::write_manifest(&env.cwd.join(dir), &finished)?;
     }
     let run_status = if interrupted {
         RunStatus::Interrupted
@@ -431,7 +533,10 @@ pub(crate) fn run_pipeline(
         .set_run_status(&run.run_id, run_status)
         .map_err(|e| Error::usage(e.to_string()))?;
     let last = pipeline.steps.len().saturating_sub(1);
-    let final_output = outputs_final(&outputs.get(last));
+    let final_output = plan
+        .prints_output()
+        .then(|| outputs_final(&outputs.get(last)))
+        .flatten();
     eprintln!("summon: {}", sink.report.summary_line());
     Ok(RunSummary {
         run_id: run.run_id,
@@ -439,6 +544,38 @@ pub(crate) fn run_pipeline(
         final_output,
         interrupted,
     })
+}
+
+/// The outputs of the last step's tasks, in one buffer (a fan-out of many tasks keeps no
+/// allocation per task), joined in item order at the end.
+#[derive(Default)]
+struct FinalTexts {
+    text: String,
+    /// (item index, start, end) in `text`.
+    spans: Vec<(u64, usize, usize)>,
+}
+
+impl FinalTexts {
+    fn push(&mut self, index: u64, output: &str) {
+        let start = self.text.len();
+        self.text.push_str(output);
+        self.spans.push((index, start, self.text.len()));
+    }
+
+    fn joined(mut self, separator: &str) -> Option<String> {
+        if self.spans.is_empty() {
+            return None;
+        }
+        self.spans.sort_unstable_by_key(|(index, _, _)| *index);
+        let mut out = String::with_capacity(self.text.len() + separator.len() * self.spans.len());
+        for (n, (_, start, end)) in self.spans.iter().enumerate() {
+            if n > 0 {
+                out.push_str(separator);
+            }
+            out.push_str(&self.text[*start..*end]);
+        }
+        Some(out)
+    }
 }
 
 /// Keeps the last line of every task in `results.jsonl` (a task that ran again after a
@@ -469,6 +606,31 @@ fn compact_results(dir: &std::path::Path) -> Result<()> {
     }
     crate::output::write_atomically(&path, out.as_bytes())?;
     Ok(())
+}
+
+/// A step whose outcome is given (`--items-from`, or the shards of a merge): its data for
+/// later steps and, unless this is a shard, its tasks in the outputs.
+fn start_given(
+    plan: &Plan,
+    index: usize,
+    outputs: &StepOutputs,
+    sink: &Mutex<Sink>,
+) -> (StepStatus, Option<String>) {
+    let Some(given) = plan.given(index) else {
+        return (StepStatus::Skipped, None);
+    };
+    outputs.set(index, given.data.clone());
+    if plan.emits_given()
+        && let Ok(mut sink) = sink.lock()
+    {
+        let id = sink.step_ids[index].clone();
+        sink.report.step_started(&id);
+        for record in &given.records {
+            sink.record(&record.to_done(index));
+        }
+        sink.report.step_finished(&id);
+    }
+    (given.status, given.error.clone())
 }
 
 fn outputs_final(data: &StepData) -> Option<String> {
@@ -512,9 +674,11 @@ async fn run_step(
     params: &IndexMap<String, String>,
     agents: &Value,
     sink: &Arc<Mutex<Sink>>,
+    shard: Option<crate::pipeline::shard::Shard>,
 ) -> std::result::Result<(), String> {
     let step = &pipeline.steps[index];
-    let config = StepConfig::new(index, step, &shared.settings);
+    let mut config = StepConfig::new(index, step, &shared.settings);
+    config.shard = shard;
     let base = base_context(params, outputs.to_json(pipeline), agents);
     let env = crate::template::environment(pipeline.file.path().parent());
     let render_plain =
@@ -526,8 +690,8 @@ async fn run_step(
     let mut failures = 0usize;
     let mut successes = 0usize;
     let mut results: Vec<(u64, Value)> = Vec::new();
-    // The final step's text goes to stdout: keep only the outputs, in item order.
-    let mut final_texts: Vec<(u64, String)> = Vec::new();
+    // The final step's text goes to stdout: keep only the outputs, in one buffer.
+    let mut final_texts = FinalTexts::default();
     let mut single_output: Option<String> = None;
     let mut single_structured: Option<Value> = None;
     let fail_fast = step.on_error == OnError::FailFast;
@@ -547,7 +711,7 @@ async fn run_step(
             }
         }
         if is_last && !keep_results {
-            final_texts.push((done.index, done.output.clone()));
+            final_texts.push(done.index, &done.output);
         }
         if keep_results {
             results.push((
@@ -665,7 +829,7 @@ async fn run_step(
                             total += first_pass.count();
                         }
                         names_checked?;
-                        if let Ok(sink) = sink.lock() {
+                        if let (Ok(sink), None) = (sink.lock(), shard) {
                             sink.progress.set_total(&step.id, total as u64);
                         }
                         let reader = open_file_items(path).map_err(|e| e.to_string())?;
@@ -674,28 +838,45 @@ async fn run_step(
                     None => {
                         let items = over_data.items.unwrap_or_default();
                         check_sources(shared, &env, &fan_out.task, &base, &items)?;
-                        if let Ok(sink) = sink.lock() {
+                        if let (Ok(sink), None) = (sink.lock(), shard) {
                             sink.progress.set_total(&step.id, items.len() as u64);
                         }
                         single(items)
                     }
                 };
-            run_tasks(
-                shared,
-                &config,
-                &fan_out.task,
-                &base,
-                &mut *iter,
-                true,
-                None,
-                step.concurrency,
-                &env,
-                &mut on_done,
-            )
-            .await?;
+            if step.backend == Backend::Batch || shared.batch_all {
+                super::batch::run_batch_tasks(
+                    shared,
+                    &config,
+                    &fan_out.task,
+                    &base,
+                    &mut *iter,
+                    step.concurrency,
+                    &env,
+                    &SinkReporter(sink),
+                    &mut on_done,
+                )
+                .await?;
+            } else {
+                run_tasks(
+                    shared,
+                    &config,
+                    &fan_out.task,
+                    &base,
+                    &mut *iter,
+                    true,
+                    None,
+                    step.concurrency,
+                    &env,
+                    &mut on_done,
+                )
+                .await?;
+            }
             let total = successes + failures;
             results.sort_by_key(|(i, _)| *i);
             let needed = match (step.min_success, step.on_error) {
+                // A shard has only part of the tasks: `summon merge` counts them all.
+                (Some(_), _) if shard.is_some() => 0,
                 (Some(min), _) => min.required(total),
                 (None, OnError::Continue) => 0,
                 (None, OnError::FailFast) => total,
@@ -704,14 +885,7 @@ async fn run_step(
                 && !(step.on_error == OnError::FailFast
                     && step.min_success.is_none()
                     && failures > 0);
-            final_texts.sort_by_key(|(i, _)| *i);
-            let output = (!final_texts.is_empty()).then(|| {
-                final_texts
-                    .iter()
-                    .map(|(_, t)| t.as_str())
-                    .collect::<Vec<_>>()
-                    .join("\n\n")
-            });
+            let output = final_texts.joined("\n\n");
             outputs.set(
                 index,
                 StepData {

@@ -40,19 +40,28 @@ pub(crate) struct Shared {
     /// Set by the second Ctrl-C: stop tasks in flight.
     pub(crate) kill: CancellationToken,
     pub(crate) policy: RetryPolicy,
+    /// Provider retries of the run's tasks, per [`crate::provider::ProviderError::retry_class`].
+    pub(crate) retries: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     /// How many journal rows are committed, in record order; updated after each commit.
     pub(crate) committed: tokio::sync::watch::Receiver<u64>,
+    /// The run's id in the store (batches are recorded under it).
+    pub(crate) run_id: String,
+    /// `--batch`: every eligible fan_out step goes through the provider's batch API.
+    pub(crate) batch_all: bool,
 }
 
 /// A task's concurrency slots, held until its result is committed to the journal, so that a
 /// `kill -9` repeats at most the tasks that hold slots.
-type Permits = (
+pub(super) type Permits = (
     tokio::sync::OwnedSemaphorePermit,
     Option<tokio::sync::OwnedSemaphorePermit>,
 );
 
 /// Waits for a step slot (when the step has a cap) and a global slot.
-async fn acquire_slot(global: &Arc<Semaphore>, local: Option<&Arc<Semaphore>>) -> Option<Permits> {
+pub(super) async fn acquire_slot(
+    global: &Arc<Semaphore>,
+    local: Option<&Arc<Semaphore>>,
+) -> Option<Permits> {
     let local = match local {
         Some(sem) => Some(Arc::clone(sem).acquire_owned().await.ok()?),
         None => None,
@@ -69,7 +78,11 @@ pub(crate) struct TaskSlot {
 }
 
 impl TaskSlot {
-    fn new(global: &Arc<Semaphore>, local: Option<&Arc<Semaphore>>, permits: Permits) -> Arc<Self> {
+    pub(super) fn new(
+        global: &Arc<Semaphore>,
+        local: Option<&Arc<Semaphore>>,
+        permits: Permits,
+    ) -> Arc<Self> {
         Arc::new(Self {
             global: Arc::clone(global),
             local: local.cloned(),
@@ -78,7 +91,7 @@ impl TaskSlot {
     }
 
     /// The permits, once the task is done (taken again if it gave them back to wait).
-    async fn into_permits(self: Arc<Self>) -> Option<Permits> {
+    pub(super) async fn into_permits(self: Arc<Self>) -> Option<Permits> {
         if let Some(permits) = self.held.lock().ok().and_then(|mut h| h.take()) {
             return Some(permits);
         }
@@ -219,6 +232,8 @@ pub(crate) struct StepConfig {
     pub(crate) max_turns: Option<u32>,
     pub(crate) retries: u32,
     pub(crate) timeout: Option<Duration>,
+    /// `--shard I/N`: send only the tasks this shard owns (by request hash).
+    pub(crate) shard: Option<crate::pipeline::shard::Shard>,
 }
 
 impl StepConfig {
@@ -232,7 +247,14 @@ impl StepConfig {
             max_turns: step.max_turns.or(settings.max_turns),
             retries: step.retries,
             timeout: step.timeout,
+            shard: None,
         }
+    }
+
+    /// Whether this run sends the task with this request hash (another shard sends it
+    /// otherwise).
+    pub(crate) fn owns(&self, hash: &str) -> bool {
+        self.shard.is_none_or(|shard| shard.owns(hash))
     }
 
     /// The hash of a rendered task under this step's settings.
@@ -282,6 +304,7 @@ pub(crate) fn resumed(
         model: None,
         resumed: true,
         hash: hash.to_owned(),
+        batch_id: row.batch_id.clone(),
     })
 }
 
@@ -329,6 +352,7 @@ pub(crate) async fn run_task(
                 model,
                 resumed: false,
                 hash,
+                batch_id: None,
             };
         }
         attempt += 1;
@@ -351,75 +375,20 @@ async fn attempt_task(
     rendered: &Rendered,
     slot: &Arc<TaskSlot>,
 ) -> Result<Attempt, String> {
-    let source = match &rendered.source {
-        Some(name) => Some(shared.catalog.get(name).ok_or_else(|| {
-            format!("Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent.")
-        })?),
-        None => None,
-    };
-    let mut params = ParamInput::default();
-    for (key, value) in &rendered.params {
-        params
-            .values
-            .insert(key.clone(), (value.clone(), Origin::Flag));
-    }
-    let request = Request {
-        instructions: rendered.instructions.clone(),
-        params,
-        extensions: rendered.extensions.clone(),
-        provider: step.provider.clone(),
-        model: step.model.clone(),
-        temperature: step.temperature,
-        max_turns: step.max_turns,
-        context: rendered.context.clone(),
-        working_dir: None,
-        response_schema: rendered.schema.clone(),
-    };
-    let mut prepared = prepare_with(
-        &shared.env,
-        &shared.config,
-        source,
-        &request,
-        &shared.resolver,
-    )
-    .await
-    .map_err(|e| match e {
-        crate::delegation::PrepareError::Input(diags) => diags
-            .items
-            .iter()
-            .filter(|d| d.is_error())
-            .map(|d| d.message.clone())
-            .collect::<Vec<_>>()
-            .join("; "),
-        crate::delegation::PrepareError::Task(message) => message,
-    })?;
-    let (client, limiter) = {
-        let mut clients = shared
-            .clients
-            .lock()
-            .map_err(|_| "internal error: client cache".to_owned())?;
-        match clients.get(&prepared.resolved.provider_name) {
-            Some(pair) => pair.clone(),
-            None => {
-                let client =
-                    Client::new(prepared.resolved.endpoint.clone()).map_err(|e| e.to_string())?;
-                let limiter = RateLimiter::new(prepared.resolved.limits);
-                clients.insert(
-                    prepared.resolved.provider_name.clone(),
-                    (client.clone(), limiter.clone()),
-                );
-                (client, limiter)
-            }
-        }
-    };
+    let mut prepared = prepare_task(shared, step, rendered).await?;
+    let (client, limiter) = client_for(shared, &prepared)?;
     prepared.spec.slot = Some(Arc::clone(slot) as Arc<dyn crate::subagent::Slot>);
     for note in &prepared.notes {
         warn_once(&step.id, &note.message);
     }
-    let mut observer = |event: crate::subagent::SubagentEvent| {
-        if let crate::subagent::SubagentEvent::Warning { message } = event {
-            warn_once(&step.id, &message);
+    let mut observer = |event: crate::subagent::SubagentEvent| match event {
+        crate::subagent::SubagentEvent::Warning { message } => warn_once(&step.id, &message),
+        crate::subagent::SubagentEvent::Retry { class, .. } => {
+            if let Ok(mut retries) = shared.retries.lock() {
+                *retries.entry(class).or_default() += 1;
+            }
         }
+        _ => {}
     };
     let run = run_subagent(
         &client,
@@ -448,6 +417,80 @@ async fn attempt_task(
         result.usage,
         Some(prepared.resolved.model.clone()),
     ))
+}
+
+/// Resolves a rendered task into a runnable subagent: source, parameters, provider, model.
+pub(super) async fn prepare_task(
+    shared: &Shared,
+    step: &StepConfig,
+    rendered: &Rendered,
+) -> Result<crate::delegation::Prepared, String> {
+    let source = match &rendered.source {
+        Some(name) => Some(shared.catalog.get(name).ok_or_else(|| {
+            format!("Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent.")
+        })?),
+        None => None,
+    };
+    let mut params = ParamInput::default();
+    for (key, value) in &rendered.params {
+        params
+            .values
+            .insert(key.clone(), (value.clone(), Origin::Flag));
+    }
+    let request = Request {
+        instructions: rendered.instructions.clone(),
+        params,
+        extensions: rendered.extensions.clone(),
+        provider: step.provider.clone(),
+        model: step.model.clone(),
+        temperature: step.temperature,
+        max_turns: step.max_turns,
+        context: rendered.context.clone(),
+        working_dir: None,
+        response_schema: rendered.schema.clone(),
+    };
+    prepare_with(
+        &shared.env,
+        &shared.config,
+        source,
+        &request,
+        &shared.resolver,
+    )
+    .await
+    .map_err(|e| match e {
+        crate::delegation::PrepareError::Input(diags) => diags
+            .items
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.message.clone())
+            .collect::<Vec<_>>()
+            .join("; "),
+        crate::delegation::PrepareError::Task(message) => message,
+    })
+}
+
+/// The run's client and rate limiter for the task's provider (one per provider and run).
+pub(super) fn client_for(
+    shared: &Shared,
+    prepared: &crate::delegation::Prepared,
+) -> Result<(Client, RateLimiter), String> {
+    let mut clients = shared
+        .clients
+        .lock()
+        .map_err(|_| "internal error: client cache".to_owned())?;
+    Ok(match clients.get(&prepared.resolved.provider_name) {
+        Some(pair) => pair.clone(),
+        None => {
+            let client =
+                Client::new(prepared.resolved.endpoint.clone()).map_err(|e| e.to_string())?;
+            let limiter = RateLimiter::new(prepared.resolved.limits);
+            clients.insert(
+                prepared.resolved.provider_name.clone(),
+                (client.clone(), limiter.clone()),
+            );
+            (client, limiter)
+        }
+    })
 }
 
 /// Prints a warning about a step once per run, however many of its tasks run into it.
@@ -531,6 +574,11 @@ pub(crate) async fn run_tasks(
                 ));
             }
             let hash = step.hash(&rendered);
+            if !step.owns(&hash) {
+                drop((global, local));
+                index += 1;
+                continue;
+            }
             if let Some(done) = resumed(shared, step, index, &item, &hash) {
                 drop((global, local));
                 index += 1;

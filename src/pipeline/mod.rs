@@ -6,3 +6,4 @@ pub(crate) mod items;
 pub(crate) mod model;
 pub(crate) mod parse;
 mod refs;
+pub(crate) mod shard;

@@ -9,7 +9,7 @@
 //!
 //! **Resume.** [`Store::finished`] loads every recorded row of a run in one query; the runner
 //! skips a task whose row is `completed` with the same `input_hash` and runs everything else,
-//! so an edited item runs again and nothing else does. [`Store::last_run`] finds the run to
+//! so an edited item runs again and nothing else does. [`Store::last_run_of_shard`] finds the run to
 //! resume when no id is given.
 //!
 //! **Run ids** are the UTC start time, `YYYYMMDD-HHMMSS` (`20260219-143005`), with `-2`, `-3`,
@@ -262,7 +262,9 @@ fn write_rows(
                 ])?;
             }
         }
+        crate::env::crash_point("journal-commit");
         tx.commit()?;
+        crate::env::crash_point("journal-committed");
         Ok(())
     })
 }
@@ -369,16 +371,22 @@ impl Store {
         })
     }
 
-    /// The most recent run of a pipeline (matched by the path text as given to `create_run`).
-    pub(crate) fn last_run(&self, pipeline_path: &str) -> Result<Option<RunRecord>, StoreError> {
+    /// The most recent run of a pipeline (matched by the path text as given to `create_run`)
+    /// that is the same part of it: `shard` as given to `create_run` (`None`: a whole run), so
+    /// that a shard resumes its own run, not another shard's.
+    pub(crate) fn last_run_of_shard(
+        &self,
+        pipeline_path: &str,
+        shard: Option<&str>,
+    ) -> Result<Option<RunRecord>, StoreError> {
         self.read(|conn| {
             Ok(conn
                 .query_row(
                     &format!(
-                        "SELECT {RUN_COLUMNS} FROM runs WHERE pipeline_path = ?1
+                        "SELECT {RUN_COLUMNS} FROM runs WHERE pipeline_path = ?1 AND shard IS ?2
                          ORDER BY created_at DESC, rowid DESC LIMIT 1"
                     ),
-                    [pipeline_path],
+                    params![pipeline_path, shard],
                     run_record,
                 )
                 .optional()?)
@@ -710,14 +718,30 @@ mod tests {
         assert_eq!(c.shard.as_deref(), Some(r#"{"shard":1}"#));
 
         assert_eq!(
-            store.last_run("pipelines/x.yaml").unwrap().unwrap().run_id,
+            store
+                .last_run_of_shard("pipelines/x.yaml", None)
+                .unwrap()
+                .unwrap()
+                .run_id,
             b.run_id
         );
         assert_eq!(
-            store.last_run("pipelines/y.yaml").unwrap().unwrap().run_id,
+            store
+                .last_run_of_shard("pipelines/y.yaml", Some(r#"{"shard":1}"#))
+                .unwrap()
+                .unwrap()
+                .run_id,
             c.run_id
         );
-        assert_eq!(store.last_run("pipelines/z.yaml").unwrap(), None);
+        assert_eq!(
+            store.last_run_of_shard("pipelines/z.yaml", None).unwrap(),
+            None
+        );
+        // A whole run never resumes a shard.
+        assert_eq!(
+            store.last_run_of_shard("pipelines/y.yaml", None).unwrap(),
+            None
+        );
 
         assert!(
             store

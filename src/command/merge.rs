@@ -1,0 +1,147 @@
+//! `summon merge PIPELINE DIR...`: checks that the directories are the complete set of
+//! shards of one run (`summon run --shard I/N --out DIR`) of this pipeline with the same
+//! parameters and items, combines their tasks, runs the steps left for the merge, and writes
+//! what `summon run` writes: the final step's text on stdout, `--out DIR` (`results.jsonl`
+//! with every task of every shard and of the merge, `report.json`), `--junit`, and the
+//! pipeline's `outputs`.
+//!
+//! JSON (`--json`): `{"run_id", "status": "succeeded"|"failed"|"interrupted", "shards": N,
+//! "steps": [{"id", "status": "succeeded"|"failed"|"skipped", "error"}], "output"}`.
+
+use std::io::IsTerminal;
+
+use serde_json::json;
+
+use super::Ctx;
+use crate::cli::MergeArgs;
+use crate::config::load_config;
+use crate::error::{Error, Result};
+use crate::exec::shard::{plan_for_merge, shard_params};
+use crate::exec::{RunOptions, StepStatus, run_pipeline};
+use crate::output::resolve_display;
+use crate::recipe::params::Origin;
+use crate::recipe::{ParamInput, bind_params};
+
+pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
+    let pipeline = super::run::load_pipeline(&args.pipeline, ctx)?;
+    let shown = args.pipeline.display().to_string();
+    if let Some(out) = &args.out {
+        let out_dir = ctx.env.cwd.join(out);
+        for dir in &args.dirs {
+            let dir_path = ctx.env.cwd.join(dir);
+            let same = match (out_dir.canonicalize(), dir_path.canonicalize()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => out_dir == dir_path,
+            };
+            if same {
+                return Err(Error::usage(format!(
+                    "`--out {}` is one of the shard directories; write the merge elsewhere",
+                    out.display()
+                )));
+            }
+        }
+    }
+    // Without --param/--params, the shards' own parameters (checked against every shard).
+    let input = if args.params.param.is_empty() && args.params.params_file.is_none() {
+        let mut input = ParamInput::default();
+        if let Some(first) = args.dirs.first() {
+            for (key, value) in shard_params(&ctx.env, first)? {
+                input.values.insert(key, (value, Origin::Flag));
+            }
+        }
+        input
+    } else {
+        ParamInput::from_args(
+            args.params.params_file.as_deref(),
+            &args.params.param,
+            &ctx.env.cwd,
+        )?
+    };
+    let binding = bind_params(
+        &pipeline.parameters,
+        &input,
+        &indexmap::IndexMap::new(),
+        Some(&pipeline.file),
+        &ctx.env.cwd,
+    );
+    if binding.problems.has_errors() {
+        return Err(binding.problems.into());
+    }
+    let params = binding.values();
+    let plan = plan_for_merge(&ctx.env, &pipeline, &params, &args.dirs, &shown)?;
+    let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
+    ctx.report(&warnings.items);
+    let catalog = ctx.catalog();
+    let display = resolve_display(
+        std::io::stderr().is_terminal(),
+        ctx.env.is_set("CI"),
+        args.quiet || args.output.json,
+    );
+    let options = RunOptions {
+        pipeline,
+        params,
+        concurrency: args.concurrency.map(|c| c as usize),
+        out_dir: args.out.clone(),
+        resume: None,
+        junit: args.junit.clone(),
+        display,
+        batch: false,
+        plan,
+    };
+    let summary = run_pipeline(&ctx.env, config, catalog, options)?;
+    let failed: Vec<_> = summary
+        .steps
+        .iter()
+        .filter(|(_, status, _)| *status == StepStatus::Failed)
+        .collect();
+    if args.output.json {
+        let status = if summary.interrupted {
+            "interrupted"
+        } else if failed.is_empty() {
+            "succeeded"
+        } else {
+            "failed"
+        };
+        let steps: Vec<_> = summary
+            .steps
+            .iter()
+            .map(|(id, status, error)| {
+                let status = match status {
+                    StepStatus::Succeeded => "succeeded",
+                    StepStatus::Failed => "failed",
+                    StepStatus::Skipped | StepStatus::Deferred => "skipped",
+                };
+                json!({"id": id, "status": status, "error": error})
+            })
+            .collect();
+        ctx.out.json(&json!({
+            "run_id": summary.run_id,
+            "status": status,
+            "shards": args.dirs.len(),
+            "steps": steps,
+            "output": summary.final_output,
+        }))?;
+    } else if failed.is_empty()
+        && !summary.interrupted
+        && let Some(output) = &summary.final_output
+    {
+        ctx.out.line(output.trim_end())?;
+    }
+    for (id, _, error) in &failed {
+        eprintln!(
+            "summon: step `{id}` failed: {}",
+            error.as_deref().unwrap_or("")
+        );
+    }
+    if summary.interrupted {
+        eprintln!(
+            "summon: merge interrupted; run `summon merge {shown}` again (finished shard tasks \
+             are not repeated)"
+        );
+        return Err(Error::Interrupted);
+    }
+    if !failed.is_empty() {
+        return Err(Error::Failed(String::new()));
+    }
+    Ok(())
+}

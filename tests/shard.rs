@@ -1,0 +1,880 @@
+//! `summon run --shard I/N` and `summon merge` against a mock LLM server in this test process:
+//! N shard processes running at once plus a merge give what one whole run gives (results,
+//! report counts, stdout, outputs), every item is sent by exactly one shard, the Kubernetes
+//! variables select the shard, `--until`/`--items-from` carry a model-made item list to
+//! every shard, and bad input is refused before anything is sent or written.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+use summon_mock_llm::{Api, MockConfig, MockServer, Reply};
+use support::Test;
+
+/// A project wired to the mock as an OpenAI-compatible provider.
+fn project(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+}
+
+/// What one `summon` invocation did.
+#[derive(Debug)]
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ran {
+    #[track_caller]
+    fn expect(self, code: i32) -> Self {
+        assert_eq!(
+            self.code, code,
+            "unexpected exit code\n--- stdout\n{}\n--- stderr\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    #[track_caller]
+    fn stderr_has(self, text: &str) -> Self {
+        assert!(
+            self.stderr.contains(text),
+            "stderr lacks {text:?}:\n{}",
+            self.stderr
+        );
+        self
+    }
+}
+
+fn ran(output: std::process::Output) -> Ran {
+    Ran {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Runs `summon ARGS` in the project `t` (built without `.args`).
+fn summon(t: &Test, args: &[&str]) -> Ran {
+    ran(t.command().args(args).output().expect("run summon"))
+}
+
+/// Runs `summon ARGS` once per argument list, all at the same time, and waits for all.
+fn summon_at_once(t: &Test, runs: &[Vec<String>]) -> Vec<Ran> {
+    let children: Vec<_> = runs
+        .iter()
+        .map(|args| {
+            t.command()
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn summon")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|child| ran(child.wait_with_output().expect("wait")))
+        .collect()
+}
+
+/// `summon run p.yaml --shard I/N --out sI --quiet` for every I, at once; each must succeed.
+fn run_shards(t: &Test, n: u32, extra: &[&str]) {
+    let runs: Vec<Vec<String>> = (1..=n)
+        .map(|i| {
+            let mut args: Vec<String> = [
+                "run",
+                "p.yaml",
+                "--shard",
+                &format!("{i}/{n}"),
+                "--out",
+                &format!("s{i}"),
+                "--quiet",
+            ]
+            .map(str::to_owned)
+            .to_vec();
+            args.extend(extra.iter().map(|a| (*a).to_owned()));
+            args
+        })
+        .collect();
+    for (i, result) in summon_at_once(t, &runs).into_iter().enumerate() {
+        let result = result.expect(0);
+        assert_eq!(result.stdout, "", "shard {} printed on stdout", i + 1);
+        assert!(
+            result.stderr.contains("summon merge p.yaml"),
+            "shard {} does not say how to merge:\n{}",
+            i + 1,
+            result.stderr
+        );
+    }
+}
+
+/// The lines of `DIR/results.jsonl`.
+fn results(dir: &Path) -> Vec<Value> {
+    let Ok(text) = std::fs::read_to_string(dir.join("results.jsonl")) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line ({e}): {l}")))
+        .collect()
+}
+
+/// The results as a set, without what depends on timing.
+fn result_set(dir: &Path) -> BTreeSet<String> {
+    let lines = results(dir);
+    let set: BTreeSet<String> = lines
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            l.as_object_mut().unwrap().remove("duration_ms");
+            l.to_string()
+        })
+        .collect();
+    assert_eq!(set.len(), lines.len(), "a task is in results.jsonl twice");
+    set
+}
+
+/// `report.json` without its timing fields: the counts per step and in total.
+fn report_counts(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("report.json")).expect("report.json");
+    let report: Value = serde_json::from_str(&text).unwrap();
+    let counts = |stats: &Value| {
+        json!({
+            "tasks": stats["tasks"], "completed": stats["completed"], "failed": stats["failed"],
+            "skipped": stats["skipped"], "resumed": stats["resumed"], "turns": stats["turns"],
+            "input_tokens": stats["input_tokens"], "output_tokens": stats["output_tokens"],
+        })
+    };
+    let steps: BTreeMap<String, Value> = report["steps"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(id, stats)| (id.clone(), counts(stats)))
+        .collect();
+    json!({"total": counts(&report["total"]), "steps": steps})
+}
+
+/// The first user message of every chat request the mock received.
+fn sent(server: &MockServer) -> Vec<String> {
+    let mut requests: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.api == Api::OpenAi)
+        .collect();
+    requests.sort_by_key(|r| r.seq);
+    requests
+        .iter()
+        .map(|r| {
+            let messages = r.body["messages"].as_array().expect("messages");
+            let user = messages.iter().find(|m| m["role"] == "user").expect("user");
+            user["content"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect()
+}
+
+/// How often each message starting with `prefix` was sent.
+fn sent_count(server: &MockServer, prefix: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for message in sent(server) {
+        if message.starts_with(prefix) {
+            *counts.entry(message).or_default() += 1;
+        }
+    }
+    counts
+}
+
+fn items(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("it{i:02}")).collect()
+}
+
+/// decompose `list` (a literal list), fan_out `each` over it, synthesize `sum` from every
+/// result, and an `outputs` file.
+fn pipeline(items: &[String], each_extra: &str) -> String {
+    format!(
+        "version: 1
+name: sharded
+parameters:
+  - key: tone
+    input_type: string
+    requirement: optional
+    default: plain
+steps:
+  - id: list
+    decompose:
+      items: [{}]
+  - id: each
+    fan_out:
+      over: list
+      instructions: \"Process {{{{ item }}}} in a {{{{ tone }}}} tone\"
+{each_extra}  - id: sum
+    synthesize:
+      instructions: |
+        Merge:
+        {{% for r in steps.each.results %}}{{{{ r.item }}}}={{{{ r.output }}}}|{{{{ r.status }}}};
+        {{% endfor %}}
+outputs:
+  - path: out/summary.md
+    content: \"{{{{ steps.sum.output }}}}\"
+",
+        items.join(", ")
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Shards plus merge are one whole run.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_shards_and_a_merge_give_what_one_whole_run_gives() {
+    let items = items(24);
+    let text = pipeline(&items, "");
+
+    let whole_server = MockServer::start(MockConfig::new()).await;
+    let whole = project(&whole_server).write_raw("p.yaml", &text);
+    let whole_run = summon(&whole, &["run", "p.yaml", "--out", "res", "--quiet"]).expect(0);
+
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server).write_raw("p.yaml", &text);
+    run_shards(&t, 3, &[]);
+
+    // Every item is in exactly one shard, and each shard has some.
+    let mut owner: BTreeMap<u64, u32> = BTreeMap::new();
+    for i in 1..=3u32 {
+        let lines = results(&t.path().join(format!("s{i}")));
+        assert!(!lines.is_empty(), "shard {i} ran nothing");
+        for line in &lines {
+            assert_eq!(line["step"], "each", "a shard ran {line}");
+            let index = line["index"].as_u64().unwrap();
+            assert!(
+                owner.insert(index, i).is_none(),
+                "item {index} in two shards"
+            );
+        }
+        assert!(!t.path().join(format!("s{i}/../out/summary.md")).exists());
+    }
+    assert_eq!(
+        owner.keys().copied().collect::<Vec<_>>(),
+        (0..24).collect::<Vec<_>>()
+    );
+    // The mock saw every item exactly once across the shards, and no synthesis yet.
+    let per_item = sent_count(&server, "Process ");
+    assert_eq!(per_item.len(), 24, "{per_item:?}");
+    assert!(per_item.values().all(|&n| n == 1), "{per_item:?}");
+    assert!(sent_count(&server, "Merge:").is_empty());
+
+    let merged = summon(
+        &t,
+        &[
+            "merge",
+            "p.yaml",
+            "s1",
+            "s2",
+            "s3",
+            "--out",
+            "res",
+            "--junit",
+            "junit.xml",
+            "--quiet",
+        ],
+    )
+    .expect(0);
+    assert_eq!(merged.stdout, whole_run.stdout);
+    assert_eq!(sent_count(&server, "Merge:").len(), 1, "one synthesis");
+    assert_eq!(
+        sent(&server).len(),
+        25,
+        "no item was sent again by the merge"
+    );
+
+    assert_eq!(
+        result_set(&t.path().join("res")),
+        result_set(&whole.path().join("res"))
+    );
+    assert_eq!(
+        report_counts(&t.path().join("res")),
+        report_counts(&whole.path().join("res"))
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("out/summary.md")).unwrap(),
+        std::fs::read_to_string(whole.path().join("out/summary.md")).unwrap()
+    );
+    let junit = std::fs::read_to_string(t.path().join("junit.xml")).unwrap();
+    assert_eq!(junit.matches("<testcase").count(), 25, "{junit}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn min_success_is_decided_by_the_merge_over_every_shard() {
+    // 3 of 12 items fail; min_success 10 cannot be met overall, although no shard alone
+    // could know it.
+    let server = MockServer::start(MockConfig::new().rule(|req| {
+        if req
+            .last_user_text()
+            .unwrap_or_default()
+            .starts_with("Process bad")
+        {
+            Reply::status(
+                400,
+                r#"{"error":{"message":"bad item","type":"invalid_request_error"}}"#,
+            )
+        } else {
+            Reply::Echo
+        }
+    }))
+    .await;
+    let mut list = items(9);
+    list.extend(["bad1".to_owned(), "bad2".to_owned(), "bad3".to_owned()]);
+    let each_extra = "    on_error: continue\n    min_success: 10\n";
+    let t = project(&server).write_raw("p.yaml", &pipeline(&list, each_extra));
+    run_shards(&t, 3, &[]);
+    summon(
+        &t,
+        &[
+            "merge", "p.yaml", "s1", "s2", "s3", "--out", "res", "--quiet",
+        ],
+    )
+    .expect(2)
+    .stderr_has("step `each` failed: 9 of 12 tasks succeeded (needed 10)");
+    assert!(
+        sent_count(&server, "Merge:").is_empty(),
+        "nothing after a failed step"
+    );
+    let lines = results(&t.path().join("res"));
+    assert_eq!(lines.iter().filter(|l| l["status"] == "failed").count(), 3);
+    assert!(
+        !t.path().join("out/summary.md").exists(),
+        "no outputs after a failure"
+    );
+
+    // With min_success 9 the same shards merge.
+    let t2 = project(&server).write_raw(
+        "p.yaml",
+        &pipeline(&list, "    on_error: continue\n    min_success: 9\n"),
+    );
+    run_shards(&t2, 3, &[]);
+    summon(&t2, &["merge", "p.yaml", "s1", "s2", "s3", "--quiet"]).expect(0);
+    assert!(t2.path().join("out/summary.md").exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Choosing the shard.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn job_completion_index_selects_the_shard_and_the_flag_wins() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(12), ""));
+    summon(
+        &t,
+        &[
+            "run", "p.yaml", "--shard", "2/3", "--out", "flag", "--quiet",
+        ],
+    )
+    .expect(0);
+    let by_env = t
+        .command()
+        .args(["run", "p.yaml", "--out", "env", "--quiet"])
+        .env("JOB_COMPLETION_INDEX", "1")
+        .env("JOB_COMPLETIONS", "3")
+        .output()
+        .unwrap();
+    ran(by_env).expect(0).stderr_has("shard 2/3");
+    assert_eq!(
+        result_set(&t.path().join("env")),
+        result_set(&t.path().join("flag"))
+    );
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(t.path().join("env/manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["shard"], json!({"index": 2, "count": 3}));
+
+    // --shard wins over the variables.
+    let flag_wins = t
+        .command()
+        .args(["run", "p.yaml", "--shard", "1/3", "--out", "one", "--quiet"])
+        .env("JOB_COMPLETION_INDEX", "1")
+        .env("JOB_COMPLETIONS", "3")
+        .output()
+        .unwrap();
+    ran(flag_wins).expect(0);
+    let one: Value =
+        serde_json::from_str(&std::fs::read_to_string(t.path().join("one/manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(one["shard"]["index"], 1);
+
+    // An index without a count, or out of range, is refused before anything is sent.
+    let before = server.request_count();
+    for (vars, wanted) in [
+        (
+            &[("JOB_COMPLETION_INDEX", "0")][..],
+            "JOB_COMPLETIONS is not",
+        ),
+        (
+            &[("JOB_COMPLETION_INDEX", "3"), ("JOB_COMPLETIONS", "3")][..],
+            "out of range",
+        ),
+    ] {
+        let mut command = t.command();
+        command.args(["run", "p.yaml", "--out", "bad", "--quiet"]);
+        for (k, v) in vars {
+            command.env(k, v);
+        }
+        ran(command.output().unwrap()).expect(1).stderr_has(wanted);
+    }
+    assert_eq!(server.request_count(), before);
+    assert!(!t.path().join("bad").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_shard_arguments_are_refused_before_anything_runs() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(4), ""));
+    for (args, wanted) in [
+        (&["--shard", "0/3", "--out", "o"][..], "shards count from 1"),
+        (
+            &["--shard", "4/3", "--out", "o"][..],
+            "there is no shard 4 of 3",
+        ),
+        (
+            &["--shard", "two/3", "--out", "o"][..],
+            "shard index `two` is not a whole number",
+        ),
+        (&["--shard", "1/0", "--out", "o"][..], "at least 1"),
+        (&["--shard", "2/3"][..], "`--shard 2/3` needs `--out DIR`"),
+        (
+            &["--until", "nope", "--out", "o"][..],
+            "--until `nope`: the pipeline has no such step",
+        ),
+        (&["--until", "list"][..], "`--until list` needs `--out DIR`"),
+        (
+            &["--items-from", "nowhere"][..],
+            "`nowhere` is not a directory",
+        ),
+    ] {
+        summon(&t, &[&["run", "p.yaml", "--quiet"][..], args].concat())
+            .expect(1)
+            .stderr_has(wanted);
+    }
+    assert_eq!(server.request_count(), 0);
+    assert!(!t.path().join("o").exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. What the merge refuses.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn merge_names_each_mismatch_and_writes_nothing() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let text = pipeline(&items(9), "");
+    let t = project(&server).write_raw("p.yaml", &text);
+    run_shards(&t, 3, &[]);
+    // The same shard 2 with another parameter, a shard of a 2-way split, and a copy of shard 1.
+    summon(
+        &t,
+        &[
+            "run", "p.yaml", "--shard", "2/3", "--out", "other", "--param", "tone=dry", "--quiet",
+        ],
+    )
+    .expect(0);
+    summon(
+        &t,
+        &[
+            "run", "p.yaml", "--shard", "1/2", "--out", "half", "--quiet",
+        ],
+    )
+    .expect(0);
+    std::fs::create_dir(t.path().join("copy")).unwrap();
+    for file in ["manifest.json", "results.jsonl", "report.json"] {
+        std::fs::copy(
+            t.path().join("s1").join(file),
+            t.path().join("copy").join(file),
+        )
+        .unwrap();
+    }
+    std::fs::write(t.path().join("p2.yaml"), text.replace("Merge:", "Combine:")).unwrap();
+    let before = server.request_count();
+    let s2_before = std::fs::read(t.path().join("s2/results.jsonl")).unwrap();
+
+    for (args, wanted) in [
+        (
+            &["p.yaml", "s1", "s2"][..],
+            "shard 3/3 is missing (given: 1/3 in `s1`, 2/3 in `s2`)",
+        ),
+        (
+            &["p.yaml", "s1", "s2", "s3", "copy"][..],
+            "`s1` and `copy` are both shard 1/3",
+        ),
+        (
+            &["p.yaml", "s1", "other", "s3"][..],
+            "`other` ran with other parameters: `params.tone` is `dry` there, `plain` here",
+        ),
+        (
+            &["p.yaml", "s1", "s2", "s3", "--param", "tone=dry"][..],
+            "`s1` ran with other parameters",
+        ),
+        (
+            &["p.yaml", "s1", "s2", "half"][..],
+            "`half` is shard 1/2, but `s1` is shard 1/3",
+        ),
+        (
+            &["p2.yaml", "s1", "s2", "s3"][..],
+            "`s1` was made by another version of pipeline `sharded`",
+        ),
+        (
+            &["p.yaml", "s1", "s2", "nowhere"][..],
+            "`nowhere` is not a directory",
+        ),
+    ] {
+        summon(
+            &t,
+            &[&["merge"][..], args, &["--out", "merged", "--quiet"][..]].concat(),
+        )
+        .expect(1)
+        .stderr_has(wanted);
+    }
+    summon(
+        &t,
+        &[
+            "merge", "p.yaml", "s1", "s2", "s3", "--out", "s2", "--quiet",
+        ],
+    )
+    .expect(1)
+    .stderr_has("`--out s2` is one of the shard directories");
+    assert_eq!(
+        std::fs::read(t.path().join("s2/results.jsonl")).unwrap(),
+        s2_before,
+        "shard 2 is untouched"
+    );
+    assert_eq!(
+        server.request_count(),
+        before,
+        "a refused merge sends nothing"
+    );
+    assert!(
+        !t.path().join("merged").exists(),
+        "a refused merge writes nothing"
+    );
+    assert!(!t.path().join("out/summary.md").exists());
+
+    // A shard re-run after the pipeline was edited is caught too.
+    let edited = project(&server).write_raw("p.yaml", &text);
+    run_shards(&edited, 3, &[]);
+    std::fs::write(edited.path().join("p.yaml"), pipeline(&items(10), "")).unwrap();
+    summon(
+        &edited,
+        &["run", "p.yaml", "--shard", "3/3", "--out", "s3", "--quiet"],
+    )
+    .expect(0);
+    summon(&edited, &["merge", "p.yaml", "s1", "s2", "s3", "--quiet"])
+        .expect(1)
+        .stderr_has("another version of pipeline");
+
+    // And the merge of the right set works after all that.
+    summon(
+        &t,
+        &[
+            "merge", "p.yaml", "s3", "s1", "s2", "--out", "merged", "--quiet",
+        ],
+    )
+    .expect(0);
+    assert_eq!(results(&t.path().join("merged")).len(), 10);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. A model-made item list: --until once, --items-from in every shard.
+
+fn agent_pipeline() -> String {
+    "version: 1
+name: topics
+steps:
+  - id: topics
+    decompose:
+      instructions: List the topics
+  - id: each
+    fan_out:
+      over: topics
+      instructions: \"Write about {{ item }}\"
+  - id: sum
+    synthesize:
+      instructions: \"Combine: {% for r in steps.each.results %}{{ r.output }};{% endfor %}\"
+"
+    .to_owned()
+}
+
+fn topics_mock() -> MockConfig {
+    MockConfig::new().rule(|req| {
+        if req
+            .last_user_text()
+            .unwrap_or_default()
+            .starts_with("List the topics")
+        {
+            Reply::text(
+                json!((0..15).map(|i| format!("topic {i}")).collect::<Vec<_>>()).to_string(),
+            )
+        } else {
+            Reply::Echo
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn until_and_items_from_carry_a_model_made_list_to_every_shard() {
+    let whole_server = MockServer::start(topics_mock()).await;
+    let whole = project(&whole_server).write_raw("p.yaml", &agent_pipeline());
+    let whole_run = summon(&whole, &["run", "p.yaml", "--out", "res", "--quiet"]).expect(0);
+
+    let server = MockServer::start(topics_mock()).await;
+    let t = project(&server).write_raw("p.yaml", &agent_pipeline());
+    // Without --items-from every shard would ask the model for its own list: refused.
+    summon(
+        &t,
+        &["run", "p.yaml", "--shard", "1/3", "--out", "s1", "--quiet"],
+    )
+    .expect(1)
+    .stderr_has("step `each` cannot be sharded")
+    .stderr_has("`summon run p.yaml --until topics --out DIR`");
+    assert_eq!(server.request_count(), 0);
+
+    summon(
+        &t,
+        &[
+            "run", "p.yaml", "--until", "topics", "--out", "base", "--quiet",
+        ],
+    )
+    .expect(0)
+    .stderr_has("--items-from base");
+    assert_eq!(sent(&server).len(), 1, "only the decompose");
+    run_shards(&t, 3, &["--items-from", "base"]);
+    assert_eq!(
+        sent_count(&server, "List the topics").len(),
+        1,
+        "the list was made once"
+    );
+    let per_item = sent_count(&server, "Write about ");
+    assert_eq!(per_item.len(), 15, "{per_item:?}");
+    assert!(
+        per_item.values().all(|&n| n == 1),
+        "an item was sent twice: {per_item:?}"
+    );
+
+    let merged = summon(
+        &t,
+        &[
+            "merge", "p.yaml", "s1", "s2", "s3", "--out", "res", "--quiet",
+        ],
+    )
+    .expect(0);
+    assert_eq!(merged.stdout, whole_run.stdout);
+    assert_eq!(sent(&server).len(), 1 + 15 + 1);
+    assert_eq!(
+        result_set(&t.path().join("res")),
+        result_set(&whole.path().join("res"))
+    );
+    assert_eq!(
+        report_counts(&t.path().join("res")),
+        report_counts(&whole.path().join("res"))
+    );
+
+    // --items-from must come from --until of this pipeline.
+    std::fs::write(
+        t.path().join("p.yaml"),
+        agent_pipeline().replace("Combine", "Join"),
+    )
+    .unwrap();
+    summon(
+        &t,
+        &[
+            "run",
+            "p.yaml",
+            "--shard",
+            "1/3",
+            "--out",
+            "x",
+            "--items-from",
+            "base",
+        ],
+    )
+    .expect(1)
+    .stderr_has("`base` was made by another version of pipeline `topics`");
+    std::fs::write(t.path().join("p.yaml"), agent_pipeline()).unwrap();
+    summon(
+        &t,
+        &[
+            "run",
+            "p.yaml",
+            "--shard",
+            "1/3",
+            "--out",
+            "x",
+            "--items-from",
+            "s2",
+        ],
+    )
+    .expect(1)
+    .stderr_has("`s2` is a shard's output");
+    assert_eq!(sent(&server).len(), 1 + 15 + 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. A shard resumes its own run.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shard_resumes_its_own_run_and_sends_nothing_twice() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(12), ""));
+    run_shards(&t, 2, &[]);
+    let after = server.request_count();
+    // The last run of this pipeline is shard 2/2; shard 1/2 still finds its own.
+    summon(
+        &t,
+        &[
+            "run", "p.yaml", "--shard", "1/2", "--out", "s1", "--resume", "--quiet",
+        ],
+    )
+    .expect(0);
+    assert_eq!(
+        server.request_count(),
+        after,
+        "finished shard tasks are not sent again"
+    );
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(t.path().join("s1/manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["shard"]["index"], 1);
+    assert_eq!(manifest["status"], "completed");
+    summon(
+        &t,
+        &["merge", "p.yaml", "s1", "s2", "--out", "res", "--quiet"],
+    )
+    .expect(0);
+    assert_eq!(results(&t.path().join("res")).len(), 13);
+    // A whole run of the same pipeline does not resume a shard.
+    summon(&t, &["run", "p.yaml", "--resume", "--quiet"])
+        .expect(1)
+        .stderr_has("no earlier run");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. The examples in docs/sharding.md agree with themselves and with the flags.
+
+#[test]
+fn the_sharding_docs_examples_are_consistent() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sharding.md"))
+        .expect("docs/sharding.md");
+    let blocks: Vec<&str> = docs
+        .split("```yaml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    assert_eq!(
+        blocks.len(),
+        2,
+        "a GitHub Actions workflow and a Kubernetes Job"
+    );
+    let value_after = |text: &str, key: &str| -> String {
+        let at = text.find(key).unwrap_or_else(|| panic!("no {key}"));
+        text[at + key.len()..]
+            .lines()
+            .next()
+            .unwrap()
+            .split('#')
+            .next()
+            .unwrap()
+            .trim()
+            .trim_matches('"')
+            .to_owned()
+    };
+    // GitHub Actions: one matrix entry per shard, I/N from the matrix.
+    let workflow = blocks[0];
+    let shards: usize = value_after(workflow, "SHARDS:").parse().unwrap();
+    let matrix = value_after(workflow, "shard: [");
+    assert_eq!(matrix.trim_end_matches(']').split(',').count(), shards);
+    assert!(workflow.contains("--shard ${{ matrix.shard }}/${{ env.SHARDS }}"));
+    assert!(workflow.contains("summon merge pipelines/classify-tickets.yaml shards/shard-*"));
+    // Kubernetes: an Indexed Job whose JOB_COMPLETIONS matches its completions.
+    let job = blocks[1];
+    assert_eq!(value_after(job, "completionMode:"), "Indexed");
+    let completions = value_after(job, "completions:");
+    let set = value_after(&job[job.find("name: JOB_COMPLETIONS").unwrap()..], "value:");
+    assert_eq!(set, completions);
+    assert!(job.contains("--out /shards/shard-$JOB_COMPLETION_INDEX"));
+    assert!(job.contains("summon merge pipelines/classify-tickets.yaml /shards/shard-*"));
+    // Every flag the page uses exists.
+    let help = |command: &str| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_summon"))
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let run_help = help("run");
+    for flag in ["--shard", "--until", "--items-from", "--out", "--resume"] {
+        assert!(run_help.contains(flag), "summon run has no {flag}");
+    }
+    let merge_help = help("merge");
+    for flag in ["--out", "--junit", "--param", "--concurrency", "--json"] {
+        assert!(merge_help.contains(flag), "summon merge has no {flag}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_shard_leaves_no_manifest_until_it_is_resumed() {
+    let server =
+        MockServer::start(MockConfig::new().latency(std::time::Duration::from_millis(150))).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(16), ""));
+    run_shards(&t, 2, &[]);
+    assert!(t.path().join("s1/manifest.json").exists());
+    // Shard 1 again, killed after its first task: its old manifest must not survive.
+    let mut child = t
+        .command()
+        .args([
+            "run",
+            "p.yaml",
+            "--shard",
+            "1/2",
+            "--out",
+            "s1",
+            "--concurrency",
+            "1",
+            "-q",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // (The first run's manifest and results are there until the new run starts.)
+    while t.path().join("s1/manifest.json").exists() || results(&t.path().join("s1")).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the old manifest is still there, or no task finished"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    summon(&t, &["merge", "p.yaml", "s1", "s2", "--quiet"])
+        .expect(1)
+        .stderr_has("`s1` has no manifest.json")
+        .stderr_has("`--resume`");
+    summon(
+        &t,
+        &[
+            "run", "p.yaml", "--shard", "1/2", "--out", "s1", "--resume", "-q",
+        ],
+    )
+    .expect(0);
+    summon(
+        &t,
+        &["merge", "p.yaml", "s1", "s2", "--out", "res", "--quiet"],
+    )
+    .expect(0);
+    let lines = results(&t.path().join("res"));
+    assert_eq!(lines.len(), 17, "every task once: {lines:#?}");
+}
