@@ -10,9 +10,17 @@
 //!   "started_at": "2025-01-31T12:00:00Z",
 //!   "wall_ms": 41000,
 //!   "total": STATS,
-//!   "steps": { "areas": STATS, "notes": STATS, "summary": STATS }
+//!   "steps": { "areas": STATS, "notes": STATS, "summary": STATS },
+//!   "retries_by_class": { "rate_limited": 3, "server_error": 1, "connection": 0,
+//!                         "timeout": 0, "invalid_response": 0 }
 //! }
 //! ```
+//!
+//! `retries_by_class` counts the provider requests sent again after a transient failure, over
+//! the whole run (this attempt of it, after a `--resume`): HTTP 429 (`rate_limited`), 5xx
+//! (`server_error`), a connection that failed or closed early (`connection`), no complete
+//! answer within the request timeout (`timeout`), a success whose body was not JSON, such as
+//! one cut off (`invalid_response`). Every class is always present.
 //!
 //! `steps` is keyed by step id, in the order the steps started. Each `STATS`:
 //!
@@ -48,6 +56,10 @@ use serde::Serialize;
 /// The report file name inside the `--out` directory.
 #[allow(dead_code)] // used by summon run
 pub(crate) const REPORT_FILE: &str = "report.json";
+
+/// What a task answered through a provider's batch API costs, as a share of the configured
+/// (live) prices: OpenAI Batch and Anthropic Message Batches bill half.
+pub(crate) const BATCH_PRICE_FACTOR: f64 = 0.5;
 
 /// Counts and sums over a set of tasks.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -163,7 +175,17 @@ pub(crate) struct Report {
     finished: Option<Instant>,
     steps: IndexMap<String, StepEntry>,
     total: Stats,
+    retries: IndexMap<&'static str, u64>,
 }
+
+/// The classes of `retries_by_class`, in their order.
+pub(crate) const RETRY_CLASSES: [&str; 5] = [
+    "rate_limited",
+    "server_error",
+    "connection",
+    "timeout",
+    "invalid_response",
+];
 
 #[derive(Serialize)]
 struct ReportJson<'a> {
@@ -172,6 +194,7 @@ struct ReportJson<'a> {
     wall_ms: u64,
     total: StatsJson,
     steps: IndexMap<&'a str, StatsJson>,
+    retries_by_class: &'a IndexMap<&'static str, u64>,
 }
 
 #[derive(Serialize)]
@@ -213,6 +236,17 @@ impl Report {
             finished: None,
             steps: IndexMap::new(),
             total: Stats::default(),
+            retries: RETRY_CLASSES.iter().map(|c| (*c, 0)).collect(),
+        }
+    }
+
+    /// Sets the run's provider retries per class (classes outside [`RETRY_CLASSES`] are left
+    /// out).
+    pub(crate) fn set_retries(&mut self, counts: &std::collections::BTreeMap<&'static str, u64>) {
+        for (class, n) in counts {
+            if let Some(slot) = self.retries.get_mut(class) {
+                *slot = *n;
+            }
         }
     }
 
@@ -269,11 +303,66 @@ impl Report {
         duration: Duration,
         resumed: bool,
     ) -> Option<f64> {
+        self.record_task_priced(
+            step,
+            model,
+            status,
+            turns,
+            input_tokens,
+            output_tokens,
+            duration,
+            resumed,
+            1.0,
+        )
+    }
+
+    /// [`Report::record_task`] for a task answered through a provider's batch API: priced at
+    /// [`BATCH_PRICE_FACTOR`].
+    #[allow(clippy::too_many_arguments)] // one flat call per task, no intermediate struct
+    pub(crate) fn record_batch_task(
+        &mut self,
+        step: &str,
+        model: Option<&str>,
+        status: &str,
+        turns: u32,
+        input_tokens: u64,
+        output_tokens: u64,
+        duration: Duration,
+        resumed: bool,
+    ) -> Option<f64> {
+        self.record_task_priced(
+            step,
+            model,
+            status,
+            turns,
+            input_tokens,
+            output_tokens,
+            duration,
+            resumed,
+            BATCH_PRICE_FACTOR,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record_task_priced(
+        &mut self,
+        step: &str,
+        model: Option<&str>,
+        status: &str,
+        turns: u32,
+        input_tokens: u64,
+        output_tokens: u64,
+        duration: Duration,
+        resumed: bool,
+        price_factor: f64,
+    ) -> Option<f64> {
         debug_assert!(
             matches!(status, "completed" | "failed" | "skipped"),
             "unknown task status {status:?}"
         );
-        let cost = self.task_cost(model, input_tokens, output_tokens);
+        let cost = self
+            .task_cost(model, input_tokens, output_tokens)
+            .map(|c| c * price_factor);
         let task = Task {
             status,
             turns,
@@ -330,6 +419,7 @@ impl Report {
                 .iter()
                 .map(|(id, e)| (id.as_str(), e.stats.json(e.wall(now))))
                 .collect(),
+            retries_by_class: &self.retries,
         }
     }
 
@@ -510,7 +600,19 @@ mod tests {
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(
             keys(&doc),
-            ["version", "started_at", "wall_ms", "total", "steps"]
+            [
+                "version",
+                "started_at",
+                "wall_ms",
+                "total",
+                "steps",
+                "retries_by_class"
+            ]
+        );
+        assert_eq!(
+            doc["retries_by_class"],
+            json!({"rate_limited": 0, "server_error": 0, "connection": 0, "timeout": 0,
+                   "invalid_response": 0})
         );
         assert_eq!(doc["version"], 1);
         assert!(doc["started_at"].as_str().unwrap().ends_with('Z'));

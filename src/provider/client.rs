@@ -89,6 +89,8 @@ impl ProviderEndpoint {
 pub(crate) struct Client {
     endpoint: Arc<ProviderEndpoint>,
     http: reqwest::Client,
+    /// The normalized base URL (see [`ProviderEndpoint::base_url`]).
+    base: String,
     chat_url: String,
     models_url: String,
 }
@@ -134,6 +136,7 @@ impl Client {
         Ok(Self {
             endpoint: Arc::new(endpoint),
             http,
+            base,
             chat_url,
             models_url,
         })
@@ -169,7 +172,40 @@ impl Client {
         Ok(openai::parse_models(&response))
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, ProviderError> {
+    /// The shared connection pool (with the provider's credentials as default headers).
+    pub(super) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// The base URL without a trailing `/` (OpenAI-compatible: with `/v1`; Anthropic: without).
+    pub(super) fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends one request and parses the JSON answer; every failure is classified.
+    pub(super) async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<Value, ProviderError> {
+        let key = self.endpoint.api_key.as_ref();
+        let body = self.send_bytes(request).await?;
+        serde_json::from_slice(&body).map_err(|err| {
+            ProviderError::network(
+                format!(
+                    "the response of provider `{}` {} ({err}); it may have been cut off",
+                    self.endpoint.name,
+                    super::error::NOT_JSON
+                ),
+                key,
+            )
+        })
+    }
+
+    /// Sends one request and returns the raw body of a successful answer.
+    pub(super) async fn send_bytes(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<Vec<u8>, ProviderError> {
         let key = self.endpoint.api_key.as_ref();
         let response = request
             .send()
@@ -193,15 +229,7 @@ impl Client {
                 &ctx,
             ));
         }
-        serde_json::from_slice(&body).map_err(|err| {
-            ProviderError::network(
-                format!(
-                    "the response of provider `{}` is not valid JSON ({err}); it may have been cut off",
-                    self.endpoint.name
-                ),
-                key,
-            )
-        })
+        Ok(body.into())
     }
 }
 

@@ -4,6 +4,9 @@
 #![allow(dead_code, unused_imports)]
 
 mod anthropic;
+mod batch;
+mod batch_anthropic;
+mod batch_openai;
 mod client;
 mod error;
 mod limiter;
@@ -11,6 +14,7 @@ mod message;
 mod openai;
 mod retry;
 
+pub(crate) use batch::{BatchCounts, BatchLine, BatchState, BatchStatus, LineResult};
 pub(crate) use client::{Client, ProviderEndpoint, ProviderKind, install_crypto_provider};
 pub(crate) use error::{ProviderError, Secret, redact};
 pub(crate) use limiter::{RateLimiter, RateLimits, estimate_tokens};

@@ -37,6 +37,7 @@
 // (and the ones on the re-exports below) once they exist.
 #![allow(dead_code)]
 
+mod batch;
 mod journal;
 mod schema;
 mod task;
@@ -48,6 +49,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 
+pub(crate) use batch::{BatchRecord, BatchTask};
 #[allow(unused_imports)]
 pub(crate) use journal::{
     CommitHook, FinishedMap, JournalStatus, JournalWriter, RunRecord, RunStatus, TaskKey,

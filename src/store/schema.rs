@@ -98,8 +98,25 @@ CREATE TABLE run_tasks (
 ) STRICT;
 "#;
 
+/// Version 2: provider batches of a run (`backend: batch`), for `--resume` to poll them again.
+const V2: &str = r#"
+CREATE TABLE run_batches (
+    run_id     TEXT    NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    batch_id   TEXT    NOT NULL,         -- the provider's id
+    step_id    TEXT    NOT NULL,
+    provider   TEXT    NOT NULL,         -- the provider's name in summon's configuration
+    status     TEXT    NOT NULL CHECK (status IN ('submitted', 'ended')),
+    tasks      TEXT    NOT NULL,         -- JSON: [{"index", "hash", "custom_id"}]
+    created_at INTEGER NOT NULL,
+    ended_at   INTEGER,
+    PRIMARY KEY (run_id, batch_id)
+) STRICT;
+
+CREATE INDEX run_batches_by_step ON run_batches (run_id, step_id, status);
+"#;
+
 /// Every migration, in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The schema version this summon writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -172,6 +189,7 @@ mod tests {
             tables(&store.conn),
             [
                 "expired_tasks",
+                "run_batches",
                 "run_tasks",
                 "runs",
                 "task_counters",

@@ -3,6 +3,7 @@
 mod checks;
 mod event;
 mod prompt;
+mod redact;
 mod role;
 mod run;
 mod slot;
@@ -14,3 +15,4 @@ pub(crate) use prompt::{FirstMessage, system_prompt};
 pub(crate) use role::read_role_text;
 pub(crate) use run::{SubagentResult, SubagentSpec, SubagentStatus, run_subagent};
 pub(crate) use slot::Slot;
+pub(crate) use structured::check_answer;

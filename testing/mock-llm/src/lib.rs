@@ -7,6 +7,18 @@
 //! the default reply ([`Reply::Echo`] unless configured). Requests are recorded for assertions
 //! unless recording is switched off; the request counter and the in-flight peak always run. The
 //! server does no per-request logging, so benchmarks can push many requests through it.
+//!
+//! The batch APIs of both providers (OpenAI Batch, Anthropic Message Batches) are served too;
+//! see the `batch` module.
+//!
+//! [`MockConfig::faults`] injects failures (429, 500/503, dropped connections, stalled and
+//! truncated responses) into a share of chat requests; see the `faults` module.
+
+mod batch;
+mod faults;
+
+pub use batch::{BatchConfig, BatchOutcome, BatchRecord};
+pub use faults::{Fault, FaultPlan};
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -35,6 +47,8 @@ pub enum Api {
     Anthropic,
     /// `GET /v1/models`
     Models,
+    /// The batch endpoints: `/v1/files`, `/v1/batches`, `/v1/messages/batches`, ...
+    Batch,
     /// Anything else (answered with 404).
     Unknown,
 }
@@ -133,6 +147,10 @@ pub struct MockConfig {
     pub record: bool,
     /// The ids `GET /v1/models` lists.
     pub models: Vec<String>,
+    /// How batches behave.
+    pub batch: BatchConfig,
+    /// Failures injected into chat requests.
+    pub faults: Option<FaultPlan>,
 }
 
 impl Default for MockConfig {
@@ -144,6 +162,11 @@ impl Default for MockConfig {
             latency: Duration::ZERO,
             record: true,
             models: vec!["mock-model".to_owned()],
+            batch: BatchConfig {
+                outcomes: Vec::new(),
+                polls: 1,
+            },
+            faults: None,
         }
     }
 }
@@ -157,6 +180,8 @@ impl fmt::Debug for MockConfig {
             .field("latency", &self.latency)
             .field("record", &self.record)
             .field("models", &self.models)
+            .field("batch", &self.batch)
+            .field("faults", &self.faults)
             .finish()
     }
 }
@@ -205,6 +230,12 @@ impl MockConfig {
         self.models = models.into_iter().map(Into::into).collect();
         self
     }
+
+    /// Injects failures into chat requests as `plan` says (before the reply would be sent).
+    pub fn faults(mut self, plan: FaultPlan) -> Self {
+        self.faults = Some(plan);
+        self
+    }
 }
 
 /// A request as the server received it.
@@ -221,6 +252,8 @@ pub struct RecordedRequest {
     /// The JSON body; `Value::Null` when there was none or it was not JSON.
     pub body: Value,
     pub received_at: Instant,
+    /// The failure injected instead of the reply, if any.
+    pub fault: Option<Fault>,
 }
 
 impl RecordedRequest {
@@ -293,12 +326,16 @@ fn collect_text(blocks: &[Value], kind: &str) -> String {
 }
 
 struct Shared {
+    addr: SocketAddr,
+    batch: Mutex<batch::BatchState>,
     queue: Mutex<VecDeque<Reply>>,
     rule: Option<Rule>,
     default_reply: Reply,
     latency: Duration,
     record: bool,
     models: Vec<String>,
+    faults: Option<FaultPlan>,
+    fault_counts: faults::FaultCounts,
     recorded: Mutex<Vec<RecordedRequest>>,
     count: AtomicU64,
     in_flight: AtomicU64,
@@ -345,12 +382,16 @@ impl MockServer {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
+            addr,
+            batch: Mutex::new(batch::BatchState::new(&config.batch)),
             queue: Mutex::new(config.replies.into()),
             rule: config.rule,
             default_reply: config.default_reply,
             latency: config.latency,
             record: config.record,
             models: config.models,
+            faults: config.faults,
+            fault_counts: faults::FaultCounts::default(),
             recorded: Mutex::new(Vec::new()),
             count: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
@@ -361,6 +402,7 @@ impl MockServer {
             .route("/v1/chat/completions", post(handle_openai))
             .route("/v1/messages", post(handle_anthropic))
             .route("/v1/models", get(handle_models))
+            .merge(batch::routes())
             .fallback(handle_unknown)
             .layer(DefaultBodyLimit::max(256 * 1024 * 1024))
             .with_state(Arc::clone(&shared));
@@ -428,6 +470,11 @@ impl MockServer {
     /// The most requests answered at the same time.
     pub fn peak_in_flight(&self) -> u64 {
         self.shared.peak_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Faults injected so far, per class (every class present).
+    pub fn faults_injected(&self) -> std::collections::BTreeMap<Fault, u64> {
+        self.shared.fault_counts.snapshot()
     }
 
     /// Stops accepting connections and waits (at most 5 s) for open ones to finish.
@@ -547,6 +594,7 @@ fn record(
             .collect(),
         body,
         received_at: Instant::now(),
+        fault: None,
     }
 }
 
@@ -566,7 +614,9 @@ async fn handle_chat(
     } else {
         &empty
     };
-    let request = record(seq, api, "POST", path, seen_headers, json);
+    let mut request = record(seq, api, "POST", path, seen_headers, json);
+    let fault = shared.faults.as_ref().and_then(|plan| plan.draw(seq));
+    request.fault = fault;
 
     let scripted = lock(&shared.queue).pop_front();
     let mut reply = match (scripted, &shared.rule) {
@@ -605,6 +655,15 @@ async fn handle_chat(
     }
 
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    if let (Some(fault), Some(plan)) = (fault, &shared.faults) {
+        shared.fault_counts.add(fault);
+        let text = match &reply {
+            Reply::Text(text) => Some(text.as_str()),
+            _ => Some(""),
+        };
+        let body = success_body(api, id, &model, text, &[], input_tokens).to_string();
+        return faults::respond(fault, plan, &body);
+    }
     match reply {
         Reply::Text(text) => success(api, id, &model, Some(&text), &[], input_tokens),
         Reply::ToolCalls { text, calls } => {
@@ -636,8 +695,23 @@ fn success(
     calls: &[(String, Value)],
     input_tokens: u64,
 ) -> Response {
+    json_response(
+        StatusCode::OK,
+        &success_body(api, id, model, text, calls, input_tokens),
+    )
+}
+
+/// The body of a successful chat answer in `api`'s format.
+fn success_body(
+    api: Api,
+    id: u64,
+    model: &str,
+    text: Option<&str>,
+    calls: &[(String, Value)],
+    input_tokens: u64,
+) -> Value {
     let mut output_chars = text.map_or(0, str::len);
-    let body = match api {
+    match api {
         Api::Anthropic => {
             let mut content = Vec::with_capacity(calls.len() + 1);
             if let Some(text) = text {
@@ -704,8 +778,7 @@ fn success(
                 },
             })
         }
-    };
-    json_response(StatusCode::OK, &body)
+    }
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response {
