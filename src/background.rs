@@ -159,7 +159,7 @@ pub(crate) fn execute(
     let limiter = RateLimiter::new(prepared.resolved.limits);
     let label = prepared.label.clone();
     let mut events = |event: SubagentEvent| observer(&label, event);
-    let policy = RetryPolicy::default();
+    let policy = RetryPolicy::from_env(env);
     let run = run_subagent(&client, &policy, &limiter, &prepared.spec, &mut events);
     let result = runtime.block_on(async {
         match cancel {

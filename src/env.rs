@@ -13,8 +13,36 @@ pub(crate) struct Env {
     pub(crate) cwd: PathBuf,
 }
 
+/// `SUMMON_TEST_CRASH_AT=POINT[:N]`, read once by [`Env::from_process`]; see [`crash_point`].
+static CRASH_AT: std::sync::OnceLock<Option<(String, u64)>> = std::sync::OnceLock::new();
+static CRASH_PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A test hook for the crash-and-resume suite (`tests/crash.rs`): with
+/// `SUMMON_TEST_CRASH_AT=POINT` (or `POINT:N`) the process sends itself SIGKILL the first (or
+/// N-th) time it passes the point named `POINT`. Points: `run-created` (the run is journaled,
+/// no task sent), `journal-commit` (rows written inside the open transaction, not committed),
+/// `journal-committed` (committed, the runner not yet told), `task-recorded` (a result handed
+/// to the journal writer and `results.jsonl`'s buffer) and `steps-done` (every step finished,
+/// nothing flushed or written yet). Without the variable this is one atomic load.
+pub(crate) fn crash_point(point: &str) {
+    let Some(Some((name, nth))) = CRASH_AT.get() else {
+        return;
+    };
+    if name == point && CRASH_PASSES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == *nth {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
 impl Env {
     pub(crate) fn from_process() -> std::io::Result<Self> {
+        CRASH_AT.get_or_init(|| {
+            let value = std::env::var("SUMMON_TEST_CRASH_AT").ok()?;
+            let (name, nth) = match value.split_once(':') {
+                Some((name, n)) => (name, n.parse().ok()?),
+                None => (value.as_str(), 1),
+            };
+            Some((name.to_owned(), nth))
+        });
         Ok(Self {
             vars: std::env::vars_os()
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))

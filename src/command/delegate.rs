@@ -93,6 +93,7 @@ pub(crate) fn progress_line(label: &str, palette: crate::color::Palette, event: 
             attempt,
             delay,
             reason,
+            ..
         } => eprintln!(
             "[subagent {label}] retry {attempt} in {:.1}s: {reason}",
             delay.as_secs_f64()

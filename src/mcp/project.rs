@@ -177,6 +177,7 @@ fn server(
         transport,
         timeout: DEFAULT_TIMEOUT,
         allow: Vec::new(),
+        secrets: Vec::new(),
     })
 }
 

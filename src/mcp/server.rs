@@ -23,6 +23,9 @@ pub(crate) struct ServerSpec {
     pub(crate) timeout: Duration,
     /// The server's tools to offer (its own names); empty = all of them.
     pub(crate) allow: Vec<String>,
+    /// The values taken from the environment through `env_keys`: secrets, redacted from
+    /// everything the run reports (see `subagent::run`).
+    pub(crate) secrets: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -72,7 +75,7 @@ impl ServerSpec {
             Some(file) => Diagnostic::error(message).at(Span::new(file, ext.pos)),
             None => Diagnostic::error(message),
         };
-        let transport = match &ext.kind {
+        let (transport, secrets) = match &ext.kind {
             ExtensionKind::Stdio => {
                 let Some(cmd) = ext.cmd.clone().filter(|c| !c.trim().is_empty()) else {
                     return Err(at(format!(
@@ -80,6 +83,7 @@ impl ServerSpec {
                         ext.name
                     )));
                 };
+                let mut secrets = Vec::new();
                 let mut envs: Vec<(String, String)> = ext
                     .envs
                     .iter()
@@ -95,12 +99,16 @@ impl ServerSpec {
                     };
                     envs.retain(|(k, _)| k != key);
                     envs.push((key.clone(), value.to_owned()));
+                    secrets.push(value.to_owned());
                 }
-                Transport::Stdio {
-                    cmd,
-                    args: ext.args.clone(),
-                    envs,
-                }
+                (
+                    Transport::Stdio {
+                        cmd,
+                        args: ext.args.clone(),
+                        envs,
+                    },
+                    secrets,
+                )
             }
             ExtensionKind::StreamableHttp => {
                 let Some(uri) = ext.uri.clone().filter(|u| !u.trim().is_empty()) else {
@@ -115,14 +123,12 @@ impl ServerSpec {
                         ext.name
                     )));
                 }
-                Transport::Http {
-                    uri,
-                    headers: ext
-                        .headers
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                }
+                let headers = ext
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                (Transport::Http { uri, headers }, Vec::new())
             }
             _ => return Ok(None),
         };
@@ -134,6 +140,7 @@ impl ServerSpec {
                 .filter(|s| *s > 0)
                 .map_or(DEFAULT_TIMEOUT, Duration::from_secs),
             allow: ext.available_tools.clone(),
+            secrets,
         }))
     }
 
@@ -191,6 +198,7 @@ mod tests {
             ]
         );
         assert_eq!(spec.timeout, Duration::from_secs(7));
+        assert_eq!(spec.secrets, ["s3cret"], "only env_keys values are secrets");
         let err = ServerSpec::from_extension(&stdio(&["MISSING_KEY"]), None, &env)
             .err()
             .unwrap();

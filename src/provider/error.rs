@@ -56,6 +56,12 @@ pub(crate) fn redact(text: &str, key: Option<&Secret>) -> String {
     out
 }
 
+/// How a [`ProviderError::Network`] message of a request timeout starts.
+const TIMED_OUT: &str = "request timed out";
+
+/// What a [`ProviderError::Network`] message of a success with an unreadable body says.
+pub(crate) const NOT_JSON: &str = "is not valid JSON";
+
 /// Why a provider request failed.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ProviderError {
@@ -124,6 +130,21 @@ impl ProviderError {
         }
     }
 
+    /// The retry class of a transient error, for the run report's `retries_by_class`:
+    /// `rate_limited`, `server_error`, `timeout` (no complete answer in time),
+    /// `invalid_response` (a success whose body is not JSON, e.g. cut off) or `connection`
+    /// (every other network failure); `None` for errors that are never retried.
+    pub(crate) fn retry_class(&self) -> Option<&'static str> {
+        match self {
+            Self::RateLimited { .. } => Some("rate_limited"),
+            Self::Overloaded { .. } => Some("server_error"),
+            Self::Network { message } if message.starts_with(TIMED_OUT) => Some("timeout"),
+            Self::Network { message } if message.contains(NOT_JSON) => Some("invalid_response"),
+            Self::Network { .. } => Some("connection"),
+            _ => None,
+        }
+    }
+
     /// A network-class error with a (redacted) message.
     pub(crate) fn network(message: impl AsRef<str>, key: Option<&Secret>) -> Self {
         Self::Network {
@@ -134,7 +155,7 @@ impl ProviderError {
     /// Maps a transport error from reqwest (connect, timeout, reset, body) to [`Self::Network`].
     pub(crate) fn from_transport(err: reqwest::Error, key: Option<&Secret>) -> Self {
         let what = if err.is_timeout() {
-            "request timed out"
+            TIMED_OUT
         } else if err.is_connect() {
             "cannot connect"
         } else if err.is_body() || err.is_decode() {

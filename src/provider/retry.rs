@@ -48,6 +48,19 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The default policy, with the base delay from `SUMMON_RETRY_BASE_MS` when it is set (a
+    /// whole number of milliseconds; tests and local servers use a short one).
+    pub(crate) fn from_env(env: &crate::env::Env) -> Self {
+        let mut policy = Self::default();
+        if let Some(ms) = env
+            .var("SUMMON_RETRY_BASE_MS")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            policy.base = Duration::from_millis(ms);
+        }
+        policy
+    }
+
     /// A policy that never retries.
     pub(crate) fn none() -> Self {
         Self {

@@ -13,6 +13,8 @@ pub(crate) enum SubagentEvent {
         attempt: u32,
         delay: Duration,
         reason: String,
+        /// [`crate::provider::ProviderError::retry_class`] of the failure.
+        class: &'static str,
     },
     /// A tool call finished.
     ToolCall {

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::checks::{run_checks, run_on_failure};
 use super::event::SubagentEvent;
+use super::redact::Redactor;
 use super::structured::check_answer;
 use super::tool::{ToolOutput, ToolSet, WorkDir};
 use crate::mcp::Session;
@@ -73,11 +74,15 @@ pub(crate) async fn run_subagent(
     observer: &mut (dyn FnMut(SubagentEvent) + Send),
 ) -> SubagentResult {
     let started = Instant::now();
+    // `env_keys` values never reach what the run reports.
+    let redactor = Redactor::new(&spec.extensions);
+    let mut redacting = |event: SubagentEvent| observer(redactor.event(event));
+    let observer: &mut (dyn FnMut(SubagentEvent) + Send) = &mut redacting;
     let mut total = Totals::default();
     let tools = Tools::start(spec, observer).await;
     let result = run_attempts(client, policy, limiter, spec, &tools, observer, &mut total).await;
     tools.session.shutdown().await;
-    total.finish(result, started)
+    redactor.result(total.finish(result, started))
 }
 
 /// The tools of one run: the built-in set and the MCP servers' tools.
@@ -232,6 +237,7 @@ impl crate::provider::RetryHook for SlotHook<'_> {
             attempt,
             delay,
             reason: err.to_string(),
+            class: err.retry_class().unwrap_or("other"),
         });
     }
 

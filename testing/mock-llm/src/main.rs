@@ -2,17 +2,19 @@
 //!
 //! Prints `listening on 127.0.0.1:PORT` as its first stdout line, then serves until
 //! `--max-seconds` have passed (default 600), stdin reaches end of file (unless `--no-stdin`),
-//! or SIGTERM/SIGINT arrives. On exit it prints the request count and the in-flight peak to stderr.
+//! or SIGTERM/SIGINT arrives. On exit it prints the request count, the in-flight peak and the
+//! faults injected (`--fault-*`) to stderr.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use summon_mock_llm::{MockConfig, MockServer, Reply};
+use summon_mock_llm::{Fault, FaultPlan, MockConfig, MockServer, Reply};
 
 const USAGE: &str = "\
 usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-seconds S]
-                       [--record] [--no-stdin]
+                       [--record] [--no-stdin] [--fault-rate R] [--fault-CLASS R]...
+                       [--fault-seed N] [--retry-after-ms MS] [--stall-ms MS]
 
   --port N         port on 127.0.0.1 (default 0: a free port, printed on the first line)
   --latency-ms L   delay every reply by L milliseconds (default 0)
@@ -20,7 +22,16 @@ usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-se
   --max-seconds S  stop after S seconds (default 600)
   --record         keep every request in memory (off by default: benchmarks)
   --no-stdin       do not stop at end of standard input (use when stdin is /dev/null,
-                   e.g. when started in the background by a script)";
+                   e.g. when started in the background by a script)
+
+  --fault-rate R       inject failures into a share R (0..1) of chat requests, spread evenly
+                       over the classes below
+  --fault-429 R, --fault-429-retry-after R, --fault-500 R, --fault-503 R, --fault-drop R,
+  --fault-stall R, --fault-truncated R
+                       the share of one class (after --fault-rate, which they override)
+  --fault-seed N       seed of the fault draw (default 0)
+  --retry-after-ms MS  the wait a Retry-After 429 asks for (default 1000)
+  --stall-ms MS        how long a stalled response hangs before closing (default 30000)";
 
 struct Args {
     port: u16,
@@ -29,6 +40,7 @@ struct Args {
     max_seconds: u64,
     record: bool,
     watch_stdin: bool,
+    faults: Option<FaultPlan>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -39,6 +51,7 @@ fn parse_args() -> Result<Args, String> {
         max_seconds: 600,
         record: false,
         watch_stdin: true,
+        faults: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -69,13 +82,68 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|_| format!("--max-seconds: not a number: {v}"))?;
             }
+            "--fault-rate" => {
+                let rate = rate_value(&flag, value(&flag)?)?;
+                let seed = args.faults.as_ref().map_or(0, |p| p.seed);
+                args.faults = Some(FaultPlan::uniform(rate, seed));
+            }
+            "--fault-429"
+            | "--fault-429-retry-after"
+            | "--fault-500"
+            | "--fault-503"
+            | "--fault-drop"
+            | "--fault-stall"
+            | "--fault-truncated" => {
+                let rate = rate_value(&flag, value(&flag)?)?;
+                let plan = args.faults.get_or_insert_with(FaultPlan::default);
+                *match flag.as_str() {
+                    "--fault-429" => &mut plan.rate_429,
+                    "--fault-429-retry-after" => &mut plan.rate_429_retry_after,
+                    "--fault-500" => &mut plan.rate_500,
+                    "--fault-503" => &mut plan.rate_503,
+                    "--fault-drop" => &mut plan.rate_drop,
+                    "--fault-stall" => &mut plan.rate_stall,
+                    _ => &mut plan.rate_truncated,
+                } = rate;
+            }
+            "--fault-seed" | "--retry-after-ms" | "--stall-ms" => {
+                let v = value(&flag)?;
+                let n: u64 = v
+                    .parse()
+                    .map_err(|_| format!("{flag}: not a number: {v}"))?;
+                let plan = args.faults.get_or_insert_with(FaultPlan::default);
+                match flag.as_str() {
+                    "--fault-seed" => plan.seed = n,
+                    "--retry-after-ms" => plan.retry_after = Duration::from_millis(n),
+                    _ => plan.stall_for = Duration::from_millis(n),
+                }
+            }
             "--record" => args.record = true,
             "--no-stdin" => args.watch_stdin = false,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument: {other}")),
         }
     }
+    if let Some(plan) = &args.faults {
+        let sum = plan.rate_429
+            + plan.rate_429_retry_after
+            + plan.rate_500
+            + plan.rate_503
+            + plan.rate_drop
+            + plan.rate_stall
+            + plan.rate_truncated;
+        if sum > 1.0 + 1e-9 {
+            return Err(format!("the fault rates add up to {sum}, more than 1"));
+        }
+    }
     Ok(args)
+}
+
+fn rate_value(flag: &str, v: String) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(rate) if (0.0..=1.0).contains(&rate) => Ok(rate),
+        _ => Err(format!("{flag}: not a rate between 0 and 1: {v}")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -107,10 +175,13 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: Args) -> ExitCode {
-    let config = MockConfig::new()
+    let mut config = MockConfig::new()
         .default_reply(args.reply)
         .latency(args.latency)
         .record(args.record);
+    if let Some(plan) = args.faults {
+        config = config.faults(plan);
+    }
     let server = match MockServer::start_on_port(config, args.port).await {
         Ok(server) => server,
         Err(err) => {
@@ -149,6 +220,14 @@ async fn serve(args: Args) -> ExitCode {
         server.request_count(),
         server.peak_in_flight()
     );
+    let injected = server.faults_injected();
+    if injected.values().any(|n| *n > 0) {
+        let list: Vec<String> = Fault::ALL
+            .iter()
+            .map(|f| format!("{} {}", f.name(), injected.get(f).copied().unwrap_or(0)))
+            .collect();
+        eprintln!("summon-mock-llm: faults injected: {}", list.join(", "));
+    }
     ExitCode::SUCCESS
 }
 
