@@ -86,7 +86,10 @@ fn window(line: &str, col: usize) -> (String, usize) {
     if count <= WIDTH + 20 {
         return (line.to_owned(), col);
     }
-    let start = col.saturating_sub(WIDTH / 3);
+    // A column past the end of the line (an error at its end) still shows its last part.
+    let start = col
+        .saturating_sub(WIDTH / 3)
+        .min(count.saturating_sub(WIDTH));
     let end = (start + WIDTH).min(count);
     let mut shown: String = line.chars().skip(start).take(end - start).collect();
     let mut col = col - start;
@@ -112,4 +115,29 @@ pub(crate) fn render_all(diagnostics: &[Diagnostic], cwd: &Path, palette: Palett
 /// `path` relative to `cwd` when it lies inside it, else as given.
 pub(crate) fn display_path(path: &Path, cwd: &Path) -> String {
     path.strip_prefix(cwd).unwrap_or(path).display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window;
+
+    #[test]
+    fn long_lines_are_windowed_around_the_column() {
+        let line = "x".repeat(300);
+        let (shown, col) = window(&line, 150);
+        assert!(
+            shown.starts_with("...") && shown.ends_with("..."),
+            "{shown}"
+        );
+        assert_eq!(&shown[col..col + 1], "x");
+        // A column past the end of the line shows the end of the line.
+        for col in [300, 301, 5000] {
+            let (shown, at) = window(&line, col);
+            assert!(
+                shown.starts_with("...") && !shown.ends_with("..."),
+                "{shown}"
+            );
+            assert!(at >= shown.len() - 1, "{at}");
+        }
+    }
 }
