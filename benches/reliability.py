@@ -9,10 +9,10 @@ Runs, with `SUMMON_FIGURES` pointing at a temporary file that the tests append J
 - `cargo test --test crash`: SIGKILL at named points, then `--resume`
 - `cargo test --test store_concurrency`: many processes on one store
 - `cargo test --test hostile` and `--test secrets`, when those test files exist
-- `cargo fuzz run TARGET -- -max_total_time=S` for every target in fuzz/fuzz_targets, when
-  `cargo fuzz` (and a nightly toolchain) is available; `--fuzz-seconds` (default 20) per target
+- `fuzz/run.sh S`: every target in fuzz/fuzz_targets under libFuzzer on stable Rust,
+  `--fuzz-seconds` (default 20) per target
 
-Figure lines (one JSON object per line, key `suite`):
+Figure lines (one JSON object per line, key `suite` or `kind`):
 
 - `faults`:  `rate`, `tasks`, `injected` {class: n}, `retries_by_class`, `results_lost`,
              `completed_twice`
@@ -20,7 +20,8 @@ Figure lines (one JSON object per line, key `suite`):
 - `crash`:   `kill_point`, `kills`, `results_lost`
 - `store`:   `processes`, `locked_errors`, `lost_updates`, `duplicate_ids`
 - `hostile`: `case`, `passed` (bool)   — optional; else the test binary's pass count is used
-- `secrets`: `leaks`, `bytes_scanned`  — optional; else the test binary's pass count is used
+- `secrets`: `leaks`, `files_checked`, `streams_checked` — optional; else the pass count
+- `fuzz`:    `target`, `seconds`, `execs`, `crashes` (written by fuzz/run.sh)
 
 Exits 1 when a test fails, a fuzz target crashes, a result is lost or a secret leaks.
 """
@@ -29,7 +30,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,33 +66,33 @@ def cargo_test(name, figures, log):
     return passed, failed
 
 
-def cargo_fuzz(seconds, log):
-    """Runs every fuzz target for `seconds`; returns {target: (executions, crashes)} or None."""
-    targets_dir = ROOT / "fuzz" / "fuzz_targets"
-    if not targets_dir.is_dir() or shutil.which("cargo-fuzz") is None:
+def run_fuzz(seconds, figures, log):
+    """Runs every fuzz target for `seconds` through fuzz/run.sh (libFuzzer on stable Rust);
+    returns {target: (executions, crashes)}, or None when the targets are missing."""
+    script = ROOT / "fuzz" / "run.sh"
+    if not script.is_file():
         return None
+    started = time.monotonic()
+    before = len(figures.read_text().splitlines())
+    proc = subprocess.run(
+        ["bash", str(script), str(seconds)],
+        cwd=ROOT,
+        env=dict(os.environ, SUMMON_FIGURES=str(figures)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    log.write(proc.stdout)
     results = {}
-    for target in sorted(p.stem for p in targets_dir.glob("*.rs")):
-        proc = subprocess.run(
-            ["cargo", "+nightly", "fuzz", "run", target, "--",
-             f"-max_total_time={seconds}", "-print_final_stats=1"],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        log.write(proc.stdout)
-        runs = re.findall(r"stat::number_of_executed_units:\s*(\d+)", proc.stdout)
-        if not runs:
-            runs = re.findall(r"Done (\d+) runs", proc.stdout)
-        if not runs and proc.returncode != 0 and "crash-" not in proc.stdout:
-            print(f"  fuzz {target}: did not run (see the log)", file=sys.stderr)
-            results[target] = (0, 0)
-            continue
-        crashes = 1 if proc.returncode != 0 else 0
-        results[target] = (int(runs[-1]) if runs else 0, crashes)
-        print(f"  fuzz {target}: {results[target][0]} executions, {crashes} crashes",
-              file=sys.stderr)
+    for line in figures.read_text().splitlines()[before:]:
+        entry = json.loads(line)
+        if entry.get("kind") == "fuzz":
+            results[entry["target"]] = (entry["execs"], entry["crashes"])
+    if not results and proc.returncode != 0:
+        results["build"] = (0, 1)
+    for target, (execs, crashes) in sorted(results.items()):
+        print(f"  fuzz {target}: {execs} executions, {crashes} crashes", file=sys.stderr)
+    print(f"  fuzz: {time.monotonic() - started:.0f}s", file=sys.stderr)
     return results
 
 
@@ -112,12 +112,12 @@ def main():
         print("summon reliability suite (log: %s)" % log_path, file=sys.stderr)
         for name in ["faults", "crash", "store_concurrency", "hostile", "secrets"]:
             tests[name] = cargo_test(name, figures, log)
-        fuzz = None if args.no_fuzz else cargo_fuzz(args.fuzz_seconds, log)
+        fuzz = None if args.no_fuzz else run_fuzz(args.fuzz_seconds, figures, log)
 
     lines = [json.loads(l) for l in figures.read_text().splitlines() if l.strip()]
     by_suite = defaultdict(list)
     for line in lines:
-        by_suite[line.get("suite")].append(line)
+        by_suite[line.get("suite") or line.get("kind")].append(line)
 
     rows = []  # (what, figure, ok)
 
@@ -157,7 +157,7 @@ def main():
 
     # Fuzzing.
     if fuzz is None:
-        rows.append(("fuzz executions / crashes", "not run (cargo fuzz unavailable or --no-fuzz)", True))
+        rows.append(("fuzz executions / crashes", "not run (--no-fuzz)", True))
     else:
         runs = sum(r for r, _ in fuzz.values())
         crashes = sum(c for _, c in fuzz.values())
@@ -178,8 +178,9 @@ def main():
     secrets = by_suite["secrets"]
     if secrets:
         leaks = sum(s.get("leaks", 0) for s in secrets)
-        scanned = sum(s.get("bytes_scanned", 0) for s in secrets)
-        rows.append(("secret leaks", f"{leaks} ({scanned} bytes scanned)", leaks == 0))
+        files = sum(s.get("files_checked", 0) for s in secrets)
+        streams = sum(s.get("streams_checked", 0) for s in secrets)
+        rows.append(("secret leaks", f"{leaks} ({files} files, {streams} output streams checked)", leaks == 0))
     elif tests["secrets"] is not None:
         p, f = tests["secrets"]
         rows.append(("secret leaks (tests failed)", f"{f} ({p} tests passed)", f == 0))
