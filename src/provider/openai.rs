@@ -28,8 +28,8 @@ pub(crate) fn request_bytes(req: &ChatRequest) -> Vec<u8> {
 struct Body<'a> {
     model: &'a str,
     messages: Vec<WireMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<std::sync::Arc<serde_json::value::RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,22 +105,54 @@ impl<'a> Body<'a> {
         Self {
             model: &req.model,
             messages,
-            tools: req
-                .tools
-                .iter()
-                .map(|tool| WireTool {
-                    r#type: "function",
-                    function: WireFunction {
-                        name: &tool.name,
-                        description: &tool.description,
-                        parameters: &tool.parameters,
-                    },
-                })
-                .collect(),
+            tools: wire_tools(&req.tools),
             temperature: req.temperature,
             max_tokens: req.max_tokens,
         }
     }
+}
+
+/// The `tools` array as JSON, serialized once per distinct tool set: every request of a task,
+/// and of a fan-out, carries the same tools.
+fn wire_tools(
+    tools: &std::sync::Arc<[super::ToolSpec]>,
+) -> Option<std::sync::Arc<serde_json::value::RawValue>> {
+    use std::sync::{Arc, Mutex, OnceLock, Weak};
+    type Cache = Mutex<Vec<(Weak<[super::ToolSpec]>, Arc<serde_json::value::RawValue>)>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    if tools.is_empty() {
+        return None;
+    }
+    let cache = CACHE.get_or_init(Default::default);
+    // A weak reference keeps its allocation, so an address still held is the same tool set.
+    let held = |weak: &Weak<[super::ToolSpec]>| {
+        weak.strong_count() > 0 && std::ptr::addr_eq(weak.as_ptr(), Arc::as_ptr(tools))
+    };
+    if let Ok(entries) = cache.lock()
+        && let Some((_, raw)) = entries.iter().find(|(weak, _)| held(weak))
+    {
+        return Some(Arc::clone(raw));
+    }
+    let list: Vec<WireTool<'_>> = tools
+        .iter()
+        .map(|tool| WireTool {
+            r#type: "function",
+            function: WireFunction {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: &tool.parameters,
+            },
+        })
+        .collect();
+    let raw: Arc<serde_json::value::RawValue> = serde_json::value::to_raw_value(&list).ok()?.into();
+    if let Ok(mut entries) = cache.lock() {
+        entries.retain(|(weak, _)| weak.strong_count() > 0);
+        if entries.len() >= 64 {
+            entries.remove(0);
+        }
+        entries.push((Arc::downgrade(tools), Arc::clone(&raw)));
+    }
+    Some(raw)
 }
 
 fn wire_tool_call(call: &ToolCall) -> Value {
@@ -264,6 +296,26 @@ mod tests {
                 "max_tokens": 1000,
             })
         );
+    }
+
+    #[test]
+    fn tools_are_serialized_once_per_tool_set() {
+        let req = sample_request();
+        let first = wire_tools(&req.tools).unwrap();
+        let again = wire_tools(&req.tools).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&first, &again));
+        assert_eq!(request_bytes(&req), request_bytes(&req.clone()));
+        // Another set with other content gets its own JSON, even at a reused address.
+        let mut other = req.clone();
+        let mut specs = other.tools.to_vec();
+        specs[0].name = "write_file".into();
+        other.tools = specs.into();
+        let json: Value = serde_json::from_str(wire_tools(&other.tools).unwrap().get()).unwrap();
+        assert_eq!(json[0]["function"]["name"], "write_file");
+        drop(req);
+        let fresh: std::sync::Arc<[crate::provider::ToolSpec]> = other.tools.to_vec().into();
+        let json: Value = serde_json::from_str(wire_tools(&fresh).unwrap().get()).unwrap();
+        assert_eq!(json[0]["function"]["name"], "write_file");
     }
 
     #[test]

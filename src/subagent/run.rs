@@ -297,7 +297,12 @@ async fn run_once(
         turns += 1;
         total.turns += 1;
         observer(SubagentEvent::Turn { turn: turns });
-        let estimate = estimate_tokens(&request);
+        // Only a token budget needs the estimate (it walks the whole request).
+        let estimate = if limiter.is_unlimited() {
+            0
+        } else {
+            estimate_tokens(&request)
+        };
         match &spec.slot {
             Some(slot) if !limiter.is_unlimited() => {
                 slot.release();
