@@ -2,6 +2,15 @@
 //!
 //! `main` hands the arguments to [`run`]; everything else lives here so tests reach it.
 
+/// `eprintln!` for messages: a closed stderr (`summon run ... 2>&-`, a reader that went away)
+/// loses the message instead of ending summon with a panic.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod agent;
 mod background;
 mod cli;

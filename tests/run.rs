@@ -1291,3 +1291,43 @@ async fn resume_uses_the_run_s_frozen_catalog() {
     summon(&t, &["run", "p.yaml", "--quiet"]).expect(0);
     assert_eq!(server.request_count(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_stderr_does_not_end_the_run() {
+    // Warnings, progress and the summary go to stderr; nobody reads it.
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("fine"))).await;
+    let t = project(&server).write(
+        "p.yaml",
+        "
+        version: 1
+        name: p
+        steps:
+          - id: list
+            decompose:
+              items: [a, b, c]
+          - id: each
+            fan_out:
+              over: list
+              instructions: \"Look at {{ item }}\"
+              extensions: [developer]
+        ",
+    );
+    let mut child = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn summon");
+    drop(child.stderr.take());
+    let output = child.wait_with_output().expect("wait");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "no panic (101) on the closed stream"
+    );
+    assert_eq!(server.request_count(), 3);
+    let results = std::fs::read_to_string(t.path().join("out/results.jsonl")).unwrap();
+    assert_eq!(results.lines().count(), 3);
+}
