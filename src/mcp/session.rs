@@ -431,13 +431,9 @@ impl ProcessGroup {
         }
     }
 
-    /// Whether the group's leader (the server itself) still runs.
+    /// Whether the group's leader (the server itself) still runs (a zombie has ended).
     fn leader_alive(&self) -> bool {
-        self.pid().is_some_and(|pid| {
-            nix::sys::signal::kill(pid, None).is_ok()
-                && !std::fs::read_to_string(format!("/proc/{}/stat", self.pgid))
-                    .is_ok_and(|stat| is_zombie(&stat))
-        })
+        crate::background::pid_alive(self.pgid)
     }
 
     /// Waits up to `limit` for the leader to exit.
@@ -453,13 +449,6 @@ impl Drop for ProcessGroup {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Whether a `/proc/PID/stat` line describes a zombie (state `Z`).
-fn is_zombie(stat: &str) -> bool {
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .is_some_and(|state| state == "Z")
 }
 
 /// The result's content as text for the model.
@@ -520,13 +509,6 @@ fn seconds(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn zombie_state() {
-        assert!(is_zombie("123 (a b) c) Z 1 2"));
-        assert!(!is_zombie("123 (server) S 1 2"));
-        assert!(!is_zombie(""));
-    }
 
     #[test]
     fn result_text() {
