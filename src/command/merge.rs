@@ -17,7 +17,7 @@ use crate::cli::MergeArgs;
 use crate::config::load_config;
 use crate::error::{Error, Result};
 use crate::exec::shard::{plan_for_merge, shard_params};
-use crate::exec::{RunOptions, StepStatus, run_pipeline};
+use crate::exec::{RunOptions, run_pipeline};
 use crate::output::resolve_display;
 use crate::recipe::params::Origin;
 use crate::recipe::{ParamInput, bind_params};
@@ -89,50 +89,9 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         plan,
     };
     let summary = run_pipeline(&ctx.env, config, catalog, options)?;
-    let failed: Vec<_> = summary
-        .steps
-        .iter()
-        .filter(|(_, status, _)| *status == StepStatus::Failed)
-        .collect();
-    if args.output.json {
-        let status = if summary.interrupted {
-            "interrupted"
-        } else if failed.is_empty() {
-            "succeeded"
-        } else {
-            "failed"
-        };
-        let steps: Vec<_> = summary
-            .steps
-            .iter()
-            .map(|(id, status, error)| {
-                let status = match status {
-                    StepStatus::Succeeded => "succeeded",
-                    StepStatus::Failed => "failed",
-                    StepStatus::Skipped | StepStatus::Deferred => "skipped",
-                };
-                json!({"id": id, "status": status, "error": error})
-            })
-            .collect();
-        ctx.out.json(&json!({
-            "run_id": summary.run_id,
-            "status": status,
-            "shards": args.dirs.len(),
-            "steps": steps,
-            "output": summary.final_output,
-        }))?;
-    } else if failed.is_empty()
-        && !summary.interrupted
-        && let Some(output) = &summary.final_output
-    {
-        ctx.out.line(output.trim_end())?;
-    }
-    for (id, _, error) in &failed {
-        eprintln!(
-            "summon: step `{id}` failed: {}",
-            error.as_deref().unwrap_or("")
-        );
-    }
+    let mut extra = serde_json::Map::new();
+    extra.insert("shards".into(), json!(args.dirs.len()));
+    let failed = super::run::print_outcome(&summary, extra, args.output.json, ctx)?;
     if summary.interrupted {
         eprintln!(
             "summon: merge interrupted; run `summon merge {shown}` again (finished shard tasks \
@@ -140,7 +99,7 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         );
         return Err(Error::Interrupted);
     }
-    if !failed.is_empty() {
+    if failed {
         return Err(Error::Failed(String::new()));
     }
     Ok(())

@@ -15,7 +15,7 @@ use crate::cli::RunArgs;
 use crate::config::load_config;
 use crate::diag::{Diagnostics, SourceFile};
 use crate::error::{Error, Result};
-use crate::exec::{RunOptions, StepStatus, run_pipeline};
+use crate::exec::{RunOptions, RunSummary, StepStatus, run_pipeline};
 use crate::output::resolve_display;
 use crate::pipeline::model::{Decompose, Pipeline, StepKind};
 use crate::pipeline::parse::parse_pipeline;
@@ -82,12 +82,53 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         plan,
     };
     let summary = run_pipeline(&ctx.env, config, catalog, options)?;
+    let failed = print_outcome(&summary, serde_json::Map::new(), args.output.json, ctx)?;
+    if summary.interrupted {
+        // A shard or `--until` run resumes with the same part of the pipeline.
+        let mut part = String::new();
+        for (flag, value) in [
+            ("--shard", args.shard.clone()),
+            ("--until", args.until.clone()),
+            ("--out", args.out.as_ref().map(|d| d.display().to_string())),
+        ] {
+            if let (Some(value), true) = (value, args.shard.is_some() || args.until.is_some()) {
+                part.push_str(&format!(" {flag} {value}"));
+            }
+        }
+        eprintln!(
+            "summon: run {} interrupted; continue it with `summon run {}{part} --resume`",
+            summary.run_id,
+            args.pipeline.display()
+        );
+        return Err(Error::Interrupted);
+    }
+    if failed {
+        eprintln!(
+            "summon: run {} failed; after fixing, `--resume` repeats only unfinished tasks",
+            summary.run_id
+        );
+        return Err(Error::Failed(String::new()));
+    }
+    if let Some(closing) = closing {
+        ctx.note(&closing);
+    }
+    Ok(())
+}
+
+/// Prints what a run or merge produced: its JSON (with `extra` fields) or the final step's
+/// text, and a line per failed step on stderr. Returns whether a step failed.
+pub(super) fn print_outcome(
+    summary: &RunSummary,
+    extra: serde_json::Map<String, serde_json::Value>,
+    json: bool,
+    ctx: &mut Ctx,
+) -> Result<bool> {
     let failed: Vec<_> = summary
         .steps
         .iter()
         .filter(|(_, status, _)| *status == StepStatus::Failed)
         .collect();
-    if args.output.json {
+    if json {
         let status = if summary.interrupted {
             "interrupted"
         } else if failed.is_empty() {
@@ -108,12 +149,13 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
                 json!({"id": id, "status": status, "error": error})
             })
             .collect();
-        ctx.out.json(&json!({
-            "run_id": summary.run_id,
-            "status": status,
-            "steps": steps,
-            "output": summary.final_output,
-        }))?;
+        let mut value = json!({"run_id": summary.run_id, "status": status});
+        if let Some(object) = value.as_object_mut() {
+            object.extend(extra);
+            object.insert("steps".into(), json!(steps));
+            object.insert("output".into(), json!(summary.final_output));
+        }
+        ctx.out.json(&value)?;
     } else if failed.is_empty()
         && !summary.interrupted
         && let Some(output) = &summary.final_output
@@ -126,36 +168,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
             error.as_deref().unwrap_or("")
         );
     }
-    if summary.interrupted {
-        // A shard or `--until` run resumes with the same part of the pipeline.
-        let mut part = String::new();
-        for (flag, value) in [
-            ("--shard", args.shard.clone()),
-            ("--until", args.until.clone()),
-            ("--out", args.out.as_ref().map(|d| d.display().to_string())),
-        ] {
-            if let (Some(value), true) = (value, args.shard.is_some() || args.until.is_some()) {
-                part.push_str(&format!(" {flag} {value}"));
-            }
-        }
-        eprintln!(
-            "summon: run {} interrupted; continue it with `summon run {}{part} --resume`",
-            summary.run_id,
-            args.pipeline.display()
-        );
-        return Err(Error::Interrupted);
-    }
-    if !failed.is_empty() {
-        eprintln!(
-            "summon: run {} failed; after fixing, `--resume` repeats only unfinished tasks",
-            summary.run_id
-        );
-        return Err(Error::Failed(String::new()));
-    }
-    if let Some(closing) = closing {
-        ctx.note(&closing);
-    }
-    Ok(())
+    Ok(!failed.is_empty())
 }
 
 pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pipeline> {

@@ -9,5 +9,5 @@ mod scheduler;
 pub(crate) mod shard;
 mod step;
 
-pub(crate) use event::StepStatus;
+pub(crate) use event::{RunSummary, StepStatus};
 pub(crate) use scheduler::{RunOptions, run_pipeline};
