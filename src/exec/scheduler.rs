@@ -133,13 +133,7 @@ impl Sink {
             }
         }
         crate::env::crash_point("task-recorded");
-        let record = if done.batch_id.is_some() {
-            Report::record_batch_task
-        } else {
-            Report::record_task
-        };
-        let cost = record(
-            &mut self.report,
+        let cost = self.report.record_task(
             step,
             done.model.as_deref(),
             status,
@@ -148,6 +142,7 @@ impl Sink {
             done.usage.output_tokens,
             done.duration,
             done.resumed,
+            done.batch_id.is_some(),
         );
         if let Some(junit) = &mut self.junit {
             junit.add_case(

@@ -288,9 +288,9 @@ impl Report {
     }
 
     /// Adds one finished task of `step`, run by `model` (for its price), with `status`
-    /// `completed`, `failed` or `skipped` (anything else counts as failed). Returns its
+    /// `completed`, `failed` or `skipped` (anything else counts as failed); a task answered
+    /// through a provider's batch API (`batch`) is priced at [`BATCH_PRICE_FACTOR`]. Returns its
     /// estimated cost (as [`Report::task_cost`]), for the progress display.
-    #[allow(dead_code)] // used by summon run
     #[allow(clippy::too_many_arguments)] // one flat call per task, no intermediate struct
     pub(crate) fn record_task(
         &mut self,
@@ -302,60 +302,9 @@ impl Report {
         output_tokens: u64,
         duration: Duration,
         resumed: bool,
+        batch: bool,
     ) -> Option<f64> {
-        self.record_task_priced(
-            step,
-            model,
-            status,
-            turns,
-            input_tokens,
-            output_tokens,
-            duration,
-            resumed,
-            1.0,
-        )
-    }
-
-    /// [`Report::record_task`] for a task answered through a provider's batch API: priced at
-    /// [`BATCH_PRICE_FACTOR`].
-    #[allow(clippy::too_many_arguments)] // one flat call per task, no intermediate struct
-    pub(crate) fn record_batch_task(
-        &mut self,
-        step: &str,
-        model: Option<&str>,
-        status: &str,
-        turns: u32,
-        input_tokens: u64,
-        output_tokens: u64,
-        duration: Duration,
-        resumed: bool,
-    ) -> Option<f64> {
-        self.record_task_priced(
-            step,
-            model,
-            status,
-            turns,
-            input_tokens,
-            output_tokens,
-            duration,
-            resumed,
-            BATCH_PRICE_FACTOR,
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn record_task_priced(
-        &mut self,
-        step: &str,
-        model: Option<&str>,
-        status: &str,
-        turns: u32,
-        input_tokens: u64,
-        output_tokens: u64,
-        duration: Duration,
-        resumed: bool,
-        price_factor: f64,
-    ) -> Option<f64> {
+        let price_factor = if batch { BATCH_PRICE_FACTOR } else { 1.0 };
         debug_assert!(
             matches!(status, "completed" | "failed" | "skipped"),
             "unknown task status {status:?}"
@@ -545,6 +494,7 @@ mod tests {
             100,
             Duration::from_millis(ms),
             false,
+            false,
         );
     }
 
@@ -578,6 +528,7 @@ mod tests {
             100,
             Duration::from_millis(200),
             true,
+            false,
         );
         assert!((resumed_cost.unwrap() - 0.00021).abs() < 1e-12);
         let skipped_cost = report.record_task(
@@ -588,6 +539,7 @@ mod tests {
             0,
             0,
             Duration::ZERO,
+            false,
             false,
         );
         assert_eq!(skipped_cost, Some(0.0), "no tokens, no cost");
