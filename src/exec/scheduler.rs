@@ -357,8 +357,10 @@ pub(crate) fn run_pipeline(
         run_id: run.run_id.clone(),
         batch_all: options.batch,
     });
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread drives every task: the work per task is small and mostly waiting, and one
+    // thread spends less CPU and memory per task than a work-stealing pool (the journal and
+    // `results.jsonl` have their own threads; tools and commands run on the blocking pool).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let graph = crate::pipeline::graph::Graph::new(&pipeline);

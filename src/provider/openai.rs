@@ -1,7 +1,9 @@
 //! The OpenAI-compatible Chat Completions wire format (OpenAI, Ollama, vLLM, llama.cpp, LM Studio,
 //! OpenRouter, Groq, ...): request body building and lenient response parsing.
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::error::ProviderError;
@@ -217,6 +219,95 @@ pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, ProviderError
     })
 }
 
+/// The common shape of an answer, read straight into [`ChatResponse`] without building a
+/// JSON tree first (this runs once per model request). `None` for anything else (content
+/// parts, fields of unexpected types, an error body), which [`parse_response`] then reads.
+pub(crate) fn parse_response_fast(body: &[u8]) -> Option<ChatResponse> {
+    let wire: FastResponse<'_> = serde_json::from_slice(body).ok()?;
+    let choice = wire.choices.into_iter().next()?;
+    let tool_calls = choice
+        .message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(index, call)| ToolCall {
+            id: call
+                .id
+                .filter(|id| !id.is_empty())
+                .map_or_else(|| format!("call_{index}"), Cow::into_owned),
+            name: call.function.name.into_owned(),
+            arguments: match call.function.arguments {
+                Some(Value::String(raw)) => parse_arguments(&raw),
+                Some(Value::Null) | None => Value::Object(Map::new()),
+                Some(other) => other,
+            },
+        })
+        .collect();
+    let usage = wire.usage.unwrap_or_default();
+    Some(ChatResponse {
+        text: choice
+            .message
+            .content
+            .filter(|text| !text.is_empty())
+            .map(Cow::into_owned),
+        tool_calls,
+        usage: Usage {
+            input_tokens: usage.prompt_tokens.unwrap_or(0),
+            output_tokens: usage.completion_tokens.unwrap_or(0),
+        },
+        stop_reason: choice.finish_reason.map(Cow::into_owned),
+    })
+}
+
+#[derive(Deserialize)]
+struct FastResponse<'a> {
+    #[serde(borrow)]
+    choices: Vec<FastChoice<'a>>,
+    #[serde(default)]
+    usage: Option<FastUsage>,
+}
+
+#[derive(Deserialize)]
+struct FastChoice<'a> {
+    #[serde(borrow)]
+    message: FastMessage<'a>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct FastMessage<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<FastToolCall<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct FastToolCall<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    function: FastFunction<'a>,
+}
+
+#[derive(Deserialize)]
+struct FastFunction<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+struct FastUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
 fn content_text(content: Option<&Value>) -> Option<String> {
     let text = match content? {
         Value::String(text) => text.clone(),
@@ -399,6 +490,40 @@ mod tests {
         assert_eq!(err.code(), "other");
         let err = parse_response(&json!({"error": {"message": "boom"}})).expect_err("error");
         assert!(err.to_string().contains("boom"), "{err}");
+    }
+
+    #[test]
+    fn the_fast_reader_agrees_with_the_lenient_one_or_leaves_the_body_to_it() {
+        let read = |body: &Value| {
+            let bytes = serde_json::to_vec(body).expect("json");
+            (parse_response_fast(&bytes), parse_response(body).ok())
+        };
+        let agreeing = [
+            json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hel\"lo\n"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}}}),
+            json!({"choices": [{"message": {"content": ""}}], "usage": null}),
+            json!({"choices": [{"message": {"content": null, "tool_calls": [
+                {"id": "call_a", "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}},
+                {"id": "", "function": {"name": "read_file", "arguments": "{\"path\": oops"}},
+                {"function": {"name": "list_files", "arguments": {"dir": "."}}},
+                {"id": "call_d", "function": {"name": "now", "arguments": null}},
+            ]}, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": null, "completion_tokens": 7}}),
+        ];
+        for body in &agreeing {
+            let (fast, lenient) = read(body);
+            assert!(fast.is_some(), "{body}");
+            assert_eq!(fast, lenient, "{body}");
+        }
+        // Shapes only the lenient reader handles: the fast one must not guess.
+        let unusual = [
+            json!({"choices": [{"message": {"content": [{"type": "text", "text": "Hi"}]}}]}),
+            json!({"choices": [{"message": {"content": "Hi"}}], "usage": {"prompt_tokens": 1.5}}),
+            json!({"choices": [{"message": {"tool_calls": [{"id": "broken"}]}}]}),
+            json!({"choices": []}),
+            json!({"error": {"message": "boom"}}),
+        ];
+        for body in &unusual {
+            assert_eq!(read(body).0, None, "{body}");
+        }
     }
 
     #[test]
