@@ -3,6 +3,14 @@
 tasks at concurrency C against the local mock server answering after L ms, with the journal
 and --out on. Prints wall time against the ideal (ceil(N/C) x L), CPU per task and peak RSS.
 
+The ideal ignores that the mock server runs on the same machine: when C/L is high (25,600
+requests a second at C=256, L=10 ms) the mock alone needs much of the CPU and the ideal is
+out of reach for any client. So each case also measures the physical floor: after the summon
+run, `summon-load-floor` (testing/mock-llm/src/bin/floor.rs, a bare HTTP/1.1 keep-alive client
+on one thread) sends the same N requests, with bodies of summon's size, at the same C to a
+freshly started mock with the same L. Its wall time is the floor, `wall / floor` is what summon
+costs beyond it, and its CPU per request is about the least a client can spend on one.
+
     benches/fanout.py                      # the three standard cases
     benches/fanout.py N C L_MS [N C L_MS]  # your own cases
 """
@@ -16,7 +24,15 @@ def build():
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "summon-mock-llm", "-p", "summon"],
                    cwd=ROOT, check=True)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    return os.path.join(target, "release", "summon"), os.path.join(target, "release", "summon-mock-llm")
+    release = os.path.join(target, "release")
+    return tuple(os.path.join(release, name) for name in ("summon", "summon-mock-llm", "summon-load-floor"))
+
+
+def start_mock(mock, latency_ms):
+    """Starts the mock server; returns the process and its port."""
+    server = subprocess.Popen([mock, "--port", "0", "--latency-ms", str(latency_ms), "--no-stdin",
+                               "--max-seconds", "900"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return server, server.stdout.readline().strip().rsplit(":", 1)[1]
 
 
 def run_case(summon, mock, n, c, latency_ms):
@@ -39,10 +55,8 @@ steps:
       extensions: []
     on_error: continue
 """)
-        server = subprocess.Popen([mock, "--port", "0", "--latency-ms", str(latency_ms), "--no-stdin",
-                                   "--max-seconds", "900"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        server, port = start_mock(mock, latency_ms)
         try:
-            port = server.stdout.readline().strip().rsplit(":", 1)[1]
             env = dict(os.environ, OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1", OPENAI_API_KEY="sk-bench",
                        SUMMON_MODEL="bench", CI="1")
             errors = open(os.path.join(work, "stderr.txt"), "w+")
@@ -67,15 +81,39 @@ steps:
     return wall, ideal, cpu / n * 1000, usage.ru_maxrss / 1024
 
 
+def run_floor(floor, mock, n, c, latency_ms):
+    """The same N requests at concurrency C sent by summon-load-floor: wall time and CPU per
+    request (ms) of that client alone."""
+    server, port = start_mock(mock, latency_ms)
+    try:
+        start = time.perf_counter()
+        proc = subprocess.Popen([floor, "--addr", f"127.0.0.1:{port}", "--requests", str(n),
+                                 "--concurrency", str(c)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        # One line each way: the pipes cannot fill up before the process ends.
+        out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            sys.exit(f"floor client failed ({proc.returncode}): {out}{err[-2000:]}")
+    finally:
+        server.terminate()
+        server.wait()
+    return wall, (usage.ru_utime + usage.ru_stime) / n * 1000
+
+
 def main():
     args = [int(a) for a in sys.argv[1:]]
     cases = [tuple(args[i:i + 3]) for i in range(0, len(args), 3)] if args else CASES
-    summon, mock = build()
-    print("| N | C | L (ms) | wall (s) | ideal (s) | wall / ideal | CPU per task (ms) | peak RSS (MiB) |")
-    print("|---|---|---|---|---|---|---|---|")
+    summon, mock, floor = build()
+    print("| N | C | L (ms) | wall (s) | ideal (s) | wall / ideal | CPU per task (ms) | peak RSS (MiB) "
+          "| floor wall (s) | wall / floor | floor CPU per request (ms) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n, c, latency in cases:
         wall, ideal, cpu_ms, rss = run_case(summon, mock, n, c, latency)
-        print(f"| {n} | {c} | {latency} | {wall:.2f} | {ideal:.2f} | {wall / ideal:.3f} | {cpu_ms:.3f} | {rss:.1f} |", flush=True)
+        floor_wall, floor_cpu_ms = run_floor(floor, mock, n, c, latency)
+        print(f"| {n} | {c} | {latency} | {wall:.2f} | {ideal:.2f} | {wall / ideal:.3f} | {cpu_ms:.3f} | {rss:.1f} "
+              f"| {floor_wall:.2f} | {wall / floor_wall:.3f} | {floor_cpu_ms:.4f} |", flush=True)
 
 
 if __name__ == "__main__":
