@@ -1087,6 +1087,50 @@ async fn outputs_are_not_written_when_a_step_fails() {
     assert_eq!(junit.matches("<failure").count(), 1, "{junit}");
 }
 
+/// Answers of about 40 kB for `Item NN`, later items sooner: 40 of them are more text than
+/// summon keeps in memory, and they finish out of item order.
+fn large_late_answers() -> MockConfig {
+    MockConfig::new().rule(|req| {
+        let text = req.last_user_text().unwrap_or_default();
+        let n: u64 = text.trim_start_matches("Item ").trim().parse().unwrap_or(0);
+        Reply::text(large_answer(n)).delayed(Duration::from_millis((39 - n.min(39)) * 3))
+    })
+}
+
+fn large_answer(n: u64) -> String {
+    format!("answer {n:02}: {}\n", "é-".repeat(13_000 + n as usize))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fan_out_s_large_final_text_is_printed_whole_in_item_order() {
+    let server = MockServer::start(large_late_answers()).await;
+    let items: Vec<String> = (0..40).map(|i| format!("{i:02}")).collect();
+    let pipeline = fan_out_pipeline(&items, "Item {{ item }}", "    concurrency: 8\n", "");
+    let expected: String = (0..40).map(large_answer).collect::<Vec<_>>().join("\n\n");
+    assert!(
+        expected.len() > 1 << 20,
+        "the text must be larger than what stays in memory"
+    );
+    let t = project(&server).write_raw("p.yaml", &pipeline);
+    let text = summon(&t, &["run", "p.yaml", "--quiet"]).expect(0);
+    assert_eq!(text.stdout.len(), expected.trim_end().len() + 1);
+    assert!(
+        text.stdout == format!("{}\n", expected.trim_end()),
+        "stdout differs"
+    );
+    let json = summon(&t, &["run", "p.yaml", "--quiet", "--json"])
+        .expect(0)
+        .json();
+    assert!(json["output"] == expected, "--json output differs");
+    // The text waited in a file with no name: nothing is left behind.
+    let store: Vec<String> = std::fs::read_dir(t.path().join(".summon"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.starts_with("state.db") && name != ".gitignore")
+        .collect();
+    assert!(store.iter().all(|name| name == "tasks"), "{store:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn report_json_times_every_step() {
     let server = MockServer::start(MockConfig::new()).await;

@@ -88,10 +88,10 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         batch: false,
         plan,
     };
-    let summary = run_pipeline(&ctx.env, config, catalog, options)?;
+    let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
     let mut extra = serde_json::Map::new();
     extra.insert("shards".into(), json!(args.dirs.len()));
-    let failed = super::run::print_outcome(&summary, extra, args.output.json, ctx)?;
+    let failed = super::run::print_outcome(&mut summary, extra, args.output.json, ctx)?;
     if summary.interrupted {
         eprintln!(
             "summon: merge interrupted; run `summon merge {shown}` again (finished shard tasks \

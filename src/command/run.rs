@@ -15,7 +15,7 @@ use crate::cli::RunArgs;
 use crate::config::load_config;
 use crate::diag::{Diagnostics, SourceFile};
 use crate::error::{Error, Result};
-use crate::exec::{RunOptions, RunSummary, StepStatus, run_pipeline};
+use crate::exec::{FinalText, RunOptions, RunSummary, StepStatus, run_pipeline};
 use crate::output::resolve_display;
 use crate::pipeline::model::{Decompose, Pipeline, StepKind};
 use crate::pipeline::parse::parse_pipeline;
@@ -81,8 +81,8 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         batch: args.batch,
         plan,
     };
-    let summary = run_pipeline(&ctx.env, config, catalog, options)?;
-    let failed = print_outcome(&summary, serde_json::Map::new(), args.output.json, ctx)?;
+    let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
+    let failed = print_outcome(&mut summary, serde_json::Map::new(), args.output.json, ctx)?;
     if summary.interrupted {
         // A shard or `--until` run resumes with the same part of the pipeline.
         let mut part = String::new();
@@ -118,7 +118,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
 /// Prints what a run or merge produced: its JSON (with `extra` fields) or the final step's
 /// text, and a line per failed step on stderr. Returns whether a step failed.
 pub(super) fn print_outcome(
-    summary: &RunSummary,
+    summary: &mut RunSummary,
     extra: serde_json::Map<String, serde_json::Value>,
     json: bool,
     ctx: &mut Ctx,
@@ -153,14 +153,15 @@ pub(super) fn print_outcome(
         if let Some(object) = value.as_object_mut() {
             object.extend(extra);
             object.insert("steps".into(), json!(steps));
-            object.insert("output".into(), json!(summary.final_output));
+            let output = summary.final_output.take().map(FinalText::into_string);
+            object.insert("output".into(), json!(output.transpose()?));
         }
         ctx.out.json(&value)?;
     } else if failed.is_empty()
         && !summary.interrupted
-        && let Some(output) = &summary.final_output
+        && let Some(output) = summary.final_output.take()
     {
-        ctx.out.line(output.trim_end())?;
+        ctx.out.stream(|out| output.write_line(out))?;
     }
     for (id, _, error) in &failed {
         eprintln!(

@@ -24,13 +24,27 @@ pub(crate) struct StepData {
 #[derive(Debug, Default)]
 pub(crate) struct StepOutputs {
     data: Mutex<Vec<StepData>>,
+    /// The last step's text when nothing but stdout reads it: kept aside, never in
+    /// `steps.<id>.output`.
+    final_text: Mutex<Option<super::FinalText>>,
 }
 
 impl StepOutputs {
     pub(crate) fn new(steps: usize) -> Self {
         Self {
             data: Mutex::new(vec![StepData::default(); steps]),
+            final_text: Mutex::new(None),
         }
+    }
+
+    pub(crate) fn set_final(&self, text: super::FinalText) {
+        if let Ok(mut slot) = self.final_text.lock() {
+            *slot = Some(text);
+        }
+    }
+
+    pub(crate) fn take_final(&self) -> Option<super::FinalText> {
+        self.final_text.lock().ok()?.take()
     }
 
     pub(crate) fn set(&self, step: usize, data: StepData) {

@@ -42,6 +42,6 @@ pub(crate) struct RunSummary {
     pub(crate) run_id: String,
     pub(crate) steps: Vec<(String, StepStatus, Option<String>)>,
     /// The final step's text.
-    pub(crate) final_output: Option<String>,
+    pub(crate) final_output: Option<super::FinalText>,
     pub(crate) interrupted: bool,
 }

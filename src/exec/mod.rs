@@ -4,10 +4,12 @@
 mod batch;
 mod context;
 mod event;
+mod final_text;
 mod hash;
 mod scheduler;
 pub(crate) mod shard;
 mod step;
 
 pub(crate) use event::{RunSummary, StepStatus};
+pub(crate) use final_text::FinalText;
 pub(crate) use scheduler::{RunOptions, run_pipeline};

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::{StepData, StepOutputs, agents_json, base_context};
 use super::event::{RunSummary, StepStatus, TaskDone};
+use super::final_text::{FinalText, FinalTextBuilder};
 use super::shard::{Plan, TaskRef};
 use super::step::{Shared, StepConfig, run_tasks};
 use crate::config::Config;
@@ -418,7 +419,8 @@ pub(crate) fn run_pipeline(
                     continue;
                 }
                 let keep = keep_results[i];
-                let is_last = i == last_step;
+                // The final step's text is kept only to be printed.
+                let is_last = i == last_step && plan.prints_output();
                 let (shared, pipeline, outputs, params, agents, sink) = (
                     Arc::clone(&shared),
                     Arc::clone(&pipeline),
@@ -530,10 +532,13 @@ pub(crate) fn run_pipeline(
         .set_run_status(&run.run_id, run_status)
         .map_err(|e| Error::usage(e.to_string()))?;
     let last = pipeline.steps.len().saturating_sub(1);
-    let final_output = plan
-        .prints_output()
-        .then(|| outputs_final(&outputs.get(last)))
-        .flatten();
+    let final_output = if plan.prints_output() {
+        outputs
+            .take_final()
+            .or_else(|| outputs_final(&outputs.get(last)).map(FinalText::Memory))
+    } else {
+        None
+    };
     eprintln!("summon: {}", sink.report.summary_line());
     Ok(RunSummary {
         run_id: run.run_id,
@@ -541,38 +546,6 @@ pub(crate) fn run_pipeline(
         final_output,
         interrupted,
     })
-}
-
-/// The outputs of the last step's tasks, in one buffer (a fan-out of many tasks keeps no
-/// allocation per task), joined in item order at the end.
-#[derive(Default)]
-struct FinalTexts {
-    text: String,
-    /// (item index, start, end) in `text`.
-    spans: Vec<(u64, usize, usize)>,
-}
-
-impl FinalTexts {
-    fn push(&mut self, index: u64, output: &str) {
-        let start = self.text.len();
-        self.text.push_str(output);
-        self.spans.push((index, start, self.text.len()));
-    }
-
-    fn joined(mut self, separator: &str) -> Option<String> {
-        if self.spans.is_empty() {
-            return None;
-        }
-        self.spans.sort_unstable_by_key(|(index, _, _)| *index);
-        let mut out = String::with_capacity(self.text.len() + separator.len() * self.spans.len());
-        for (n, (_, start, end)) in self.spans.iter().enumerate() {
-            if n > 0 {
-                out.push_str(separator);
-            }
-            out.push_str(&self.text[*start..*end]);
-        }
-        Some(out)
-    }
 }
 
 /// Keeps the last line of every task in `results.jsonl` (a task that ran again after a
@@ -687,8 +660,8 @@ async fn run_step(
     let mut failures = 0usize;
     let mut successes = 0usize;
     let mut results: Vec<(u64, Value)> = Vec::new();
-    // The final step's text goes to stdout: keep only the outputs, in one buffer.
-    let mut final_texts = FinalTexts::default();
+    // The final step's text goes to stdout: keep only the outputs, in order.
+    let mut final_text = FinalTextBuilder::new(shared.env.cwd.join(crate::store::DIR_NAME));
     let mut single_output: Option<String> = None;
     let mut single_structured: Option<Value> = None;
     let fail_fast = step.on_error == OnError::FailFast;
@@ -708,7 +681,7 @@ async fn run_step(
             }
         }
         if is_last && !keep_results {
-            final_texts.push(done.index, &done.output);
+            final_text.push(done.index, &done.output);
         }
         if keep_results {
             results.push((
@@ -882,11 +855,17 @@ async fn run_step(
                 && !(step.on_error == OnError::FailFast
                     && step.min_success.is_none()
                     && failures > 0);
-            let output = final_texts.joined("\n\n");
+            // No template reads the text of this step (it keeps its results when one
+            // does): it is only printed, from where it is.
+            if let Some(text) = final_text
+                .finish()
+                .map_err(|e| format!("cannot keep the step's text: {e}"))?
+            {
+                outputs.set_final(text);
+            }
             outputs.set(
                 index,
                 StepData {
-                    output,
                     results: keep_results.then(|| results.into_iter().map(|(_, v)| v).collect()),
                     ..StepData::default()
                 },

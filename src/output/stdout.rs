@@ -29,6 +29,16 @@ impl Stdout {
         lock.flush()
     }
 
+    /// Hands standard output to `write` (for text too large to pass whole), then flushes.
+    pub(crate) fn stream(
+        &mut self,
+        write: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let mut lock = self.inner.lock();
+        write(&mut lock)?;
+        lock.flush()
+    }
+
     /// Writes a JSON value, pretty-printed.
     pub(crate) fn json(&mut self, value: &serde_json::Value) -> std::io::Result<()> {
         let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
