@@ -9,7 +9,10 @@ out of reach for any client. So each case also measures the physical floor: afte
 run, `summon-load-floor` (testing/mock-llm/src/bin/floor.rs, a bare HTTP/1.1 keep-alive client
 on one thread) sends the same N requests, with bodies of summon's size, at the same C to a
 freshly started mock with the same L. Its wall time is the floor, `wall / floor` is what summon
-costs beyond it, and its CPU per request is about the least a client can spend on one.
+costs beyond it, and its CPU per request is about the least a client can spend on one. The
+mock's own CPU per request (during the summon run) shows how much of the machine it takes.
+The mock answers L ms after each request arrived by the system clock (to within 0.25 ms), not
+by tokio's millisecond timer, which would add 1-2 ms to every answer.
 
     benches/fanout.py                      # the three standard cases
     benches/fanout.py N C L_MS [N C L_MS]  # your own cases
@@ -33,6 +36,13 @@ def start_mock(mock, latency_ms):
     server = subprocess.Popen([mock, "--port", "0", "--latency-ms", str(latency_ms), "--no-stdin",
                                "--max-seconds", "900"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     return server, server.stdout.readline().strip().rsplit(":", 1)[1]
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time a running process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_case(summon, mock, n, c, latency_ms):
@@ -70,6 +80,7 @@ steps:
             if proc.returncode != 0:
                 errors.seek(0)
                 sys.exit(f"run failed ({proc.returncode}): {errors.read()[-2000:]}")
+            mock_cpu = cpu_seconds(server.pid)
             lines = sum(1 for _ in open(os.path.join(work, "out", "results.jsonl")))
             if lines != n:
                 sys.exit(f"results.jsonl has {lines} lines, expected {n}")
@@ -78,7 +89,7 @@ steps:
             server.wait()
     cpu = usage.ru_utime + usage.ru_stime
     ideal = math.ceil(n / c) * latency_ms / 1000
-    return wall, ideal, cpu / n * 1000, usage.ru_maxrss / 1024
+    return wall, ideal, cpu / n * 1000, usage.ru_maxrss / 1024, mock_cpu / n * 1000
 
 
 def run_floor(floor, mock, n, c, latency_ms):
@@ -107,13 +118,13 @@ def main():
     cases = [tuple(args[i:i + 3]) for i in range(0, len(args), 3)] if args else CASES
     summon, mock, floor = build()
     print("| N | C | L (ms) | wall (s) | ideal (s) | wall / ideal | CPU per task (ms) | peak RSS (MiB) "
-          "| floor wall (s) | wall / floor | floor CPU per request (ms) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| floor wall (s) | wall / floor | floor CPU per request (ms) | mock CPU per request (ms) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n, c, latency in cases:
-        wall, ideal, cpu_ms, rss = run_case(summon, mock, n, c, latency)
+        wall, ideal, cpu_ms, rss, mock_ms = run_case(summon, mock, n, c, latency)
         floor_wall, floor_cpu_ms = run_floor(floor, mock, n, c, latency)
         print(f"| {n} | {c} | {latency} | {wall:.2f} | {ideal:.2f} | {wall / ideal:.3f} | {cpu_ms:.3f} | {rss:.1f} "
-              f"| {floor_wall:.2f} | {wall / floor_wall:.3f} | {floor_cpu_ms:.4f} |", flush=True)
+              f"| {floor_wall:.2f} | {wall / floor_wall:.3f} | {floor_cpu_ms:.4f} | {mock_ms:.4f} |", flush=True)
 
 
 if __name__ == "__main__":

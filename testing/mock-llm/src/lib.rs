@@ -15,6 +15,7 @@
 //! truncated responses) into a share of chat requests; see the `faults` module.
 
 mod batch;
+mod clock;
 mod faults;
 
 pub use batch::{BatchConfig, BatchOutcome, BatchRecord};
@@ -143,6 +144,10 @@ pub struct MockConfig {
     pub default_reply: Reply,
     /// Added before every reply.
     pub latency: Duration,
+    /// Measure the latency with the system clock on a timer thread instead of tokio's timer,
+    /// which rounds it up to the next millisecond and more (for benchmarks; tests that pause
+    /// tokio's clock need tokio's timer).
+    pub exact_latency: bool,
     /// Keep every request for [`MockServer::requests`]; off for benchmarks.
     pub record: bool,
     /// The ids `GET /v1/models` lists.
@@ -160,6 +165,7 @@ impl Default for MockConfig {
             rule: None,
             default_reply: Reply::Echo,
             latency: Duration::ZERO,
+            exact_latency: false,
             record: true,
             models: vec!["mock-model".to_owned()],
             batch: BatchConfig {
@@ -178,6 +184,7 @@ impl fmt::Debug for MockConfig {
             .field("rule", &self.rule.as_ref().map(|_| "Fn"))
             .field("default_reply", &self.default_reply)
             .field("latency", &self.latency)
+            .field("exact_latency", &self.exact_latency)
             .field("record", &self.record)
             .field("models", &self.models)
             .field("batch", &self.batch)
@@ -218,6 +225,11 @@ impl MockConfig {
 
     pub fn latency(mut self, latency: Duration) -> Self {
         self.latency = latency;
+        self
+    }
+
+    pub fn exact_latency(mut self, exact: bool) -> Self {
+        self.exact_latency = exact;
         self
     }
 
@@ -332,6 +344,8 @@ struct Shared {
     rule: Option<Rule>,
     default_reply: Reply,
     latency: Duration,
+    /// Set with [`MockConfig::exact_latency`].
+    timer: Option<clock::Timer>,
     record: bool,
     models: Vec<String>,
     faults: Option<FaultPlan>,
@@ -388,6 +402,11 @@ impl MockServer {
             rule: config.rule,
             default_reply: config.default_reply,
             latency: config.latency,
+            timer: if config.exact_latency {
+                Some(clock::Timer::start()?)
+            } else {
+                None
+            },
             record: config.record,
             models: config.models,
             faults: config.faults,
@@ -606,7 +625,12 @@ async fn handle_chat(
     body: Bytes,
 ) -> Response {
     let (_guard, seq) = InFlight::enter(shared);
-    let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let arrived = Instant::now();
+    let json: Value = if shared.record || shared.rule.is_some() {
+        serde_json::from_slice(&body).unwrap_or(Value::Null)
+    } else {
+        essentials(&body)
+    };
     // Headers are copied only when someone can look at them.
     let empty = HeaderMap::new();
     let seen_headers = if shared.record || shared.rule.is_some() {
@@ -638,8 +662,10 @@ async fn handle_chat(
         lock(&shared.recorded).push(request);
     }
 
-    if !shared.latency.is_zero() {
-        tokio::time::sleep(shared.latency).await;
+    match &shared.timer {
+        Some(timer) => timer.sleep_until(arrived + shared.latency).await,
+        None if !shared.latency.is_zero() => tokio::time::sleep(shared.latency).await,
+        None => {}
     }
     loop {
         match reply {
@@ -677,6 +703,43 @@ async fn handle_chat(
         // Unreachable after the loop above; answer something valid anyway.
         Reply::Delay(..) | Reply::Echo => success(api, id, &model, Some(""), &[], input_tokens),
     }
+}
+
+/// What an answer needs of a request that nobody records or inspects, its model and its last
+/// user message, as a body of just those (read without building the whole JSON tree: a
+/// benchmark's requests are about 5 kB each). Anything unexpected is read whole.
+fn essentials(body: &[u8]) -> Value {
+    use serde_json::value::RawValue;
+    use std::borrow::Cow;
+    #[derive(serde::Deserialize)]
+    struct Peek<'a> {
+        #[serde(default, borrow)]
+        model: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        messages: Vec<Message<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(default, borrow)]
+        role: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        content: Option<&'a RawValue>,
+    }
+    let Ok(peek) = serde_json::from_slice::<Peek<'_>>(body) else {
+        return serde_json::from_slice(body).unwrap_or(Value::Null);
+    };
+    let last_user = peek
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role.as_deref() == Some("user"))
+        .and_then(|m| m.content)
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
+    let messages: Vec<Value> = last_user
+        .map(|content| json!({"role": "user", "content": content}))
+        .into_iter()
+        .collect();
+    json!({"model": peek.model, "messages": messages})
 }
 
 fn contains_echo(reply: &Reply) -> bool {
@@ -812,4 +875,47 @@ fn raw_response(code: u16, headers: &[(String, String)], body: String) -> Respon
         }
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(body: Value) -> RecordedRequest {
+        record(0, Api::OpenAi, "POST", "/", &HeaderMap::new(), body)
+    }
+
+    #[test]
+    fn the_essentials_give_the_same_model_and_last_user_text_as_the_whole_body() {
+        let bodies = [
+            json!({"model": "m", "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "second"},
+            ]}),
+            json!({"model": "claude", "system": "s", "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            ]}),
+            json!({"messages": [{"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t", "content": "42"},
+            ]}]}),
+            json!({"model": "m", "messages": [{"role": "assistant", "content": "only"}]}),
+            // Not the usual shape: read whole.
+            json!({"model": 7, "messages": "none"}),
+            json!(["not", "an", "object"]),
+        ];
+        for body in bodies {
+            let bytes = serde_json::to_vec(&body).unwrap();
+            let whole = request(body.clone());
+            let essentials = request(essentials(&bytes));
+            assert_eq!(essentials.model(), whole.model(), "{body}");
+            assert_eq!(
+                essentials.last_user_text(),
+                whole.last_user_text(),
+                "{body}"
+            );
+        }
+        assert_eq!(essentials(b"not json"), Value::Null);
+    }
 }

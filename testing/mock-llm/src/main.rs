@@ -17,7 +17,7 @@ usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-se
                        [--fault-seed N] [--retry-after-ms MS] [--stall-ms MS]
 
   --port N         port on 127.0.0.1 (default 0: a free port, printed on the first line)
-  --latency-ms L   delay every reply by L milliseconds (default 0)
+  --latency-ms L   answer L ms after each request arrived, by the system clock (default 0)
   --reply R        `echo` (default): answer `echo: <last user message>`; else answer R
   --max-seconds S  stop after S seconds (default 600)
   --record         keep every request in memory (off by default: benchmarks)
@@ -178,6 +178,7 @@ async fn serve(args: Args) -> ExitCode {
     let mut config = MockConfig::new()
         .default_reply(args.reply)
         .latency(args.latency)
+        .exact_latency(!args.latency.is_zero())
         .record(args.record);
     if let Some(plan) = args.faults {
         config = config.faults(plan);
