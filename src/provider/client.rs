@@ -138,6 +138,9 @@ impl Client {
             .timeout(endpoint.request_timeout)
             .pool_max_idle_per_host(1024)
             .tcp_nodelay(true)
+            // summon retries by its own policy (`RetryPolicy`); reqwest's own retry of
+            // protocol NACKs would also copy every request's headers in case it retries.
+            .retry(reqwest::retry::never().max_retries_per_request(0))
             .build()
             .map_err(|err| ProviderError::Other {
                 status: None,
