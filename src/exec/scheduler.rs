@@ -420,7 +420,7 @@ pub(crate) fn run_pipeline(
                 }
                 let keep = keep_results[i];
                 // The final step's text is kept only to be printed.
-                let is_last = i == last_step && plan.prints_output();
+                let prints_text = i == last_step && plan.prints_output();
                 let (shared, pipeline, outputs, params, agents, sink) = (
                     Arc::clone(&shared),
                     Arc::clone(&pipeline),
@@ -433,7 +433,7 @@ pub(crate) fn run_pipeline(
                     sink.report.step_started(&pipeline.steps[i].id);
                 }
                 running.spawn(async move {
-                    let result = run_step(&shared, &pipeline, i, keep, is_last, &outputs, &params, &agents, &sink, shard).await;
+                    let result = run_step(&shared, &pipeline, i, keep, prints_text, &outputs, &params, &agents, &sink, shard).await;
                     (i, result)
                 });
             }
@@ -639,7 +639,7 @@ async fn run_step(
     pipeline: &Pipeline,
     index: usize,
     keep_results: bool,
-    is_last: bool,
+    prints_text: bool,
     outputs: &StepOutputs,
     params: &IndexMap<String, String>,
     agents: &Value,
@@ -680,7 +680,7 @@ async fn run_step(
                 ));
             }
         }
-        if is_last && !keep_results {
+        if prints_text && !keep_results {
             final_text.push(done.index, &done.output);
         }
         if keep_results {

@@ -4,7 +4,6 @@
 //! parks with a millisecond timeout: a 10 ms sleep lasts 11–12 ms, which is 10–20 % of the
 //! latency a benchmark asks for. Here one thread keeps the deadlines in order and waits for the
 //! next one with the operating system's timed wait, then wakes every sleeper that is due.
-//! Sending the wakes from the thread holding the lock is fine: a oneshot send does not block.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};

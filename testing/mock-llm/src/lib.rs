@@ -626,18 +626,16 @@ async fn handle_chat(
 ) -> Response {
     let (_guard, seq) = InFlight::enter(shared);
     let arrived = Instant::now();
-    let json: Value = if shared.record || shared.rule.is_some() {
+    // Whether anyone can look at the request: the body is read whole and the headers copied
+    // only then.
+    let inspected = shared.record || shared.rule.is_some();
+    let json: Value = if inspected {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     } else {
         essentials(&body)
     };
-    // Headers are copied only when someone can look at them.
     let empty = HeaderMap::new();
-    let seen_headers = if shared.record || shared.rule.is_some() {
-        &headers
-    } else {
-        &empty
-    };
+    let seen_headers = if inspected { &headers } else { &empty };
     let mut request = record(seq, api, "POST", path, seen_headers, json);
     let fault = shared.faults.as_ref().and_then(|plan| plan.draw(seq));
     request.fault = fault;
