@@ -134,6 +134,80 @@ pub(crate) async fn prepare_with(
     request: &Request,
     resolver: &Resolver,
 ) -> Result<Prepared, PrepareError> {
+    let draft = draft(env, source, request, resolver)?;
+    let resolved = resolver.resolve(env, config, &draft.overrides()).await?;
+    Ok(draft.into_prepared(resolved))
+}
+
+/// A delegation with everything decided but its provider and model: the prompt, the first
+/// message and the built-in tools its first request carries (what `summon run --dry-run`
+/// counts without contacting anyone).
+pub(crate) struct Draft {
+    pub(crate) label: String,
+    pub(crate) system: String,
+    pub(crate) first_message: String,
+    pub(crate) tools: ToolSet,
+    /// MCP servers the task would start (their tools join the built-in ones).
+    pub(crate) servers: Vec<ServerSpec>,
+    pub(crate) notes: Vec<Diagnostic>,
+    workdir: WorkDir,
+    max_turns: u32,
+    temperature: Option<f64>,
+    response_schema: Option<serde_json::Value>,
+    retry: Option<crate::recipe::RetryConfig>,
+    provider_flag: Option<String>,
+    model_flag: Option<String>,
+    recipe_provider: Option<String>,
+    recipe_model: Option<String>,
+    recipe_origin: String,
+}
+
+impl Draft {
+    /// What decides the provider and model, beyond the environment and the config file.
+    pub(crate) fn overrides(&self) -> Overrides<'_> {
+        Overrides {
+            provider_flag: self.provider_flag.as_deref(),
+            model_flag: self.model_flag.as_deref(),
+            recipe_provider: self.recipe_provider.as_deref(),
+            recipe_model: self.recipe_model.as_deref(),
+            recipe_origin: &self.recipe_origin,
+        }
+    }
+
+    fn into_prepared(self, resolved: std::sync::Arc<Resolved>) -> Prepared {
+        let mut notes = self.notes;
+        notes.extend(resolved.warnings.iter().cloned());
+        let spec = SubagentSpec {
+            system: self.system,
+            first_message: self.first_message,
+            model: resolved.model.clone(),
+            tools: self.tools,
+            workdir: self.workdir,
+            max_turns: self.max_turns,
+            temperature: self.temperature,
+            response_schema: self.response_schema,
+            schema_retries: SCHEMA_RETRIES,
+            retry: self.retry,
+            extensions: self.servers,
+            slot: None,
+        };
+        Prepared {
+            spec,
+            resolved,
+            notes,
+            label: self.label,
+        }
+    }
+}
+
+/// Everything of a delegation that needs no provider: reads the source and renders it, never
+/// touches the network.
+pub(crate) fn draft(
+    env: &Env,
+    source: Option<&Source>,
+    request: &Request,
+    resolver: &Resolver,
+) -> Result<Draft, PrepareError> {
     let workdir = resolver.workdir(&env.cwd, request.working_dir.as_deref())?;
     let mut notes = Vec::new();
     let env_turns = env_max_turns(env)?;
@@ -298,15 +372,6 @@ pub(crate) async fn prepare_with(
             unavailable.join(", ")
         )));
     }
-    let overrides = Overrides {
-        provider_flag: request.provider.as_deref(),
-        model_flag: request.model.as_deref(),
-        recipe_provider: plan.settings_provider.as_deref(),
-        recipe_model: plan.settings_model.as_deref(),
-        recipe_origin: &plan.origin,
-    };
-    let resolved = resolver.resolve(env, config, &overrides).await?;
-    notes.extend(resolved.warnings.iter().cloned());
     let max_turns = request
         .max_turns
         .or(plan.max_turns)
@@ -321,25 +386,23 @@ pub(crate) async fn prepare_with(
         &names,
         schema.as_ref(),
     );
-    let spec = SubagentSpec {
+    Ok(Draft {
+        label,
         system,
         first_message: plan.first.text(),
-        model: resolved.model.clone(),
         tools,
+        servers,
+        notes,
         workdir,
         max_turns,
         temperature: request.temperature.or(plan.temperature),
         response_schema: schema,
-        schema_retries: SCHEMA_RETRIES,
         retry: plan.retry,
-        extensions: servers,
-        slot: None,
-    };
-    Ok(Prepared {
-        spec,
-        resolved,
-        notes,
-        label,
+        provider_flag: request.provider.clone(),
+        model_flag: request.model.clone(),
+        recipe_provider: plan.settings_provider,
+        recipe_model: plan.settings_model,
+        recipe_origin: plan.origin,
     })
 }
 

@@ -672,6 +672,121 @@ async fn dry_run_sends_nothing_and_prints_the_widths() {
     assert_eq!(server.request_count(), 0);
 }
 
+/// What the token estimate counts of a recorded first request: system prompt, first user
+/// message, model and tool specs, about four bytes per token.
+fn estimated_tokens(request: &RecordedRequest) -> u64 {
+    let messages = request.body["messages"].as_array().expect("messages");
+    let system = messages
+        .iter()
+        .find(|m| m["role"] == "system")
+        .and_then(|m| m["content"].as_str())
+        .map_or(0, str::len);
+    let tools: usize = request.body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| {
+                    let f = &t["function"];
+                    f["name"].as_str().unwrap().len()
+                        + f["description"].as_str().unwrap().len()
+                        + f["parameters"].to_string().len()
+                })
+                .sum()
+        })
+        .unwrap_or(0);
+    let chars = system + first_user(request).len() + request.model().unwrap().len() + tools;
+    (chars as u64).div_ceil(4)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_drafts_each_request_as_the_run_sends_it() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::text("{\"label\": \"ok\"}")))
+            .await;
+    let recipe = "version: 1.0.0\ntitle: Label\ndescription: Label one row\ninstructions: Label the row.\nprompt: |\n  Row {{ id }}: {{ text }}\nparameters:\n  - key: id\n    input_type: string\n    requirement: required\n    description: id\n  - key: text\n    input_type: string\n    requirement: required\n    description: text\n";
+    let mut csv = String::from("id,text\n");
+    for i in 0..7 {
+        csv.push_str(&format!("{i},row {} says {}\n", i, "x".repeat(i * 40)));
+    }
+    let pipeline = r#"version: 1
+name: p
+steps:
+  - id: rows
+    decompose:
+      file: rows.csv
+  - id: label
+    fan_out:
+      over: rows
+      source: label
+      parameters:
+        id: "{{ item.id }}"
+        text: "{{ item.text }}"
+  - id: sum
+    synthesize:
+      instructions: "Sum up {{ steps.label.results | length }} labels"
+"#;
+    let t = project(&server)
+        .write_raw("recipes/label.yaml", recipe)
+        .write_raw("rows.csv", &csv)
+        .write_raw("p.yaml", pipeline);
+    let plan = summon(&t, &["run", "p.yaml", "--dry-run", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(server.request_count(), 0, "--dry-run sent a request");
+    assert!(
+        !t.path().join(".summon").exists(),
+        "--dry-run wrote the store"
+    );
+    let label = &plan["steps"][1];
+    assert_eq!(label["width"], 7, "{plan:#}");
+    assert_eq!(label["drafted"], 7, "{plan:#}");
+    assert_eq!(label["model"], "mock-model", "{plan:#}");
+    let sum = &plan["steps"][2];
+    assert_eq!(sum["drafted"], 0, "{plan:#}");
+    assert!(
+        sum["later"].as_str().unwrap().contains("`label`"),
+        "{plan:#}"
+    );
+    assert_eq!(
+        (plan["tasks"].as_u64(), plan["drafted_tasks"].as_u64()),
+        (Some(8), Some(7))
+    );
+
+    // The real run sends what the dry run drafted: the same first message, and requests
+    // whose estimate adds up to the dry run's.
+    summon(&t, &["run", "p.yaml", "--quiet"]).expect(0);
+    let sent: Vec<RecordedRequest> = chats(&server)
+        .into_iter()
+        .filter(|r| first_user(r).starts_with("Row "))
+        .collect();
+    assert_eq!(sent.len(), 7);
+    let first = sent
+        .iter()
+        .find(|r| first_user(r).starts_with("Row 0:"))
+        .unwrap();
+    assert_eq!(label["prompt"].as_str(), Some(first_user(first).as_str()));
+    let tokens: u64 = sent.iter().map(estimated_tokens).sum();
+    assert_eq!(label["input_tokens"].as_u64(), Some(tokens), "{plan:#}");
+    assert_eq!(plan["estimated_input_tokens"].as_u64(), Some(tokens));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_reports_a_template_the_run_would_fail_on_at_its_step() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let pipeline = "version: 1\nname: p\nsteps:\n  - id: list\n    decompose:\n      items: [{\"n\": 1}]\n  - id: each\n    fan_out:\n      over: list\n      instructions: \"Look at {{ item.missing.deeper }}\"\n";
+    let t = project(&server).write_raw("p.yaml", pipeline);
+    let ran = summon(&t, &["run", "p.yaml", "--dry-run"]).expect(1);
+    assert!(ran.stderr.contains("p.yaml:7:9"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("item.missing"), "{}", ran.stderr);
+    assert!(
+        ran.stdout.contains("each (fan_out) after list: 1 task"),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(server.request_count(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cycles_and_unknown_references_are_rejected_before_anything_runs() {
     let server = MockServer::start(MockConfig::new()).await;

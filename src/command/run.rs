@@ -3,8 +3,9 @@
 //! JSON (`--json`): `{"run_id", "status": "succeeded"|"failed"|"interrupted", "steps":
 //! [{"id", "status": "succeeded"|"failed"|"skipped"|"deferred", "error"}], "output"}`;
 //! `deferred`: a step a shard leaves for `summon merge`, or one after `--until STEP`.
-//! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "prompt"}],
-//! "estimated_input_tokens", "estimated_input_cost_usd", "unpriced_models"}`.
+//! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "drafted",
+//! "input_tokens", "model", "prompt", "later", "notes"}], "tasks", "drafted_tasks",
+//! "estimated_input_tokens", "estimated_input_cost_usd", "unpriced_models", "errors"}`.
 
 use std::io::IsTerminal;
 
@@ -17,7 +18,7 @@ use crate::diag::{Diagnostics, SourceFile};
 use crate::error::{Error, Result};
 use crate::exec::{FinalText, RunOptions, RunSummary, StepStatus, run_pipeline};
 use crate::output::resolve_display;
-use crate::pipeline::model::{Decompose, Pipeline, StepKind};
+use crate::pipeline::model::Pipeline;
 use crate::pipeline::parse::parse_pipeline;
 use crate::recipe::{ParamInput, bind_params};
 use crate::source::read_source_text;
@@ -187,26 +188,96 @@ pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pip
     }
 }
 
-/// Renders what needs no model output, prints the graph, widths and an estimate.
+/// Prints the plan of a run: the graph, the widths, every request that needs no model output
+/// drafted, and an estimate of their input tokens and cost. Sends nothing.
 fn dry_run(
     pipeline: &Pipeline,
     params: &indexmap::IndexMap<String, String>,
     json: bool,
     ctx: &mut Ctx,
 ) -> Result<()> {
-    let graph = crate::pipeline::graph::Graph::new(pipeline);
-    let env = crate::template::environment(pipeline.file.path().parent());
-    let mut context = serde_json::Map::new();
-    for (k, v) in params {
-        context.insert(k.clone(), json!(v));
-    }
-    let base = minijinja::Value::from(minijinja::value::Serde(serde_json::Value::Object(context)));
-    let mut widths: Vec<Option<usize>> = vec![None; pipeline.steps.len()];
-    let mut steps_json = Vec::new();
-    let mut tokens = 0usize;
-    let (config, _) = load_config(&ctx.env).map_err(Error::Input)?;
+    let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
+    ctx.report(&warnings.items);
+    let catalog = ctx.catalog();
+    let plan = crate::exec::dry_run::plan(&ctx.env, &config, &catalog, pipeline, params);
     let mut cost = 0.0f64;
     let mut unpriced: Vec<String> = Vec::new();
+    for (model, tokens) in &plan.tokens_by_model {
+        match model.as_deref().and_then(|m| config.price(m)) {
+            Some(price) => cost += *tokens as f64 * price.input / 1e6,
+            None if *tokens > 0 => {
+                unpriced.push(model.clone().unwrap_or_else(|| "(no model set)".into()))
+            }
+            None => {}
+        }
+    }
+    unpriced.sort();
+    unpriced.dedup();
+    // Tasks known before the run; a fan-out over model output adds more.
+    let tasks: u64 = plan.steps.iter().filter_map(|s| s.tasks).sum();
+    let drafted: u64 = plan.steps.iter().map(|s| s.drafted).sum();
+    let tokens = plan.input_tokens();
+    if json {
+        let steps: Vec<serde_json::Value> = plan
+            .steps
+            .iter()
+            .map(|s| {
+                json!({
+                    "id": s.id, "kind": s.kind, "needs": s.needs, "width": s.width,
+                    "tasks": s.tasks, "drafted": s.drafted, "input_tokens": s.input_tokens, "model": s.model,
+                    "prompt": s.prompt, "later": s.later, "notes": s.notes,
+                })
+            })
+            .collect();
+        ctx.out.json(&json!({
+            "steps": steps,
+            "tasks": tasks,
+            "drafted_tasks": drafted,
+            "estimated_input_tokens": tokens,
+            "estimated_input_cost_usd": cost,
+            "unpriced_models": unpriced,
+            "errors": plan.errors.iter().map(|(pos, message)| json!({
+                "line": pos.line, "column": pos.col, "message": message,
+            })).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        ctx.out.write(&dry_run_text(
+            pipeline, &plan, tasks, drafted, cost, &unpriced,
+        ))?;
+    }
+    if plan.errors.is_empty() {
+        return Ok(());
+    }
+    let mut diags = Diagnostics::default();
+    let mut file = diags.for_file(&pipeline.file);
+    for (pos, message) in &plan.errors {
+        file.error(*pos, message.clone());
+    }
+    Err(Error::Input(diags))
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The text of `--dry-run`.
+fn dry_run_text(
+    pipeline: &Pipeline,
+    plan: &crate::exec::dry_run::DryRun,
+    tasks: u64,
+    drafted: u64,
+    cost: f64,
+    unpriced: &[String],
+) -> String {
     let mut text = format!(
         "Pipeline {} ({} steps)\n",
         pipeline.name,
@@ -215,119 +286,48 @@ fn dry_run(
     if !pipeline.description.is_empty() {
         text.push_str(&format!("{}\n", pipeline.description.trim()));
     }
-    for (i, step) in pipeline.steps.iter().enumerate() {
-        let needs: Vec<&str> = graph
-            .deps(i)
-            .iter()
-            .map(|d| pipeline.steps[*d].id.as_str())
-            .collect();
-        let (width, prompt) = match &step.kind {
-            StepKind::Decompose(Decompose::Items(items)) => (Some(items.len()), None),
-            StepKind::Decompose(Decompose::Command(t)) => {
-                let count = env
-                    .render_str(&t.text, &base)
-                    .ok()
-                    .and_then(|c| {
-                        crate::pipeline::items::command_items(
-                            &c,
-                            &ctx.env.cwd,
-                            std::time::Duration::from_secs(60),
-                        )
-                        .ok()
-                    })
-                    .map(|items| items.len());
-                (count, None)
-            }
-            StepKind::Decompose(Decompose::Glob(t)) => (
-                env.render_str(&t.text, &base)
-                    .ok()
-                    .and_then(|g| crate::pipeline::items::glob_items(&g, &ctx.env.cwd).ok())
-                    .map(|items| items.len()),
-                None,
-            ),
-            StepKind::Decompose(Decompose::File(t)) => (
-                env.render_str(&t.text, &base)
-                    .ok()
-                    .and_then(|p| {
-                        crate::pipeline::items::open_file_items(&ctx.env.cwd.join(p.trim())).ok()
-                    })
-                    .map(Iterator::count),
-                None,
-            ),
-            StepKind::Decompose(Decompose::Agent(task))
-            | StepKind::Synthesize(task)
-            | StepKind::Delegate(task) => {
-                let prompt = task
-                    .instructions
-                    .as_ref()
-                    .and_then(|t| env.render_str(&t.text, &base).ok());
-                (Some(1), prompt)
-            }
-            StepKind::FanOut(fan_out) => {
-                let over = pipeline.steps.iter().position(|s| s.id == fan_out.over);
-                (over.and_then(|o| widths[o]), None)
-            }
-        };
-        widths[i] = width;
-        let tasks = match &step.kind {
-            StepKind::Decompose(Decompose::Agent(_))
-            | StepKind::Synthesize(_)
-            | StepKind::Delegate(_) => Some(1),
-            StepKind::FanOut(_) => width,
-            StepKind::Decompose(_) => Some(0),
-        };
-        let step_tokens = if let (Some(p), Some(n)) = (&prompt, tasks) {
-            p.len() / 4 * n
-        } else if let (StepKind::FanOut(f), Some(n)) = (&step.kind, tasks) {
-            f.task.instructions.as_ref().map_or(0, |t| t.text.len() / 4) * n
+    for step in &plan.steps {
+        let after = if step.needs.is_empty() {
+            String::new()
         } else {
-            0
+            format!(" after {}", step.needs.join(", "))
         };
-        tokens += step_tokens;
-        // The model this step would most likely use, for its input price.
-        let model = step
-            .model
-            .clone()
-            .or_else(|| pipeline.settings.model.clone())
-            .or_else(|| ctx.env.var("SUMMON_SUBAGENT_MODEL").map(str::to_owned))
-            .or_else(|| ctx.env.var("SUMMON_MODEL").map(str::to_owned))
-            .or_else(|| config.default_model.as_ref().map(|m| m.value.clone()));
-        if step_tokens > 0 {
-            match model.as_deref().and_then(|m| config.price(m)) {
-                Some(price) => cost += step_tokens as f64 * price.input / 1e6,
-                None => unpriced.push(model.unwrap_or_else(|| "(no model set)".into())),
+        let plural = |n: u64, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let width = match (step.kind, step.width, step.tasks) {
+            ("decompose", Some(w), _) => plural(w, "item"),
+            (_, _, Some(n)) => plural(n, "task"),
+            _ => "width known during the run".into(),
+        };
+        let mut line = format!("  {} ({}){after}: {width}", step.id, step.kind);
+        if step.drafted > 0 {
+            line.push_str(&format!(
+                ", ~{} input tokens{}",
+                thousands(step.input_tokens),
+                step.model
+                    .as_ref()
+                    .map(|m| format!(" for {m}"))
+                    .unwrap_or_default()
+            ));
+        }
+        if let Some(later) = &step.later {
+            line.push_str(&format!("; {later}"));
+        }
+        text.push_str(&line);
+        text.push('\n');
+        if let Some(prompt) = &step.prompt {
+            for prompt_line in prompt.lines().take(6) {
+                text.push_str(&format!("      | {prompt_line}\n"));
             }
         }
-        text.push_str(&format!(
-            "  {} ({}){}{}\n",
-            step.id,
-            step.kind.name(),
-            if needs.is_empty() {
-                String::new()
-            } else {
-                format!(" after {}", needs.join(", "))
-            },
-            match (width, &step.kind) {
-                (Some(w), StepKind::FanOut(_)) => format!(": {w} tasks"),
-                (Some(w), StepKind::Decompose(Decompose::Agent(_))) => format!(": {w} task"),
-                (Some(w), StepKind::Decompose(_)) => format!(": {w} items"),
-                (None, StepKind::FanOut(_) | StepKind::Decompose(_)) =>
-                    ": width known after the run starts".into(),
-                _ => ": 1 task".into(),
-            }
-        ));
-        if let Some(prompt) = &prompt {
-            for line in prompt.lines().take(6) {
-                text.push_str(&format!("      | {line}\n"));
-            }
+        for note in &step.notes {
+            text.push_str(&format!("      note: {note}\n"));
         }
-        steps_json.push(json!({"id": step.id, "kind": step.kind.name(), "needs": needs, "width": width, "prompt": prompt}));
     }
     text.push_str(&format!(
-        "Estimated input tokens (prompts known before the run): ~{tokens}\n"
+        "Estimated input tokens: ~{} in the first requests of {drafted} of {tasks} tasks \
+         (tasks that read model output, tool results and later turns come on top)\n",
+        thousands(plan.input_tokens())
     ));
-    unpriced.sort();
-    unpriced.dedup();
     if unpriced.is_empty() {
         text.push_str(&format!("Estimated input cost: ${cost:.4}\n"));
     } else {
@@ -337,15 +337,21 @@ fn dry_run(
         ));
     }
     text.push_str("No request was sent.\n");
-    if json {
-        ctx.out.json(&json!({
-            "steps": steps_json,
-            "estimated_input_tokens": tokens,
-            "estimated_input_cost_usd": cost,
-            "unpriced_models": unpriced,
-        }))?;
-    } else {
-        ctx.out.write(&text)?;
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thousands_groups_digits_by_three() {
+        let cases = [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1,000"),
+            (105_590_000, "105,590,000"),
+        ];
+        for (n, text) in cases {
+            assert_eq!(super::thousands(n), text);
+        }
     }
-    Ok(())
 }

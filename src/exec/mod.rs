@@ -3,6 +3,7 @@
 
 mod batch;
 mod context;
+pub(crate) mod dry_run;
 mod event;
 mod final_text;
 mod hash;

@@ -625,7 +625,7 @@ fn config_prices(config: &Config) -> HashMap<String, (f64, f64)> {
 }
 
 /// Whether any template reads `steps.<id>.items`.
-fn items_read(pipeline: &Pipeline, id: &str) -> bool {
+pub(super) fn items_read(pipeline: &Pipeline, id: &str) -> bool {
     let text = &pipeline.file.text;
     text.contains(&format!("steps.{id}.items"))
         || text.contains(&format!("steps[\"{id}\"].items"))

@@ -425,19 +425,40 @@ pub(super) async fn prepare_task(
     step: &StepConfig,
     rendered: &Rendered,
 ) -> Result<crate::delegation::Prepared, String> {
-    let source = match &rendered.source {
-        Some(name) => Some(shared.catalog.get(name).ok_or_else(|| {
+    let source = task_source(&shared.catalog, rendered)?;
+    prepare_with(
+        &shared.env,
+        &shared.config,
+        source,
+        &task_request(step, rendered),
+        &shared.resolver,
+    )
+    .await
+    .map_err(prepare_message)
+}
+
+/// The catalog entry a rendered task names, if it names one.
+pub(super) fn task_source<'c>(
+    catalog: &'c crate::source::Catalog,
+    rendered: &Rendered,
+) -> Result<Option<&'c crate::source::Source>, String> {
+    match &rendered.source {
+        Some(name) => catalog.get(name).map(Some).ok_or_else(|| {
             format!("Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent.")
-        })?),
-        None => None,
-    };
+        }),
+        None => Ok(None),
+    }
+}
+
+/// The delegation a rendered task asks for, under its step's settings.
+pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
     let mut params = ParamInput::default();
     for (key, value) in &rendered.params {
         params
             .values
             .insert(key.clone(), (value.clone(), Origin::Flag));
     }
-    let request = Request {
+    Request {
         instructions: rendered.instructions.clone(),
         params,
         extensions: rendered.extensions.clone(),
@@ -448,16 +469,12 @@ pub(super) async fn prepare_task(
         context: rendered.context.clone(),
         working_dir: None,
         response_schema: rendered.schema.clone(),
-    };
-    prepare_with(
-        &shared.env,
-        &shared.config,
-        source,
-        &request,
-        &shared.resolver,
-    )
-    .await
-    .map_err(|e| match e {
+    }
+}
+
+/// A task's preparation failure as one line.
+pub(super) fn prepare_message(error: crate::delegation::PrepareError) -> String {
+    match error {
         crate::delegation::PrepareError::Input(diags) => diags
             .items
             .iter()
@@ -466,7 +483,7 @@ pub(super) async fn prepare_task(
             .collect::<Vec<_>>()
             .join("; "),
         crate::delegation::PrepareError::Task(message) => message,
-    })
+    }
 }
 
 /// The run's client and rate limiter for the task's provider (one per provider and run).

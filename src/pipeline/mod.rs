@@ -5,5 +5,5 @@ pub(crate) mod graph;
 pub(crate) mod items;
 pub(crate) mod model;
 pub(crate) mod parse;
-mod refs;
+pub(crate) mod refs;
 pub(crate) mod shard;

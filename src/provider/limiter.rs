@@ -212,10 +212,17 @@ pub(crate) fn estimate_tokens(req: &ChatRequest) -> u64 {
             } => call_id.len() + name.len() + content.len(),
         };
     }
-    for tool in req.tools.iter() {
-        chars += tool.name.len() + tool.description.len() + tool.parameters.to_string().len();
-    }
+    chars += tool_chars(&req.tools);
     (chars as u64).div_ceil(4) + u64::from(req.max_tokens.unwrap_or(0))
+}
+
+/// The characters the tool specs add to [`estimate_tokens`] (the same for every request that
+/// carries them).
+pub(crate) fn tool_chars(tools: &[super::ToolSpec]) -> usize {
+    tools
+        .iter()
+        .map(|tool| tool.name.len() + tool.description.len() + tool.parameters.to_string().len())
+        .sum()
 }
 
 #[cfg(test)]

@@ -1,0 +1,467 @@
+//! `summon run --dry-run`: the plan of a run, with every request that needs no model output
+//! drafted as the run would send it, and nothing sent.
+//!
+//! Static decompose steps (`items`, `command`, `glob`, `file`) are expanded, so fan-out widths
+//! are known. Every task whose templates read only parameters, `item`, `loop` and the items of
+//! those steps is rendered and prepared like a real task (source, parameters, system prompt,
+//! first message, built-in tools), without a provider: its input tokens are estimated from its
+//! first request the same way the token budget estimates them. Tasks that read model output
+//! (`steps.<id>.output|results` of a subagent step, or the items of a subagent decompose) are
+//! rendered when the run gets there and are left out of the estimate, which says so.
+//!
+//! A file of items is streamed, never held whole. Commands run (a dry run needs their items);
+//! a command, glob or file that fails here is reported, as it may work once earlier steps
+//! ran. A template that fails to render with everything it reads known, or a source missing
+//! from the catalog, is an error the run would hit: it is reported at its position.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::context::{agents_json, base_context, item_context};
+use super::step::{Compiled, Rendered, StepConfig, prepare_message, task_request, task_source};
+use crate::config::{Config, resolve::resolve_with};
+use crate::delegation::{Draft, Resolver, draft};
+use crate::env::Env;
+use crate::pipeline::graph::{Graph, step_templates};
+use crate::pipeline::items::{ItemError, command_items, glob_items, open_file_items};
+use crate::pipeline::model::{Decompose, Pipeline, Step, StepKind, TaskTemplate};
+use crate::pipeline::refs;
+use crate::provider::ToolSpec;
+use crate::source::Catalog;
+
+/// How long a decompose command may run in a dry run.
+const COMMAND_LIMIT: Duration = Duration::from_secs(60);
+
+/// The plan of one step.
+#[derive(Debug, Default)]
+pub(crate) struct StepPlan {
+    pub(crate) id: String,
+    pub(crate) kind: &'static str,
+    /// The steps it waits for.
+    pub(crate) needs: Vec<String>,
+    /// Items (decompose by items, command, glob or file) or tasks; `None` until the run knows.
+    pub(crate) width: Option<u64>,
+    /// Subagent tasks it sends; `None` until the run knows.
+    pub(crate) tasks: Option<u64>,
+    /// Tasks whose first request was drafted.
+    pub(crate) drafted: u64,
+    /// Their estimated input tokens.
+    pub(crate) input_tokens: u64,
+    /// The model of the first drafted task (`None`: none drafted, or no model configured).
+    pub(crate) model: Option<String>,
+    /// The first drafted task's first user message.
+    pub(crate) prompt: Option<String>,
+    /// Why some of its requests are known only during the run.
+    pub(crate) later: Option<String>,
+    /// Warnings its tasks would print (extensions, left-out tools), once each.
+    pub(crate) notes: Vec<String>,
+}
+
+/// The plan of a run.
+#[derive(Debug, Default)]
+pub(crate) struct DryRun {
+    pub(crate) steps: Vec<StepPlan>,
+    /// Estimated input tokens by model (`None`: no model configured).
+    pub(crate) tokens_by_model: Vec<(Option<String>, u64)>,
+    /// Errors the run would hit, at the step they are in.
+    pub(crate) errors: Vec<(crate::diag::Pos, String)>,
+}
+
+impl DryRun {
+    pub(crate) fn input_tokens(&self) -> u64 {
+        self.tokens_by_model.iter().map(|(_, t)| t).sum()
+    }
+}
+
+/// The items of a step that a dry run knows.
+enum Known {
+    Items(Vec<Value>),
+    /// A file of items no template reads whole: streamed by the fan-out over it.
+    File(std::path::PathBuf),
+}
+
+/// Plans `pipeline` with `params`: expands static decompositions, drafts every request that
+/// needs no model output, and sends nothing.
+pub(crate) fn plan(
+    env: &Env,
+    config: &Config,
+    catalog: &Catalog,
+    pipeline: &Pipeline,
+    params: &indexmap::IndexMap<String, String>,
+) -> DryRun {
+    let graph = Graph::new(pipeline);
+    let tenv = crate::template::environment(pipeline.file.path().parent());
+    let agents = agents_json(catalog);
+    let mut drafter = Drafter {
+        env,
+        config,
+        catalog,
+        resolver: Resolver::default(),
+        models: HashMap::new(),
+        tool_chars: Vec::new(),
+        tokens: HashMap::new(),
+        order: Vec::new(),
+    };
+    let mut known: Vec<Option<Known>> = (0..pipeline.steps.len()).map(|_| None).collect();
+    let mut plans: Vec<StepPlan> = pipeline
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, step)| StepPlan {
+            id: step.id.clone(),
+            kind: step.kind.name(),
+            needs: graph
+                .deps(i)
+                .iter()
+                .map(|d| pipeline.steps[*d].id.clone())
+                .collect(),
+            ..StepPlan::default()
+        })
+        .collect();
+    let mut errors = Vec::new();
+    for &i in graph.order() {
+        let step = &pipeline.steps[i];
+        let plan = &mut plans[i];
+        // Parameters, `agents`, and the steps whose items are known.
+        let mut steps = Map::new();
+        for (k, data) in known.iter().enumerate() {
+            if let Some(Known::Items(items)) = data {
+                steps.insert(
+                    pipeline.steps[k].id.clone(),
+                    json!({"items": items, "output": null, "results": null}),
+                );
+            }
+        }
+        let base = base_context(params, Value::Object(steps), &agents);
+        let unknown = unknown_reads(pipeline, step, &known);
+        let config = StepConfig::new(i, step, &pipeline.settings);
+        let outcome = match &step.kind {
+            StepKind::Decompose(decompose) => {
+                plan.tasks = Some(u64::from(matches!(decompose, Decompose::Agent(_))));
+                let found = if unknown.is_empty() {
+                    expand(env, &tenv, pipeline, step, decompose, &base)
+                } else {
+                    Ok(Err(Later::Needs(unknown)))
+                };
+                match found {
+                    Err(error) => Err(error),
+                    Ok(Ok(Some(data))) => {
+                        plan.width = match &data {
+                            Known::Items(items) => Some(items.len() as u64),
+                            Known::File(path) => count_file(path),
+                        };
+                        known[i] = Some(data);
+                        Ok(())
+                    }
+                    Ok(Ok(None)) => {
+                        let Decompose::Agent(task) = decompose else {
+                            unreachable!("expand handles every other kind");
+                        };
+                        plan.width = None;
+                        plan.later = Some("its items are the answer of a subagent".into());
+                        let schema = Some(json!({"type": "array"}));
+                        drafter.tasks(&tenv, &config, task, &base, schema, None, plan)
+                    }
+                    Ok(Err(later)) => {
+                        plan.later = Some(later.to_string());
+                        Ok(())
+                    }
+                }
+            }
+            StepKind::FanOut(fan_out) => {
+                let over = pipeline.steps.iter().position(|s| s.id == fan_out.over);
+                match over.and_then(|o| known[o].as_ref()) {
+                    None => {
+                        plan.later = Some(format!(
+                            "its tasks are known once `{}` has run",
+                            fan_out.over
+                        ));
+                        Ok(())
+                    }
+                    Some(items) => {
+                        plan.width = match items {
+                            Known::Items(items) => Some(items.len() as u64),
+                            Known::File(path) => count_file(path),
+                        };
+                        plan.tasks = plan.width;
+                        if unknown.is_empty() {
+                            drafter.tasks(
+                                &tenv,
+                                &config,
+                                &fan_out.task,
+                                &base,
+                                None,
+                                Some(items),
+                                plan,
+                            )
+                        } else {
+                            plan.later = Some(Later::Needs(unknown).to_string());
+                            Ok(())
+                        }
+                    }
+                }
+            }
+            StepKind::Synthesize(task) | StepKind::Delegate(task) => {
+                plan.width = Some(1);
+                plan.tasks = Some(1);
+                if unknown.is_empty() {
+                    drafter.tasks(&tenv, &config, task, &base, None, None, plan)
+                } else {
+                    plan.later = Some(Later::Needs(unknown).to_string());
+                    Ok(())
+                }
+            }
+        };
+        if let Err(message) = outcome {
+            errors.push((step.pos, format!("step `{}`: {message}", step.id)));
+        }
+    }
+    let tokens_by_model = drafter
+        .order
+        .iter()
+        .map(|model| (model.clone(), drafter.tokens[model]))
+        .collect();
+    DryRun {
+        steps: plans,
+        tokens_by_model,
+        errors,
+    }
+}
+
+/// Why a step's items or requests are known only during the run.
+enum Later {
+    /// It reads what these steps produce.
+    Needs(Vec<String>),
+    /// Its command, glob or file failed here.
+    Failed(String),
+}
+
+impl std::fmt::Display for Later {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Needs(ids) => {
+                let ids: Vec<String> = ids.iter().map(|id| format!("`{id}`")).collect();
+                write!(f, "rendered once {} has run", ids.join(" and "))
+            }
+            Self::Failed(why) => write!(f, "not known before the run: {why}"),
+        }
+    }
+}
+
+/// The steps a step's templates read that the dry run does not know: any field of a subagent
+/// step, and `output`/`results` of a decompose step (only its items are known).
+fn unknown_reads(pipeline: &Pipeline, step: &Step, known: &[Option<Known>]) -> Vec<String> {
+    let mut unknown: Vec<String> = Vec::new();
+    let mut add = |id: &str| {
+        if !unknown.iter().any(|u| u == id) {
+            unknown.push(id.to_owned());
+        }
+    };
+    let position = |id: &str| pipeline.steps.iter().position(|s| s.id == id);
+    for template in step_templates(step) {
+        for r in refs::step_refs(&template.text) {
+            let items_known =
+                position(&r.id).is_some_and(|k| matches!(known[k], Some(Known::Items(_))));
+            if !(items_known && r.field.as_deref() == Some("items")) {
+                add(&r.id);
+            }
+        }
+        // `{% for s in steps %}` reads every step above.
+        if !refs::whole_steps_uses(&template.text).is_empty() {
+            let here = position(&step.id).unwrap_or(0);
+            for (k, other) in pipeline.steps[..here].iter().enumerate() {
+                if !matches!(known[k], Some(Known::Items(_))) {
+                    add(&other.id);
+                }
+            }
+        }
+    }
+    unknown
+}
+
+/// The items of a static decompose step (`None` for a subagent decompose), or why they are
+/// known only during the run; `Err` when its template does not render.
+fn expand(
+    env: &Env,
+    tenv: &minijinja::Environment<'_>,
+    pipeline: &Pipeline,
+    step: &Step,
+    decompose: &Decompose,
+    base: &minijinja::Value,
+) -> Result<Result<Option<Known>, Later>, String> {
+    let template = match decompose {
+        Decompose::Items(items) => return Ok(Ok(Some(Known::Items(items.clone())))),
+        Decompose::Agent(_) => return Ok(Ok(None)),
+        Decompose::Command(t) | Decompose::Glob(t) | Decompose::File(t) => t,
+    };
+    let text = tenv
+        .render_str(&template.text, base)
+        .map_err(|e| super::step::render_error(template, &e))?;
+    let failed = |e: ItemError| Later::Failed(e.to_string());
+    Ok((|| {
+        Ok(Some(match decompose {
+            Decompose::Command(_) => {
+                Known::Items(command_items(&text, &env.cwd, COMMAND_LIMIT).map_err(failed)?)
+            }
+            Decompose::Glob(_) => Known::Items(glob_items(&text, &env.cwd).map_err(failed)?),
+            _ => {
+                let path = env.cwd.join(text.trim());
+                let reader = open_file_items(&path).map_err(failed)?;
+                if super::scheduler::items_read(pipeline, &step.id) {
+                    Known::Items(reader.collect::<Result<_, _>>().map_err(failed)?)
+                } else {
+                    Known::File(path)
+                }
+            }
+        }))
+    })())
+}
+
+/// The number of items of a file, streamed; `None` when a line is bad (the run reports it).
+fn count_file(path: &std::path::Path) -> Option<u64> {
+    let mut count = 0u64;
+    for item in open_file_items(path).ok()? {
+        item.ok()?;
+        count += 1;
+    }
+    Some(count)
+}
+
+/// Drafts tasks and adds up their estimates.
+struct Drafter<'a> {
+    env: &'a Env,
+    config: &'a Config,
+    catalog: &'a Catalog,
+    resolver: Resolver,
+    /// The model each combination of overrides resolves to without the network.
+    models: HashMap<[Option<String>; 4], Option<String>>,
+    /// The characters of each tool set (by its shared spec list).
+    tool_chars: Vec<(Arc<[ToolSpec]>, usize)>,
+    tokens: HashMap<Option<String>, u64>,
+    /// Models in the order they were first seen.
+    order: Vec<Option<String>>,
+}
+
+impl Drafter<'_> {
+    /// Drafts one task (`items: None`) or one per item, into `plan`.
+    #[allow(clippy::too_many_arguments)] // one step's templates and context
+    fn tasks(
+        &mut self,
+        tenv: &minijinja::Environment<'_>,
+        step: &StepConfig,
+        task: &TaskTemplate,
+        base: &minijinja::Value,
+        schema: Option<Value>,
+        items: Option<&Known>,
+        plan: &mut StepPlan,
+    ) -> Result<(), String> {
+        let compiled = Compiled::new(tenv, task)?;
+        let mut one = |ctx: &minijinja::Value| -> Result<(), String> {
+            let mut rendered = compiled.render(task, ctx)?;
+            rendered.schema.clone_from(&schema);
+            self.task(step, &rendered, plan)
+        };
+        match items {
+            None => one(base),
+            Some(Known::Items(items)) => {
+                for (index, item) in items.iter().enumerate() {
+                    one(&item_context(base, item, index as u64))
+                        .map_err(|e| format!("item {}: {e}", index + 1))?;
+                }
+                Ok(())
+            }
+            Some(Known::File(path)) => {
+                let reader = open_file_items(path).map_err(|e| e.to_string())?;
+                for (index, item) in reader.enumerate() {
+                    let item = item.map_err(|e| e.to_string())?;
+                    one(&item_context(base, &item, index as u64))
+                        .map_err(|e| format!("item {}: {e}", index + 1))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn task(
+        &mut self,
+        step: &StepConfig,
+        rendered: &Rendered,
+        plan: &mut StepPlan,
+    ) -> Result<(), String> {
+        let source = task_source(self.catalog, rendered)?;
+        let request = task_request(step, rendered);
+        let draft = draft(self.env, source, &request, &self.resolver).map_err(prepare_message)?;
+        let model = self.model(&draft);
+        let tokens = self.estimate(&draft, model.as_deref());
+        if plan.drafted == 0 {
+            plan.model.clone_from(&model);
+            plan.prompt = Some(draft.first_message.clone());
+            if !draft.servers.is_empty() {
+                let names: Vec<&str> = draft.servers.iter().map(|s| s.name.as_str()).collect();
+                plan.notes.push(format!(
+                    "the tools of {} are not counted: a dry run starts no MCP server",
+                    names.join(", ")
+                ));
+            }
+        }
+        for note in &draft.notes {
+            if !plan.notes.contains(&note.message) {
+                plan.notes.push(note.message.clone());
+            }
+        }
+        plan.drafted += 1;
+        plan.input_tokens += tokens;
+        if !self.tokens.contains_key(&model) {
+            self.order.push(model.clone());
+        }
+        *self.tokens.entry(model).or_default() += tokens;
+        Ok(())
+    }
+
+    /// The model the run would choose, when that needs no network (auto-detecting a local
+    /// Ollama does).
+    fn model(&mut self, draft: &Draft) -> Option<String> {
+        let o = draft.overrides();
+        let key = [
+            o.provider_flag.map(str::to_owned),
+            o.model_flag.map(str::to_owned),
+            o.recipe_provider.map(str::to_owned),
+            o.recipe_model.map(str::to_owned),
+        ];
+        if let Some(found) = self.models.get(&key) {
+            return found.clone();
+        }
+        // Without a configured provider the run would look for a local Ollama: the model
+        // is then the one it would use there.
+        let model = resolve_with(self.env, self.config, &o, |_| false)
+            .or_else(|_| resolve_with(self.env, self.config, &o, |_| true))
+            .ok()
+            .map(|r| r.model);
+        self.models.insert(key, model.clone());
+        model
+    }
+
+    /// The input tokens of the task's first request, as [`crate::provider::estimate_tokens`]
+    /// counts them.
+    fn estimate(&mut self, draft: &Draft, model: Option<&str>) -> u64 {
+        let specs = draft.tools.specs();
+        let tools = match self
+            .tool_chars
+            .iter()
+            .find(|(known, _)| Arc::ptr_eq(known, &specs))
+        {
+            Some((_, chars)) => *chars,
+            None => {
+                let chars = crate::provider::tool_chars(&specs);
+                self.tool_chars.push((specs, chars));
+                chars
+            }
+        };
+        let chars =
+            draft.system.len() + draft.first_message.len() + model.map_or(0, str::len) + tools;
+        (chars as u64).div_ceil(4)
+    }
+}
