@@ -3,9 +3,11 @@
 tasks at concurrency C against the local mock server answering after L ms, with the journal
 and --out on. Prints wall time against the ideal (ceil(N/C) x L), CPU per task and peak RSS.
 
-The ideal ignores that the mock server runs on the same machine: when C/L is high (25,600
-requests a second at C=256, L=10 ms) the mock alone needs much of the CPU and the ideal is
-out of reach for any client. So each case also measures the physical floor: after the summon
+The ideal ignores that the mock server runs on the same machine, where a real provider's CPU
+would not count: when C/L is high (25,600 requests a second at C=256, L=10 ms) the server takes
+much of the CPU and the ideal is out of reach for any client. The bench therefore runs the
+mock's lean server (`--lean`: one thread, hand-written HTTP/1.1, the same answers), which
+spends about half the CPU per request of the full one. So each case also measures the physical floor: after the summon
 run, `summon-load-floor` (testing/mock-llm/src/bin/floor.rs, a bare HTTP/1.1 keep-alive client
 on one thread) sends the same N requests, with bodies of summon's size, at the same C to a
 freshly started mock with the same L. Its wall time is the floor, `wall / floor` is what summon
@@ -33,7 +35,7 @@ def build():
 
 def start_mock(mock, latency_ms):
     """Starts the mock server; returns the process and its port."""
-    server = subprocess.Popen([mock, "--port", "0", "--latency-ms", str(latency_ms), "--no-stdin",
+    server = subprocess.Popen([mock, "--lean", "--port", "0", "--latency-ms", str(latency_ms), "--no-stdin",
                                "--max-seconds", "900"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     return server, server.stdout.readline().strip().rsplit(":", 1)[1]
 

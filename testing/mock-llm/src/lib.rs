@@ -17,9 +17,11 @@
 mod batch;
 mod clock;
 mod faults;
+mod lean;
 
 pub use batch::{BatchConfig, BatchOutcome, BatchRecord};
 pub use faults::{Fault, FaultPlan};
+pub use lean::{LeanStats, serve_lean};
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -301,31 +303,36 @@ impl RecordedRequest {
 
     /// The text of the last user message (its text parts; its tool results when it has none).
     pub fn last_user_text(&self) -> Option<String> {
-        let messages = self.body.get("messages")?.as_array()?;
-        let last = messages
-            .iter()
-            .rev()
-            .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
-        let content = last.get("content")?;
-        if let Some(text) = content.as_str() {
-            return Some(text.to_owned());
-        }
-        let blocks = content.as_array()?;
-        let texts = collect_text(blocks, "text");
-        if !texts.is_empty() {
-            return Some(texts);
-        }
-        let results: Vec<String> = blocks
-            .iter()
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-            .filter_map(|b| match b.get("content")? {
-                Value::String(text) => Some(text.clone()),
-                Value::Array(inner) => Some(collect_text(inner, "text")),
-                _ => None,
-            })
-            .collect();
-        (!results.is_empty()).then(|| results.join("\n"))
+        last_user_text(&self.body)
     }
+}
+
+/// The text of the last user message of a chat request body.
+fn last_user_text(body: &Value) -> Option<String> {
+    let messages = body.get("messages")?.as_array()?;
+    let last = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
+    let content = last.get("content")?;
+    if let Some(text) = content.as_str() {
+        return Some(text.to_owned());
+    }
+    let blocks = content.as_array()?;
+    let texts = collect_text(blocks, "text");
+    if !texts.is_empty() {
+        return Some(texts);
+    }
+    let results: Vec<String> = blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        .filter_map(|b| match b.get("content")? {
+            Value::String(text) => Some(text.clone()),
+            Value::Array(inner) => Some(collect_text(inner, "text")),
+            _ => None,
+        })
+        .collect();
+    (!results.is_empty()).then(|| results.join("\n"))
 }
 
 fn collect_text(blocks: &[Value], kind: &str) -> String {

@@ -9,17 +9,20 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use summon_mock_llm::{Fault, FaultPlan, MockConfig, MockServer, Reply};
+use summon_mock_llm::{Fault, FaultPlan, LeanStats, MockConfig, MockServer, Reply};
 
 const USAGE: &str = "\
 usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-seconds S]
-                       [--record] [--no-stdin] [--fault-rate R] [--fault-CLASS R]...
+                       [--lean] [--record] [--no-stdin] [--fault-rate R] [--fault-CLASS R]...
                        [--fault-seed N] [--retry-after-ms MS] [--stall-ms MS]
 
   --port N         port on 127.0.0.1 (default 0: a free port, printed on the first line)
   --latency-ms L   answer L ms after each request arrived, by the system clock (default 0)
   --reply R        `echo` (default): answer `echo: <last user message>`; else answer R
   --max-seconds S  stop after S seconds (default 600)
+  --lean           OpenAI chat completions only, on one thread with a hand-written HTTP/1.1
+                   server (same answers and usage): the least CPU per request, for
+                   benchmarks whose client shares the machine; no --record or faults
   --record         keep every request in memory (off by default: benchmarks)
   --no-stdin       do not stop at end of standard input (use when stdin is /dev/null,
                    e.g. when started in the background by a script)
@@ -41,6 +44,7 @@ struct Args {
     record: bool,
     watch_stdin: bool,
     faults: Option<FaultPlan>,
+    lean: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -52,6 +56,7 @@ fn parse_args() -> Result<Args, String> {
         record: false,
         watch_stdin: true,
         faults: None,
+        lean: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -119,10 +124,14 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--record" => args.record = true,
+            "--lean" => args.lean = true,
             "--no-stdin" => args.watch_stdin = false,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument: {other}")),
         }
+    }
+    if args.lean && (args.record || args.faults.is_some()) {
+        return Err("--lean records nothing and injects no faults".into());
     }
     if let Some(plan) = &args.faults {
         let sum = plan.rate_429
@@ -158,10 +167,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // The lean server runs on one thread: it spends least CPU per request that way.
+    let mut builder = if args.lean {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("summon-mock-llm: cannot start the runtime: {err}");
@@ -175,6 +187,9 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: Args) -> ExitCode {
+    if args.lean {
+        return serve_lean(args).await;
+    }
     let mut config = MockConfig::new()
         .default_reply(args.reply)
         .latency(args.latency)
@@ -193,29 +208,8 @@ async fn serve(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut stdout = std::io::stdout();
-    let _ = writeln!(stdout, "listening on {}", server.addr());
-    let _ = stdout.flush();
-
-    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
-    if args.watch_stdin {
-        // A plain thread: it must not keep the process alive at exit.
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            let mut stdin = std::io::stdin();
-            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
-            let _ = eof_tx.send(());
-        });
-    } else {
-        // A dropped sender disables the stdin branch below.
-        drop(eof_tx);
-    }
-
-    let reason = tokio::select! {
-        () = tokio::time::sleep(Duration::from_secs(args.max_seconds)) => "time limit reached",
-        Ok(()) = eof_rx => "end of standard input",
-        () = terminate() => "signal",
-    };
+    listening(server.addr());
+    let reason = stopped(args.watch_stdin, args.max_seconds).await;
     eprintln!(
         "summon-mock-llm: stopping ({reason}): served {} requests, peak in flight {}",
         server.request_count(),
@@ -230,6 +224,68 @@ async fn serve(args: Args) -> ExitCode {
         eprintln!("summon-mock-llm: faults injected: {}", list.join(", "));
     }
     ExitCode::SUCCESS
+}
+
+async fn serve_lean(args: Args) -> ExitCode {
+    let listener = match tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!(
+                "summon-mock-llm: cannot bind 127.0.0.1:{}: {err}",
+                args.port
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Ok(addr) = listener.local_addr() {
+        listening(addr);
+    }
+    let stats = std::sync::Arc::new(LeanStats::default());
+    let server = summon_mock_llm::serve_lean(
+        listener,
+        args.reply,
+        args.latency,
+        std::sync::Arc::clone(&stats),
+    );
+    let reason = tokio::select! {
+        reason = stopped(args.watch_stdin, args.max_seconds) => reason.to_owned(),
+        Err(err) = server => format!("error: {err}"),
+    };
+    eprintln!(
+        "summon-mock-llm: stopping ({reason}): served {} requests",
+        stats.requests()
+    );
+    ExitCode::SUCCESS
+}
+
+/// The first line of stdout, which scripts wait for.
+fn listening(addr: std::net::SocketAddr) {
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "listening on {addr}");
+    let _ = stdout.flush();
+}
+
+/// Waits for the end of standard input (when watched), the time limit or a signal, and says
+/// which.
+async fn stopped(watch_stdin: bool, max_seconds: u64) -> &'static str {
+    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
+    if watch_stdin {
+        // A plain thread: it must not keep the process alive at exit.
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+            let _ = eof_tx.send(());
+        });
+    } else {
+        // A dropped sender disables the stdin branch below.
+        drop(eof_tx);
+    }
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(max_seconds)) => "time limit reached",
+        Ok(()) = eof_rx => "end of standard input",
+        () = terminate() => "signal",
+    }
 }
 
 #[cfg(unix)]

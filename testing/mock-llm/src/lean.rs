@@ -1,0 +1,289 @@
+//! The lean server (`summon-mock-llm --lean`): OpenAI-compatible chat completions only, for
+//! benchmarks whose client shares the machine with the server.
+//!
+//! A real provider's CPU is not the client's: in a benchmark on one machine, every microsecond
+//! the stand-in spends per request is taken from the runner being measured. This server does
+//! as little as a server can: one thread, HTTP/1.1 keep-alive read and written by hand, the
+//! request's model and last user message read without building its JSON tree, and the same
+//! answer (`echo: <last user message>` or a fixed text) with the same usage as the full mock,
+//! sent `latency` after the request arrived by the system clock. No recording, rules or
+//! faults: the full server ([`crate::MockServer`]) has those.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::{Api, Reply, clock::Timer};
+
+/// The largest request head or body read.
+const MAX_REQUEST: usize = 64 * 1024 * 1024;
+
+/// Requests answered, shared with the caller.
+#[derive(Debug, Default)]
+pub struct LeanStats {
+    requests: AtomicU64,
+}
+
+impl LeanStats {
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+/// Serves `listener` until the future is dropped. `reply` must be [`Reply::Echo`] or
+/// [`Reply::Text`].
+pub async fn serve_lean(
+    listener: TcpListener,
+    reply: Reply,
+    latency: Duration,
+    stats: Arc<LeanStats>,
+) -> std::io::Result<()> {
+    let fixed: Option<Arc<str>> = match reply {
+        Reply::Text(text) => Some(text.into()),
+        _ => None,
+    };
+    let timer = if latency.is_zero() {
+        None
+    } else {
+        Some(Arc::new(Timer::start()?))
+    };
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let connection = Connection {
+            fixed: fixed.clone(),
+            latency,
+            timer: timer.clone(),
+            stats: Arc::clone(&stats),
+        };
+        tokio::spawn(connection.run(stream));
+    }
+}
+
+struct Connection {
+    fixed: Option<Arc<str>>,
+    latency: Duration,
+    timer: Option<Arc<Timer>>,
+    stats: Arc<LeanStats>,
+}
+
+/// A request read off the connection.
+struct Head {
+    post_chat: bool,
+    body_len: usize,
+    /// Where the body starts in the buffer.
+    body_at: usize,
+    close: bool,
+}
+
+impl Connection {
+    async fn run(self, mut stream: TcpStream) {
+        let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+        let mut out: Vec<u8> = Vec::with_capacity(1024);
+        loop {
+            let head = loop {
+                match parse_head(&buf) {
+                    Ok(Some(head)) if buf.len() >= head.body_at + head.body_len => break head,
+                    Ok(_) if buf.len() < MAX_REQUEST => {}
+                    _ => {
+                        let _ = stream.write_all(&status(400, "bad request", true)).await;
+                        return;
+                    }
+                }
+                if buf.capacity() - buf.len() < 4096 {
+                    buf.reserve(buf.len().max(4096));
+                }
+                match stream.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            };
+            let arrived = Instant::now();
+            let end = head.body_at + head.body_len;
+            out.clear();
+            if head.post_chat {
+                self.answer(&buf[head.body_at..end], &mut out);
+                if let Some(timer) = &self.timer {
+                    timer.sleep_until(arrived + self.latency).await;
+                }
+            } else {
+                out.extend_from_slice(&status(404, "only POST /v1/chat/completions", false));
+            }
+            buf.drain(..end);
+            if stream.write_all(&out).await.is_err() || head.close {
+                return;
+            }
+        }
+    }
+
+    /// Writes the whole HTTP answer to a chat request into `out`.
+    fn answer(&self, body: &[u8], out: &mut Vec<u8>) {
+        let id = self.stats.requests.fetch_add(1, Ordering::Relaxed) + 1;
+        let request = crate::essentials(body);
+        let model = request["model"].as_str().unwrap_or("mock-model");
+        let text = match &self.fixed {
+            Some(text) => text.to_string(),
+            None => format!(
+                "echo: {}",
+                crate::last_user_text(&request).unwrap_or_default()
+            ),
+        };
+        let input_tokens = (body.len() as u64 / 4).max(1);
+        let json = crate::success_body(Api::OpenAi, id, model, Some(&text), &[], input_tokens);
+        let json = json.to_string();
+        out.extend_from_slice(
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                json.len()
+            )
+            .as_bytes(),
+        );
+        out.extend_from_slice(json.as_bytes());
+    }
+}
+
+/// An answer with an error status and a JSON error body.
+fn status(code: u16, message: &str, close: bool) -> Vec<u8> {
+    let body = serde_json::json!({"error": {"message": message, "type": "mock_error"}}).to_string();
+    let reason = if code == 404 {
+        "Not Found"
+    } else {
+        "Bad Request"
+    };
+    let connection = if close { "connection: close\r\n" } else { "" };
+    format!(
+        "HTTP/1.1 {code} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{connection}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Parses the request line and headers at the start of `buf`: `Ok(None)` until they are all
+/// there, `Err` when they are not HTTP/1.1 this server can answer.
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, ()> {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(&buf[..end]).map_err(|_| ())?;
+    let mut lines = text.split("\r\n");
+    let mut request_line = lines.next().ok_or(())?.split(' ');
+    let (method, path) = (
+        request_line.next().ok_or(())?,
+        request_line.next().ok_or(())?,
+    );
+    let mut body_len = 0;
+    let mut close = false;
+    for line in lines {
+        let (name, value) = line.split_once(':').ok_or(())?;
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            body_len = value.parse().map_err(|_| ())?;
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            // Chunked bodies are not read here.
+            return Err(());
+        } else if name.eq_ignore_ascii_case("connection") {
+            close = value.eq_ignore_ascii_case("close");
+        }
+    }
+    if body_len > MAX_REQUEST {
+        return Err(());
+    }
+    let path = path.split('?').next().unwrap_or(path);
+    Ok(Some(Head {
+        post_chat: method == "POST" && path.ends_with("/chat/completions"),
+        body_len,
+        body_at: end + 4,
+        close,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads one response with a `content-length` off `stream`: its status line and body.
+    async fn response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> (String, serde_json::Value) {
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8(buf[..end].to_vec()).unwrap();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                if buf.len() >= end + 4 + len {
+                    let body = serde_json::from_slice(&buf[end + 4..end + 4 + len]).unwrap();
+                    buf.drain(..end + 4 + len);
+                    return (head.lines().next().unwrap().to_owned(), body);
+                }
+            }
+            assert!(stream.read_buf(buf).await.unwrap() > 0, "connection closed");
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_chat_requests_on_one_connection_after_the_latency() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stats = Arc::new(LeanStats::default());
+        let latency = Duration::from_millis(20);
+        tokio::spawn(serve_lean(
+            listener,
+            Reply::Echo,
+            latency,
+            Arc::clone(&stats),
+        ));
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let mut buf = Vec::new();
+        for text in ["first", "second"] {
+            let body = format!(
+                r#"{{"model":"m","messages":[{{"role":"system","content":"s"}},{{"role":"user","content":"{text}"}}]}}"#
+            );
+            let request = format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let sent = Instant::now();
+            // Written in two parts, as a client may.
+            let (a, b) = request.as_bytes().split_at(40);
+            stream.write_all(a).await.unwrap();
+            stream.write_all(b).await.unwrap();
+            let (status, json) = response(&mut stream, &mut buf).await;
+            assert!(sent.elapsed() >= latency);
+            assert_eq!(status, "HTTP/1.1 200 OK");
+            assert_eq!(
+                json["choices"][0]["message"]["content"],
+                format!("echo: {text}")
+            );
+            assert_eq!(json["model"], "m");
+            assert_eq!(json["usage"]["prompt_tokens"], body.len() as u64 / 4);
+        }
+        stream
+            .write_all(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let (status, _) = response(&mut stream, &mut buf).await;
+        assert_eq!(status, "HTTP/1.1 404 Not Found");
+        assert_eq!(stats.requests(), 2);
+    }
+
+    #[test]
+    fn a_head_is_read_once_complete() {
+        let request =
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+        assert!(parse_head(&request[..30]).unwrap().is_none());
+        let head = parse_head(request).unwrap().unwrap();
+        assert!(head.post_chat && !head.close);
+        assert_eq!((head.body_at, head.body_len), (request.len() - 2, 2));
+        let other = parse_head(b"GET /v1/models HTTP/1.1\r\nconnection: Close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!other.post_chat && other.close);
+        assert!(parse_head(b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n").is_err());
+        assert!(parse_head(b"POST / HTTP/1.1\r\ncontent-length: x\r\n\r\n").is_err());
+    }
+}
