@@ -22,7 +22,14 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
 /// The body as bytes, serialized straight from the request (no intermediate JSON tree: this
 /// runs once per model request).
 pub(crate) fn request_bytes(req: &ChatRequest) -> Vec<u8> {
-    serde_json::to_vec(&Body::new(req)).unwrap_or_default()
+    let body = Body::new(req);
+    // Sized for the whole body at once: the tools alone are several kilobytes, and growing
+    // from empty would copy them again and again.
+    let mut out = Vec::with_capacity(body.size_hint());
+    match serde_json::to_writer(&mut out, &body) {
+        Ok(()) => out,
+        Err(_) => Vec::new(),
+    }
 }
 
 /// The request body, borrowing from the request.
@@ -73,6 +80,24 @@ struct WireFunction<'a> {
 }
 
 impl<'a> Body<'a> {
+    /// About the serialized size: every text once, plus room for keys and escapes.
+    fn size_hint(&self) -> usize {
+        let texts: usize = self
+            .messages
+            .iter()
+            .map(|m| match m {
+                WireMessage::System { content } | WireMessage::User { content } => content.len(),
+                WireMessage::Assistant {
+                    content,
+                    tool_calls,
+                } => content.map_or(0, str::len) + 256 * tool_calls.len(),
+                WireMessage::Tool { content, .. } => content.len(),
+            })
+            .sum();
+        let tools = self.tools.as_ref().map_or(0, |raw| raw.get().len());
+        self.model.len() + texts + tools + 64 * self.messages.len() + 256
+    }
+
     fn new(req: &'a ChatRequest) -> Self {
         let mut messages = Vec::with_capacity(req.messages.len() + 1);
         if !req.system.is_empty() {
