@@ -143,7 +143,7 @@ pub(crate) async fn prepare_with(
 /// message and the built-in tools its first request carries (what `summon run --dry-run`
 /// counts without contacting anyone).
 pub(crate) struct Draft {
-    pub(crate) label: String,
+    label: String,
     pub(crate) system: String,
     pub(crate) first_message: String,
     pub(crate) tools: ToolSet,

@@ -26,7 +26,7 @@ use crate::config::{Config, resolve::resolve_with};
 use crate::delegation::{Draft, Resolver, draft};
 use crate::env::Env;
 use crate::pipeline::graph::{Graph, step_templates};
-use crate::pipeline::items::{ItemError, command_items, glob_items, open_file_items};
+use crate::pipeline::items::{command_items, glob_items, open_file_items};
 use crate::pipeline::model::{Decompose, Pipeline, Step, StepKind, TaskTemplate};
 use crate::pipeline::refs;
 use crate::provider::ToolSpec;
@@ -124,6 +124,12 @@ pub(crate) fn plan(
     let mut errors = Vec::new();
     for &i in graph.order() {
         let step = &pipeline.steps[i];
+        // A fan-out's width is that of the step it goes over, counted there.
+        let over = match &step.kind {
+            StepKind::FanOut(fan_out) => pipeline.steps.iter().position(|s| s.id == fan_out.over),
+            _ => None,
+        };
+        let over_width = over.and_then(|o| plans[o].width);
         let plan = &mut plans[i];
         // Parameters, `agents`, and the steps whose items are known.
         let mut steps = Map::new();
@@ -144,11 +150,11 @@ pub(crate) fn plan(
                 let found = if unknown.is_empty() {
                     expand(env, &tenv, pipeline, step, decompose, &base)
                 } else {
-                    Ok(Err(Later::Needs(unknown)))
+                    Ok(Expanded::Later(Later::Needs(unknown)))
                 };
                 match found {
                     Err(error) => Err(error),
-                    Ok(Ok(Some(data))) => {
+                    Ok(Expanded::Known(data)) => {
                         plan.width = match &data {
                             Known::Items(items) => Some(items.len() as u64),
                             Known::File(path) => count_file(path),
@@ -156,54 +162,44 @@ pub(crate) fn plan(
                         known[i] = Some(data);
                         Ok(())
                     }
-                    Ok(Ok(None)) => {
-                        let Decompose::Agent(task) = decompose else {
-                            unreachable!("expand handles every other kind");
-                        };
-                        plan.width = None;
+                    Ok(Expanded::Subagent(task)) => {
                         plan.later = Some("its items are the answer of a subagent".into());
                         let schema = Some(json!({"type": "array"}));
                         drafter.tasks(&tenv, &config, task, &base, schema, None, plan)
                     }
-                    Ok(Err(later)) => {
+                    Ok(Expanded::Later(later)) => {
                         plan.later = Some(later.to_string());
                         Ok(())
                     }
                 }
             }
-            StepKind::FanOut(fan_out) => {
-                let over = pipeline.steps.iter().position(|s| s.id == fan_out.over);
-                match over.and_then(|o| known[o].as_ref()) {
-                    None => {
-                        plan.later = Some(format!(
-                            "its tasks are known once `{}` has run",
-                            fan_out.over
-                        ));
+            StepKind::FanOut(fan_out) => match over.and_then(|o| known[o].as_ref()) {
+                None => {
+                    plan.later = Some(format!(
+                        "its tasks are known once `{}` has run",
+                        fan_out.over
+                    ));
+                    Ok(())
+                }
+                Some(items) => {
+                    plan.width = over_width;
+                    plan.tasks = over_width;
+                    if unknown.is_empty() {
+                        drafter.tasks(
+                            &tenv,
+                            &config,
+                            &fan_out.task,
+                            &base,
+                            None,
+                            Some(items),
+                            plan,
+                        )
+                    } else {
+                        plan.later = Some(Later::Needs(unknown).to_string());
                         Ok(())
                     }
-                    Some(items) => {
-                        plan.width = match items {
-                            Known::Items(items) => Some(items.len() as u64),
-                            Known::File(path) => count_file(path),
-                        };
-                        plan.tasks = plan.width;
-                        if unknown.is_empty() {
-                            drafter.tasks(
-                                &tenv,
-                                &config,
-                                &fan_out.task,
-                                &base,
-                                None,
-                                Some(items),
-                                plan,
-                            )
-                        } else {
-                            plan.later = Some(Later::Needs(unknown).to_string());
-                            Ok(())
-                        }
-                    }
                 }
-            }
+            },
             StepKind::Synthesize(task) | StepKind::Delegate(task) => {
                 plan.width = Some(1);
                 plan.tasks = Some(1);
@@ -282,42 +278,49 @@ fn unknown_reads(pipeline: &Pipeline, step: &Step, known: &[Option<Known>]) -> V
     unknown
 }
 
-/// The items of a static decompose step (`None` for a subagent decompose), or why they are
-/// known only during the run; `Err` when its template does not render.
-fn expand(
+/// What a dry run makes of a decompose step.
+enum Expanded<'p> {
+    Known(Known),
+    /// A subagent lists the items: its one task is drafted instead.
+    Subagent(&'p TaskTemplate),
+    Later(Later),
+}
+
+/// Expands a decompose step; `Err` when its template does not render.
+fn expand<'p>(
     env: &Env,
     tenv: &minijinja::Environment<'_>,
     pipeline: &Pipeline,
     step: &Step,
-    decompose: &Decompose,
+    decompose: &'p Decompose,
     base: &minijinja::Value,
-) -> Result<Result<Option<Known>, Later>, String> {
+) -> Result<Expanded<'p>, String> {
     let template = match decompose {
-        Decompose::Items(items) => return Ok(Ok(Some(Known::Items(items.clone())))),
-        Decompose::Agent(_) => return Ok(Ok(None)),
+        Decompose::Items(items) => return Ok(Expanded::Known(Known::Items(items.clone()))),
+        Decompose::Agent(task) => return Ok(Expanded::Subagent(task)),
         Decompose::Command(t) | Decompose::Glob(t) | Decompose::File(t) => t,
     };
     let text = tenv
         .render_str(&template.text, base)
         .map_err(|e| super::step::render_error(template, &e))?;
-    let failed = |e: ItemError| Later::Failed(e.to_string());
-    Ok((|| {
-        Ok(Some(match decompose {
-            Decompose::Command(_) => {
-                Known::Items(command_items(&text, &env.cwd, COMMAND_LIMIT).map_err(failed)?)
-            }
-            Decompose::Glob(_) => Known::Items(glob_items(&text, &env.cwd).map_err(failed)?),
-            _ => {
-                let path = env.cwd.join(text.trim());
-                let reader = open_file_items(&path).map_err(failed)?;
+    let found = match decompose {
+        Decompose::Command(_) => command_items(&text, &env.cwd, COMMAND_LIMIT).map(Known::Items),
+        Decompose::Glob(_) => glob_items(&text, &env.cwd).map(Known::Items),
+        _ => {
+            let path = env.cwd.join(text.trim());
+            open_file_items(&path).and_then(|reader| {
                 if super::scheduler::items_read(pipeline, &step.id) {
-                    Known::Items(reader.collect::<Result<_, _>>().map_err(failed)?)
+                    reader.collect::<Result<_, _>>().map(Known::Items)
                 } else {
-                    Known::File(path)
+                    Ok(Known::File(path))
                 }
-            }
-        }))
-    })())
+            })
+        }
+    };
+    Ok(match found {
+        Ok(known) => Expanded::Known(known),
+        Err(e) => Expanded::Later(Later::Failed(e.to_string())),
+    })
 }
 
 /// The number of items of a file, streamed; `None` when a line is bad (the run reports it).

@@ -87,7 +87,9 @@ impl Connection {
             let head = loop {
                 match parse_head(&buf) {
                     Ok(Some(head)) if buf.len() >= head.body_at + head.body_len => break head,
-                    Ok(_) if buf.len() < MAX_REQUEST => {}
+                    // A whole head with part of its (bounded) body, or part of a head.
+                    Ok(Some(_)) => {}
+                    Ok(None) if buf.len() < MAX_REQUEST => {}
                     _ => {
                         let _ = stream.write_all(&status(400, "bad request", true)).await;
                         return;
