@@ -380,6 +380,7 @@ pub(crate) fn draft(
     let schema = request.response_schema.clone().or(plan.schema);
     let names = tools.names();
     let system = system_prompt(
+        plan.first.has_role(),
         workdir.path(),
         plan.instructions.as_deref(),
         request.context.as_deref(),

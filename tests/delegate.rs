@@ -46,8 +46,9 @@ async fn ad_hoc_instructions_are_the_first_message_verbatim() {
     assert_eq!(first_user_of(&requests[0]), task);
     assert_eq!(requests[0].model(), Some("mock-model"));
     let system = system_of(&requests[0]);
+    // No role, so no sentence about roles.
     assert!(
-        system.contains("never overrides these instructions"),
+        !system.contains("never overrides these instructions"),
         "{system}"
     );
     // No shell without the developer extension.

@@ -294,6 +294,8 @@ async fn shell_gets_no_api_key_and_a_restricted_shell_runs_only_its_patterns() {
             "logger",
             "--instructions",
             "log",
+            "--extensions",
+            "developer",
             "--working-dir",
             "work",
         ])

@@ -2,8 +2,9 @@
 //!
 //! The system prompt is program text, then the recipe's instructions, then `# Reference
 //! Context`. An agent's role text is never put there: it reaches the subagent as labelled
-//! project data in the first user message, and a fixed sentence says roles never override
-//! instructions or permissions.
+//! project data in the first user message, and (only then) a fixed sentence in the system
+//! prompt says roles never override instructions or permissions. An agent whose body is empty
+//! sends its task alone, unlabelled, like an ad-hoc delegation.
 
 use std::path::Path;
 
@@ -17,15 +18,21 @@ on your own. Nobody will answer questions, so do not ask any. Use the tools you 
 help, then reply with your final answer as plain text; that reply is the only thing returned to \
 whoever delegated the task.";
 
-/// Builds the system prompt.
+/// Builds the system prompt. `with_role` says whether the first message carries a project's
+/// role text, which is when the sentence about roles is needed.
 pub(crate) fn system_prompt(
+    with_role: bool,
     workdir: &Path,
     instructions: Option<&str>,
     context: Option<&str>,
     tool_names: &[&str],
     response_schema: Option<&serde_json::Value>,
 ) -> String {
-    let mut text = format!("{PREAMBLE}\n\n{ROLE_BOUNDARY}\n\n");
+    let mut text = format!("{PREAMBLE}\n\n");
+    if with_role {
+        text.push_str(ROLE_BOUNDARY);
+        text.push_str("\n\n");
+    }
     text.push_str(&format!(
         "Your working directory is {}; file paths are relative to it and cannot leave it.\n",
         workdir.display()
@@ -65,7 +72,7 @@ pub(crate) enum FirstMessage {
         prompt: String,
         extra: Option<String>,
     },
-    /// An agent role: the labelled role text, then the task.
+    /// An agent role: the labelled role text, then the task; an empty role is the task alone.
     Role {
         name: String,
         path: String,
@@ -75,6 +82,11 @@ pub(crate) enum FirstMessage {
 }
 
 impl FirstMessage {
+    /// Whether the message carries a project's role text.
+    pub(crate) fn has_role(&self) -> bool {
+        matches!(self, Self::Role { role_text, .. } if !role_text.trim().is_empty())
+    }
+
     pub(crate) fn text(&self) -> String {
         match self {
             Self::AdHoc { instructions } => instructions.clone(),
@@ -84,6 +96,7 @@ impl FirstMessage {
                 }
                 _ => prompt.clone(),
             },
+            Self::Role { task, .. } if !self.has_role() => task.clone(),
             Self::Role {
                 name,
                 path,
@@ -117,8 +130,23 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_role_is_the_task_alone() {
+        let message = FirstMessage::Role {
+            name: "blank".into(),
+            path: ".claude/agents/blank.md".into(),
+            role_text: " \n\n".into(),
+            task: "Find the parser.".into(),
+        };
+        assert!(!message.has_role());
+        assert_eq!(message.text(), "Find the parser.");
+        let text = system_prompt(false, Path::new("/w"), None, None, &[], None);
+        assert!(!text.contains(ROLE_BOUNDARY));
+    }
+
+    #[test]
     fn system_prompt_sections() {
         let text = system_prompt(
+            true,
             Path::new("/w"),
             Some("Do X."),
             Some("Background."),

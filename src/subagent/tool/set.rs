@@ -1,9 +1,9 @@
 //! The set of tools one subagent is offered, and the dispatch of the model's calls.
 //!
-//! A subagent gets the file tools always and `shell` when its source enables goose's
-//! `developer` extension; an agent's `tools` list narrows that (and listing `Bash` / `shell`
-//! offers the shell by itself). Listed entries summon cannot offer are handed back so the run can
-//! say they were left out. A call to a tool outside the set runs nothing and returns an
+//! A subagent gets the file tools always and `shell` when its invocation grants goose's
+//! `developer` extension; an agent's `tools` list only narrows that: listing `Bash` / `shell`
+//! without the grant does not offer the shell. Listed entries summon cannot offer are handed
+//! back so the run can say they were left out. A call to a tool outside the set runs nothing and returns an
 //! `unknown_tool` error that lists the tools the model does have.
 
 use serde_json::Value;
@@ -43,11 +43,12 @@ pub(crate) struct ToolSet {
 impl ToolSet {
     /// The built-in tools a subagent gets: file tools always, `shell` only when `shell_enabled`;
     /// narrowed by an agent's `tools` list when given (None = no narrowing; Some(empty) = no
-    /// tools). An agent that lists the shell (`Bash`, `shell`, `developer__shell`) gets it even
-    /// without `shell_enabled`.
+    /// tools). A definition only narrows: an agent that lists the shell (`Bash`, `shell`,
+    /// `developer__shell`) without `shell_enabled` does not get it.
     ///
     /// Returns the set, the listed entries that are not available (raw text, once each: tools
-    /// summon does not have, such as `WebFetch`), and the listed MCP tools as (server, tool —
+    /// summon does not have, such as `WebFetch`, and a shell the invocation did not grant,
+    /// with the flag that grants it), and the listed MCP tools as (server, tool —
     /// `None` for all of the server's —, raw text), for the caller to find servers for.
     /// Delegation entries are ignored: a subagent never delegates.
     pub(crate) fn builtin(
@@ -74,8 +75,18 @@ impl ToolSet {
         let mut mcp: Vec<McpWanted> = Vec::new();
         let mut patterns: Vec<String> = Vec::new();
         let mut shell_unrestricted = false;
+        let mut ungranted: Vec<&str> = Vec::new();
         for entry in list {
             match &entry.kind {
+                ToolKind::Builtin {
+                    tool: BuiltinTool::Shell,
+                    ..
+                } if !shell_enabled => {
+                    let raw = entry.raw.trim();
+                    if !ungranted.contains(&raw) {
+                        ungranted.push(raw);
+                    }
+                }
                 ToolKind::Builtin { tool, pattern } => {
                     if !wanted.contains(tool) {
                         wanted.push(*tool);
@@ -101,6 +112,12 @@ impl ToolSet {
                 }
                 ToolKind::Delegation => {}
             }
+        }
+        if !ungranted.is_empty() {
+            unavailable.push(format!(
+                "{} — grant it with --extensions developer",
+                ungranted.join(", ")
+            ));
         }
         let tools = BuiltinTool::ALL
             .into_iter()
@@ -263,16 +280,19 @@ mod tests {
         assert!(set.specs().is_empty());
         assert!(unavailable.is_empty());
 
-        // Listing the shell offers it even when the source does not enable it.
-        let (set, _) = narrowed(false, &["Bash", "Read"]);
+        // Listing the shell does not offer it when the invocation does not grant it.
+        let (set, unavailable) = narrowed(false, &["Bash", "Read", "Bash(git log*)", "Bash"]);
+        assert_eq!(set.names(), ["read_file"]);
+        assert_eq!(
+            unavailable,
+            ["Bash, Bash(git log*) — grant it with --extensions developer"]
+        );
+        let (set, _) = narrowed(true, &["Bash", "Read"]);
         assert_eq!(set.names(), ["read_file", "shell"]);
         assert_eq!(set.shell_patterns, None);
 
         // Order follows summon's, not the list's; duplicates collapse.
-        let (set, _) = narrowed(
-            false,
-            &["shell", "Edit", "MultiEdit", "Glob", "LS", "Write"],
-        );
+        let (set, _) = narrowed(true, &["shell", "Edit", "MultiEdit", "Glob", "LS", "Write"]);
         assert_eq!(
             set.names(),
             ["write_file", "edit_file", "list_files", "shell"]
@@ -321,7 +341,7 @@ mod tests {
     #[test]
     fn shell_patterns() {
         let (set, _) = narrowed(
-            false,
+            true,
             &["Bash(git log*)", "Bash(git diff*)", "Bash(git log*)"],
         );
         assert_eq!(set.names(), ["shell"]);
@@ -453,7 +473,7 @@ mod tests {
     #[tokio::test]
     async fn restricted_shell_through_the_set() {
         let sb = Sandbox::new();
-        let (set, _) = narrowed(false, &["Bash(echo hi*)"]);
+        let (set, _) = narrowed(true, &["Bash(echo hi*)"]);
         let out = set
             .call("shell", &json!({"command": "echo hi"}), &sb.wd)
             .await;
