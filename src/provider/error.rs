@@ -15,6 +15,8 @@ use serde_json::Value;
 
 /// The longest provider message quoted in an error, in characters.
 const MAX_QUOTED_CHARS: usize = 600;
+/// The longest summary of a body that is not JSON (a proxy's HTML error page), in characters.
+const MAX_PAGE_CHARS: usize = 120;
 
 /// An API key. Its `Debug` never shows the value and it has no `Display`.
 #[derive(Clone, PartialEq, Eq)]
@@ -113,6 +115,18 @@ impl ProviderError {
                 *retry_after
             }
             _ => None,
+        }
+    }
+
+    /// The error without the provider's quoted message: what a retry line shows, since the
+    /// message is given once, in the final error.
+    pub(crate) fn headline(&self) -> String {
+        match self {
+            Self::RateLimited { .. } => "rate limited by the provider (HTTP 429)".to_owned(),
+            Self::Overloaded { status, .. } => {
+                format!("provider overloaded or failing (HTTP {status})")
+            }
+            other => other.to_string(),
         }
     }
 
@@ -319,7 +333,7 @@ pub(crate) fn classify_at(
         402 => ProviderError::QuotaExhausted { message },
         400..=499 if has(QUOTA) => ProviderError::QuotaExhausted { message },
         429 => ProviderError::RateLimited {
-            retry_after: retry_after(headers, now),
+            retry_after: retry_after(headers, now).or_else(|| wait_in_message(&info.message)),
             message,
         },
         408 => ProviderError::Network {
@@ -384,12 +398,56 @@ impl BodyInfo {
             if info.message.is_empty() {
                 info.message = trimmed.to_owned();
             }
+            info.message = truncate(&info.message, MAX_QUOTED_CHARS);
         } else {
-            info.message = trimmed.to_owned();
+            info.message = truncate(&page_summary(trimmed), MAX_PAGE_CHARS);
         }
-        info.message = truncate(&info.message, MAX_QUOTED_CHARS);
         info
     }
+}
+
+/// A body that is not JSON, such as a proxy's HTML error page, in a few words: its `<title>`,
+/// else its first line with any tags removed.
+fn page_summary(body: &str) -> String {
+    static TITLE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?is)<title[^>]*>(.*?)</title>")
+            .unwrap_or_else(|e| panic!("static title pattern must compile: {e}"))
+    });
+    static TAG: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"<[^>]*>").unwrap_or_else(|e| panic!("static tag pattern must compile: {e}"))
+    });
+    let collapse = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if let Some(title) = TITLE.captures(body).map(|c| collapse(&c[1]))
+        && !title.is_empty()
+    {
+        return title;
+    }
+    body.lines()
+        .map(|line| collapse(&TAG.replace_all(line, " ")))
+        .find(|line| !line.is_empty())
+        .unwrap_or_default()
+}
+
+/// The wait a rate-limit message asks for in words, as proxies such as LiteLLM's and OpenAI
+/// itself write it: "Please try again in 20s", "try again in 1.5 seconds", "in 1m30s",
+/// "in 250ms".
+fn wait_in_message(message: &str) -> Option<Duration> {
+    static WAIT: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"(?i)try again in\s+((?:\d+(?:\.\d+)?(?:h|ms|m|s))+|\d+(?:\.\d+)?)\s*(milliseconds?|seconds?|secs?|minutes?|mins?)?\b",
+        )
+        .unwrap_or_else(|e| panic!("static wait pattern must compile: {e}"))
+    });
+    let captures = WAIT.captures(message)?;
+    let amount = &captures[1];
+    let seconds_per_unit = match captures.get(2).map(|u| u.as_str().to_lowercase()) {
+        None => return parse_go_duration(amount),
+        Some(unit) if unit.starts_with("milli") => 1e-3,
+        Some(unit) if unit.starts_with("min") => 60.0,
+        Some(_) => 1.0,
+    };
+    let value = parse_non_negative(amount)? * seconds_per_unit;
+    (value < 1e9).then(|| Duration::from_secs_f64(value))
 }
 
 fn text_of(value: Option<&Value>) -> Option<String> {
@@ -692,6 +750,64 @@ mod tests {
         let long = "x".repeat(5000);
         let err = class(400, &[], &long);
         assert!(err.to_string().len() < 1000);
+    }
+
+    #[test]
+    fn a_proxy_page_is_summarised() {
+        let page = format!(
+            "<!DOCTYPE html>\n<html><head>\n<title>502 Bad\n  Gateway</title></head>\n<body>{}</body></html>",
+            "<p>nginx</p>".repeat(200)
+        );
+        let err = class(502, &[], &page);
+        assert_eq!(
+            err.to_string(),
+            "provider overloaded or failing (HTTP 502): 502 Bad Gateway"
+        );
+        assert_eq!(err.headline(), "provider overloaded or failing (HTTP 502)");
+        let err = class(503, &[], "\n\n<h1>Service   Unavailable</h1>\n<p>later</p>");
+        assert_eq!(
+            err.to_string(),
+            "provider overloaded or failing (HTTP 503): Service Unavailable"
+        );
+        let err = class(502, &[], &format!("<title>{}</title>", "y".repeat(400)));
+        assert!(err.to_string().chars().count() < 170, "{err}");
+    }
+
+    #[test]
+    fn a_wait_in_words_is_honoured_without_retry_after() {
+        let wait = |message: &str| {
+            class(
+                429,
+                &[],
+                &format!(r#"{{"error":{{"message":"{message}"}}}}"#),
+            )
+            .retry_after()
+        };
+        assert_eq!(
+            wait("litellm.RateLimitError: Rate limited. Try again in 7 seconds."),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            wait("Rate limit reached for gpt-4o. Please try again in 1.5s. Visit ..."),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            wait("Please try again in 1m30s."),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(wait("try again in 250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(
+            wait("try again in 2 minutes"),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(wait("slow down"), None);
+        // A header still wins.
+        let err = class(
+            429,
+            &[("retry-after", "3")],
+            r#"{"error":{"message":"try again in 9 seconds"}}"#,
+        );
+        assert_eq!(err.retry_after(), Some(Duration::from_secs(3)));
     }
 
     #[test]

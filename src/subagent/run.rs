@@ -236,7 +236,7 @@ impl crate::provider::RetryHook for SlotHook<'_> {
         (self.observer)(SubagentEvent::Retry {
             attempt,
             delay,
-            reason: err.to_string(),
+            reason: err.headline(),
             class: err.retry_class().unwrap_or("other"),
         });
     }

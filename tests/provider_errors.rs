@@ -1,0 +1,93 @@
+//! Provider errors as people read them: a proxy's HTML page summarised once, and a rate limit
+//! that asks for a wait in words waited out.
+
+mod support;
+
+use std::time::Duration;
+
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::Test;
+
+fn openai(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "1")
+}
+
+const PAGE: &str = "<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n\
+<body>\n<center><h1>502 Bad Gateway</h1></center>\n<hr><center>nginx/1.25.3</center>\n\
+<p>If you are the administrator of this resource, check the error log for details; this \
+page is long enough that quoting it whole in every line would drown what matters.</p>\n\
+</body>\n</html>\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_html_error_page_is_summarised_once_in_the_final_error() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::status(502, PAGE))).await;
+    let out = openai(&server)
+        .args(["delegate", "--instructions", "x"])
+        .code(2)
+        .run();
+    // Five retries, then the error.
+    assert_eq!(server.request_count(), 6, "{}", out.stderr);
+    let retry_lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("] retry "))
+        .collect();
+    assert_eq!(retry_lines.len(), 5, "{}", out.stderr);
+    for line in &retry_lines {
+        assert!(
+            line.ends_with(": provider overloaded or failing (HTTP 502)"),
+            "{line}"
+        );
+    }
+    assert_eq!(
+        out.stderr.matches("502 Bad Gateway").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("provider overloaded or failing (HTTP 502): 502 Bad Gateway"),
+        "{}",
+        out.stderr
+    );
+    for fragment in ["<", "nginx", "administrator"] {
+        assert!(!out.stderr.contains(fragment), "{}", out.stderr);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rate_limit_that_asks_for_a_wait_in_words_is_waited_out() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::status(
+            429,
+            r#"{"error":{"message":"litellm.RateLimitError: Rate limit exceeded. Try again in 1 seconds.","type":"throttling_error","code":"429"}}"#,
+        ),
+        Reply::text("ok"),
+    ]))
+    .await;
+    let out = openai(&server)
+        .args(["delegate", "--instructions", "x"])
+        .run();
+    assert_eq!(out.stdout, "ok\n");
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("] retry 1 in "))
+        .unwrap_or_else(|| panic!("no retry line: {}", out.stderr));
+    assert!(
+        line.contains("retry 1 in 1.")
+            && line.ends_with("s: rate limited by the provider (HTTP 429)"),
+        "{line}"
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let gap = requests[1]
+        .received_at
+        .duration_since(requests[0].received_at);
+    assert!(gap >= Duration::from_millis(950), "retried after {gap:?}");
+}
