@@ -503,11 +503,36 @@ impl BatchRun<'_> {
                 request: t.request.clone(),
             })
             .collect();
-        let mut hook = |_: &ProviderError, _: u32, _: Duration| {};
-        let created = retry_transient(&self.shared.policy, &mut hook, || {
-            client.submit_batch(&lines)
-        })
-        .await;
+        // The input is uploaded once; only the create is retried, with the same file.
+        let uploaded = {
+            let mut hook = self.retry_hook("upload the batch input");
+            retry_transient(&self.shared.policy, &mut hook, || {
+                client.upload_batch_input(&lines)
+            })
+            .await
+        };
+        let created = match uploaded {
+            Ok(input) => {
+                let created = {
+                    let mut hook = self.retry_hook("create the batch");
+                    retry_transient(&self.shared.policy, &mut hook, || {
+                        client.create_batch(&lines, input.as_deref())
+                    })
+                    .await
+                };
+                if created.is_err()
+                    && let Some(file_id) = &input
+                    && let Err(err) = client.delete_batch_input(file_id).await
+                {
+                    self.reporter.warning(&format!(
+                        "step `{}`: cannot delete the unused batch input file {file_id}: {err}",
+                        self.step.id
+                    ));
+                }
+                created
+            }
+            Err(err) => Err(err),
+        };
         let id = match created {
             Ok(id) => id,
             Err(err) if no_batch_api(&err) => {
@@ -562,6 +587,27 @@ impl BatchRun<'_> {
             tasks,
             shown: None,
         });
+    }
+
+    /// A retry of a batch call (`what`): a progress line, and counted by class in the run's
+    /// `retries_by_class` like a live task's.
+    fn retry_hook(
+        &self,
+        what: &'static str,
+    ) -> impl FnMut(&ProviderError, u32, Duration) + use<'_> {
+        let (shared, reporter, step) = (&self.shared, &self.reporter, &self.step.id);
+        move |err: &ProviderError, attempt: u32, delay: Duration| {
+            if let Ok(mut retries) = shared.retries.lock() {
+                *retries
+                    .entry(err.retry_class().unwrap_or("other"))
+                    .or_default() += 1;
+            }
+            reporter.progress(&format!(
+                "{step}: {what}: retry {attempt} in {:.1}s: {}",
+                delay.as_secs_f64(),
+                err.headline()
+            ));
+        }
     }
 
     /// Runs the tasks that need tools, live, under the run's and the step's caps.
@@ -647,9 +693,10 @@ impl BatchRun<'_> {
         let batch = &self.in_flight[i];
         let client = self.clients.get(&batch.provider)?.clone();
         let id = batch.id.clone();
-        let mut hook = |_: &ProviderError, _: u32, _: Duration| {};
-        let polled =
-            retry_transient(&self.shared.policy, &mut hook, || client.batch_status(&id)).await;
+        let polled = {
+            let mut hook = self.retry_hook("poll the batch");
+            retry_transient(&self.shared.policy, &mut hook, || client.batch_status(&id)).await
+        };
         let status = match polled {
             Ok(status) => status,
             Err(err) if err.is_transient() => {
@@ -706,12 +753,14 @@ impl BatchRun<'_> {
         if !matches!(status.state, BatchState::Failed(_))
             && let Some(client) = client
         {
-            let mut hook = |_: &ProviderError, _: u32, _: Duration| {};
-            match retry_transient(&self.shared.policy, &mut hook, || {
-                client.batch_results(status)
-            })
-            .await
-            {
+            let fetched = {
+                let mut hook = self.retry_hook("fetch the batch results");
+                retry_transient(&self.shared.policy, &mut hook, || {
+                    client.batch_results(status)
+                })
+                .await
+            };
+            match fetched {
                 Ok(found) => results = found,
                 Err(err) => {
                     missing = (

@@ -90,8 +90,14 @@ impl Client {
         }
     }
 
-    /// Creates a batch of `lines` and returns its id.
-    pub(crate) async fn submit_batch(&self, lines: &[BatchLine]) -> Result<String, ProviderError> {
+    /// Uploads what a batch of `lines` needs before it can be created: OpenAI's JSONL input
+    /// file (its id is returned); nothing for Anthropic, whose batch carries its requests.
+    /// Kept apart from [`Client::create_batch`] so that retrying a failed create never uploads
+    /// the file again.
+    pub(crate) async fn upload_batch_input(
+        &self,
+        lines: &[BatchLine],
+    ) -> Result<Option<String>, ProviderError> {
         match self.endpoint().kind {
             ProviderKind::OpenAi => {
                 let jsonl = batch_openai::input_file(lines);
@@ -102,15 +108,32 @@ impl Client {
                     .header(reqwest::header::CONTENT_TYPE, content_type)
                     .body(body);
                 let file = self.send(upload).await?;
-                let file_id = batch_openai::object_id(&file, "file")?;
+                batch_openai::object_id(&file, "file").map(Some)
+            }
+            ProviderKind::Anthropic => Ok(None),
+        }
+    }
+
+    /// Creates a batch of `lines` (OpenAI: from the uploaded `input`) and returns its id.
+    pub(crate) async fn create_batch(
+        &self,
+        lines: &[BatchLine],
+        input: Option<&str>,
+    ) -> Result<String, ProviderError> {
+        match (self.endpoint().kind, input) {
+            (ProviderKind::OpenAi, Some(file_id)) => {
                 let create = self
                     .http()
                     .post(format!("{}{}", self.base_url(), batch_openai::BATCHES_PATH))
-                    .json(&batch_openai::create_body(&file_id));
+                    .json(&batch_openai::create_body(file_id));
                 let batch = self.send(create).await?;
                 batch_openai::object_id(&batch, "batch")
             }
-            ProviderKind::Anthropic => {
+            (ProviderKind::OpenAi, None) => Err(ProviderError::Other {
+                status: None,
+                message: "an OpenAI batch needs its uploaded input file".to_owned(),
+            }),
+            (ProviderKind::Anthropic, _) => {
                 let create = self
                     .http()
                     .post(format!(
@@ -123,6 +146,12 @@ impl Client {
                 batch_anthropic::batch_id(&batch)
             }
         }
+    }
+
+    /// Deletes an input file summon uploaded for a batch that was never created.
+    pub(crate) async fn delete_batch_input(&self, file_id: &str) -> Result<(), ProviderError> {
+        let url = format!("{}{}/{file_id}", self.base_url(), batch_openai::FILES_PATH);
+        self.send(self.http().delete(url)).await.map(|_| ())
     }
 
     /// Polls a batch.
@@ -157,7 +186,8 @@ impl Client {
                 ),
                 ProviderKind::Anthropic => (location.clone(), batch_anthropic::parse_results),
             };
-            let body = self.send_bytes(self.http().get(url)).await?;
+            // A results URL on another host gets no credentials.
+            let body = self.send_bytes(self.http_for(&url).get(url)).await?;
             parse(&String::from_utf8_lossy(&body), &mut results);
         }
         Ok(results)
@@ -205,6 +235,14 @@ mod tests {
         .expect("client")
     }
 
+    async fn submit(client: &Client, lines: &[BatchLine]) -> String {
+        let input = client.upload_batch_input(lines).await.expect("upload");
+        client
+            .create_batch(lines, input.as_deref())
+            .await
+            .expect("create")
+    }
+
     async fn finish(client: &Client, id: &str) -> BatchStatus {
         for _ in 0..100 {
             let status = client.batch_status(id).await.expect("status");
@@ -231,7 +269,7 @@ mod tests {
                 ))
                 .await;
             let client = client(kind, &server);
-            let id = client.submit_batch(&lines(4)).await.expect("submit");
+            let id = submit(&client, &lines(4)).await;
             let status = finish(&client, &id).await;
             assert_eq!(status.state, BatchState::Ended, "{kind:?}");
             assert_eq!(
@@ -286,7 +324,7 @@ mod tests {
             )
             .await;
             let client = client(kind, &server);
-            let id = client.submit_batch(&lines(5)).await.expect("submit");
+            let id = submit(&client, &lines(5)).await;
             let status = finish(&client, &id).await;
             let results = client.batch_results(&status).await.expect("results");
             let ok = results

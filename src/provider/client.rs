@@ -88,7 +88,14 @@ impl ProviderEndpoint {
 #[derive(Clone)]
 pub(crate) struct Client {
     endpoint: Arc<ProviderEndpoint>,
+    /// Sends the provider's credentials, so it goes only to the provider's own origin: it
+    /// follows no redirect to another one.
     http: reqwest::Client,
+    /// Without credentials, for URLs on another origin (a batch's results URL, a redirect);
+    /// built the first time one is met.
+    plain: Arc<std::sync::OnceLock<reqwest::Client>>,
+    /// Scheme, host and port of the base URL: where credentials may go.
+    origin: reqwest::Url,
     /// The normalized base URL (see [`ProviderEndpoint::base_url`]).
     base: String,
     /// Parsed once: a URL is cloned per request, not parsed again.
@@ -126,32 +133,28 @@ impl Client {
                 endpoint.name
             ),
         })?;
-        let mut http = reqwest::Client::builder();
-        if chat_url.scheme() == "http" {
-            // Plain HTTP (a local server): no need to load the system's certificates.
-            http = http.tls_certs_only(Vec::new());
-        }
-        let http = http
+        let origin = chat_url.clone();
+        let home = origin.origin();
+        let http = http_builder(&endpoint, chat_url.scheme() == "http")
             .default_headers(default_headers(&endpoint)?)
-            .user_agent(concat!("summon/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(endpoint.connect_timeout)
-            .timeout(endpoint.request_timeout)
-            .pool_max_idle_per_host(1024)
-            .tcp_nodelay(true)
-            // summon retries by its own policy (`RetryPolicy`); reqwest's own retry of
-            // protocol NACKs would also copy every request's headers in case it retries.
-            .retry(reqwest::retry::never().max_retries_per_request(0))
+            // A redirect to another origin is not followed with the credentials: the answer
+            // comes back as it is and `send_bytes` follows it without them.
+            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                if attempt.url().origin() != home {
+                    attempt.stop()
+                } else if attempt.previous().len() > 10 {
+                    attempt.error("too many redirects")
+                } else {
+                    attempt.follow()
+                }
+            }))
             .build()
-            .map_err(|err| ProviderError::Other {
-                status: None,
-                message: format!(
-                    "cannot set up the HTTP client for provider `{}`: {err}",
-                    endpoint.name
-                ),
-            })?;
+            .map_err(|err| setup_error(&endpoint, err))?;
         Ok(Self {
             endpoint: Arc::new(endpoint),
             http,
+            plain: Arc::default(),
+            origin,
             base,
             chat_url,
             models_url,
@@ -199,6 +202,24 @@ impl Client {
         &self.http
     }
 
+    /// The connection pool for `url`: with credentials on the provider's origin, without
+    /// them anywhere else.
+    pub(super) fn http_for(&self, url: &str) -> &reqwest::Client {
+        match reqwest::Url::parse(url) {
+            Ok(parsed) if parsed.origin() == self.origin.origin() => &self.http,
+            _ => self.plain(),
+        }
+    }
+
+    fn plain(&self) -> &reqwest::Client {
+        self.plain.get_or_init(|| {
+            let endpoint = &self.endpoint;
+            http_builder(endpoint, false)
+                .build()
+                .unwrap_or_else(|_| reqwest::Client::new())
+        })
+    }
+
     /// The base URL without a trailing `/` (OpenAI-compatible: with `/v1`; Anthropic: without).
     pub(super) fn base_url(&self) -> &str {
         &self.base
@@ -234,10 +255,19 @@ impl Client {
         request: reqwest::RequestBuilder,
     ) -> Result<Vec<u8>, ProviderError> {
         let key = self.endpoint.api_key.as_ref();
-        let response = request
+        let mut response = request
             .send()
             .await
             .map_err(|e| ProviderError::from_transport(e, key))?;
+        if let Some(next) = redirect_elsewhere(&response) {
+            // Another origin: followed, but without the provider's credentials.
+            response = self
+                .plain()
+                .get(next)
+                .send()
+                .await
+                .map_err(|e| ProviderError::from_transport(e, key))?;
+        }
         let status = response.status();
         let error_headers = (!status.is_success()).then(|| response.headers().clone());
         let body = response
@@ -279,6 +309,48 @@ fn normalized_base(endpoint: &ProviderEndpoint) -> Result<String, ProviderError>
         return Err(invalid("it must start with http:// or https://".to_owned()));
     }
     Ok(base.to_owned())
+}
+
+/// What every connection pool of a provider shares: timeouts, user agent, no retries of
+/// its own (summon retries by its `RetryPolicy`; reqwest's retry of protocol NACKs would also
+/// copy every request's headers in case it retries).
+fn http_builder(endpoint: &ProviderEndpoint, plain_http: bool) -> reqwest::ClientBuilder {
+    let mut http = reqwest::Client::builder();
+    if plain_http {
+        // Plain HTTP (a local server): no need to load the system's certificates.
+        http = http.tls_certs_only(Vec::new());
+    }
+    http.user_agent(concat!("summon/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(endpoint.connect_timeout)
+        .timeout(endpoint.request_timeout)
+        .pool_max_idle_per_host(1024)
+        .tcp_nodelay(true)
+        .retry(reqwest::retry::never().max_retries_per_request(0))
+}
+
+fn setup_error(endpoint: &ProviderEndpoint, err: reqwest::Error) -> ProviderError {
+    ProviderError::Other {
+        status: None,
+        message: format!(
+            "cannot set up the HTTP client for provider `{}`: {err}",
+            endpoint.name
+        ),
+    }
+}
+
+/// The target of a redirect the credentialed client did not follow (one to another origin),
+/// for a `GET` to follow without credentials.
+fn redirect_elsewhere(response: &reqwest::Response) -> Option<reqwest::Url> {
+    if !response.status().is_redirection() {
+        return None;
+    }
+    let location = response
+        .headers()
+        .get(reqwest::header::LOCATION)?
+        .to_str()
+        .ok()?;
+    let next = response.url().join(location).ok()?;
+    (next.origin() != response.url().origin()).then_some(next)
 }
 
 fn default_headers(endpoint: &ProviderEndpoint) -> Result<HeaderMap, ProviderError> {

@@ -14,7 +14,10 @@
 //! A reply with a status other than 200 makes the line fail with that status and body. The
 //! [`BatchOutcome`]s of [`MockConfig::batch_outcomes`] apply to the batches in creation order:
 //! [`BatchOutcome::Expire`] answers only the first `processed` lines and reports the others
-//! expired. Every call to these endpoints is recorded with [`Api::Batch`]; the lines each
+//! expired. [`MockConfig::batch_create_failures`] answers the first creates (of either API)
+//! with HTTP 500; `DELETE /v1/files/{id}` removes an uploaded file ([`MockServer::batch_files`]
+//! lists those left); [`MockConfig::results_base`] puts Anthropic's `results_url` on another
+//! origin. Every call to these endpoints is recorded with [`Api::Batch`]; the lines each
 //! batch held are in [`MockServer::batches`].
 
 use std::collections::{HashMap, VecDeque};
@@ -51,6 +54,10 @@ pub struct BatchConfig {
     pub outcomes: Vec<BatchOutcome>,
     /// Status requests answered `in_progress` before a batch ends.
     pub polls: u32,
+    /// Batch creates answered with HTTP 500 before one succeeds.
+    pub create_failures: u32,
+    /// Where Anthropic's `results_url` points instead of this server (`http://host:port`).
+    pub results_base: Option<String>,
 }
 
 /// A batch as the server received it.
@@ -95,6 +102,8 @@ pub(crate) struct BatchState {
     polls: u32,
     held: bool,
     next: u64,
+    create_failures: u32,
+    results_base: Option<String>,
 }
 
 impl BatchState {
@@ -102,6 +111,8 @@ impl BatchState {
         Self {
             outcomes: config.outcomes.iter().copied().collect(),
             polls: config.polls,
+            create_failures: config.create_failures,
+            results_base: config.results_base.clone(),
             ..Self::default()
         }
     }
@@ -124,6 +135,18 @@ impl MockConfig {
         self.batch.polls = polls;
         self
     }
+
+    /// The first `n` batch creates fail with HTTP 500.
+    pub fn batch_create_failures(mut self, n: u32) -> Self {
+        self.batch.create_failures = n;
+        self
+    }
+
+    /// Anthropic's `results_url` points at `base` (`http://host:port`) instead of this server.
+    pub fn results_base(mut self, base: impl Into<String>) -> Self {
+        self.batch.results_base = Some(base.into());
+        self
+    }
 }
 
 impl MockServer {
@@ -134,6 +157,18 @@ impl MockServer {
             .iter()
             .map(|b| b.record.clone())
             .collect()
+    }
+
+    /// The ids of the uploaded files not deleted, in upload order.
+    pub fn batch_files(&self) -> Vec<String> {
+        let mut ids: Vec<String> = lock(&self.shared.batch).files.keys().cloned().collect();
+        ids.sort_by_key(|id| {
+            id.rsplit('-')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        });
+        ids
     }
 
     /// While on, every batch stays `in_progress`.
@@ -162,6 +197,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/v1/files", post(upload_file))
         .route("/v1/files/{id}/content", get(file_content))
+        .route("/v1/files/{id}", axum::routing::delete(delete_file))
         .route("/v1/batches", post(create_openai))
         .route("/v1/batches/{id}", get(get_openai))
         .route("/v1/messages/batches", post(create_anthropic))
@@ -289,6 +325,44 @@ async fn file_content(
     }
 }
 
+async fn delete_file(
+    State(shared): AppState,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    note(
+        &shared,
+        "DELETE",
+        &format!("/v1/files/{id}"),
+        &headers,
+        Value::Null,
+    );
+    match lock(&shared.batch).files.remove(&id) {
+        Some(_) => json_response(
+            StatusCode::OK,
+            &json!({"id": id, "object": "file", "deleted": true}),
+        ),
+        None => error(StatusCode::NOT_FOUND, format!("no file `{id}`")),
+    }
+}
+
+/// Whether this create is one of the failures asked for; counts it.
+fn create_fails(shared: &Shared) -> bool {
+    let mut state = lock(&shared.batch);
+    if state.create_failures == 0 {
+        return false;
+    }
+    state.create_failures -= 1;
+    true
+}
+
+fn server_error() -> Response {
+    json_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &json!({"error": {"message": "The server had an error while processing your request.", "type": "server_error"}}),
+    )
+}
+
 /// Checks the custom ids: present, unique, and (Anthropic) `^[a-zA-Z0-9_-]{1,64}$`.
 fn check_ids(ids: &[String], strict: bool) -> Result<(), String> {
     let mut seen = std::collections::HashSet::new();
@@ -339,6 +413,9 @@ fn add_batch(shared: &Shared, api: Api, ids: Vec<String>, lines: Vec<Value>) -> 
 async fn create_openai(State(shared): AppState, headers: HeaderMap, body: Bytes) -> Response {
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     note(&shared, "POST", "/v1/batches", &headers, json.clone());
+    if create_fails(&shared) {
+        return server_error();
+    }
     if json["endpoint"] != "/v1/chat/completions" || json["completion_window"] != "24h" {
         return error(
             StatusCode::BAD_REQUEST,
@@ -388,6 +465,9 @@ async fn create_anthropic(State(shared): AppState, headers: HeaderMap, body: Byt
         &headers,
         json.clone(),
     );
+    if create_fails(&shared) {
+        return server_error();
+    }
     let Some(requests) = json["requests"].as_array().filter(|r| !r.is_empty()) else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -405,7 +485,7 @@ async fn create_anthropic(State(shared): AppState, headers: HeaderMap, body: Byt
     let id = add_batch(&shared, Api::Anthropic, ids, lines);
     let state = lock(&shared.batch);
     let batch = state.batches.iter().find(|b| b.record.id == id);
-    json_response(StatusCode::OK, &anthropic_object(batch, &shared))
+    json_response(StatusCode::OK, &anthropic_object(batch, &state, &shared))
 }
 
 /// Counts a status request; ends the batch when its polls are used up.
@@ -602,18 +682,18 @@ fn openai_object(batch: Option<&MockBatch>, fresh_status: &str) -> Value {
     })
 }
 
-fn anthropic_object(batch: Option<&MockBatch>, shared: &Shared) -> Value {
+fn anthropic_object(batch: Option<&MockBatch>, state: &BatchState, shared: &Shared) -> Value {
     let Some(batch) = batch else {
         return Value::Null;
     };
     let (total, ok, errored, expired) = counts(batch);
     let ended = batch.results.is_some();
-    let results_url = ended.then(|| {
-        format!(
-            "http://{}/v1/messages/batches/{}/results",
-            shared.addr, batch.record.id
-        )
-    });
+    let base = state
+        .results_base
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", shared.addr));
+    let results_url =
+        ended.then(|| format!("{base}/v1/messages/batches/{}/results", batch.record.id));
     json!({
         "id": batch.record.id,
         "type": "message_batch",
@@ -666,7 +746,7 @@ async fn get_anthropic(
     }
     let state = lock(&shared.batch);
     let batch = state.batches.iter().find(|b| b.record.id == id);
-    json_response(StatusCode::OK, &anthropic_object(batch, &shared))
+    json_response(StatusCode::OK, &anthropic_object(batch, &state, &shared))
 }
 
 async fn anthropic_results(

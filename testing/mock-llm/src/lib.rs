@@ -171,8 +171,8 @@ impl Default for MockConfig {
             record: true,
             models: vec!["mock-model".to_owned()],
             batch: BatchConfig {
-                outcomes: Vec::new(),
                 polls: 1,
+                ..BatchConfig::default()
             },
             faults: None,
         }
