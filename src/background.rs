@@ -342,6 +342,10 @@ fn spawn_worker(store: &Store, id: &TaskId, ctx: &Ctx) -> std::io::Result<u32> {
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
+    // `--trust` stands for the variable; the worker reads the environment.
+    if let Some(value) = ctx.env.var(crate::config::trust::TRUST_ENV) {
+        command.env(crate::config::trust::TRUST_ENV, value);
+    }
     let mut wrapped = CommandWrap::from(command);
     wrapped.wrap(ProcessSession);
     let child = wrapped.spawn()?;

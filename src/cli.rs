@@ -22,6 +22,10 @@ pub(crate) struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
     pub(crate) color: ColorChoice,
 
+    /// Trust this project's summon.yaml and .mcp.json for this run (as SUMMON_TRUST_PROJECT=1).
+    #[arg(long, global = true)]
+    pub(crate) trust: bool,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -48,6 +52,9 @@ pub(crate) enum Command {
     New(NewArgs),
     /// Check the setup: provider and model, config files, sources, the store.
     Doctor(DoctorArgs),
+    /// Trust this project's summon.yaml and .mcp.json: where they send credentials, what they
+    /// start.
+    Trust(TrustArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
     #[command(after_help = COMPLETIONS_HELP)]
     Completions(CompletionsArgs),
@@ -330,6 +337,18 @@ pub(crate) struct NewPipelineArgs {
     /// The model every step uses (`settings.model`).
     #[arg(long, value_name = "MODEL")]
     pub(crate) model: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TrustArgs {
+    /// List the trusted projects instead.
+    #[arg(long, conflicts_with = "revoke")]
+    pub(crate) list: bool,
+    /// Stop trusting this project.
+    #[arg(long)]
+    pub(crate) revoke: bool,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
 }
 
 #[derive(Debug, Args)]

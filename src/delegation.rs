@@ -338,6 +338,14 @@ pub(crate) fn draft(
     // An agent's `mcp__server__tool` entries name servers of the project's `.mcp.json`.
     if !wanted_mcp.is_empty() {
         let project = crate::mcp::project_servers(&env.cwd, env)?;
+        let trust = crate::config::trust::project_trust(env);
+        if !trust.is_trusted()
+            && let Some(server) = wanted_mcp
+                .iter()
+                .find_map(|(name, _, _)| project.iter().find(|s| &s.name == name))
+        {
+            return Err(crate::mcp::untrusted_server(server, &env.cwd, &trust).into());
+        }
         for (server, tool, raw) in wanted_mcp {
             let Some(found) = project.iter().find(|s| s.name == server) else {
                 if !unavailable.contains(&raw) {

@@ -62,6 +62,12 @@ impl Env {
         }
     }
 
+    /// The same environment with one more variable (a command-line flag that stands for one).
+    pub(crate) fn with_var(mut self, key: &str, value: &str) -> Self {
+        self.vars.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
     /// A variable's value; empty values count as unset.
     pub(crate) fn var(&self, key: &str) -> Option<&str> {
         self.vars

@@ -72,6 +72,7 @@ where
         }
     };
     let env = match env {
+        Ok(env) if cli.trust => env.with_var(config::trust::TRUST_ENV, "1"),
         Ok(env) => env,
         Err(e) => {
             let _ = writeln!(

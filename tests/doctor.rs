@@ -291,6 +291,7 @@ async fn config_files_are_listed_with_their_problems_at_file_line() {
     let server = MockServer::start(MockConfig::new().models(["small"])).await;
     let out = Test::new()
         .env("WORK_KEY", KEY)
+        .env("SUMMON_TRUST_PROJECT", "1")
         .write(
             "summon.yaml",
             &format!(

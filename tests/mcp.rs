@@ -557,6 +557,7 @@ async fn an_agent_names_mcp_tools_of_the_project_servers() {
     ]))
     .await;
     let out = openai(&server)
+        .env("SUMMON_TRUST_PROJECT", "1")
         .write(
             ".mcp.json",
             &format!(

@@ -35,7 +35,7 @@ pub(crate) fn run(args: &DoctorArgs, ctx: &mut Ctx) -> Result<()> {
     let loaded = crate::config::file::load(&ctx.env);
     let mut checks = Vec::new();
     let report = provider::check(args, &ctx.env, &loaded.config, &mut checks);
-    config_files::check(&loaded, &mut checks);
+    config_files::check(&loaded, &ctx.env, &mut checks);
     sources::check(&ctx.catalog(), &ctx.env.cwd, &mut checks);
     store::check(&ctx.env, &mut checks);
     let errors = checks.iter().filter(|c| c.status == Status::Error).count();

@@ -12,6 +12,7 @@ mod render;
 mod run;
 mod task_result;
 mod tasks;
+mod trust;
 mod validate;
 
 pub(crate) use ctx::Ctx;
@@ -33,6 +34,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Merge(args) => merge::run(&args, ctx),
         Command::New(args) => new::run(&args, ctx),
         Command::Doctor(args) => doctor::run(&args, ctx),
+        Command::Trust(args) => trust::run(&args, ctx),
         Command::Completions(args) => completions::run_completions(&args, ctx),
         Command::Man(args) => completions::run_man(&args, ctx),
         Command::Worker(args) => crate::background::run_worker(&args.task_id, ctx),

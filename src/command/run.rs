@@ -62,6 +62,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         .and_then(|out| plan.closing_note(out, &shown));
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
+    check_trust(&pipeline, &config, &ctx.env)?;
     let catalog = ctx.catalog();
     let display = resolve_display(
         std::io::stderr().is_terminal(),
@@ -112,6 +113,31 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
     }
     if let Some(closing) = closing {
         ctx.note(&closing);
+    }
+    Ok(())
+}
+
+/// Stops before the first task when a provider the pipeline would use is one that an
+/// untrusted project's `summon.yaml` points somewhere.
+fn check_trust(
+    pipeline: &crate::pipeline::model::Pipeline,
+    config: &crate::config::Config,
+    env: &crate::env::Env,
+) -> Result<()> {
+    let mut seen: Vec<Option<&str>> = Vec::new();
+    let wanted = pipeline
+        .steps
+        .iter()
+        .map(|step| step.provider.as_deref())
+        .chain([None])
+        .map(|p| p.or(pipeline.settings.provider.as_deref()))
+        .filter(|p| !p.is_some_and(|p| p.contains("{{")));
+    for provider in wanted {
+        if seen.contains(&provider) {
+            continue;
+        }
+        seen.push(provider);
+        crate::config::resolve::check_trust(env, config, provider).map_err(Error::from)?;
     }
     Ok(())
 }

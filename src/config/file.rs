@@ -123,6 +123,11 @@ pub(crate) struct ProviderConfig {
     pub(crate) kind: Option<ProviderKind>,
     pub(crate) base_url: Option<String>,
     pub(crate) api_key_env: Option<String>,
+    /// Where `base_url` (else `api_key_env`) is written: the settings that decide where a
+    /// credential goes, which need trust in a project file.
+    pub(crate) routing_pos: Option<Pos>,
+    /// The file it is in, global or project.
+    pub(crate) scope: Scope,
     pub(crate) default_model: Option<String>,
     pub(crate) aliases: IndexMap<String, String>,
     pub(crate) limits: RateLimits,
@@ -152,6 +157,8 @@ pub(crate) struct Config {
     pub(crate) default_model: Option<Located<String>>,
     pub(crate) providers: IndexMap<String, ProviderConfig>,
     pub(crate) prices: IndexMap<String, Located<Price>>,
+    /// Whether the project's own settings that send credentials may apply.
+    pub(crate) trust: super::trust::Trust,
 }
 
 impl Config {
@@ -223,10 +230,14 @@ pub(crate) fn load(env: &Env) -> Loaded {
             found: file.is_some(),
         });
         if let Some(file) = file {
-            let layer = Config::parse(&file, &mut loaded.diagnostics);
+            let mut layer = Config::parse(&file, &mut loaded.diagnostics);
+            for provider in layer.providers.values_mut() {
+                provider.scope = scope;
+            }
             loaded.config.merge(layer);
         }
     }
+    loaded.config.trust = super::trust::project_trust(env);
     loaded
 }
 
@@ -470,12 +481,12 @@ fn read_provider(
     refuse_literal_key(&mut r, d);
     let kind_node = r.get("kind");
     let kind = kind_node.and_then(|n| read_kind(n, &format!("{path}.kind"), d));
-    let base_url = r
-        .get("base_url")
-        .and_then(|n| read_url(n, &format!("{path}.base_url"), d));
-    let api_key_env = r
-        .get("api_key_env")
-        .and_then(|n| read_env_name(n, &format!("{path}.api_key_env"), d));
+    let base_url_node = r.get("base_url");
+    let base_url = base_url_node.and_then(|n| read_url(n, &format!("{path}.base_url"), d));
+    let api_key_env_node = r.get("api_key_env");
+    let api_key_env =
+        api_key_env_node.and_then(|n| read_env_name(n, &format!("{path}.api_key_env"), d));
+    let routing_pos = base_url_node.or(api_key_env_node).map(|n| n.pos);
     let default_model = r
         .get("default_model")
         .and_then(|n| string_value(n, &format!("{path}.default_model"), d));
@@ -516,6 +527,8 @@ fn read_provider(
         kind,
         base_url,
         api_key_env,
+        routing_pos,
+        scope: Scope::Global,
         default_model,
         aliases,
         limits: RateLimits {

@@ -12,6 +12,7 @@ pub(crate) mod file;
 pub(crate) mod presets;
 mod probe;
 pub(crate) mod resolve;
+pub(crate) mod trust;
 
 pub(crate) use file::{Config, load_config};
 pub(crate) use resolve::{Overrides, Resolved, env_max_turns, resolve};

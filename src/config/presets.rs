@@ -54,6 +54,9 @@ pub(crate) struct ProviderDef {
     pub(crate) connect_timeout: Option<Duration>,
     /// Where the definition itself came from: [`Origin::Preset`] or [`Origin::ConfigFile`].
     pub(crate) origin: Origin,
+    /// Where the project's `summon.yaml` sets this provider's `base_url` or `api_key_env`:
+    /// those apply only in a trusted project.
+    pub(crate) project_routing: Option<crate::diag::Span>,
 }
 
 /// Every provider name that can be used: presets, then configured ones.
@@ -113,6 +116,7 @@ pub(crate) fn preset(name: &str, env: &Env) -> Option<ProviderDef> {
         request_timeout: None,
         connect_timeout: None,
         origin: Origin::Preset,
+        project_routing: None,
     })
 }
 
@@ -166,6 +170,10 @@ fn from_config(entry: &ProviderConfig, preset: Option<ProviderDef>) -> ProviderD
         request_timeout: entry.request_timeout,
         connect_timeout: entry.connect_timeout,
         origin: from_file(),
+        project_routing: entry
+            .routing_pos
+            .filter(|_| entry.scope == super::file::Scope::Project)
+            .map(|pos| crate::diag::Span::new(&entry.file, pos)),
     }
 }
 

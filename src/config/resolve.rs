@@ -160,6 +160,11 @@ pub(crate) fn resolve_with(
 ) -> Result<Resolved, Diagnostic> {
     let choice = choose_provider(env, config, overrides, probe)?;
     let def = provider_def(env, config, &choice)?;
+    if let Some(span) = &def.project_routing
+        && !config.trust.is_trusted()
+    {
+        return Err(untrusted_provider(&def, span, &config.trust));
+    }
     let mut warnings = Vec::new();
     let model = choose_model(env, config, overrides, &def, &mut warnings)?;
     let endpoint = endpoint(env, &def)?;
@@ -174,6 +179,62 @@ pub(crate) fn resolve_with(
         provider: def,
         warnings,
     })
+}
+
+/// Refuses, before anything runs, a provider that the project's own `summon.yaml` points
+/// somewhere in a project that is not trusted: the provider `provider_flag` (or, when `None`,
+/// the one that would be chosen) as [`resolve`] would pick it. Other problems are left to the
+/// resolution of each task.
+pub(crate) fn check_trust(
+    env: &Env,
+    config: &Config,
+    provider_flag: Option<&str>,
+) -> Result<(), Diagnostic> {
+    if config.trust.is_trusted() {
+        return Ok(());
+    }
+    let overrides = Overrides {
+        provider_flag,
+        ..Overrides::default()
+    };
+    let Ok(choice) = choose_provider(env, config, &overrides, |_| true) else {
+        return Ok(());
+    };
+    match provider_def(env, config, &choice) {
+        Ok(def) => match &def.project_routing {
+            Some(span) => Err(untrusted_provider(&def, span, &config.trust)),
+            None => Ok(()),
+        },
+        Err(_) => Ok(()),
+    }
+}
+
+/// A provider whose destination or key the project's own `summon.yaml` decides, in a project
+/// that is not trusted: named with the host and the variable it would send there.
+fn untrusted_provider(
+    def: &ProviderDef,
+    span: &crate::diag::Span,
+    trust: &super::trust::Trust,
+) -> Diagnostic {
+    let host = reqwest::Url::parse(&def.base_url)
+        .ok()
+        .and_then(|u| {
+            u.host_str().map(|h| {
+                u.port()
+                    .map_or_else(|| h.to_owned(), |p| format!("{h}:{p}"))
+            })
+        })
+        .unwrap_or_else(|| def.base_url.clone());
+    let what = match &def.api_key_env {
+        Some(var) => format!("would send the key in {var} to {host}"),
+        None => format!("would send your prompts to {host}"),
+    };
+    Diagnostic::error(format!(
+        "provider `{}` of this project's summon.yaml {what}, and this project is not trusted",
+        def.name
+    ))
+    .at(span.clone())
+    .with_hint(trust.how_to_trust())
 }
 
 /// A value that counts as set: trimmed, non-empty.

@@ -35,6 +35,13 @@ pub(crate) struct Span {
     pub(crate) pos: Pos,
 }
 
+/// Two spans are equal when they point at the same place of the same file.
+impl PartialEq for Span {
+    fn eq(&self, other: &Self) -> bool {
+        self.pos == other.pos && self.file.path == other.file.path
+    }
+}
+
 impl Span {
     pub(crate) fn new(file: &Arc<SourceFile>, pos: Pos) -> Self {
         Self {

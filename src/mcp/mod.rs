@@ -9,6 +9,6 @@ mod project;
 mod server;
 mod session;
 
-pub(crate) use project::project_servers;
+pub(crate) use project::{project_servers, untrusted_server};
 pub(crate) use server::ServerSpec;
 pub(crate) use session::Session;

@@ -59,6 +59,36 @@ pub(crate) fn project_servers(dir: &Path, env: &Env) -> Result<Vec<ServerSpec>, 
     Ok(out)
 }
 
+/// The error for a server of this project's `.mcp.json` that an agent names, in a project
+/// that is not trusted: the server is not started.
+pub(crate) fn untrusted_server(
+    server: &ServerSpec,
+    dir: &Path,
+    trust: &crate::config::trust::Trust,
+) -> Diagnostic {
+    let path = dir.join(FILE_NAME);
+    let diagnostic = Diagnostic::error(format!(
+        "server `{}` of this project's {FILE_NAME} {}, and this project is not trusted",
+        server.name,
+        server.action()
+    ))
+    .with_hint(trust.how_to_trust());
+    // Point at the server's name in the file when it can be found again.
+    let located = std::fs::read_to_string(&path).ok().and_then(|text| {
+        let file = SourceFile::new(&path, text);
+        let root = crate::yaml::parse(&file.text).ok()??;
+        let entries = root.get("mcpServers")?.as_map()?;
+        let (key, _) = entries
+            .iter()
+            .find(|(k, _)| k.as_str() == Some(server.name.as_str()))?;
+        Some(Span::new(&file, key.pos))
+    });
+    match located {
+        Some(span) => diagnostic.at(span),
+        None => diagnostic.in_file(&path),
+    }
+}
+
 fn server(
     name: &str,
     node: &Node,

@@ -63,6 +63,21 @@ impl std::fmt::Debug for ServerSpec {
 }
 
 impl ServerSpec {
+    /// What using the server does: ``starts `cmd args` `` or `connects to URI`.
+    pub(crate) fn action(&self) -> String {
+        match &self.transport {
+            Transport::Stdio { cmd, args, .. } => {
+                let mut line = cmd.clone();
+                for arg in args {
+                    line.push(' ');
+                    line.push_str(arg);
+                }
+                format!("starts `{line}`")
+            }
+            Transport::Http { uri, .. } => format!("connects to {uri}"),
+        }
+    }
+
     /// The server a `stdio` or `streamable_http` extension describes. `env_keys` values are
     /// taken from `env`; a missing one is an error naming it. Other kinds are not servers:
     /// `Ok(None)`.

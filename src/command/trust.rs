@@ -1,0 +1,142 @@
+//! `summon trust`: let this project's `summon.yaml` decide where credentials go and its
+//! `.mcp.json` start servers (see [`crate::config::trust`]).
+//!
+//! JSON (`--json`): `{"project", "trusted_at", "files": {NAME: SHA256|null}, "enables": [TEXT]}`
+//! for `summon trust`; `{"projects": [{"project", "trusted_at", "files"}]}` for `--list`;
+//! `{"project", "revoked": bool}` for `--revoke`.
+
+use serde_json::json;
+
+use super::Ctx;
+use crate::cli::TrustArgs;
+use crate::config::file::{Scope, load};
+use crate::config::trust;
+use crate::env::Env;
+use crate::error::{Error, Result};
+
+pub(crate) fn run(args: &TrustArgs, ctx: &mut Ctx) -> Result<()> {
+    if args.list {
+        return list(args.output.json, ctx);
+    }
+    if args.revoke {
+        let revoked = trust::revoke(&ctx.env).map_err(|e| cannot_record(&ctx.env, &e))?;
+        let project = trust::project_dir(&ctx.env);
+        if args.output.json {
+            ctx.out.json(&json!({
+                "project": project,
+                "revoked": revoked,
+            }))?;
+            return Ok(());
+        }
+        ctx.out.line(&if revoked {
+            format!("No longer trusted: {}", project.display())
+        } else {
+            format!("{} was not trusted.", project.display())
+        })?;
+        return Ok(());
+    }
+    let enables = enabled_by_trust(&ctx.env);
+    let (project, record) = trust::trust(&ctx.env).map_err(|e| cannot_record(&ctx.env, &e))?;
+    if args.output.json {
+        ctx.out.json(&json!({
+            "project": project,
+            "trusted_at": record.trusted_at,
+            "files": record.files,
+            "enables": enables,
+        }))?;
+        return Ok(());
+    }
+    let mut text = format!("Trusted {}\n", project.display());
+    for (name, hash) in &record.files {
+        match hash {
+            Some(hash) => text.push_str(&format!("  {name}: sha256 {}\n", &hash[..16])),
+            None => text.push_str(&format!("  {name}: absent\n")),
+        }
+    }
+    if enables.is_empty() {
+        text.push_str("Its files send no credential anywhere and start nothing.\n");
+    } else {
+        text.push_str("This allows:\n");
+        for line in &enables {
+            text.push_str(&format!("  - {line}\n"));
+        }
+    }
+    text.push_str("A change to either file needs `summon trust` again.\n");
+    ctx.out.write(&text)?;
+    Ok(())
+}
+
+fn list(json: bool, ctx: &mut Ctx) -> Result<()> {
+    let projects = trust::list(&ctx.env);
+    if json {
+        let items: Vec<_> = projects
+            .iter()
+            .map(|(dir, record)| {
+                json!({"project": dir, "trusted_at": record.trusted_at, "files": record.files})
+            })
+            .collect();
+        ctx.out.json(&json!({ "projects": items }))?;
+        return Ok(());
+    }
+    if projects.is_empty() {
+        ctx.out
+            .line("No trusted projects. Trust the current one with `summon trust`.")?;
+        return Ok(());
+    }
+    let mut text = String::new();
+    for (dir, record) in &projects {
+        text.push_str(&format!(
+            "{}  (since {})\n",
+            dir.display(),
+            record.trusted_at
+        ));
+    }
+    ctx.out.write(&text)?;
+    Ok(())
+}
+
+fn cannot_record(env: &Env, e: &std::io::Error) -> Error {
+    let path = trust::store_path(env).map_or_else(String::new, |p| format!(" {}", p.display()));
+    Error::usage(format!(
+        "cannot update the list of trusted projects{path}: {e}"
+    ))
+}
+
+/// What trusting the project would allow (or allows): each project provider that sets where
+/// a credential goes, and each `.mcp.json` server.
+pub(crate) fn enabled_by_trust(env: &Env) -> Vec<String> {
+    let mut out = Vec::new();
+    let config = load(env).config;
+    for provider in config.providers.values() {
+        if provider.scope != Scope::Project || provider.routing_pos.is_none() {
+            continue;
+        }
+        let Some(def) = crate::config::presets::lookup(&provider.name, env, &config) else {
+            continue;
+        };
+        let key = match &def.api_key_env {
+            Some(var) => format!("the key in {var}"),
+            None => "requests".to_owned(),
+        };
+        out.push(format!(
+            "provider `{}` (summon.yaml) sends {key} to {}",
+            def.name, def.base_url
+        ));
+    }
+    match crate::mcp::project_servers(&env.cwd, env) {
+        Ok(servers) => {
+            for server in servers {
+                out.push(format!(
+                    "server `{}` (.mcp.json) {} when an agent names it",
+                    server.name,
+                    server.action()
+                ));
+            }
+        }
+        Err(diagnostic) => out.push(format!(
+            "the servers of .mcp.json (it cannot be read now: {})",
+            diagnostic.message
+        )),
+    }
+    out
+}

@@ -1,0 +1,233 @@
+//! Trust for a project's own files.
+//!
+//! A repository can carry `summon.yaml` and `.mcp.json`. Settings there that decide where a
+//! credential goes (a provider's `base_url` or `api_key_env`, and so a `default_provider`
+//! naming such a provider) and the `.mcp.json` servers an agent names take effect only in a
+//! trusted project; everything else (models, prices, limits, aliases) applies without trust.
+//!
+//! `summon trust` records the project folder with a SHA-256 of each of those files (or that it
+//! is absent) in `<config dir>/summon/trusted-projects.json`; a later change to either file
+//! needs trust again. `--trust` on a command or `SUMMON_TRUST_PROJECT=1` trusts the project for
+//! that one run (CI, scripts).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::env::Env;
+
+/// The variable that trusts the project for one run (`--trust` sets it too).
+pub(crate) const TRUST_ENV: &str = "SUMMON_TRUST_PROJECT";
+
+/// The project files trust covers, in the project folder.
+pub(crate) const PROJECT_FILES: [&str; 2] = ["summon.yaml", ".mcp.json"];
+
+/// Whether the project in the working directory is trusted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum Trust {
+    /// `--trust` or `SUMMON_TRUST_PROJECT=1`.
+    ForThisRun,
+    /// Recorded by `summon trust`, and the files are as they were then.
+    Recorded { at: String },
+    /// Never trusted.
+    #[default]
+    Never,
+    /// Trusted once, but these files changed since (added, edited or removed).
+    Changed { files: Vec<String>, at: String },
+}
+
+impl Trust {
+    pub(crate) fn is_trusted(&self) -> bool {
+        matches!(self, Self::ForThisRun | Self::Recorded { .. })
+    }
+
+    /// Why the project is not trusted and how to trust it, for an error's hint.
+    pub(crate) fn how_to_trust(&self) -> String {
+        let what = match self {
+            Self::Changed { files, at } => format!(
+                "{} changed since this project was trusted ({at}); read it again, then",
+                files.join(" and ")
+            ),
+            _ => "read the project's summon.yaml and .mcp.json, then".to_owned(),
+        };
+        format!(
+            "{what} run `summon trust` to allow it (for one run, as in CI: --trust or {TRUST_ENV}=1)"
+        )
+    }
+
+    /// One line for `summon doctor`.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Self::ForThisRun => format!("trusted for this run (--trust or {TRUST_ENV})"),
+            Self::Recorded { at } => format!("trusted with `summon trust` ({at})"),
+            Self::Never => "not trusted".to_owned(),
+            Self::Changed { files, at } => format!(
+                "not trusted: {} changed since it was trusted ({at})",
+                files.join(" and ")
+            ),
+        }
+    }
+}
+
+/// What `summon trust` recorded for one project.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Record {
+    /// File name → SHA-256 (hex) of its content, `None` when it did not exist.
+    pub(crate) files: BTreeMap<String, Option<String>>,
+    /// When, as an RFC 3339 timestamp.
+    pub(crate) trusted_at: String,
+}
+
+/// The file of trusted projects.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Store {
+    /// Project folder (canonical) → record.
+    projects: BTreeMap<PathBuf, Record>,
+}
+
+/// `<config dir>/summon/trusted-projects.json`; `None` without a home directory.
+pub(crate) fn store_path(env: &Env) -> Option<PathBuf> {
+    env.config_dir()
+        .map(|dir| dir.join("summon").join("trusted-projects.json"))
+}
+
+/// The project folder as recorded: the working directory, canonical when it can be.
+pub(crate) fn project_dir(env: &Env) -> PathBuf {
+    std::fs::canonicalize(&env.cwd).unwrap_or_else(|_| env.cwd.clone())
+}
+
+/// The trust of the project in the working directory.
+pub(crate) fn project_trust(env: &Env) -> Trust {
+    if env
+        .var(TRUST_ENV)
+        .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
+    {
+        return Trust::ForThisRun;
+    }
+    let Some(record) = read_store(env).projects.remove(&project_dir(env)) else {
+        return Trust::Never;
+    };
+    let now = fingerprint(&env.cwd);
+    let changed: Vec<String> = PROJECT_FILES
+        .iter()
+        .filter(|name| now.get(**name) != record.files.get(**name))
+        .map(|name| (*name).to_owned())
+        .collect();
+    if changed.is_empty() {
+        Trust::Recorded {
+            at: record.trusted_at,
+        }
+    } else {
+        Trust::Changed {
+            files: changed,
+            at: record.trusted_at,
+        }
+    }
+}
+
+/// Records the project in the working directory as trusted, with its files as they are now.
+pub(crate) fn trust(env: &Env) -> std::io::Result<(PathBuf, Record)> {
+    let dir = project_dir(env);
+    let record = Record {
+        files: fingerprint(&env.cwd),
+        trusted_at: jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string()),
+    };
+    let mut store = read_store(env);
+    store.projects.insert(dir.clone(), record.clone());
+    write_store(env, &store)?;
+    Ok((dir, record))
+}
+
+/// Forgets the project in the working directory; whether it was trusted.
+pub(crate) fn revoke(env: &Env) -> std::io::Result<bool> {
+    let mut store = read_store(env);
+    let removed = store.projects.remove(&project_dir(env)).is_some();
+    if removed {
+        write_store(env, &store)?;
+    }
+    Ok(removed)
+}
+
+/// Every trusted project.
+pub(crate) fn list(env: &Env) -> Vec<(PathBuf, Record)> {
+    read_store(env).projects.into_iter().collect()
+}
+
+/// SHA-256 of each project file, `None` for one that does not exist.
+fn fingerprint(dir: &Path) -> BTreeMap<String, Option<String>> {
+    PROJECT_FILES
+        .iter()
+        .map(|name| {
+            let hash = std::fs::read(dir.join(name))
+                .ok()
+                .map(|bytes| hex::encode(Sha256::digest(&bytes)));
+            ((*name).to_owned(), hash)
+        })
+        .collect()
+}
+
+/// The store; empty when missing or unreadable (nothing is trusted then).
+fn read_store(env: &Env) -> Store {
+    store_path(env)
+        .and_then(|path| std::fs::read(path).ok())
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// Replaces the store atomically: a reader never sees half of it.
+fn write_store(env: &Env, store: &Store) -> std::io::Result<()> {
+    let path = store_path(env).ok_or_else(|| {
+        std::io::Error::other("no home directory to keep the list of trusted projects in")
+    })?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    serde_json::to_writer_pretty(&mut file, store)?;
+    std::io::Write::write_all(&mut file, b"\n")?;
+    file.persist(&path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(project: &Path, home: &Path, vars: &[(&str, &str)]) -> Env {
+        let home = home.to_string_lossy().into_owned();
+        let mut all = vec![("HOME", home.as_str())];
+        all.extend_from_slice(vars);
+        Env::for_test(project, &all)
+    }
+
+    #[test]
+    fn trust_follows_the_files() {
+        let home = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let env = env(project.path(), home.path(), &[]);
+        assert_eq!(project_trust(&env), Trust::Never);
+        std::fs::write(project.path().join("summon.yaml"), "default_model: m\n").unwrap();
+        trust(&env).unwrap();
+        assert!(project_trust(&env).is_trusted());
+        // An edit, and a file that appears, each undo it.
+        std::fs::write(project.path().join("summon.yaml"), "default_model: n\n").unwrap();
+        assert!(matches!(
+            project_trust(&env),
+            Trust::Changed { files, .. } if files == ["summon.yaml"]
+        ));
+        trust(&env).unwrap();
+        std::fs::write(project.path().join(".mcp.json"), "{}").unwrap();
+        assert!(matches!(
+            project_trust(&env),
+            Trust::Changed { files, .. } if files == [".mcp.json"]
+        ));
+        assert!(revoke(&env).unwrap());
+        assert_eq!(project_trust(&env), Trust::Never);
+        assert!(!revoke(&env).unwrap());
+        let forced = super::tests::env(project.path(), home.path(), &[(TRUST_ENV, "1")]);
+        assert_eq!(project_trust(&forced), Trust::ForThisRun);
+    }
+}
