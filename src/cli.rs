@@ -46,6 +46,8 @@ pub(crate) enum Command {
     Tasks(TasksArgs),
     /// Run a pipeline: decompose, fan out under a cap, synthesize.
     Run(RunArgs),
+    /// The runs of this project: list them, show one's report, prune old ones.
+    Runs(RunsArgs),
     /// Combine the `--out` directories of `summon run --shard` and run the remaining steps.
     Merge(MergeArgs),
     /// Write a new agent, recipe or pipeline, checked as `summon validate` checks it.
@@ -80,6 +82,12 @@ pub(crate) struct RunArgs {
     /// Continue the last run of this pipeline (or RUN_ID), repeating only unfinished tasks.
     #[arg(long, value_name = "RUN_ID", num_args = 0..=1, default_missing_value = "")]
     pub(crate) resume: Option<String>,
+    /// Take the answer of an earlier run to the same request instead of sending it again.
+    #[arg(long)]
+    pub(crate) reuse: bool,
+    /// Wait for a live run of the same pipeline to end instead of refusing to start.
+    #[arg(long)]
+    pub(crate) wait: bool,
     /// Render what can be rendered, print the graph and an estimate; send nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
@@ -337,6 +345,45 @@ pub(crate) struct NewPipelineArgs {
     /// The model every step uses (`settings.model`).
     #[arg(long, value_name = "MODEL")]
     pub(crate) model: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunsArgs {
+    #[command(subcommand)]
+    pub(crate) action: Option<RunsAction>,
+    /// Only the runs of this pipeline file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) pipeline: Option<PathBuf>,
+    /// Only the runs with this status.
+    #[arg(long, value_parser = ["running", "completed", "failed", "interrupted"])]
+    pub(crate) status: Option<String>,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RunsAction {
+    /// One run's report (as report.json) and where its --out went.
+    Show {
+        /// The run id (`summon runs` lists them).
+        run_id: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Delete old runs from the store and give their space back.
+    Prune {
+        /// Keep the newest N runs of each pipeline (default: `store.keep_runs`, else 20).
+        #[arg(long, value_name = "N")]
+        keep: Option<usize>,
+        /// Keep runs younger than this too (`7d`, `12h`; default: `store.keep_days`, else 7d).
+        #[arg(long, value_name = "AGE")]
+        older_than: Option<String>,
+        /// Only the runs of this pipeline file.
+        #[arg(long, value_name = "FILE")]
+        pipeline: Option<PathBuf>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
 }
 
 #[derive(Debug, Args)]

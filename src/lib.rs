@@ -89,7 +89,9 @@ where
         Err(error) => {
             match &error {
                 error::Error::Input(diags) => ctx.report(&diags.items),
-                error::Error::Failed(message) if !message.is_empty() => {
+                error::Error::Failed(message) | error::Error::Busy(message)
+                    if !message.is_empty() =>
+                {
                     let _ = writeln!(std::io::stderr(), "summon: error: {message}");
                 }
                 error::Error::Io(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {

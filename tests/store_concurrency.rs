@@ -49,7 +49,10 @@ async fn runs_starts_and_readers_share_one_store() {
             .env("OPENAI_API_KEY", KEY)
             .env("SUMMON_MODEL", "mock-model")
             .env("SUMMON_MAX_BACKGROUND_TASKS", "20")
-            .write_raw("p.yaml", &pipeline()),
+            // Three pipelines: two live runs of one pipeline are refused.
+            .write_raw("p0.yaml", &pipeline())
+            .write_raw("p1.yaml", &pipeline())
+            .write_raw("p2.yaml", &pipeline()),
     );
     let run = |args: Vec<String>| {
         let t = std::sync::Arc::clone(&t);
@@ -67,7 +70,7 @@ async fn runs_starts_and_readers_share_one_store() {
     for r in 0..RUNS {
         handles.push(run(vec![
             "run".into(),
-            "p.yaml".into(),
+            format!("p{r}.yaml"),
             "--out".into(),
             format!("out{r}"),
             "--quiet".into(),

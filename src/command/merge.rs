@@ -78,6 +78,8 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         args.quiet || args.output.json,
     );
     let options = RunOptions {
+        reuse: false,
+        wait: false,
         pipeline,
         params,
         concurrency: args.concurrency.map(|c| c as usize),

@@ -10,6 +10,7 @@ mod merge;
 mod new;
 mod render;
 mod run;
+mod runs;
 mod task_result;
 mod tasks;
 mod trust;
@@ -31,6 +32,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Delegate(args) => delegate::run(&args, ctx),
         Command::Tasks(args) => tasks::run(&args, ctx),
         Command::Run(args) => run::run(&args, ctx),
+        Command::Runs(args) => runs::run(&args, ctx),
         Command::Merge(args) => merge::run(&args, ctx),
         Command::New(args) => new::run(&args, ctx),
         Command::Doctor(args) => doctor::run(&args, ctx),

@@ -82,6 +82,8 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         display,
         batch: args.batch,
         plan,
+        reuse: args.reuse,
+        wait: args.wait,
     };
     let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
     let failed = print_outcome(&mut summary, serde_json::Map::new(), args.output.json, ctx)?;

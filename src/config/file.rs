@@ -28,6 +28,9 @@
 //!     base_url: http://localhost:8000/v1    # vLLM, llama.cpp, LM Studio: no key needed
 //! prices:                         # USD per million tokens, for cost estimates
 //!   gpt-4o-mini: { input: 0.15, output: 0.60 }
+//! store:                          # run history kept per pipeline (default: 20 runs, 7 days)
+//!   keep_runs: 20
+//!   keep_days: 7
 //! ```
 //!
 //! Provider entries:
@@ -159,6 +162,10 @@ pub(crate) struct Config {
     pub(crate) prices: IndexMap<String, Located<Price>>,
     /// Whether the project's own settings that send credentials may apply.
     pub(crate) trust: super::trust::Trust,
+    /// `store.keep_runs`: the newest runs of each pipeline kept in the run history.
+    pub(crate) keep_runs: Option<u64>,
+    /// `store.keep_days`: runs younger than this many days are kept too.
+    pub(crate) keep_days: Option<f64>,
 }
 
 impl Config {
@@ -183,6 +190,8 @@ impl Config {
         }
         self.providers.extend(over.providers);
         self.prices.extend(over.prices);
+        self.keep_runs = over.keep_runs.or(self.keep_runs);
+        self.keep_days = over.keep_days.or(self.keep_days);
     }
 
     /// The price of a model, when one is configured.
@@ -306,8 +315,32 @@ fn parse_inner(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Config {
     if let Some(node) = r.get("prices") {
         config.prices = read_prices(node, &mut d);
     }
+    if let Some(node) = r.get("store") {
+        read_store_settings(node, &mut config, &mut d);
+    }
     r.finish(&mut d);
     config
+}
+
+/// `store: {keep_runs: N, keep_days: D}`: the run history's retention.
+fn read_store_settings(node: &Node, config: &mut Config, d: &mut FileDiags<'_>) {
+    let Some(mut r) = MapReader::new(node, "store") else {
+        d.error(
+            node.pos,
+            format!(
+                "`store` must be a mapping (`keep_runs:`, `keep_days:`), found {}",
+                node.kind_name()
+            ),
+        );
+        return;
+    };
+    config.keep_runs = r
+        .get("keep_runs")
+        .and_then(|n| positive_int(n, "store.keep_runs", d));
+    config.keep_days = r
+        .get("keep_days")
+        .and_then(|n| non_negative(n, "store.keep_days", d));
+    r.finish(d);
 }
 
 /// Key spellings that would hold a literal API key.

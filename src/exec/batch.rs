@@ -357,6 +357,7 @@ impl BatchRun<'_> {
             duration: self.started.elapsed(),
             model: Some(task.model),
             resumed: false,
+            reused: false,
             hash: task.hash,
             batch_id,
         };
@@ -377,6 +378,7 @@ impl BatchRun<'_> {
             duration: self.started.elapsed(),
             model: None,
             resumed: false,
+            reused: false,
             hash,
             batch_id: None,
         });

@@ -20,6 +20,8 @@ pub(crate) struct TaskDone {
     pub(crate) model: Option<String>,
     /// Taken from the journal of an earlier attempt of this run.
     pub(crate) resumed: bool,
+    /// Taken from an earlier run that answered the same request (`--reuse`); cost nothing.
+    pub(crate) reused: bool,
     /// The content hash of the rendered request.
     pub(crate) hash: String,
     /// The provider batch that answered it (`backend: batch`); priced at the batch rate.

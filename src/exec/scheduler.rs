@@ -49,6 +49,10 @@ pub(crate) struct RunOptions {
     pub(crate) batch: bool,
     /// A shard, `--until`, `--items-from` or a merge; the default runs every step.
     pub(crate) plan: Plan,
+    /// `--reuse`: every step takes the answers of earlier runs to the same requests.
+    pub(crate) reuse: bool,
+    /// `--wait`: wait for a live run of the same pipeline to end instead of refusing.
+    pub(crate) wait: bool,
 }
 
 /// Default global cap on tasks in flight.
@@ -128,31 +132,37 @@ impl Sink {
                 output_tokens: done.usage.output_tokens,
                 duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
                 resumed: done.resumed,
+                reused: done.reused,
             };
             if let Err(e) = results.write(&line) {
                 eprintln!("summon: warning: cannot write results.jsonl: {e}");
             }
         }
         crate::env::crash_point("task-recorded");
-        let cost = self.report.record_task(
-            step,
-            done.model.as_deref(),
-            status,
-            done.turns,
-            done.usage.input_tokens,
-            done.usage.output_tokens,
-            done.duration,
-            done.resumed,
-            done.batch_id.is_some(),
-        );
-        if let Some(junit) = &mut self.junit {
-            junit.add_case(
+        let cost = if done.reused {
+            self.report.record_reused(step);
+            Some(0.0)
+        } else {
+            self.report.record_task(
                 step,
-                &item_label(&done.item, done.index),
-                done.ok,
+                done.model.as_deref(),
+                status,
+                done.turns,
+                done.usage.input_tokens,
+                done.usage.output_tokens,
                 done.duration,
-                done.error.as_deref(),
-            );
+                done.resumed,
+                done.batch_id.is_some(),
+            )
+        };
+        if let Some(junit) = &mut self.junit {
+            let label = item_label(&done.item, done.index);
+            let label = if done.reused {
+                format!("{label} (reused)")
+            } else {
+                label
+            };
+            junit.add_case(step, &label, done.ok, done.duration, done.error.as_deref());
         }
         self.progress.task_finished(
             step,
@@ -241,7 +251,10 @@ pub(crate) fn run_pipeline(
             };
             let Some(run) = run else {
                 return Err(Error::usage(match wanted {
-                    Some(id) => format!("no run `{id}` to resume"),
+                    Some(id) => format!(
+                        "no run `{id}` to resume; runs past the retention limits \
+                         (store.keep_runs, store.keep_days) are pruned, see `summon runs`"
+                    ),
                     None => format!(
                         "no earlier run of `{}` to resume",
                         pipeline.file.path().display()
@@ -279,6 +292,20 @@ pub(crate) fn run_pipeline(
             };
             (run, finished, catalog)
         }
+    };
+    hold(&store, &run, options.resume.is_none(), options.wait)?;
+    let defaults = run_defaults(env, &config);
+    let out_text = options.out_dir.as_ref().map(|d| d.display().to_string());
+    store
+        .set_run_setup(&run.run_id, out_text.as_deref(), &defaults)
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let reuse_any = options.reuse || pipeline.steps.iter().any(|s| s.reuse);
+    let reusable = if reuse_any {
+        store
+            .reusable(&path_text, &run.run_id, &defaults)
+            .map_err(|e| Error::usage(e.to_string()))?
+    } else {
+        HashMap::new()
     };
     crate::env::crash_point("run-created");
     let agents = agents_json(&catalog);
@@ -350,6 +377,8 @@ pub(crate) fn run_pipeline(
         global: Arc::new(Semaphore::new(concurrency)),
         settings: pipeline.settings.clone(),
         finished,
+        reusable,
+        reuse_all: options.reuse,
         drain: CancellationToken::new(),
         kill: CancellationToken::new(),
         policy: RetryPolicy::from_env(env),
@@ -484,6 +513,8 @@ pub(crate) fn run_pipeline(
     if let Ok(retries) = shared.retries.lock() {
         sink.report.set_retries(&retries);
     }
+    // One clock for report.json and the report kept in the run history.
+    sink.report.finish();
     if let Some(dir) = &options.out_dir {
         sink.report
             .write_json(&env.cwd.join(dir).join("report.json"))?;
@@ -531,6 +562,10 @@ pub(crate) fn run_pipeline(
     store
         .set_run_status(&run.run_id, run_status)
         .map_err(|e| Error::usage(e.to_string()))?;
+    if let Err(e) = store.set_run_report(&run.run_id, &sink.report.to_json()) {
+        eprintln!("summon: warning: cannot record the run's report: {e}");
+    }
+    prune(&store, &shared.config, &path_text, &run.run_id);
     let last = pipeline.steps.len().saturating_sub(1);
     let final_output = if plan.prints_output() {
         outputs
@@ -546,6 +581,91 @@ pub(crate) fn run_pipeline(
         final_output,
         interrupted,
     })
+}
+
+/// Takes the run for this process. Another live run of the same pipeline refuses it (or,
+/// with `wait`, is waited for); a run left `running` by a killed process is taken over.
+fn hold(store: &Store, run: &crate::store::RunRecord, fresh: bool, wait: bool) -> Result<()> {
+    let pid = std::process::id();
+    let mut told = false;
+    loop {
+        let held = store
+            .hold_run(
+                &run.run_id,
+                pid,
+                fresh && !wait,
+                crate::background::pid_alive,
+            )
+            .map_err(|e| Error::usage(e.to_string()))?;
+        let Some(held) = held else {
+            return Ok(());
+        };
+        if !wait {
+            return Err(Error::Busy(format!(
+                "run {} of this pipeline is still running (pid {}); wait for it with --wait, \
+                 or stop it first",
+                held.run_id, held.pid
+            )));
+        }
+        if !told {
+            eprintln!(
+                "summon: waiting for run {} of this pipeline to end (pid {})",
+                held.run_id, held.pid
+            );
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// What picks the default provider and model of a run: answers are reused only from runs
+/// where it was the same.
+fn run_defaults(env: &Env, config: &Config) -> String {
+    let vars = [
+        "SUMMON_SUBAGENT_PROVIDER",
+        "SUMMON_SUBAGENT_MODEL",
+        "SUMMON_PROVIDER",
+        "SUMMON_MODEL",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "OLLAMA_HOST",
+    ];
+    let mut map = serde_json::Map::new();
+    for var in vars {
+        if let Some(value) = env.var(var) {
+            map.insert(var.to_owned(), Value::from(value));
+        }
+    }
+    for (key, value) in [
+        ("default_provider", &config.default_provider),
+        ("default_model", &config.default_model),
+    ] {
+        if let Some(value) = value {
+            map.insert(key.to_owned(), Value::from(value.value.as_str()));
+        }
+    }
+    Value::Object(map).to_string()
+}
+
+/// Drops the runs of this pipeline that the retention settings do not keep, and the space
+/// they took. A failure here costs only disk space: a warning.
+fn prune(store: &Store, config: &Config, pipeline: &str, run_id: &str) {
+    let mut retention = crate::store::Retention::default();
+    if let Some(keep) = config.keep_runs {
+        retention.keep = usize::try_from(keep).unwrap_or(usize::MAX);
+    }
+    if let Some(days) = config.keep_days {
+        retention.keep_for = Duration::from_secs_f64(days * 86_400.0);
+    }
+    match store.prune_runs(Some(pipeline), retention, Some(run_id)) {
+        Ok(pruned) if pruned.runs > 0 => {
+            if let Err(e) = store.reclaim_space() {
+                eprintln!("summon: warning: cannot reclaim the store's space: {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("summon: warning: cannot prune old runs: {e}"),
+    }
 }
 
 /// Keeps the last line of every task in `results.jsonl` (a task that ran again after a
@@ -649,6 +769,7 @@ async fn run_step(
     let step = &pipeline.steps[index];
     let mut config = StepConfig::new(index, step, &shared.settings);
     config.shard = shard;
+    config.reuse |= shared.reuse_all;
     let base = base_context(params, outputs.to_json(pipeline), agents);
     let env = crate::template::environment(pipeline.file.path().parent());
     let render_plain =

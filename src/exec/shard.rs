@@ -118,6 +118,7 @@ impl TaskRecord {
             duration: Duration::from_millis(self.duration_ms),
             model: self.model.clone(),
             resumed: false,
+            reused: false,
             hash: self.hash.clone(),
             batch_id: self.batch_id.clone(),
         }

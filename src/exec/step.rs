@@ -35,6 +35,11 @@ pub(crate) struct Shared {
     pub(crate) settings: PipelineSettings,
     /// Finished tasks of an earlier attempt of this run (`--resume`).
     pub(crate) finished: FinishedMap,
+    /// Completed tasks of earlier runs of the pipeline, by request hash, for the steps that
+    /// reuse them (`--reuse`, a step's `reuse: true`); empty otherwise.
+    pub(crate) reusable: HashMap<String, crate::store::TaskResultRow>,
+    /// `--reuse`: every step reuses.
+    pub(crate) reuse_all: bool,
     /// Set by the first Ctrl-C: start no new task.
     pub(crate) drain: CancellationToken,
     /// Set by the second Ctrl-C: stop tasks in flight.
@@ -234,6 +239,8 @@ pub(crate) struct StepConfig {
     pub(crate) timeout: Option<Duration>,
     /// `--shard I/N`: send only the tasks this shard owns (by request hash).
     pub(crate) shard: Option<crate::pipeline::shard::Shard>,
+    /// Take a completed task of an earlier run with the same request instead of sending it.
+    pub(crate) reuse: bool,
 }
 
 impl StepConfig {
@@ -248,6 +255,7 @@ impl StepConfig {
             retries: step.retries,
             timeout: step.timeout,
             shard: None,
+            reuse: step.reuse,
         }
     }
 
@@ -277,7 +285,8 @@ impl StepConfig {
     }
 }
 
-/// The journaled result of a task whose rendered request has not changed, if any.
+/// The journaled result of a task whose rendered request has not changed, if any: from an
+/// earlier attempt of this run, else (when the step reuses) from an earlier run.
 pub(crate) fn resumed(
     shared: &Shared,
     step: &StepConfig,
@@ -285,10 +294,15 @@ pub(crate) fn resumed(
     item: &Value,
     hash: &str,
 ) -> Option<TaskDone> {
-    let row = shared.finished.get(&(step.id.clone(), index))?;
-    if row.input_hash != hash || row.status != JournalStatus::Completed {
-        return None;
-    }
+    let from_this_run = shared
+        .finished
+        .get(&(step.id.clone(), index))
+        .filter(|row| row.input_hash == hash && row.status == JournalStatus::Completed);
+    let (row, reused) = match from_this_run {
+        Some(row) => (row, false),
+        None if step.reuse => (shared.reusable.get(hash)?, true),
+        None => return None,
+    };
     let output = row.output.clone().unwrap_or_default();
     Some(TaskDone {
         step: step.index,
@@ -298,13 +312,19 @@ pub(crate) fn resumed(
         structured: serde_json::from_str(&output).ok().filter(Value::is_array),
         output,
         error: None,
-        turns: row.turns,
-        usage: row.tokens,
-        duration: Duration::from_millis(row.duration_ms),
+        turns: if reused { 0 } else { row.turns },
+        // A reused answer costs nothing in this run.
+        usage: if reused { Usage::default() } else { row.tokens },
+        duration: if reused {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(row.duration_ms)
+        },
         model: None,
-        resumed: true,
+        resumed: !reused,
+        reused,
         hash: hash.to_owned(),
-        batch_id: row.batch_id.clone(),
+        batch_id: if reused { None } else { row.batch_id.clone() },
     })
 }
 
@@ -351,6 +371,7 @@ pub(crate) async fn run_task(
                 duration: started.elapsed(),
                 model,
                 resumed: false,
+                reused: false,
                 hash,
                 batch_id: None,
             };

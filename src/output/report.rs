@@ -26,7 +26,7 @@
 //!
 //! ```json
 //! {
-//!   "tasks": 12, "completed": 11, "failed": 1, "skipped": 0, "resumed": 3,
+//!   "tasks": 12, "completed": 11, "failed": 1, "skipped": 0, "resumed": 3, "reused": 0,
 //!   "turns": 30, "input_tokens": 2900, "output_tokens": 300,
 //!   "duration_ms": { "sum": 120500, "max": 20100 },
 //!   "wall_ms": 41000,
@@ -36,7 +36,8 @@
 //!
 //! - `tasks` = `completed` + `failed` + `skipped`; `resumed` counts those (of any status) that
 //!   finished before a `--resume` and were not run again. Their turns, tokens, durations and
-//!   cost are included: the report describes the whole run.
+//!   cost are included: the report describes the whole run. `reused` counts the completed
+//!   tasks whose answer an earlier run gave (`--reuse`): no tokens, no cost.
 //! - `duration_ms` is over tasks (`sum` is task time, `max` the slowest); `wall_ms` is the
 //!   step's elapsed time from its start to its end (`null` for a step that never started), and
 //!   for `total` the run's.
@@ -70,6 +71,8 @@ pub(crate) struct Stats {
     pub(crate) failed: u64,
     pub(crate) skipped: u64,
     pub(crate) resumed: u64,
+    /// Answered by an earlier run (`--reuse`), at no cost.
+    pub(crate) reused: u64,
     pub(crate) turns: u64,
     pub(crate) input_tokens: u64,
     pub(crate) output_tokens: u64,
@@ -90,6 +93,7 @@ impl Stats {
             _ => self.failed += 1,
         }
         self.resumed += u64::from(task.resumed);
+        self.reused += u64::from(task.reused);
         self.turns += u64::from(task.turns);
         self.input_tokens += task.input_tokens;
         self.output_tokens += task.output_tokens;
@@ -124,6 +128,7 @@ impl Stats {
             failed: self.failed,
             skipped: self.skipped,
             resumed: self.resumed,
+            reused: self.reused,
             turns: self.turns,
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
@@ -146,6 +151,7 @@ struct Task<'a> {
     output_tokens: u64,
     duration: Duration,
     resumed: bool,
+    reused: bool,
 }
 
 #[derive(Debug, Default)]
@@ -204,6 +210,7 @@ struct StatsJson {
     failed: u64,
     skipped: u64,
     resumed: u64,
+    reused: u64,
     turns: u64,
     input_tokens: u64,
     output_tokens: u64,
@@ -319,10 +326,27 @@ impl Report {
             output_tokens,
             duration,
             resumed,
+            reused: false,
         };
         self.entry(step).stats.add(&task, cost);
         self.total.add(&task, cost);
         cost
+    }
+
+    /// Adds a completed task of `step` whose answer an earlier run gave (`--reuse`): it cost
+    /// nothing in this run.
+    pub(crate) fn record_reused(&mut self, step: &str) {
+        let task = Task {
+            status: "completed",
+            turns: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            duration: Duration::ZERO,
+            resumed: false,
+            reused: true,
+        };
+        self.entry(step).stats.add(&task, Some(0.0));
+        self.total.add(&task, Some(0.0));
     }
 
     /// Stops the run's clock (otherwise it runs until the report is written).
@@ -397,6 +421,7 @@ impl Report {
             (t.failed, "failed"),
             (t.skipped, "skipped"),
             (t.resumed, "resumed"),
+            (t.reused, "reused"),
         ] {
             if n > 0 {
                 line.push_str(&format!(", {n} {what}"));
@@ -575,6 +600,7 @@ mod tests {
             "failed",
             "skipped",
             "resumed",
+            "reused",
             "turns",
             "input_tokens",
             "output_tokens",
@@ -595,7 +621,7 @@ mod tests {
             notes,
             json!({
                 "tasks": 3, "completed": 1, "failed": 1, "skipped": 1, "resumed": 1,
-                "turns": 4, "input_tokens": 2000, "output_tokens": 200,
+                "reused": 0, "turns": 4, "input_tokens": 2000, "output_tokens": 200,
                 "duration_ms": {"sum": 500, "max": 300}, "wall_ms": 0,
                 "cost_usd": 0.00042, "priced": true, "unpriced_tasks": 0
             })

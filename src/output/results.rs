@@ -4,12 +4,13 @@
 //!
 //! ```json
 //! {"step":"notes","index":3,"item":"api","status":"completed","output":"…","error":null,
-//!  "turns":2,"input_tokens":1200,"output_tokens":340,"duration_ms":5120,"resumed":false}
+//!  "turns":2,"input_tokens":1200,"output_tokens":340,"duration_ms":5120,"resumed":false,
+//!  "reused":false}
 //! ```
 //!
 //! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks;
 //! `resumed` marks a task that finished before a `--resume` (its line is written again when
-//! the interruption lost it). Lines are buffered and flushed at least every
+//! the interruption lost it); `reused`, one whose answer an earlier run gave (`--reuse`). Lines are buffered and flushed at least every
 //! [`FLUSH_INTERVAL`] (by a small background thread), every [`FLUSH_LINES`] lines, on
 //! [`ResultsWriter::flush`] and on drop, so a crash loses at most the last moments; the run's
 //! journal holds every finished task, and on resume [`read_results`] tells which of them the
@@ -51,6 +52,8 @@ pub(crate) struct ResultLine<'a> {
     pub(crate) output_tokens: u64,
     pub(crate) duration_ms: u64,
     pub(crate) resumed: bool,
+    /// Answered by an earlier run (`--reuse`).
+    pub(crate) reused: bool,
 }
 
 struct State {
@@ -251,6 +254,7 @@ mod tests {
             output_tokens: 10,
             duration_ms: 1234,
             resumed,
+            reused: false,
         }
     }
 
@@ -287,7 +291,8 @@ mod tests {
                 "input_tokens",
                 "output_tokens",
                 "duration_ms",
-                "resumed"
+                "resumed",
+                "reused"
             ]
         );
         assert_eq!(
@@ -295,7 +300,7 @@ mod tests {
             json!({"step": "notes", "index": 0, "item": {"area": "api", "n": 1},
                    "status": "completed", "output": "out \"quoted\"\nline", "error": null,
                    "turns": 2, "input_tokens": 100, "output_tokens": 10, "duration_ms": 1234,
-                   "resumed": false})
+                   "resumed": false, "reused": false})
         );
         assert_eq!(got[1]["status"], "failed");
         assert_eq!(got[1]["error"], "boom");

@@ -1,6 +1,6 @@
 //! Pipelines: the format, its parser and validator, the dependency graph, and item sources.
 
-mod duration;
+pub(crate) mod duration;
 pub(crate) mod graph;
 pub(crate) mod items;
 pub(crate) mod model;

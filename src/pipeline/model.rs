@@ -73,6 +73,8 @@ pub(crate) struct Step {
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
     pub(crate) backend: Backend,
+    /// Take the answer of an earlier run to the same request instead of sending it.
+    pub(crate) reuse: bool,
 }
 
 #[derive(Debug, Clone)]

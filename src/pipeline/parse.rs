@@ -297,6 +297,25 @@ fn temperature_field(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> Option<f64
 }
 
 /// One of a fixed set of words.
+/// `true` or `false`.
+fn bool_field(r: &mut MapReader<'_>, key: &str, d: &mut FileDiags<'_>) -> Option<bool> {
+    let path = r.child_path(key);
+    let node = r.get(key)?;
+    match node.to_json().as_bool() {
+        Some(value) => Some(value),
+        None => {
+            d.error(
+                node.pos,
+                format!(
+                    "`{path}` must be `true` or `false`, found {}",
+                    describe(node)
+                ),
+            );
+            None
+        }
+    }
+}
+
 fn choice<T: Copy>(
     r: &mut MapReader<'_>,
     key: &str,
@@ -555,6 +574,7 @@ fn read_step(
         Some((backend, _)) => backend,
         None => Backend::Live,
     };
+    let reuse = bool_field(&mut r, "reuse", d).unwrap_or(false);
     r.finish(d);
     Some((
         Step {
@@ -572,6 +592,7 @@ fn read_step(
             temperature,
             max_turns,
             backend,
+            reuse,
         },
         kind_known,
     ))

@@ -137,6 +137,10 @@ pub(crate) struct RunRecord {
     pub(crate) finished_at: Option<Timestamp>,
     /// Which shard of the pipeline this run is (JSON, opaque), if sharded.
     pub(crate) shard: Option<String>,
+    /// The process that runs it (while it runs).
+    pub(crate) pid: Option<u32>,
+    /// `--out`, as given.
+    pub(crate) out_dir: Option<String>,
 }
 
 /// One finished (or batch-submitted) task of a run, as recorded in the journal.
@@ -204,10 +208,10 @@ pub(crate) struct WriterStats {
     pub(crate) commits: u64,
 }
 
-const RUN_COLUMNS: &str = "run_id, pipeline_path, pipeline_hash, params, catalog, status, \
-     created_at, finished_at, shard";
+pub(super) const RUN_COLUMNS: &str = "run_id, pipeline_path, pipeline_hash, params, catalog, \
+     status, created_at, finished_at, shard, pid, out_dir";
 
-fn run_record(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
+pub(super) fn run_record(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
     Ok(RunRecord {
         run_id: row.get(0)?,
         pipeline_path: row.get(1)?,
@@ -218,6 +222,10 @@ fn run_record(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
         created_at: timestamp(row.get(6)?)?,
         finished_at: opt_timestamp(row.get(7)?)?,
         shard: row.get(8)?,
+        pid: row
+            .get::<_, Option<i64>>(9)?
+            .and_then(|p| u32::try_from(p).ok()),
+        out_dir: row.get(10)?,
     })
 }
 
@@ -269,7 +277,7 @@ fn write_rows(
     })
 }
 
-fn result_row(row: &Row<'_>) -> rusqlite::Result<TaskResultRow> {
+pub(super) fn result_row(row: &Row<'_>) -> rusqlite::Result<TaskResultRow> {
     Ok(TaskResultRow {
         step_id: row.get(0)?,
         item_index: uint(row.get(1)?),

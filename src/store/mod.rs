@@ -15,6 +15,9 @@
 //! | `expired_tasks` | ids of tasks deleted by expiry, kept 7 days | `expire` |
 //! | `runs` | pipeline runs (`summon run`) | the runner |
 //! | `run_tasks` | one finished task of a run, keyed by (run, step, item index) | the runner's [`JournalWriter`] |
+//! | `run_batches` | provider batches of a run in flight | the batch backend |
+//!
+//! Runs are held by their process, listed, and pruned by retention in [`history`].
 //!
 //! # Concurrency
 //!
@@ -38,6 +41,7 @@
 #![allow(dead_code)]
 
 mod batch;
+mod history;
 mod journal;
 mod schema;
 mod task;
@@ -50,6 +54,7 @@ use jiff::Timestamp;
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 
 pub(crate) use batch::{BatchRecord, BatchTask};
+pub(crate) use history::{Retention, RunListing};
 #[allow(unused_imports)]
 pub(crate) use journal::{
     CommitHook, FinishedMap, JournalStatus, JournalWriter, RunRecord, RunStatus, TaskKey,

@@ -115,8 +115,19 @@ CREATE TABLE run_batches (
 CREATE INDEX run_batches_by_step ON run_batches (run_id, step_id, status);
 "#;
 
+/// Version 3: run history. Who holds a live run (so a second run of the same pipeline is
+/// refused while it lives), where its `--out` went, and its report for `summon runs show`.
+const V3: &str = r#"
+ALTER TABLE runs ADD COLUMN pid INTEGER;       -- the process running it, while it runs
+ALTER TABLE runs ADD COLUMN out_dir TEXT;      -- `--out`, as given
+ALTER TABLE runs ADD COLUMN report TEXT;       -- report.json's content (JSON), once it ended
+ALTER TABLE runs ADD COLUMN defaults TEXT;     -- what picks the default provider and model
+                                               -- (JSON, opaque): `--reuse` takes answers only
+                                               -- from runs with the same
+"#;
+
 /// Every migration, in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The schema version this summon writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

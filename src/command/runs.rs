@@ -1,0 +1,230 @@
+//! `summon runs`: the history of `summon run` in this project.
+//!
+//! JSON (`--json`): `{"runs": [RUN]}`, newest first, where RUN is `{"run_id", "pipeline",
+//! "status", "started_at", "finished_at", "duration_ms", "completed", "failed",
+//! "input_tokens", "output_tokens", "cost_usd", "out"}` (`cost_usd` from the run's report:
+//! null while it runs or when no price is configured). `runs show ID --json`: RUN with
+//! `"report"`, the content of the run's `report.json`. `runs prune --json`: `{"runs",
+//! "tasks"}` deleted.
+
+use serde_json::{Value, json};
+
+use super::Ctx;
+use crate::cli::{RunsAction, RunsArgs};
+use crate::error::{Error, Result};
+use crate::output::{fmt_cost, fmt_duration, fmt_tokens};
+use crate::store::{Retention, RunListing, RunStatus, Store};
+
+pub(crate) fn run(args: &RunsArgs, ctx: &mut Ctx) -> Result<()> {
+    match &args.action {
+        None => list(args, ctx),
+        Some(RunsAction::Show { run_id, output }) => show(run_id, output.json, ctx),
+        Some(RunsAction::Prune {
+            keep,
+            older_than,
+            pipeline,
+            output,
+        }) => prune(
+            *keep,
+            older_than.as_deref(),
+            pipeline.as_deref(),
+            output.json,
+            ctx,
+        ),
+    }
+}
+
+fn store(ctx: &Ctx) -> Result<Store> {
+    Store::open(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))
+}
+
+/// The pipeline path as runs record it (canonical).
+fn pipeline_key(path: &std::path::Path, ctx: &Ctx) -> String {
+    let full = ctx.env.cwd.join(path);
+    full.canonicalize().unwrap_or(full).display().to_string()
+}
+
+fn list(args: &RunsArgs, ctx: &mut Ctx) -> Result<()> {
+    let status = args
+        .status
+        .as_deref()
+        .map(|s| s.parse::<RunStatus>().map_err(Error::usage))
+        .transpose()?;
+    let pipeline = args.pipeline.as_deref().map(|p| pipeline_key(p, ctx));
+    let runs = store(ctx)?
+        .list_runs(pipeline.as_deref(), status)
+        .map_err(|e| Error::usage(e.to_string()))?;
+    if args.output.json {
+        let items: Vec<Value> = runs.iter().map(|r| run_json(r, ctx)).collect();
+        ctx.out.json(&json!({ "runs": items }))?;
+        return Ok(());
+    }
+    if runs.is_empty() {
+        ctx.out
+            .line("No runs recorded here. Start one with `summon run PIPELINE.yaml`.")?;
+        return Ok(());
+    }
+    let mut text = format!(
+        "{:<18} {:<11} {:<20} {:>9} {:>11} {:>8} {:>8}  {}\n",
+        "RUN", "STATUS", "STARTED", "DURATION", "DONE/FAILED", "TOKENS", "COST", "PIPELINE"
+    );
+    for r in &runs {
+        let run = &r.run;
+        text.push_str(&format!(
+            "{:<18} {:<11} {:<20} {:>9} {:>11} {:>8} {:>8}  {}\n",
+            run.run_id,
+            run.status.as_str(),
+            run.created_at.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+            duration(r).map_or_else(|| "-".to_owned(), fmt_duration),
+            format!("{}/{}", r.completed, r.failed),
+            fmt_tokens(r.input_tokens + r.output_tokens),
+            cost(r).map_or_else(|| "no price".to_owned(), fmt_cost),
+            shown_path(&run.pipeline_path, ctx),
+        ));
+    }
+    ctx.out.write(&text)?;
+    Ok(())
+}
+
+fn show(run_id: &str, json: bool, ctx: &mut Ctx) -> Result<()> {
+    let Some(listing) = store(ctx)?
+        .run_listing(run_id)
+        .map_err(|e| Error::usage(e.to_string()))?
+    else {
+        return Err(Error::usage(format!(
+            "no run `{run_id}` in this project's store; `summon runs` lists them (old runs are \
+             pruned by store.keep_runs and store.keep_days)"
+        )));
+    };
+    if json {
+        let mut value = run_json(&listing, ctx);
+        value["report"] = listing.report.clone().unwrap_or(Value::Null);
+        ctx.out.json(&value)?;
+        return Ok(());
+    }
+    let run = &listing.run;
+    let mut text = format!(
+        "Run {} of {}: {}\nStarted {}",
+        run.run_id,
+        shown_path(&run.pipeline_path, ctx),
+        run.status.as_str(),
+        run.created_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+    );
+    if let Some(d) = duration(&listing) {
+        text.push_str(&format!(", took {}", fmt_duration(d)));
+    }
+    text.push('\n');
+    match &run.out_dir {
+        Some(out) => text.push_str(&format!("Output: {out}\n")),
+        None => text.push_str("Output: none (run without --out)\n"),
+    }
+    match &listing.report {
+        Some(report) => {
+            text.push_str(&serde_json::to_string_pretty(report).unwrap_or_default());
+            text.push('\n');
+        }
+        None => text.push_str(&format!(
+            "No report yet: {} tasks completed, {} failed, {} tokens so far.\n",
+            listing.completed,
+            listing.failed,
+            fmt_tokens(listing.input_tokens + listing.output_tokens)
+        )),
+    }
+    ctx.out.write(&text)?;
+    Ok(())
+}
+
+fn prune(
+    keep: Option<usize>,
+    older_than: Option<&str>,
+    pipeline: Option<&std::path::Path>,
+    json: bool,
+    ctx: &mut Ctx,
+) -> Result<()> {
+    let (config, warnings) = crate::config::load_config(&ctx.env).map_err(Error::Input)?;
+    ctx.report(&warnings.items);
+    let mut retention = Retention::default();
+    if let Some(keep) = keep.or(config.keep_runs.map(|k| k as usize)) {
+        retention.keep = keep;
+    }
+    match older_than {
+        Some(text) => retention.keep_for = parse_age(text).map_err(Error::usage)?,
+        None => {
+            if let Some(days) = config.keep_days {
+                retention.keep_for = std::time::Duration::from_secs_f64(days * 86_400.0);
+            }
+        }
+    }
+    let pipeline = pipeline.map(|p| pipeline_key(p, ctx));
+    let store = store(ctx)?;
+    let pruned = store
+        .prune_runs(pipeline.as_deref(), retention, None)
+        .map_err(|e| Error::usage(e.to_string()))?;
+    if pruned.runs > 0 {
+        store
+            .reclaim_space()
+            .map_err(|e| Error::usage(e.to_string()))?;
+    }
+    if json {
+        ctx.out
+            .json(&json!({"runs": pruned.runs, "tasks": pruned.tasks}))?;
+    } else {
+        ctx.out.line(&format!(
+            "Pruned {} run{} ({} task result{}); kept the newest {} of each pipeline and those \
+             younger than {}.",
+            pruned.runs,
+            if pruned.runs == 1 { "" } else { "s" },
+            pruned.tasks,
+            if pruned.tasks == 1 { "" } else { "s" },
+            retention.keep,
+            fmt_duration(retention.keep_for)
+        ))?;
+    }
+    Ok(())
+}
+
+/// `7d`, or a duration as pipelines write them (`12h`, `90m`).
+fn parse_age(text: &str) -> std::result::Result<std::time::Duration, String> {
+    if let Some(days) = text.trim().strip_suffix('d')
+        && let Ok(days) = days.trim().parse::<f64>()
+        && days >= 0.0
+        && days.is_finite()
+    {
+        return Ok(std::time::Duration::from_secs_f64(days * 86_400.0));
+    }
+    crate::pipeline::duration::parse_duration(text)
+        .map_err(|e| format!("--older-than: {e}, or days (`7d`)"))
+}
+
+fn duration(r: &RunListing) -> Option<std::time::Duration> {
+    let end = r.run.finished_at?;
+    Some(end.duration_since(r.run.created_at).unsigned_abs())
+}
+
+fn cost(r: &RunListing) -> Option<f64> {
+    r.report.as_ref()?["total"]["cost_usd"].as_f64()
+}
+
+fn shown_path(path: &str, ctx: &Ctx) -> String {
+    std::path::Path::new(path)
+        .strip_prefix(&ctx.env.cwd)
+        .map_or_else(|_| path.to_owned(), |p| p.display().to_string())
+}
+
+fn run_json(r: &RunListing, ctx: &Ctx) -> Value {
+    let run = &r.run;
+    json!({
+        "run_id": run.run_id,
+        "pipeline": shown_path(&run.pipeline_path, ctx),
+        "status": run.status.as_str(),
+        "started_at": run.created_at.to_string(),
+        "finished_at": run.finished_at.map(|t| t.to_string()),
+        "duration_ms": duration(r).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        "completed": r.completed,
+        "failed": r.failed,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "cost_usd": cost(r),
+        "out": run.out_dir,
+    })
+}

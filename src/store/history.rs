@@ -1,0 +1,264 @@
+//! Runs over time: who holds a live run, the history `summon runs` lists, retention that keeps
+//! the store bounded under a schedule, and the completed tasks a `--reuse` run may take.
+//!
+//! **Holding a run.** A run records its process id when it starts or resumes
+//! ([`Store::hold_run`]). In the same immediate transaction, another run of the same pipeline
+//! (and the same shard) that is still `running` with a live process refuses it: two schedules
+//! that overlap never pay for the same tasks twice. A `running` run whose process is gone was
+//! killed: it is marked `interrupted` and the new run goes ahead.
+//!
+//! **Retention.** [`Store::prune_runs`] keeps, per pipeline, the newest `keep` runs and every
+//! run younger than `keep_days`, deletes the others with their journal rows, and gives the
+//! space back to the file system ([`Store::reclaim_space`]).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rusqlite::params;
+use serde_json::Value;
+
+use super::journal::{RUN_COLUMNS, result_row, run_record};
+use super::{RunRecord, RunStatus, Store, StoreError, TaskResultRow, now_ms};
+
+/// Another live run holds the pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub(crate) run_id: String,
+    pub(crate) pid: u32,
+}
+
+/// One run as `summon runs` lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RunListing {
+    pub(crate) run: RunRecord,
+    pub(crate) completed: u64,
+    pub(crate) failed: u64,
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
+    /// The report recorded when the run ended (JSON), if it did.
+    pub(crate) report: Option<Value>,
+}
+
+/// What [`Store::prune_runs`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Pruned {
+    pub(crate) runs: u64,
+    pub(crate) tasks: u64,
+}
+
+/// Which runs [`Store::prune_runs`] keeps of each pipeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Retention {
+    /// The newest this many runs.
+    pub(crate) keep: usize,
+    /// And every run younger than this.
+    pub(crate) keep_for: Duration,
+}
+
+impl Default for Retention {
+    /// The last 20 runs and anything from the last 7 days.
+    fn default() -> Self {
+        Self {
+            keep: 20,
+            keep_for: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+impl Store {
+    /// Takes `run_id` for this process (`pid`), unless another run of the same pipeline and
+    /// shard is running in a live process (`alive`): then that run is returned and, when
+    /// `drop_if_held`, `run_id` (a run that has not started) is deleted. A `running` run whose
+    /// process is gone is marked interrupted.
+    pub(crate) fn hold_run(
+        &self,
+        run_id: &str,
+        pid: u32,
+        drop_if_held: bool,
+        alive: impl Fn(u32) -> bool,
+    ) -> Result<Option<Held>, StoreError> {
+        self.write(|tx| {
+            let mut stmt = tx.prepare(
+                "SELECT other.run_id, other.pid FROM runs AS me JOIN runs AS other
+                   ON other.pipeline_path = me.pipeline_path AND other.shard IS me.shard
+                 WHERE me.run_id = ?1 AND other.run_id <> ?1 AND other.status = 'running'
+                   AND other.pid IS NOT NULL",
+            )?;
+            let others: Vec<(String, i64)> = stmt
+                .query_map([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            for (other, other_pid) in others {
+                let other_pid = u32::try_from(other_pid).unwrap_or(0);
+                if other_pid != pid && other_pid != 0 && alive(other_pid) {
+                    if drop_if_held {
+                        tx.execute("DELETE FROM runs WHERE run_id = ?1", [run_id])?;
+                    }
+                    return Ok(Some(Held {
+                        run_id: other,
+                        pid: other_pid,
+                    }));
+                }
+                tx.execute(
+                    "UPDATE runs SET status = 'interrupted', finished_at = ?2, pid = NULL
+                     WHERE run_id = ?1",
+                    params![other, now_ms()],
+                )?;
+            }
+            tx.execute(
+                "UPDATE runs SET pid = ?2 WHERE run_id = ?1",
+                params![run_id, i64::from(pid)],
+            )?;
+            Ok(None)
+        })
+    }
+
+    /// Records where the run writes (`--out`) and what picks its default provider and model.
+    pub(crate) fn set_run_setup(
+        &self,
+        run_id: &str,
+        out_dir: Option<&str>,
+        defaults: &str,
+    ) -> Result<(), StoreError> {
+        self.read(|conn| {
+            conn.execute(
+                "UPDATE runs SET out_dir = ?2, defaults = ?3 WHERE run_id = ?1",
+                params![run_id, out_dir, defaults],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Records the report of a run that ended, and lets go of it.
+    pub(crate) fn set_run_report(&self, run_id: &str, report: &Value) -> Result<(), StoreError> {
+        let text = report.to_string();
+        self.read(|conn| {
+            conn.execute(
+                "UPDATE runs SET report = ?2, pid = NULL WHERE run_id = ?1",
+                params![run_id, text],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The runs of the project, newest first; only those of `pipeline` (its path as recorded)
+    /// and with `status`, when given.
+    pub(crate) fn list_runs(
+        &self,
+        pipeline: Option<&str>,
+        status: Option<RunStatus>,
+    ) -> Result<Vec<RunListing>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare(&format!(
+                "SELECT {RUN_COLUMNS}, report,
+                    (SELECT count(*) FROM run_tasks t
+                      WHERE t.run_id = runs.run_id AND t.status = 'completed'),
+                    (SELECT count(*) FROM run_tasks t
+                      WHERE t.run_id = runs.run_id AND t.status IN ('failed', 'cancelled')),
+                    (SELECT coalesce(sum(input_tokens), 0) FROM run_tasks t
+                      WHERE t.run_id = runs.run_id),
+                    (SELECT coalesce(sum(output_tokens), 0) FROM run_tasks t
+                      WHERE t.run_id = runs.run_id)
+                 FROM runs
+                 WHERE (?1 IS NULL OR pipeline_path = ?1) AND (?2 IS NULL OR status = ?2)
+                 ORDER BY created_at DESC, rowid DESC"
+            ))?;
+            let rows = stmt.query_map(params![pipeline, status], |row| {
+                let report: Option<String> = row.get(11)?;
+                Ok(RunListing {
+                    run: run_record(row)?,
+                    report: report.and_then(|r| serde_json::from_str(&r).ok()),
+                    completed: super::uint(row.get(12)?),
+                    failed: super::uint(row.get(13)?),
+                    input_tokens: super::uint(row.get(14)?),
+                    output_tokens: super::uint(row.get(15)?),
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    /// One run with its report, by id.
+    pub(crate) fn run_listing(&self, run_id: &str) -> Result<Option<RunListing>, StoreError> {
+        Ok(self
+            .list_runs(None, None)?
+            .into_iter()
+            .find(|r| r.run.run_id == run_id))
+    }
+
+    /// Deletes the runs of every pipeline (or of `pipeline`) that `retention` does not keep,
+    /// with their journal rows; never `except` (the run in progress) nor a run that is live.
+    pub(crate) fn prune_runs(
+        &self,
+        pipeline: Option<&str>,
+        retention: Retention,
+        except: Option<&str>,
+    ) -> Result<Pruned, StoreError> {
+        let cutoff = now_ms() - i64::try_from(retention.keep_for.as_millis()).unwrap_or(i64::MAX);
+        let keep = i64::try_from(retention.keep).unwrap_or(i64::MAX);
+        self.write(|tx| {
+            let doomed = "SELECT run_id FROM (
+                    SELECT run_id, status, created_at, row_number() OVER (
+                        PARTITION BY pipeline_path ORDER BY created_at DESC, rowid DESC) AS n
+                    FROM runs WHERE ?1 IS NULL OR pipeline_path = ?1)
+                 WHERE n > ?2 AND created_at < ?3 AND status <> 'running'
+                   AND run_id IS NOT ?4";
+            let tasks: i64 = tx.query_row(
+                &format!("SELECT count(*) FROM run_tasks WHERE run_id IN ({doomed})"),
+                params![pipeline, keep, cutoff, except],
+                |row| row.get(0),
+            )?;
+            let runs = tx.execute(
+                &format!("DELETE FROM runs WHERE run_id IN ({doomed})"),
+                params![pipeline, keep, cutoff, except],
+            )?;
+            Ok(Pruned {
+                runs: runs as u64,
+                tasks: super::uint(tasks),
+            })
+        })
+    }
+
+    /// Gives the pages freed by deletions back to the file system: an incremental vacuum, after
+    /// a one-time `VACUUM` that switches an older store to incremental auto-vacuum.
+    pub(crate) fn reclaim_space(&self) -> Result<(), StoreError> {
+        self.read(|conn| {
+            let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |row| row.get(0))?;
+            if mode != 2 {
+                conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+            } else {
+                conn.execute_batch("PRAGMA incremental_vacuum;")?;
+            }
+            conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+            Ok(())
+        })
+    }
+
+    /// The completed tasks of the kept runs of a pipeline (other than `except`) that had the
+    /// same `defaults`, by the hash of their rendered request: what a `--reuse` run may take
+    /// instead of sending it again. The newest wins when several runs answered the same request.
+    pub(crate) fn reusable(
+        &self,
+        pipeline: &str,
+        except: &str,
+        defaults: &str,
+    ) -> Result<HashMap<String, TaskResultRow>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT t.step_id, t.item_index, t.input_hash, t.status, t.output, t.item,
+                        t.turns, t.input_tokens, t.output_tokens, t.duration_ms, t.error,
+                        t.finished_at, t.batch_id
+                 FROM run_tasks t JOIN runs r ON r.run_id = t.run_id
+                 WHERE r.pipeline_path = ?1 AND r.run_id <> ?2 AND r.defaults IS ?3
+                   AND t.status = 'completed'
+                 ORDER BY t.finished_at",
+            )?;
+            let rows = stmt.query_map(params![pipeline, except, defaults], result_row)?;
+            let mut map = HashMap::new();
+            for row in rows {
+                let row = row?;
+                map.insert(row.input_hash.clone(), row);
+            }
+            Ok(map)
+        })
+    }
+}

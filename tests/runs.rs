@@ -1,0 +1,351 @@
+//! Scheduled runs: the run history (`summon runs`), retention that keeps the store bounded,
+//! `--reuse` that pays only for new requests, and overlapping runs of one pipeline.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::Test;
+
+const PIPELINE: &str = r#"version: 1
+name: tickets
+steps:
+  - id: rows
+    decompose:
+      file: tickets.csv
+  - id: label
+    fan_out:
+      over: rows
+      instructions: "Label ticket {{ item.id }}: {{ item.title }}"
+"#;
+
+fn csv(rows: std::ops::Range<u32>) -> String {
+    let mut text = "id,title\n".to_owned();
+    for i in rows {
+        text.push_str(&format!("{i},ticket number {i}\n"));
+    }
+    text
+}
+
+fn project(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("SUMMON_MODEL", "mock-model")
+        .write_raw("p.yaml", PIPELINE)
+        .write_raw("tickets.csv", &csv(0..3))
+        .write(
+            "summon.yaml",
+            "prices:\n  mock-model: {input: 1000000, output: 1000000}\n",
+        )
+}
+
+struct Ran {
+    stdout: String,
+    stderr: String,
+    code: i32,
+}
+
+impl Ran {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", self.stdout, self.stderr))
+    }
+}
+
+fn summon(t: &Test, args: &[&str]) -> Ran {
+    let output = t.command().args(args).output().expect("run summon");
+    Ran {
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        code: output.status.code().unwrap_or(-1),
+    }
+}
+
+/// Replaces a file of the project between runs.
+fn rewrite(t: &Test, path: &str, content: &str) {
+    std::fs::write(t.path().join(path), content).expect("write");
+}
+
+#[track_caller]
+fn ok(ran: Ran) -> Ran {
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    ran
+}
+
+fn results(t: &Test, out: &str) -> Vec<Value> {
+    std::fs::read_to_string(t.path().join(out).join("results.jsonl"))
+        .expect("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_lists_the_history_and_shows_a_report() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server);
+    ok(summon(&t, &["run", "p.yaml", "--out", "first"]));
+    let failing = summon(&t, &["run", "p.yaml", "--out", "second", "--param", "x=1"]);
+    assert_eq!(failing.code, 1, "{}", failing.stderr);
+    ok(summon(&t, &["run", "p.yaml"]));
+    let listed = ok(summon(&t, &["runs", "--json"])).json();
+    let runs = listed["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{listed:#}");
+    // Newest first.
+    assert_eq!(runs[0]["out"], Value::Null);
+    assert_eq!(runs[1]["out"], "first");
+    assert_eq!(runs[1]["status"], "completed");
+    assert_eq!(runs[1]["completed"], 3);
+    assert_eq!(runs[1]["failed"], 0);
+    assert!(runs[1]["input_tokens"].as_u64().unwrap() > 0);
+    assert!(runs[1]["cost_usd"].as_f64().unwrap() > 0.0);
+    assert_eq!(runs[1]["pipeline"], "p.yaml");
+    let id = runs[1]["run_id"].as_str().unwrap();
+    let shown = ok(summon(&t, &["runs", "show", id, "--json"])).json();
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(t.path().join("first/report.json")).unwrap())
+            .unwrap();
+    assert_eq!(shown["report"]["total"], report["total"]);
+    assert_eq!(shown["report"]["steps"], report["steps"]);
+    let text = ok(summon(&t, &["runs"])).stdout;
+    assert!(text.starts_with("RUN "), "{text}");
+    assert!(text.contains(id), "{text}");
+    // Filters.
+    let completed = ok(summon(&t, &["runs", "--status", "failed", "--json"])).json();
+    assert_eq!(completed["runs"].as_array().unwrap().len(), 0);
+    let other = ok(summon(&t, &["runs", "--pipeline", "other.yaml", "--json"])).json();
+    assert_eq!(other["runs"].as_array().unwrap().len(), 0);
+    let missing = summon(&t, &["runs", "show", "20200101-000000"]);
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing.stderr.contains("no run `20200101-000000`"),
+        "{}",
+        missing.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retention_keeps_the_store_bounded() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text(
+        "a label with enough words to take some room in the journal ".repeat(20),
+    )))
+    .await;
+    let t = project(&server)
+        .write_raw("tickets.csv", &csv(0..200))
+        .write("summon.yaml", "store: {keep_runs: 2, keep_days: 0}\n");
+    let db = t.path().join(".summon/state.db");
+    let size = || {
+        ["", "-wal"]
+            .iter()
+            .map(|suffix| {
+                std::fs::metadata(format!("{}{suffix}", db.display())).map_or(0, |m| m.len())
+            })
+            .sum::<u64>()
+    };
+    let mut ids = Vec::new();
+    let mut sizes = Vec::new();
+    for _ in 0..8 {
+        ok(summon(&t, &["run", "p.yaml"]));
+        let listed = ok(summon(&t, &["runs", "--json"])).json();
+        ids.push(listed["runs"][0]["run_id"].as_str().unwrap().to_owned());
+        sizes.push(size());
+    }
+    let listed = ok(summon(&t, &["runs", "--json"])).json();
+    let kept: Vec<&str> = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(kept, [ids[7].as_str(), ids[6].as_str()]);
+    // Flat after the limit: the eighth run's store is no bigger than the fourth's (+5%).
+    assert!(
+        sizes[7] <= sizes[3] + sizes[3] / 20,
+        "the store grew: {sizes:?}"
+    );
+    let resumed = summon(&t, &["run", "p.yaml", "--resume", &ids[0]]);
+    assert_eq!(resumed.code, 1);
+    assert!(resumed.stderr.contains("pruned"), "{}", resumed.stderr);
+    // By hand.
+    let pruned = ok(summon(
+        &t,
+        &[
+            "runs",
+            "prune",
+            "--keep",
+            "1",
+            "--older-than",
+            "0d",
+            "--json",
+        ],
+    ))
+    .json();
+    assert_eq!(pruned["runs"], 1);
+    assert_eq!(pruned["tasks"], 200);
+    assert_eq!(
+        ok(summon(&t, &["runs", "--json"])).json()["runs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reuse_sends_only_the_new_rows() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server);
+    ok(summon(&t, &["run", "p.yaml", "--out", "a"]));
+    assert_eq!(server.request_count(), 3);
+    rewrite(&t, "tickets.csv", &csv(0..5));
+    let ran = ok(summon(
+        &t,
+        &[
+            "run",
+            "p.yaml",
+            "--out",
+            "b",
+            "--reuse",
+            "--junit",
+            "b/junit.xml",
+        ],
+    ));
+    assert_eq!(server.request_count(), 5, "only the two new rows are sent");
+    let lines = results(&t, "b");
+    assert_eq!(lines.len(), 5);
+    let reused: Vec<bool> = lines
+        .iter()
+        .map(|l| l["reused"].as_bool().unwrap())
+        .collect();
+    assert_eq!(reused.iter().filter(|r| **r).count(), 3, "{lines:#?}");
+    for line in &lines {
+        assert_eq!(line["status"], "completed");
+        let id = line["item"]["id"].as_str().unwrap();
+        assert_eq!(
+            line["output"],
+            format!("echo: Label ticket {id}: ticket number {id}")
+        );
+        if line["reused"] == true {
+            assert_eq!(line["input_tokens"], 0);
+        }
+    }
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(t.path().join("b/report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["steps"]["label"]["reused"], 3, "{report:#}");
+    assert_eq!(report["steps"]["label"]["completed"], 5);
+    assert!(ran.stderr.contains("3 reused"), "{}", ran.stderr);
+    let junit = std::fs::read_to_string(t.path().join("b/junit.xml")).unwrap();
+    assert_eq!(junit.matches("(reused)").count(), 3, "{junit}");
+
+    // A step may ask for it; another default model does not reuse.
+    rewrite(
+        &t,
+        "p.yaml",
+        &PIPELINE.replace("    fan_out:", "    reuse: true\n    fan_out:"),
+    );
+    ok(summon(&t, &["run", "p.yaml"]));
+    assert_eq!(server.request_count(), 5);
+    let mut other = t.command();
+    other
+        .args(["run", "p.yaml"])
+        .env("SUMMON_MODEL", "other-model");
+    assert!(other.status().unwrap().success());
+    assert_eq!(server.request_count(), 10);
+}
+
+fn spawn_run(t: &Test, extra: &[&str]) -> Child {
+    let mut command: Command = t.command();
+    command
+        .args(["run", "p.yaml"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command.spawn().expect("spawn summon run")
+}
+
+fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_overlapping_run_is_refused_waited_for_or_takes_over_a_dead_one() {
+    let server = MockServer::start(
+        MockConfig::new().default_reply(Reply::text("slow").delayed(Duration::from_secs(60))),
+    )
+    .await;
+    let t = project(&server).write_raw("tickets.csv", &csv(0..1));
+    let mut first = spawn_run(&t, &[]);
+    wait_for(Duration::from_secs(30), "the first run's request", || {
+        server.request_count() >= 1
+    });
+    let refused = summon(&t, &["run", "p.yaml"]);
+    assert_eq!(refused.code, 75, "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("is still running (pid {})", first.id())),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(server.request_count(), 1, "the refused run sent nothing");
+    let listed = ok(summon(&t, &["runs", "--json"])).json();
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 1, "{listed:#}");
+
+    // A killed run leaves its lock; the next run takes it over.
+    Command::new("kill")
+        .args(["-KILL", &first.id().to_string()])
+        .status()
+        .unwrap();
+    first.wait().unwrap();
+    server.push_reply(Reply::text("quick"));
+    let took_over = ok(summon(&t, &["run", "p.yaml"]));
+    assert_eq!(took_over.stdout, "quick\n");
+    let listed = ok(summon(&t, &["runs", "--json"])).json();
+    let statuses: Vec<&str> = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["completed", "interrupted"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_starts_when_the_live_run_ends() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::text("first").delayed(Duration::from_millis(1500)),
+        Reply::text("second"),
+    ]))
+    .await;
+    let t = project(&server).write_raw("tickets.csv", &csv(0..1));
+    let first = spawn_run(&t, &[]);
+    wait_for(Duration::from_secs(30), "the first run's request", || {
+        server.request_count() >= 1
+    });
+    let second = ok(summon(&t, &["run", "p.yaml", "--wait"]));
+    assert!(
+        second.stderr.contains("waiting for run"),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(second.stdout, "second\n");
+    let first = first.wait_with_output().unwrap();
+    assert!(first.status.success());
+    assert_eq!(String::from_utf8_lossy(&first.stdout), "first\n");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    // The second run sent its request only after the first had its answer.
+    let gap = requests[1]
+        .received_at
+        .duration_since(requests[0].received_at);
+    assert!(gap >= Duration::from_millis(1400), "{gap:?}");
+}
