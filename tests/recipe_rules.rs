@@ -7,6 +7,85 @@ mod support;
 
 use support::*;
 
+#[track_caller]
+fn assert_has(text: &str, needle: &str) {
+    assert!(text.contains(needle), "want: {needle}\n---\n{text}");
+}
+
+// ---- retry settings goose refuses ----
+
+#[test]
+fn retry_settings_goose_refuses_are_errors_at_their_keys() {
+    let out = Test::new()
+        .write(
+            "r.yaml",
+            "
+            title: t
+            description: d
+            prompt: p
+            retry:
+              max_retries: 0
+              timeout_seconds: 0
+              on_failure_timeout_seconds: 0
+              checks:
+                - type: shell
+                  command: test -f done
+            ",
+        )
+        .args(["--color", "never", "validate", "r.yaml"])
+        .code(1)
+        .run();
+    assert_has(
+        &out.stderr,
+        "r.yaml:5:3: error: `retry.max_retries` must be greater than 0",
+    );
+    assert_has(
+        &out.stderr,
+        "r.yaml:6:3: error: `retry.timeout_seconds` must be greater than 0 if specified",
+    );
+    assert_has(
+        &out.stderr,
+        "r.yaml:7:3: error: `retry.on_failure_timeout_seconds` must be greater than 0 if specified",
+    );
+    assert_has(&out.stderr, "3 error(s)");
+
+    // `checks` is required, and must be a list.
+    let out = Test::new()
+        .write(
+            "r.yaml",
+            "title: t\ndescription: d\nprompt: p\nretry:\n  max_retries: 2\n",
+        )
+        .args(["--color", "never", "validate", "r.yaml"])
+        .code(1)
+        .run();
+    assert_has(
+        &out.stderr,
+        "r.yaml:5:3: error: `retry` is missing `checks`",
+    );
+    let out = Test::new()
+        .write(
+            "r.yaml",
+            "title: t\ndescription: d\nprompt: p\nretry:\n  max_retries: 2\n  checks: test -f done\n",
+        )
+        .args(["--color", "never", "validate", "r.yaml"])
+        .code(1)
+        .run();
+    assert_has(
+        &out.stderr,
+        "r.yaml:6:3: error: `retry.checks` must be a list",
+    );
+
+    // What goose accepts still validates.
+    let out = Test::new()
+        .write(
+            "r.yaml",
+            "title: t\ndescription: d\nprompt: p\nretry:\n  max_retries: 1\n  timeout_seconds: 5\n  checks:\n    - type: shell\n      command: 'true'\n",
+        )
+        .args(["--color", "never", "validate", "r.yaml"])
+        .run();
+    assert_has(&out.stderr, "0 error(s), 0 warning(s)");
+}
+
 // ---- block scalars at the end of a file ----
 
 #[test]

@@ -634,59 +634,103 @@ fn read_response(node: &Node, d: &mut FileDiags<'_>) -> Option<serde_json::Value
     Some(schema)
 }
 
+/// goose's `retry`, with goose's validation: `max_retries` and `checks` are required,
+/// `max_retries` and the timeouts (when given) must be greater than 0.
 fn read_retry(node: &Node, d: &mut FileDiags<'_>) -> Option<RetryConfig> {
     let Some(mut r) = MapReader::new(node, "retry") else {
         d.error(node.pos, "`retry` must be a mapping");
         return None;
     };
-    let max_retries = match r.get("max_retries") {
-        Some(n) => uint(n, "retry.max_retries", d).and_then(|n| u32::try_from(n).ok()),
+    let max_retries = match r.get_entry("max_retries").filter(|(_, v)| !v.is_null()) {
+        Some((key, n)) => uint(n, "retry.max_retries", d)
+            .and_then(|n| positive(n, key, "retry.max_retries", "", d))
+            .and_then(|n| match u32::try_from(n) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    d.error(key.pos, "`retry.max_retries` is too large");
+                    None
+                }
+            }),
         None => {
             d.error(node.pos, "`retry` is missing `max_retries`");
             None
         }
     };
-    let mut checks = Vec::new();
-    if let Some(list) = r.get("checks") {
-        for (index, check) in list.as_seq().unwrap_or_default().iter().enumerate() {
-            let path = format!("retry.checks[{index}]");
-            let Some(mut c) = MapReader::new(check, path.clone()) else {
-                d.error(
-                    check.pos,
-                    format!("`{path}` must be a mapping with `type: shell` and `command`"),
-                );
-                continue;
-            };
-            if let Some(kind) = c.get("type").and_then(Node::as_str)
-                && kind != "shell"
-            {
-                d.error(
-                    check.pos,
-                    format!("`{path}`: only `shell` checks exist, not `{kind}`"),
-                );
-            }
-            match string_field(&mut c, "command", d) {
-                Some(command) => checks.push(command),
-                None => d.error(check.pos, format!("`{path}` is missing `command`")),
-            }
-            c.finish(d);
+    let checks = match r.get_entry("checks").filter(|(_, v)| !v.is_null()) {
+        Some((key, list)) => read_checks(key, list, d),
+        None => {
+            d.error(node.pos, "`retry` is missing `checks`");
+            None
         }
-    }
+    };
     let on_failure = string_field(&mut r, "on_failure", d);
-    let timeout_secs = r
-        .get("timeout_seconds")
-        .and_then(|t| uint(t, "retry.timeout_seconds", d));
-    let on_failure_timeout_secs = r
-        .get("on_failure_timeout_seconds")
-        .and_then(|t| uint(t, "retry.on_failure_timeout_seconds", d));
+    let mut timeout = |r: &mut MapReader<'_>, name: &str| {
+        let path = format!("retry.{name}");
+        let (key, value) = r.get_entry(name).filter(|(_, v)| !v.is_null())?;
+        uint(value, &path, d).and_then(|n| positive(n, key, &path, " if specified", d))
+    };
+    let timeout_secs = timeout(&mut r, "timeout_seconds");
+    let on_failure_timeout_secs = timeout(&mut r, "on_failure_timeout_seconds");
     r.finish(d);
     Some(RetryConfig {
         max_retries: max_retries?,
-        checks,
+        checks: checks?,
         on_failure,
         timeout_secs,
         on_failure_timeout_secs,
     })
+}
+
+/// `n` when it is greater than 0; otherwise goose's refusal, at the key.
+fn positive(n: u64, key: &Node, path: &str, when: &str, d: &mut FileDiags<'_>) -> Option<u64> {
+    if n == 0 {
+        d.error(key.pos, format!("`{path}` must be greater than 0{when}"));
+        return None;
+    }
+    Some(n)
+}
+
+/// `retry.checks`: a list of `{type: shell, command}`. An empty list is valid, as in goose,
+/// but then nothing is ever retried.
+fn read_checks(key: &Node, list: &Node, d: &mut FileDiags<'_>) -> Option<Vec<String>> {
+    let Some(items) = list.as_seq() else {
+        d.error(
+            key.pos,
+            format!("`retry.checks` must be a list, found {}", list.kind_name()),
+        );
+        return None;
+    };
+    if items.is_empty() {
+        d.warning(
+            key.pos,
+            "`retry.checks` is empty: no check can fail, so the task is never retried",
+        );
+    }
+    let mut checks = Vec::new();
+    for (index, check) in items.iter().enumerate() {
+        let path = format!("retry.checks[{index}]");
+        let Some(mut c) = MapReader::new(check, path.clone()) else {
+            d.error(
+                check.pos,
+                format!("`{path}` must be a mapping with `type: shell` and `command`"),
+            );
+            continue;
+        };
+        if let Some(kind) = c.get("type").and_then(Node::as_str)
+            && kind != "shell"
+        {
+            d.error(
+                check.pos,
+                format!("`{path}`: only `shell` checks exist, not `{kind}`"),
+            );
+        }
+        match string_field(&mut c, "command", d) {
+            Some(command) => checks.push(command),
+            None => d.error(check.pos, format!("`{path}` is missing `command`")),
+        }
+        c.finish(d);
+    }
+    Some(checks)
 }
 
 fn read_sub_recipes(node: &Node, dir: &Path, d: &mut FileDiags<'_>) -> Vec<SubRecipe> {
