@@ -12,6 +12,50 @@ fn assert_has(text: &str, needle: &str) {
     assert!(text.contains(needle), "want: {needle}\n---\n{text}");
 }
 
+#[track_caller]
+fn assert_lacks(text: &str, needle: &str) {
+    assert!(!text.contains(needle), "unwanted: {needle}\n---\n{text}");
+}
+
+// ---- a file parameter may not have a default ----
+
+const FILE_DEFAULT: &str = "
+    title: t
+    description: d
+    prompt: 'Summarise {{ doc }}'
+    parameters:
+      - key: doc
+        input_type: file
+        requirement: optional
+        default: secret.txt
+        description: the document
+";
+
+#[test]
+fn file_parameter_default_is_an_error_at_the_default_key() {
+    let out = Test::new()
+        .write("recipes/sum.yaml", FILE_DEFAULT)
+        .write_raw("secret.txt", "TOPSECRET")
+        .args(["--color", "never", "validate", "recipes/sum.yaml"])
+        .code(1)
+        .run();
+    assert_has(
+        &out.stderr,
+        "recipes/sum.yaml:8:5: error: file parameter `doc` cannot have a default value, to avoid importing sensitive user files",
+    );
+
+    assert_has(&out.stderr, "1 error(s), 0 warning(s)");
+
+    // Nothing is read or rendered from such a recipe.
+    let out = Test::new()
+        .write("recipes/sum.yaml", FILE_DEFAULT)
+        .write_raw("secret.txt", "TOPSECRET")
+        .args(["render", "--source", "sum"])
+        .output();
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    assert_lacks(&out.stdout, "TOPSECRET");
+}
+
 // ---- retry settings goose refuses ----
 
 #[test]

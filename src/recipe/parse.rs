@@ -374,15 +374,27 @@ pub(crate) fn read_parameters(node: &Node, d: &mut FileDiags<'_>) -> Vec<Paramet
                 Requirement::Required
             }
         };
-        let default_node = r.get("default");
-        let default = default_node.and_then(|v| scalar_text(v, &format!("{path}.default"), d));
+        let default_entry = r.get_entry("default").filter(|(_, v)| !v.is_null());
+        let default_node = default_entry.map(|(_, v)| v);
+        let mut default = default_node.and_then(|v| scalar_text(v, &format!("{path}.default"), d));
+        if let (InputType::File, Some((key_node, _))) = (input_type, default_entry) {
+            // goose refuses this too: a shared recipe could otherwise read any file of the
+            // user's (`default: ~/.ssh/id_rsa`) into its prompt without being asked.
+            d.error(
+                key_node.pos,
+                format!(
+                    "file parameter `{key}` cannot have a default value, to avoid importing sensitive user files"
+                ),
+            );
+            default = None;
+        }
         let description = string_field(&mut r, "description", d).unwrap_or_default();
         let options_node = r.get("options");
         let options = options_node
             .map(|o| string_list(o, &format!("{path}.options"), d))
             .unwrap_or_default();
         r.finish(d);
-        if requirement == Requirement::Optional && default.is_none() {
+        if requirement == Requirement::Optional && default_node.is_none() {
             d.warning(pos, format!(
                 "optional parameter `{key}` has no default; it is empty unless given (goose rejects this)"
             ));
