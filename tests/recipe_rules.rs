@@ -130,6 +130,58 @@ fn retry_settings_goose_refuses_are_errors_at_their_keys() {
     assert_has(&out.stderr, "0 error(s), 0 warning(s)");
 }
 
+// ---- placeholders that are not expressions stay text ----
+
+#[test]
+fn placeholder_that_is_not_an_expression_is_kept_literally_with_a_warning() {
+    let recipe = "
+        title: t
+        description: d
+        instructions: Use {{ model }} from {{hf model org}}.
+        prompt: |
+          Hello {{hf model org}}_{{hf model name}}!
+          Plain {{ model }} and {{invalid var}}
+        parameters:
+          - key: model
+            input_type: string
+            requirement: required
+            description: the model
+    ";
+    let out = Test::new()
+        .write("r.yaml", recipe)
+        .args(["--color", "never", "validate", "r.yaml"])
+        .run();
+    assert_has(
+        &out.stderr,
+        "r.yaml:3:36: warning: `{{hf model org}}` is not a valid template expression; it is kept as text",
+    );
+    assert_has(
+        &out.stderr,
+        "r.yaml:5:9: warning: `{{hf model org}}` is not a valid template expression",
+    );
+    assert_has(&out.stderr, "r.yaml:5:26: warning: `{{hf model name}}`");
+    assert_has(&out.stderr, "r.yaml:6:25: warning: `{{invalid var}}`");
+    assert_has(&out.stderr, "0 error(s), 4 warning(s)");
+
+    let out = Test::new()
+        .write("recipes/hf.yaml", recipe)
+        .args([
+            "render",
+            "--source",
+            "hf",
+            "--param",
+            "model=llama",
+            "--json",
+        ])
+        .run();
+    let v = out.json();
+    assert_eq!(v["instructions"], "Use llama from {{hf model org}}.");
+    assert_eq!(
+        v["prompt"],
+        "Hello {{hf model org}}_{{hf model name}}!\nPlain llama and {{invalid var}}\n"
+    );
+}
+
 // ---- block scalars at the end of a file ----
 
 #[test]

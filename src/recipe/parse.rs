@@ -81,7 +81,7 @@ fn parse_inner(
             // rendering the whole text leniently, as goose renders before parsing.
             let rendered = template::has_template(&file.text)
                 .then(|| {
-                    template::render(
+                    super::literals::render(
                         &template::lenient_environment(),
                         &file.text,
                         &minijinja::Value::UNDEFINED,
