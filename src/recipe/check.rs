@@ -1,5 +1,6 @@
 //! Template checks on a recipe: every variable used must be a declared parameter (or
-//! `recipe_dir`), and a declared parameter nobody uses is worth a warning.
+//! `recipe_dir`), a declared parameter nobody uses is worth a warning, and files pulled in
+//! with `extends`/`include` must be readable from the recipe's folder.
 
 use std::collections::BTreeSet;
 
@@ -43,6 +44,23 @@ pub(crate) fn check_templates(recipe: &Recipe, diags: &mut Diagnostics) {
                 ))
                 .at(Span::new(&recipe.file, pos)),
             );
+        }
+        if template::uses_other_files(text) {
+            let pulled = template::pulled_in(text, &recipe.dir());
+            if let Some((name, error)) = pulled.failure {
+                let line = base_line + error.line.unwrap_or(1).saturating_sub(1);
+                let pos = find_text(&recipe.file.text, line, text.lines().count(), &name);
+                diags.push(
+                    Diagnostic::error(format!("template error: {}", error.message))
+                        .at(Span::new(&recipe.file, pos)),
+                );
+            }
+            // What the parent or parts read counts as used; it is checked when rendered.
+            for source in &pulled.sources {
+                if let Ok((names, _)) = literals::variables(source) {
+                    used.extend(names);
+                }
+            }
         }
         for var in vars {
             if !declared.contains(var.as_str()) && !BUILTIN_VARIABLES.contains(&var.as_str()) {

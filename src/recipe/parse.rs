@@ -76,27 +76,17 @@ fn parse_inner(
             }
             return None;
         }
-        Err(syntax) => {
-            // Some real recipes template their YAML structure itself: find the structure by
-            // rendering the whole text leniently, as goose renders before parsing.
-            let rendered = template::has_template(&file.text)
-                .then(|| {
-                    super::literals::render(
-                        &template::lenient_environment(),
-                        &file.text,
-                        &minijinja::Value::UNDEFINED,
-                    )
-                    .ok()
-                })
-                .flatten();
-            match rendered.map(|text| yaml::parse(&text)) {
-                Some(Ok(Some(root))) => (root, true),
-                _ => {
-                    d.error(syntax.pos, format!("invalid YAML: {}", syntax.message));
-                    return None;
-                }
+        Err(syntax) => match structure_from_template(file) {
+            Some(Ok(root)) => (root, true),
+            Some(Err(diagnostic)) => {
+                d.push(diagnostic);
+                return None;
             }
-        }
+            None => {
+                d.error(syntax.pos, format!("invalid YAML: {}", syntax.message));
+                return None;
+            }
+        },
     };
     if root.as_map().is_none() {
         d.error(
@@ -108,6 +98,36 @@ fn parse_inner(
     let root = desktop_unwrap(root, &mut d);
     let recipe = read_recipe(file, root, whole_text_template, &mut d)?;
     (!d.has_errors()).then_some(recipe)
+}
+
+/// The structure of a recipe whose YAML is itself templated (`{% if %}` around keys,
+/// `{% extends "parent.yaml" %}`, `{% include %}` of YAML parts), found by rendering the whole
+/// text leniently, as goose renders before parsing; files are read from the recipe's folder.
+/// `None` when that gives no YAML either; a diagnostic when a file it pulls in cannot be read.
+fn structure_from_template(
+    file: &Arc<SourceFile>,
+) -> Option<Result<Node, crate::diag::Diagnostic>> {
+    if !template::has_template(&file.text) {
+        return None;
+    }
+    let dir = file.path().parent();
+    let env = template::lenient_environment(dir);
+    match super::literals::render(&env, &file.text, &minijinja::Value::UNDEFINED) {
+        Ok(text) => match yaml::parse(&text) {
+            Ok(Some(root)) => Some(Ok(root)),
+            _ => None,
+        },
+        // A missing or refused parent or part says more than the YAML error would.
+        Err(error) if template::uses_other_files(&file.text) => {
+            let line = error.line.unwrap_or(1);
+            Some(Err(crate::diag::Diagnostic::error(format!(
+                "cannot render template: {}",
+                error.message
+            ))
+            .at(crate::diag::Span::new(file, Pos::new(line, 1, 1)))))
+        }
+        Err(_) => None,
+    }
 }
 
 /// Reads a recipe from an already parsed (and possibly rendered) mapping.
