@@ -316,6 +316,10 @@ fn file_parameter_default_is_an_error_at_the_default_key() {
         .output();
     assert_ne!(out.code, 0, "{}", out.stdout);
     assert_lacks(&out.stdout, "TOPSECRET");
+    assert_has(
+        &out.stderr,
+        "recipes/sum.yaml:8:5 has errors, so it was left out: file parameter `doc` cannot have a default value",
+    );
 }
 
 // ---- retry settings goose refuses ----
