@@ -28,11 +28,76 @@ pub(crate) fn environment(base_dir: Option<&Path>) -> Environment<'static> {
 }
 
 /// A lenient environment that renders undefined names as empty: used only to find the
-/// structure of recipes whose YAML is itself templated.
-pub(crate) fn lenient_environment() -> Environment<'static> {
-    let mut env = environment(None);
+/// structure of recipes whose YAML is itself templated, and what templates pull in.
+/// `include` and `extends` read from `base_dir`, as in [`environment`].
+pub(crate) fn lenient_environment(base_dir: Option<&Path>) -> Environment<'static> {
+    let mut env = environment(base_dir);
     env.set_undefined_behavior(UndefinedBehavior::Chainable);
     env
+}
+
+/// Whether a template pulls in other files (`extends`, `include`, `import`, `from`).
+pub(crate) fn uses_other_files(text: &str) -> bool {
+    text.match_indices("{%").any(|(at, _)| {
+        let tag = text[at + 2..].trim_start_matches(['-', '+']).trim_start();
+        ["extends", "include", "import", "from"]
+            .iter()
+            .any(|word| tag.starts_with(word))
+    })
+}
+
+/// What a template pulls in from `base_dir`, found by rendering it leniently (so a file
+/// named only under a condition that is false without values is not seen).
+#[derive(Debug, Default)]
+pub(crate) struct Pulled {
+    /// The text of every file read.
+    pub(crate) sources: Vec<String>,
+    /// A file that cannot be read: its name as written and why, with the line.
+    pub(crate) failure: Option<(String, TemplateError)>,
+}
+
+pub(crate) fn pulled_in(text: &str, base_dir: &Path) -> Pulled {
+    #[derive(Default)]
+    struct Seen {
+        sources: Vec<String>,
+        failed: Option<String>,
+    }
+    let seen: std::sync::Arc<std::sync::Mutex<Seen>> = std::sync::Arc::default();
+    let mut env = lenient_environment(None);
+    let base = base_dir.to_path_buf();
+    let main = text.to_owned();
+    let record = std::sync::Arc::clone(&seen);
+    env.set_loader(move |name| {
+        let loaded = load_confined(Some(&base), name);
+        let mut seen = record.lock().unwrap_or_else(|e| e.into_inner());
+        match &loaded {
+            Ok(Some(source)) => seen.sources.push(source.clone()),
+            // A name computed from values the lenient render lacks is no finding.
+            Ok(None) => {
+                let written = quoted_in(&main, name)
+                    || seen.sources.iter().any(|source| quoted_in(source, name));
+                if seen.failed.is_none() && written {
+                    seen.failed = Some(name.to_owned());
+                }
+            }
+            Err(_) => {
+                if seen.failed.is_none() {
+                    seen.failed = Some(name.to_owned());
+                }
+            }
+        }
+        loaded
+    });
+    let result = env.render_str(text, minijinja::Value::UNDEFINED);
+    let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|e| e.into_inner()));
+    let failure = match (result, seen.failed) {
+        (Err(error), Some(name)) => Some((name, TemplateError::from(error))),
+        _ => None,
+    };
+    Pulled {
+        sources: seen.sources,
+        failure,
+    }
 }
 
 fn load_confined(base: Option<&Path>, name: &str) -> Result<Option<String>, minijinja::Error> {
@@ -63,6 +128,16 @@ fn load_confined(base: Option<&Path>, name: &str) -> Result<Option<String>, mini
     std::fs::read_to_string(&real)
         .map(Some)
         .map_err(|e| refuse(&e.to_string()))
+}
+
+/// Whether `text` names `name` literally after a tag that reads a file
+/// (`extends "name"`, `include 'name'`).
+fn quoted_in(text: &str, name: &str) -> bool {
+    ["extends", "include", "import", "from"].iter().any(|tag| {
+        ['"', '\'']
+            .iter()
+            .any(|q| text.contains(&format!("{tag} {q}{name}{q}")))
+    })
 }
 
 /// Whether a text contains template syntax at all (plain text renders to itself).
@@ -155,6 +230,27 @@ mod tests {
         assert!(err.message.contains("inside the recipe"), "{}", err.message);
         let err = render(&env, "{% include '/etc/passwd' %}", &ctx).unwrap_err();
         assert!(err.message.contains("inside the recipe"), "{}", err.message);
+    }
+
+    #[test]
+    fn files_pulled_in_are_read_or_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("base.md"),
+            "{{ a }} {% block b %}{% endblock %}",
+        )
+        .unwrap();
+        assert!(uses_other_files("x {%- extends 'base.md' %}"));
+        assert!(!uses_other_files("{% if included %}{% endif %}"));
+        let pulled = pulled_in("{% extends 'base.md' %}", dir.path());
+        assert_eq!(pulled.sources, ["{{ a }} {% block b %}{% endblock %}"]);
+        assert!(pulled.failure.is_none());
+        let pulled = pulled_in("x\n{% include 'gone.md' %}", dir.path());
+        let (name, error) = pulled.failure.unwrap();
+        assert_eq!((name.as_str(), error.line), ("gone.md", Some(2)));
+        // A name the lenient render cannot know is no finding.
+        let pulled = pulled_in("{% include 'parts/' ~ kind ~ '.md' %}", dir.path());
+        assert!(pulled.failure.is_none());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! goose recipes: the model, the parser, parameter binding and rendering.
 
 mod check;
+mod literals;
 mod model;
 pub(crate) mod params;
 mod parse;

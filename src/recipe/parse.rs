@@ -76,27 +76,17 @@ fn parse_inner(
             }
             return None;
         }
-        Err(syntax) => {
-            // Some real recipes template their YAML structure itself: find the structure by
-            // rendering the whole text leniently, as goose renders before parsing.
-            let rendered = template::has_template(&file.text)
-                .then(|| {
-                    template::render(
-                        &template::lenient_environment(),
-                        &file.text,
-                        &minijinja::Value::UNDEFINED,
-                    )
-                    .ok()
-                })
-                .flatten();
-            match rendered.map(|text| yaml::parse(&text)) {
-                Some(Ok(Some(root))) => (root, true),
-                _ => {
-                    d.error(syntax.pos, format!("invalid YAML: {}", syntax.message));
-                    return None;
-                }
+        Err(syntax) => match structure_from_template(file) {
+            Some(Ok(root)) => (root, true),
+            Some(Err(diagnostic)) => {
+                d.push(diagnostic);
+                return None;
             }
-        }
+            None => {
+                d.error(syntax.pos, format!("invalid YAML: {}", syntax.message));
+                return None;
+            }
+        },
     };
     if root.as_map().is_none() {
         d.error(
@@ -108,6 +98,36 @@ fn parse_inner(
     let root = desktop_unwrap(root, &mut d);
     let recipe = read_recipe(file, root, whole_text_template, &mut d)?;
     (!d.has_errors()).then_some(recipe)
+}
+
+/// The structure of a recipe whose YAML is itself templated (`{% if %}` around keys,
+/// `{% extends "parent.yaml" %}`, `{% include %}` of YAML parts), found by rendering the whole
+/// text leniently, as goose renders before parsing; files are read from the recipe's folder.
+/// `None` when that gives no YAML either; a diagnostic when a file it pulls in cannot be read.
+fn structure_from_template(
+    file: &Arc<SourceFile>,
+) -> Option<Result<Node, crate::diag::Diagnostic>> {
+    if !template::has_template(&file.text) {
+        return None;
+    }
+    let dir = file.path().parent();
+    let env = template::lenient_environment(dir);
+    match super::literals::render(&env, &file.text, &minijinja::Value::UNDEFINED) {
+        Ok(text) => match yaml::parse(&text) {
+            Ok(Some(root)) => Some(Ok(root)),
+            _ => None,
+        },
+        // A missing or refused parent or part says more than the YAML error would.
+        Err(error) if template::uses_other_files(&file.text) => {
+            let line = error.line.unwrap_or(1);
+            Some(Err(crate::diag::Diagnostic::error(format!(
+                "cannot render template: {}",
+                error.message
+            ))
+            .at(crate::diag::Span::new(file, Pos::new(line, 1, 1)))))
+        }
+        Err(_) => None,
+    }
 }
 
 /// Reads a recipe from an already parsed (and possibly rendered) mapping.
@@ -374,15 +394,27 @@ pub(crate) fn read_parameters(node: &Node, d: &mut FileDiags<'_>) -> Vec<Paramet
                 Requirement::Required
             }
         };
-        let default_node = r.get("default");
-        let default = default_node.and_then(|v| scalar_text(v, &format!("{path}.default"), d));
+        let default_entry = r.get_entry("default").filter(|(_, v)| !v.is_null());
+        let default_node = default_entry.map(|(_, v)| v);
+        let mut default = default_node.and_then(|v| scalar_text(v, &format!("{path}.default"), d));
+        if let (InputType::File, Some((key_node, _))) = (input_type, default_entry) {
+            // goose refuses this too: a shared recipe could otherwise read any file of the
+            // user's (`default: ~/.ssh/id_rsa`) into its prompt without being asked.
+            d.error(
+                key_node.pos,
+                format!(
+                    "file parameter `{key}` cannot have a default value, to avoid importing sensitive user files"
+                ),
+            );
+            default = None;
+        }
         let description = string_field(&mut r, "description", d).unwrap_or_default();
         let options_node = r.get("options");
         let options = options_node
             .map(|o| string_list(o, &format!("{path}.options"), d))
             .unwrap_or_default();
         r.finish(d);
-        if requirement == Requirement::Optional && default.is_none() {
+        if requirement == Requirement::Optional && default_node.is_none() {
             d.warning(pos, format!(
                 "optional parameter `{key}` has no default; it is empty unless given (goose rejects this)"
             ));
@@ -634,59 +666,103 @@ fn read_response(node: &Node, d: &mut FileDiags<'_>) -> Option<serde_json::Value
     Some(schema)
 }
 
+/// goose's `retry`, with goose's validation: `max_retries` and `checks` are required,
+/// `max_retries` and the timeouts (when given) must be greater than 0.
 fn read_retry(node: &Node, d: &mut FileDiags<'_>) -> Option<RetryConfig> {
     let Some(mut r) = MapReader::new(node, "retry") else {
         d.error(node.pos, "`retry` must be a mapping");
         return None;
     };
-    let max_retries = match r.get("max_retries") {
-        Some(n) => uint(n, "retry.max_retries", d).and_then(|n| u32::try_from(n).ok()),
+    let max_retries = match r.get_entry("max_retries").filter(|(_, v)| !v.is_null()) {
+        Some((key, n)) => uint(n, "retry.max_retries", d)
+            .and_then(|n| positive(n, key, "retry.max_retries", "", d))
+            .and_then(|n| match u32::try_from(n) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    d.error(key.pos, "`retry.max_retries` is too large");
+                    None
+                }
+            }),
         None => {
             d.error(node.pos, "`retry` is missing `max_retries`");
             None
         }
     };
-    let mut checks = Vec::new();
-    if let Some(list) = r.get("checks") {
-        for (index, check) in list.as_seq().unwrap_or_default().iter().enumerate() {
-            let path = format!("retry.checks[{index}]");
-            let Some(mut c) = MapReader::new(check, path.clone()) else {
-                d.error(
-                    check.pos,
-                    format!("`{path}` must be a mapping with `type: shell` and `command`"),
-                );
-                continue;
-            };
-            if let Some(kind) = c.get("type").and_then(Node::as_str)
-                && kind != "shell"
-            {
-                d.error(
-                    check.pos,
-                    format!("`{path}`: only `shell` checks exist, not `{kind}`"),
-                );
-            }
-            match string_field(&mut c, "command", d) {
-                Some(command) => checks.push(command),
-                None => d.error(check.pos, format!("`{path}` is missing `command`")),
-            }
-            c.finish(d);
+    let checks = match r.get_entry("checks").filter(|(_, v)| !v.is_null()) {
+        Some((key, list)) => read_checks(key, list, d),
+        None => {
+            d.error(node.pos, "`retry` is missing `checks`");
+            None
         }
-    }
+    };
     let on_failure = string_field(&mut r, "on_failure", d);
-    let timeout_secs = r
-        .get("timeout_seconds")
-        .and_then(|t| uint(t, "retry.timeout_seconds", d));
-    let on_failure_timeout_secs = r
-        .get("on_failure_timeout_seconds")
-        .and_then(|t| uint(t, "retry.on_failure_timeout_seconds", d));
+    let mut timeout = |r: &mut MapReader<'_>, name: &str| {
+        let path = format!("retry.{name}");
+        let (key, value) = r.get_entry(name).filter(|(_, v)| !v.is_null())?;
+        uint(value, &path, d).and_then(|n| positive(n, key, &path, " if specified", d))
+    };
+    let timeout_secs = timeout(&mut r, "timeout_seconds");
+    let on_failure_timeout_secs = timeout(&mut r, "on_failure_timeout_seconds");
     r.finish(d);
     Some(RetryConfig {
         max_retries: max_retries?,
-        checks,
+        checks: checks?,
         on_failure,
         timeout_secs,
         on_failure_timeout_secs,
     })
+}
+
+/// `n` when it is greater than 0; otherwise goose's refusal, at the key.
+fn positive(n: u64, key: &Node, path: &str, when: &str, d: &mut FileDiags<'_>) -> Option<u64> {
+    if n == 0 {
+        d.error(key.pos, format!("`{path}` must be greater than 0{when}"));
+        return None;
+    }
+    Some(n)
+}
+
+/// `retry.checks`: a list of `{type: shell, command}`. An empty list is valid, as in goose,
+/// but then nothing is ever retried.
+fn read_checks(key: &Node, list: &Node, d: &mut FileDiags<'_>) -> Option<Vec<String>> {
+    let Some(items) = list.as_seq() else {
+        d.error(
+            key.pos,
+            format!("`retry.checks` must be a list, found {}", list.kind_name()),
+        );
+        return None;
+    };
+    if items.is_empty() {
+        d.warning(
+            key.pos,
+            "`retry.checks` is empty: no check can fail, so the task is never retried",
+        );
+    }
+    let mut checks = Vec::new();
+    for (index, check) in items.iter().enumerate() {
+        let path = format!("retry.checks[{index}]");
+        let Some(mut c) = MapReader::new(check, path.clone()) else {
+            d.error(
+                check.pos,
+                format!("`{path}` must be a mapping with `type: shell` and `command`"),
+            );
+            continue;
+        };
+        if let Some(kind) = c.get("type").and_then(Node::as_str)
+            && kind != "shell"
+        {
+            d.error(
+                check.pos,
+                format!("`{path}`: only `shell` checks exist, not `{kind}`"),
+            );
+        }
+        match string_field(&mut c, "command", d) {
+            Some(command) => checks.push(command),
+            None => d.error(check.pos, format!("`{path}` is missing `command`")),
+        }
+        c.finish(d);
+    }
+    Some(checks)
 }
 
 fn read_sub_recipes(node: &Node, dir: &Path, d: &mut FileDiags<'_>) -> Vec<SubRecipe> {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use indexmap::IndexMap;
 
 use super::Recipe;
+use super::literals;
 use super::parse::recipe_from_root;
 use crate::diag::{Diagnostic, Diagnostics, Pos, SourceFile, Span};
 use crate::template::{self, TemplateError};
@@ -55,7 +56,7 @@ pub(crate) fn render_recipe(
             list.push(text);
             Ok(())
         });
-        let text = template::render(&env, &recipe.file.text, &context)
+        let text = literals::render(&env, &recipe.file.text, &context)
             .map_err(|e| one(template_diagnostic(&recipe.file, &e, 1)))?;
         let outputs = std::mem::take(&mut *outputs.lock().unwrap_or_else(|e| e.into_inner()));
         let file = SourceFile::new(recipe.path(), text);
@@ -156,7 +157,7 @@ fn render_node(
         Value::Scalar(text, style) => {
             if template::has_template(text) {
                 let base_line = pos.line;
-                match template::render(env, text, context) {
+                match literals::render(env, text, context) {
                     Ok(rendered) => {
                         *text = rendered;
                         // A rendered plain scalar is text, never re-typed as a number or null.

@@ -171,8 +171,42 @@ impl Catalog {
         suggestions(name, self.sources.iter().map(|s| s.name.as_str()))
     }
 
-    /// The "not found" error of SPEC §2.
+    /// The "not found" error of SPEC §2; when a recipe file of that name was left out for
+    /// its errors, the hint names the file and its first error.
     pub(crate) fn not_found(&self, name: &str) -> Diagnostic {
+        let found = self.not_found_message(name);
+        match self.left_out(name) {
+            Some(error) => {
+                let cwd = std::env::current_dir().unwrap_or_default();
+                let path = error
+                    .file_path()
+                    .map(|p| crate::diag::render::display_path(p, &cwd))
+                    .unwrap_or_default();
+                let at = error
+                    .span
+                    .as_ref()
+                    .map(|s| format!(":{}:{}", s.pos.line, s.pos.col))
+                    .unwrap_or_default();
+                found.with_hint(format!(
+                    "{path}{at} has errors, so it was left out: {}",
+                    error.message
+                ))
+            }
+            None => found,
+        }
+    }
+
+    /// The first error of a source file named `name` that discovery left out.
+    fn left_out(&self, name: &str) -> Option<&Diagnostic> {
+        self.diagnostics.items.iter().find(|d| {
+            d.is_error()
+                && d.file_path()
+                    .and_then(std::path::Path::file_stem)
+                    .is_some_and(|stem| stem == name)
+        })
+    }
+
+    fn not_found_message(&self, name: &str) -> Diagnostic {
         let close = self.suggest(name);
         if close.is_empty() {
             Diagnostic::error(format!(

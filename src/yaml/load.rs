@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use granit_parser::{Event, Marker, Parser, ScalarStyle as ParserStyle, Span};
+use granit_parser::{Event, Marker, Options, Parser, ScalarStyle as ParserStyle, Span};
 
 use super::{Node, ScalarStyle, Value};
 use crate::diag::Pos;
@@ -32,7 +32,7 @@ pub(crate) fn parse(text: &str) -> Result<Option<Node>, LoadError> {
     let mut anchors: HashMap<usize, Node> = HashMap::new();
     let mut root: Option<Node> = None;
     let mut node_count = 0usize;
-    for event in Parser::new_from_str(text) {
+    for event in Parser::new_from_str_with_options(text, options()) {
         let (event, span) = event.map_err(|e| {
             let mut pos = marker_pos(e.marker(), 1);
             let message = e.info();
@@ -137,6 +137,14 @@ pub(crate) fn parse(text: &str) -> Result<Option<Node>, LoadError> {
     Ok(root)
 }
 
+/// The parser's options: a block scalar ending the file without a final line break gains
+/// none, as libyaml (goose's parser, through serde_yaml) reads it: `p: |\n  a` is `"a"`.
+fn options() -> Options {
+    let mut options = Options::default();
+    options.block_scalar_eof_without_line_feed = true;
+    options
+}
+
 fn count_nodes(node: &Node) -> usize {
     match &node.value {
         Value::Scalar(..) => 1,
@@ -234,6 +242,14 @@ mod tests {
             bomb.push_str(&format!("a{i}: &a{i} [{}]\n", vec![prev; 10].join(", ")));
         }
         assert!(parse(&bomb).is_err());
+    }
+
+    #[test]
+    fn block_scalar_at_end_of_input_gains_no_line_feed() {
+        let prompt = |text: &str| parse(text).unwrap().unwrap().get("p").unwrap().to_json();
+        assert_eq!(prompt("p: |\n  a\n  b"), serde_json::json!("a\nb"));
+        assert_eq!(prompt("p: >\n  a\n  b"), serde_json::json!("a b"));
+        assert_eq!(prompt("p: |\n  a\n  b\n"), serde_json::json!("a\nb\n"));
     }
 
     #[test]
