@@ -30,7 +30,7 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub(crate) enum Command {
     /// List every source, or print one source's content.
     Load(LoadArgs),
@@ -67,7 +67,7 @@ pub(crate) enum Command {
     Worker(WorkerArgs),
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct RunArgs {
     /// The pipeline file.
     pub(crate) pipeline: PathBuf,
@@ -115,7 +115,7 @@ pub(crate) struct RunArgs {
     pub(crate) output: OutputArgs,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct MergeArgs {
     /// The pipeline file the shards ran.
     pub(crate) pipeline: PathBuf,
@@ -141,19 +141,19 @@ pub(crate) struct MergeArgs {
     pub(crate) output: OutputArgs,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct TasksArgs {
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct WorkerArgs {
     /// The task to run.
     pub(crate) task_id: String,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct DelegateArgs {
     /// The task; required without --source, appended after the source's prompt with it.
     #[arg(long, value_name = "TEXT")]
@@ -202,7 +202,7 @@ pub(crate) struct ModelArgs {
     pub(crate) temperature: Option<f64>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct LoadArgs {
     /// A source name (recipe, agent or subrecipe), or a background task id. Omit to list
     /// everything.
@@ -221,7 +221,7 @@ pub(crate) struct LoadArgs {
     pub(crate) output: OutputArgs,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct ValidateArgs {
     /// Files or directories to check; default: every discovered source.
     pub(crate) paths: Vec<PathBuf>,
@@ -229,7 +229,7 @@ pub(crate) struct ValidateArgs {
     pub(crate) output: OutputArgs,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct SourceArgs {
     /// The recipe, agent or subrecipe.
     #[arg(long, value_name = "NAME", add = ArgValueCandidates::new(completions::source_names))]
@@ -258,13 +258,13 @@ pub(crate) struct OutputArgs {
     pub(crate) json: bool,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct NewArgs {
     #[command(subcommand)]
     pub(crate) kind: NewKind,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub(crate) enum NewKind {
     /// An agent role: `.agents/agents/NAME.md`.
     Agent(NewAgentArgs),
@@ -275,7 +275,7 @@ pub(crate) enum NewKind {
 }
 
 /// What every `summon new` takes.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct NewCommonArgs {
     /// The name, which is also the file name: letters, digits, `-` and `_`.
     pub(crate) name: String,
@@ -289,7 +289,7 @@ pub(crate) struct NewCommonArgs {
     pub(crate) output: OutputArgs,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct NewAgentArgs {
     #[command(flatten)]
     pub(crate) common: NewCommonArgs,
@@ -306,7 +306,7 @@ pub(crate) struct NewAgentArgs {
     pub(crate) role: Option<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct NewRecipeArgs {
     #[command(flatten)]
     pub(crate) common: NewCommonArgs,
@@ -332,7 +332,7 @@ pub(crate) struct NewRecipeArgs {
     pub(crate) model: Option<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct NewPipelineArgs {
     #[command(flatten)]
     pub(crate) common: NewCommonArgs,
@@ -347,7 +347,7 @@ pub(crate) struct NewPipelineArgs {
     pub(crate) model: Option<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct RunsArgs {
     #[command(subcommand)]
     pub(crate) action: Option<RunsAction>,
@@ -361,7 +361,7 @@ pub(crate) struct RunsArgs {
     pub(crate) output: OutputArgs,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub(crate) enum RunsAction {
     /// One run's report (as report.json) and where its --out went.
     Show {
@@ -386,7 +386,7 @@ pub(crate) enum RunsAction {
     },
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct TrustArgs {
     /// List the trusted projects instead.
     #[arg(long, conflicts_with = "revoke")]
@@ -398,7 +398,7 @@ pub(crate) struct TrustArgs {
     pub(crate) output: OutputArgs,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct DoctorArgs {
     /// Check this provider instead of the one that would be chosen.
     #[arg(long, value_name = "NAME")]
@@ -423,14 +423,14 @@ Install (the script asks summon itself for names, so it stays up to date):
 Besides commands and flags, source names complete after `--source` and `summon load`,
 and background task ids after `summon load`.";
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct CompletionsArgs {
     /// The shell.
     #[arg(value_enum)]
     pub(crate) shell: completions::Shell,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct ManArgs {
     /// Write `summon.1` and one page per command (`summon-load.1`, ...) into DIR instead of
     /// printing `summon.1`.

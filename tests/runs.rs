@@ -349,3 +349,79 @@ async fn wait_starts_when_the_live_run_ends() {
         .duration_since(requests[0].received_at);
     assert!(gap >= Duration::from_millis(1400), "{gap:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_continues_with_what_the_run_was_started_with() {
+    // The second row fails once, then answers.
+    let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&failed);
+    let server = MockServer::start(MockConfig::new().rule(move |req| {
+        let text = req.last_user_text().unwrap_or_default();
+        if text.contains("ticket 1:") && !flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            Reply::status(
+                400,
+                r#"{"error":{"message":"bad row","type":"invalid_request_error"}}"#,
+            )
+        } else {
+            Reply::Echo
+        }
+    }))
+    .await;
+    let t = project(&server).write_raw(
+        "p.yaml",
+        &PIPELINE
+            .replace(
+                "steps:",
+                "parameters:\n  - {key: tone, input_type: string, requirement: required}\nsteps:",
+            )
+            .replace("Label ticket", "{{ tone }}: label ticket"),
+    );
+    let first = summon(
+        &t,
+        &[
+            "run",
+            "p.yaml",
+            "--param",
+            "tone=terse",
+            "--out",
+            "out",
+            "--concurrency",
+            "2",
+        ],
+    );
+    assert_eq!(first.code, 2, "{}", first.stderr);
+    assert!(first.stderr.contains("--resume"), "{}", first.stderr);
+    assert!(failed.load(std::sync::atomic::Ordering::SeqCst));
+    // A value given that differs is refused, naming what the run used.
+    let other = summon(&t, &["run", "p.yaml", "--resume", "--out", "elsewhere"]);
+    assert_eq!(other.code, 1, "{}", other.stderr);
+    assert!(
+        other
+            .stderr
+            .contains("was started with --out out, not elsewhere"),
+        "{}",
+        other.stderr
+    );
+    // As the hint says: no parameters, no --out.
+    let resumed = ok(summon(&t, &["run", "p.yaml", "--resume"]));
+    let sent = |needle: &str| {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.last_user_text().unwrap_or_default().contains(needle))
+            .count()
+    };
+    assert_eq!(sent("ticket 0:"), 1, "a finished row ran again");
+    assert_eq!(sent("ticket 1:"), 2);
+    assert!(
+        resumed.stdout.contains("terse: label ticket 1"),
+        "{}",
+        resumed.stdout
+    );
+    let lines = results(&t, "out");
+    assert_eq!(lines.len(), 3);
+    assert!(
+        lines.iter().all(|l| l["status"] == "completed"),
+        "{lines:#?}"
+    );
+}

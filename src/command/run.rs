@@ -25,23 +25,37 @@ use crate::source::read_source_text;
 
 pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
     let pipeline = load_pipeline(&args.pipeline, ctx)?;
-    let input = ParamInput::from_args(
-        args.params.params_file.as_deref(),
-        &args.params.param,
-        &ctx.env.cwd,
-    )?;
-    let binding = bind_params(
-        &pipeline.parameters,
-        &input,
-        &indexmap::IndexMap::new(),
-        Some(&pipeline.file),
-        &ctx.env.cwd,
-    );
-    if binding.problems.has_errors() {
-        return Err(binding.problems.into());
-    }
-    let params = binding.values();
     let shown = args.pipeline.display().to_string();
+    // `--resume` continues with what the run was started with.
+    let earlier = match &args.resume {
+        Some(id) => resumed_setup(&pipeline, args, id, &shown, ctx)?,
+        None => None,
+    };
+    let args = &match &earlier {
+        Some(setup) => setup.fill(args)?,
+        None => args.clone(),
+    };
+    let params = match earlier.as_ref().and_then(|e| e.params.clone()) {
+        Some(params) if args.params.param.is_empty() && args.params.params_file.is_none() => params,
+        _ => {
+            let input = ParamInput::from_args(
+                args.params.params_file.as_deref(),
+                &args.params.param,
+                &ctx.env.cwd,
+            )?;
+            let binding = bind_params(
+                &pipeline.parameters,
+                &input,
+                &indexmap::IndexMap::new(),
+                Some(&pipeline.file),
+                &ctx.env.cwd,
+            );
+            if binding.problems.has_errors() {
+                return Err(binding.problems.into());
+            }
+            binding.values()
+        }
+    };
     let request = crate::exec::shard::RunRequest {
         shard: args.shard.as_deref(),
         until: args.until.as_deref(),
@@ -117,6 +131,127 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         ctx.note(&closing);
     }
     Ok(())
+}
+
+/// What a run to be resumed was started with.
+struct Setup {
+    run_id: String,
+    params: Option<indexmap::IndexMap<String, String>>,
+    out: Option<String>,
+    junit: Option<String>,
+    concurrency: Option<u32>,
+}
+
+impl Setup {
+    /// The arguments with what was not given taken from the run; a value given that differs
+    /// is refused.
+    fn fill(&self, args: &RunArgs) -> Result<RunArgs> {
+        let mut args = args.clone();
+        let differs = |flag: &str, given: String, was: Option<&str>| {
+            Error::usage(format!(
+                "run {} was started with {}; resume it with the same {flag}, or without it",
+                self.run_id,
+                match was {
+                    Some(was) => format!("{flag} {was}, not {given}"),
+                    None => format!("no {flag}, not {flag} {given}"),
+                }
+            ))
+        };
+        match (&args.out, &self.out) {
+            (None, Some(out)) => args.out = Some(out.into()),
+            (Some(given), was) if was.as_deref() != Some(&*given.to_string_lossy()) => {
+                return Err(differs(
+                    "--out",
+                    given.display().to_string(),
+                    was.as_deref(),
+                ));
+            }
+            _ => {}
+        }
+        match (&args.junit, &self.junit) {
+            (None, Some(junit)) => args.junit = Some(junit.into()),
+            (Some(given), was) if was.as_deref() != Some(&*given.to_string_lossy()) => {
+                return Err(differs(
+                    "--junit",
+                    given.display().to_string(),
+                    was.as_deref(),
+                ));
+            }
+            _ => {}
+        }
+        match (args.concurrency, self.concurrency) {
+            (None, Some(n)) => args.concurrency = Some(n),
+            (Some(given), Some(was)) if given != was => {
+                return Err(differs(
+                    "--concurrency",
+                    given.to_string(),
+                    Some(&was.to_string()),
+                ));
+            }
+            _ => {}
+        }
+        Ok(args)
+    }
+}
+
+/// The setup of the run `--resume` names (or of the last run of this pipeline and part of it),
+/// when the store has it; `None` leaves the errors to the run itself.
+fn resumed_setup(
+    pipeline: &Pipeline,
+    args: &RunArgs,
+    id: &str,
+    shown: &str,
+    ctx: &Ctx,
+) -> Result<Option<Setup>> {
+    let store_dir = ctx.env.cwd.join(crate::store::DIR_NAME);
+    if !store_dir.is_dir() {
+        return Ok(None);
+    }
+    let store = crate::store::Store::open(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    let run = if id.is_empty() {
+        // The part of the pipeline (shard, --until) decides which run is the last one.
+        let request = crate::exec::shard::RunRequest {
+            shard: args.shard.as_deref(),
+            until: args.until.as_deref(),
+            items_from: None,
+            out: Some(args.out.as_deref().unwrap_or(std::path::Path::new("."))),
+            shown,
+        };
+        let Ok(plan) = crate::exec::shard::plan_for_run(
+            &ctx.env,
+            pipeline,
+            &indexmap::IndexMap::new(),
+            &request,
+        ) else {
+            return Ok(None);
+        };
+        let path = pipeline
+            .file
+            .path()
+            .canonicalize()
+            .unwrap_or_else(|_| pipeline.file.path().to_path_buf());
+        store.last_run_of_shard(&path.display().to_string(), plan.journal_tag().as_deref())
+    } else {
+        store.get_run(id)
+    }
+    .map_err(|e| Error::usage(e.to_string()))?;
+    let Some(run) = run else {
+        return Ok(None);
+    };
+    let options: serde_json::Value = run
+        .options
+        .as_deref()
+        .and_then(|o| serde_json::from_str(o).ok())
+        .unwrap_or_default();
+    Ok(Some(Setup {
+        params: serde_json::from_str(&run.params_json).ok(),
+        out: options["out"].as_str().map(str::to_owned),
+        junit: options["junit"].as_str().map(str::to_owned),
+        concurrency: options["concurrency"]
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok()),
+        run_id: run.run_id,
+    }))
 }
 
 /// Stops before the first task when a provider the pipeline would use is one that an

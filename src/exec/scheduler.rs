@@ -296,8 +296,18 @@ pub(crate) fn run_pipeline(
     hold(&store, &run, options.resume.is_none(), options.wait)?;
     let defaults = run_defaults(env, &config);
     let out_text = options.out_dir.as_ref().map(|d| d.display().to_string());
+    let setup = serde_json::json!({
+        "out": out_text,
+        "junit": options.junit.as_ref().map(|j| j.display().to_string()),
+        "concurrency": options.concurrency,
+    });
     store
-        .set_run_setup(&run.run_id, out_text.as_deref(), &defaults)
+        .set_run_setup(
+            &run.run_id,
+            out_text.as_deref(),
+            &setup.to_string(),
+            &defaults,
+        )
         .map_err(|e| Error::usage(e.to_string()))?;
     let reuse_any = options.reuse || pipeline.steps.iter().any(|s| s.reuse);
     let reusable = if reuse_any {

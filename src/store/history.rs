@@ -112,17 +112,19 @@ impl Store {
         })
     }
 
-    /// Records where the run writes (`--out`) and what picks its default provider and model.
+    /// Records where the run writes (`--out`), what else `--resume` reuses (`options`, JSON)
+    /// and what picks its default provider and model.
     pub(crate) fn set_run_setup(
         &self,
         run_id: &str,
         out_dir: Option<&str>,
+        options: &str,
         defaults: &str,
     ) -> Result<(), StoreError> {
         self.read(|conn| {
             conn.execute(
-                "UPDATE runs SET out_dir = ?2, defaults = ?3 WHERE run_id = ?1",
-                params![run_id, out_dir, defaults],
+                "UPDATE runs SET out_dir = ?2, options = ?3, defaults = ?4 WHERE run_id = ?1",
+                params![run_id, out_dir, options, defaults],
             )?;
             Ok(())
         })
@@ -163,14 +165,14 @@ impl Store {
                  ORDER BY created_at DESC, rowid DESC"
             ))?;
             let rows = stmt.query_map(params![pipeline, status], |row| {
-                let report: Option<String> = row.get(11)?;
+                let report: Option<String> = row.get(12)?;
                 Ok(RunListing {
                     run: run_record(row)?,
                     report: report.and_then(|r| serde_json::from_str(&r).ok()),
-                    completed: super::uint(row.get(12)?),
-                    failed: super::uint(row.get(13)?),
-                    input_tokens: super::uint(row.get(14)?),
-                    output_tokens: super::uint(row.get(15)?),
+                    completed: super::uint(row.get(13)?),
+                    failed: super::uint(row.get(14)?),
+                    input_tokens: super::uint(row.get(15)?),
+                    output_tokens: super::uint(row.get(16)?),
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)

@@ -141,6 +141,8 @@ pub(crate) struct RunRecord {
     pub(crate) pid: Option<u32>,
     /// `--out`, as given.
     pub(crate) out_dir: Option<String>,
+    /// What the run was started with that `--resume` reuses (JSON: out, junit, concurrency).
+    pub(crate) options: Option<String>,
 }
 
 /// One finished (or batch-submitted) task of a run, as recorded in the journal.
@@ -209,7 +211,7 @@ pub(crate) struct WriterStats {
 }
 
 pub(super) const RUN_COLUMNS: &str = "run_id, pipeline_path, pipeline_hash, params, catalog, \
-     status, created_at, finished_at, shard, pid, out_dir";
+     status, created_at, finished_at, shard, pid, out_dir, options";
 
 pub(super) fn run_record(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
     Ok(RunRecord {
@@ -226,6 +228,7 @@ pub(super) fn run_record(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
             .get::<_, Option<i64>>(9)?
             .and_then(|p| u32::try_from(p).ok()),
         out_dir: row.get(10)?,
+        options: row.get(11)?,
     })
 }
 

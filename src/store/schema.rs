@@ -121,6 +121,8 @@ const V3: &str = r#"
 ALTER TABLE runs ADD COLUMN pid INTEGER;       -- the process running it, while it runs
 ALTER TABLE runs ADD COLUMN out_dir TEXT;      -- `--out`, as given
 ALTER TABLE runs ADD COLUMN report TEXT;       -- report.json's content (JSON), once it ended
+ALTER TABLE runs ADD COLUMN options TEXT;      -- what `--resume` reuses: out, junit,
+                                               -- concurrency (JSON)
 ALTER TABLE runs ADD COLUMN defaults TEXT;     -- what picks the default provider and model
                                                -- (JSON, opaque): `--reuse` takes answers only
                                                -- from runs with the same
