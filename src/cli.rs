@@ -8,6 +8,15 @@ use clap_complete::ArgValueCandidates;
 use crate::color::ColorChoice;
 use crate::command::completions;
 
+/// The variables that pick a provider, shown under `summon --help`.
+const PROVIDER_HELP: &str = "\
+Providers (environment; `summon doctor` shows what is used and where it came from):
+  OPENAI_API_KEY, OPENAI_BASE_URL   OpenAI or any OpenAI-compatible server (base URL with /v1)
+  ANTHROPIC_API_KEY                 Anthropic
+  OLLAMA_HOST                       a local Ollama (tried when nothing else is configured)
+  SUMMON_PROVIDER, SUMMON_MODEL     which provider and model (or the config file:
+                                    ~/.config/summon/config.yaml, ./summon.yaml)";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "summon",
@@ -15,7 +24,8 @@ use crate::command::completions;
     about = "A declarative batch runner for LLM recipe pipelines",
     long_about = "summon loads reusable task definitions (goose recipes, agent role files, \
                   subrecipes), delegates work to LLM subagents, and runs pipelines that \
-                  decompose a job, fan it out under a concurrency cap and synthesize the results."
+                  decompose a job, fan it out under a concurrency cap and synthesize the results.",
+    after_help = PROVIDER_HELP
 )]
 pub(crate) struct Cli {
     /// When to use colour: auto (on a terminal, unless NO_COLOR is set), always, never.
@@ -74,7 +84,7 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) params: ParamArgs,
     /// Global cap on tasks in flight (default: the pipeline's `settings.concurrency`, else 8).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub(crate) concurrency: Option<u32>,
     /// Write `results.jsonl` and `report.json` into DIR.
     #[arg(long, value_name = "DIR")]
@@ -126,7 +136,7 @@ pub(crate) struct MergeArgs {
     #[command(flatten)]
     pub(crate) params: ParamArgs,
     /// Global cap on tasks in flight for the remaining steps.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub(crate) concurrency: Option<u32>,
     /// Write the combined `results.jsonl` and `report.json` into DIR.
     #[arg(long, value_name = "DIR")]
@@ -169,7 +179,7 @@ pub(crate) struct DelegateArgs {
     #[command(flatten)]
     pub(crate) model: ModelArgs,
     /// Most model requests before the task fails (default: recipe, SUMMON_SUBAGENT_MAX_TURNS, 25).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub(crate) max_turns: Option<u32>,
     /// Reference material for the system prompt: TEXT, or @FILE to read it from a file.
     #[arg(long, value_name = "TEXT|@FILE")]
@@ -436,4 +446,13 @@ pub(crate) struct ManArgs {
     /// printing `summon.1`.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
+}
+
+/// A whole number ≥ 1 (`--concurrency`, `--max-turns`), with a message that says so.
+fn at_least_one(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{text}` is not a whole number (at least 1)")),
+    }
 }

@@ -397,7 +397,7 @@ fn unknown_name_suggests_at_most_three() {
     let out = cartography().args(["load", "car"]).code(1).run();
     assert_eq!(
         out.stderr,
-        "error: Source 'car' not found. Did you mean: cart, carton, cartoon?\n"
+        "summon: error: Source 'car' not found. Did you mean: cart, carton, cartoon?\n"
     );
     assert_eq!(out.stdout, "");
 }
@@ -415,7 +415,7 @@ fn unknown_name_suggests_by_substring_either_way() {
     let out = cartography().args(["load", "artis"]).code(1).run();
     assert_eq!(
         out.stderr,
-        "error: Source 'artis' not found. Did you mean: artist?\n"
+        "summon: error: Source 'artis' not found. Did you mean: artist?\n"
     );
 }
 
@@ -425,7 +425,7 @@ fn unknown_name_suggests_close_typos() {
     let suggestions = out
         .stderr
         .trim_end()
-        .strip_prefix("error: Source 'cartografer' not found. Did you mean: ")
+        .strip_prefix("summon: error: Source 'cartografer' not found. Did you mean: ")
         .and_then(|s| s.strip_suffix('?'))
         .unwrap_or_else(|| panic!("{}", out.stderr));
     assert!(
@@ -444,7 +444,7 @@ fn unknown_name_suggests_close_typos() {
         .run();
     assert_eq!(
         out.stderr,
-        "error: Source 'relaese-notes' not found. Did you mean: release-notes?\n"
+        "summon: error: Source 'relaese-notes' not found. Did you mean: release-notes?\n"
     );
 }
 
@@ -453,12 +453,12 @@ fn unknown_name_without_close_match() {
     let out = cartography().args(["load", "xyzzy"]).code(1).run();
     assert_eq!(
         out.stderr,
-        "error: Source 'xyzzy' not found. Use summon load to see available sources.\n"
+        "summon: error: Source 'xyzzy' not found. Use summon load to see available sources.\n"
     );
     let out = Test::new().args(["load", "anything"]).code(1).run();
     assert_eq!(
         out.stderr,
-        "error: Source 'anything' not found. Use summon load to see available sources.\n"
+        "summon: error: Source 'anything' not found. Use summon load to see available sources.\n"
     );
 }
 

@@ -86,16 +86,19 @@ fn typed_parameter_values_are_checked() {
     for (param, message) in [
         (
             "n=abc",
-            "error: parameter `n` must be a number, got `abc`\n",
+            "summon: error: parameter `n` must be a number, got `abc`\n",
         ),
         (
             "b=yes",
-            "error: parameter `b` must be true or false, got `yes`\n",
+            "summon: error: parameter `b` must be true or false, got `yes`\n",
         ),
-        ("s=z", "error: parameter `s` must be one of x, y, got `z`\n"),
+        (
+            "s=z",
+            "summon: error: parameter `s` must be one of x, y, got `z`\n",
+        ),
         (
             "d=31/01/2024",
-            "error: parameter `d` must be an ISO-8601 date (YYYY-MM-DD), got `31/01/2024`\n",
+            "summon: error: parameter `d` must be an ISO-8601 date (YYYY-MM-DD), got `31/01/2024`\n",
         ),
     ] {
         let out = typed()
@@ -126,7 +129,7 @@ fn file_parameter_is_relative_to_the_working_directory() {
         .run();
     assert!(
         out.stderr
-            .starts_with("error: parameter `f`: cannot read file `"),
+            .starts_with("summon: error: parameter `f`: cannot read file `"),
         "{}",
         out.stderr
     );
@@ -138,7 +141,7 @@ fn all_missing_required_parameters_in_one_error() {
     let out = typed().args(["render", "--source", "typed"]).code(1).run();
     assert_eq!(
         out.stderr,
-        "error: missing required parameters: `n`, `b`, `s`, `d`, `f`\n  \
+        "summon: error: missing required parameters: `n`, `b`, `s`, `d`, `f`\n  \
          = hint: add --param n=NUMBER --param b=true|false --param s=x|y --param d=YYYY-MM-DD --param f=PATH\n"
     );
     let out = Test::new()
@@ -169,7 +172,7 @@ fn all_missing_required_parameters_in_one_error() {
         .run();
     assert_eq!(
         out.stderr,
-        "error: missing required parameters: `a`, `b`\n  = hint: add --param a=VALUE --param b=VALUE\n"
+        "summon: error: missing required parameters: `a`, `b`\n  = hint: add --param a=VALUE --param b=VALUE\n"
     );
 }
 
@@ -178,7 +181,7 @@ fn one_missing_parameter_is_singular() {
     let out = typed().args(render_args("typed", &GOOD[..4])).code(1).run();
     assert_eq!(
         out.stderr,
-        "error: missing required parameter: `f`\n  = hint: add --param f=PATH\n"
+        "summon: error: missing required parameter: `f`\n  = hint: add --param f=PATH\n"
     );
 }
 
@@ -189,7 +192,7 @@ fn unknown_parameter_is_named() {
     let out = typed().args(render_args("typed", &params)).code(1).run();
     assert_eq!(
         out.stderr,
-        "error: unknown parameter `zz`\n  = hint: declared parameters: n, b, s, d, f\n"
+        "summon: error: unknown parameter `zz`\n  = hint: declared parameters: n, b, s, d, f\n"
     );
 }
 
@@ -201,7 +204,7 @@ fn malformed_param_flag() {
         .run();
     assert_eq!(
         out.stderr,
-        "error: invalid --param `n`: expected KEY=VALUE\n"
+        "summon: error: invalid --param `n`: expected KEY=VALUE\n"
     );
 }
 
@@ -213,7 +216,7 @@ fn unknown_source() {
         .run();
     assert_eq!(
         out.stderr,
-        "error: Source 'nope' not found. Use summon load to see available sources.\n"
+        "summon: error: Source 'nope' not found. Use summon load to see available sources.\n"
     );
 }
 

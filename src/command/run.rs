@@ -340,6 +340,11 @@ pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pip
     let path = ctx.env.cwd.join(pipeline);
     let text = read_source_text(&path)
         .map_err(|message| Error::from(crate::diag::Diagnostic::error(message).in_file(&path)))?;
+    if let Some(hint) = not_a_pipeline(&path, &text) {
+        return Err(Error::from(
+            crate::diag::Diagnostic::error(hint).in_file(&path),
+        ));
+    }
     let file = SourceFile::new(&path, text);
     let mut diags = Diagnostics::default();
     let pipeline = parse_pipeline(&file, &mut diags);
@@ -349,6 +354,35 @@ pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pip
         Some(pipeline) if errors.is_empty() => Ok(pipeline),
         _ => Err(Error::Input(Diagnostics { items: errors })),
     }
+}
+
+/// What a file given to `summon run` is when it is a recipe or an agent rather than a
+/// pipeline, and how to run that instead; `None` for anything else (the pipeline parser
+/// reports it).
+fn not_a_pipeline(path: &std::path::Path, text: &str) -> Option<String> {
+    let stem = path.file_stem()?.to_string_lossy().into_owned();
+    if path.extension().is_some_and(|e| e == "md") {
+        let name = text
+            .lines()
+            .skip(1)
+            .take_while(|l| l.trim() != "---")
+            .find_map(|l| l.strip_prefix("name:"))
+            .map_or(stem, |n| n.trim().trim_matches(['"', '\'']).to_owned());
+        return Some(format!(
+            "this is an agent definition, not a pipeline; run it with `summon delegate \
+             --source {name} --instructions \"...\"`"
+        ));
+    }
+    let root = crate::yaml::parse(text).ok()??;
+    let map = root.as_map()?;
+    let has = |key: &str| map.iter().any(|(k, _)| k.as_str() == Some(key));
+    let recipe = has("recipe") || has("instructions") || has("prompt");
+    (recipe && !has("steps")).then(|| {
+        format!(
+            "this is a goose recipe, not a pipeline; run it with `summon delegate --source \
+             {stem}`, or name it in a pipeline step's `source:`"
+        )
+    })
 }
 
 /// Prints the plan of a run: the graph, the widths, every request that needs no model output

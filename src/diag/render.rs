@@ -66,8 +66,9 @@ pub(crate) fn render(diagnostic: &Diagnostic, cwd: &Path, palette: Palette) -> S
                 Some(path) => {
                     let _ = writeln!(out, "{}: {severity}: {message}", display_path(path, cwd));
                 }
+                // Not about a file: the program speaks, as in every other message of summon.
                 None => {
-                    let _ = writeln!(out, "{severity}: {message}");
+                    let _ = writeln!(out, "summon: {severity}: {message}");
                 }
             }
             if let Some(hint) = &diagnostic.hint {

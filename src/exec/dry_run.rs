@@ -319,6 +319,8 @@ fn expand<'p>(
     };
     Ok(match found {
         Ok(known) => Expanded::Known(known),
+        // An items file the run could not read is an error now, as it would be then.
+        Err(e) if matches!(decompose, Decompose::File(_)) => return Err(e.to_string()),
         Err(e) => Expanded::Later(Later::Failed(e.to_string())),
     })
 }

@@ -164,6 +164,45 @@ pub(crate) fn render_error(template: &Template, error: &minijinja::Error) -> Str
     format!("line {line}: cannot render template: {message}")
 }
 
+/// [`render_error`], naming the keys there are when the template reads a field an object
+/// of the context does not have (`item.body` of a CSV row: "the item has id, title, text").
+pub(crate) fn render_error_in(
+    template: &Template,
+    error: &minijinja::Error,
+    ctx: &minijinja::Value,
+) -> String {
+    let message = render_error(template, error);
+    match missing_field(template, error, ctx) {
+        Some(hint) => format!("{message}; {hint}"),
+        None => message,
+    }
+}
+
+fn missing_field(
+    template: &Template,
+    error: &minijinja::Error,
+    ctx: &minijinja::Value,
+) -> Option<String> {
+    if error.kind() != minijinja::ErrorKind::UndefinedError {
+        return None;
+    }
+    let expr = template.text.get(error.range()?)?.trim();
+    let (base, field) = expr.split_once('.')?;
+    let field = field.split(['.', '[', ' ', '|']).next()?;
+    let value = ctx.get_attr(base.trim()).ok()?;
+    if value.kind() != minijinja::value::ValueKind::Map
+        || value.get_attr(field).is_ok_and(|v| !v.is_undefined())
+    {
+        return None;
+    }
+    let keys: Vec<String> = value.try_iter().ok()?.map(|k| k.to_string()).collect();
+    Some(if keys.is_empty() {
+        format!("`{}` has no keys", base.trim())
+    } else {
+        format!("the keys of `{}` are: {}", base.trim(), keys.join(", "))
+    })
+}
+
 impl<'env> Compiled<'env> {
     pub(crate) fn new(
         env: &'env minijinja::Environment<'env>,
@@ -192,7 +231,7 @@ impl<'env> Compiled<'env> {
         ctx: &minijinja::Value,
     ) -> Result<Rendered, String> {
         let render = |t: &minijinja::Template<'_, '_>, src: &Template| {
-            t.render(ctx).map_err(|e| render_error(src, &e))
+            t.render(ctx).map_err(|e| render_error_in(src, &e, ctx))
         };
         let source = match (&self.source, &task.source) {
             (Some(t), Some(src)) => {

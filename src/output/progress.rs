@@ -65,9 +65,13 @@ struct StepState {
 }
 
 impl StepState {
+    /// The cost so far: `≥` when some tasks could not be priced, `no price` when none could,
+    /// nothing before the first task ends.
     fn cost_text(&self) -> Option<String> {
-        if self.priced == 0 && self.unpriced > 0 {
-            return None;
+        match (self.priced, self.unpriced) {
+            (0, 0) => return None,
+            (0, _) => return Some("no price".to_owned()),
+            _ => {}
         }
         let at_least = if self.unpriced > 0 { "≥" } else { "" };
         Some(format!("{at_least}{}", fmt_cost(self.cost)))
@@ -486,7 +490,7 @@ mod tests {
         let tail: Vec<&str> = text.lines().rev().take(2).collect();
         assert_eq!(
             tail[0],
-            "[summon] later: 1 done, 0 in flight, 0 failed, 10 tokens"
+            "[summon] later: 1 done, 0 in flight, 0 failed, 10 tokens, no price"
         );
         assert_eq!(
             tail[1],

@@ -428,9 +428,13 @@ impl Report {
             }
         }
         line.push_str(&format!(", {} tokens", fmt_tokens(t.tokens())));
-        if t.priced_tasks > 0 || t.unpriced_tasks == 0 {
-            let at_least = if t.unpriced_tasks > 0 { "≥" } else { "" };
-            line.push_str(&format!(", {at_least}{}", fmt_cost(t.cost)));
+        match (t.priced_tasks, t.unpriced_tasks) {
+            (0, 0) => {}
+            (0, _) => line.push_str(", no price"),
+            (_, unpriced) => {
+                let at_least = if unpriced > 0 { "≥" } else { "" };
+                line.push_str(&format!(", {at_least}{}", fmt_cost(t.cost)));
+            }
         }
         line.push_str(&format!(", {}", fmt_duration(self.wall())));
         line
@@ -662,7 +666,7 @@ mod tests {
         assert!(
             report
                 .summary_line()
-                .starts_with("1 task: 1 completed, 1.1k tokens, 0."),
+                .starts_with("1 task: 1 completed, 1.1k tokens, no price, 0."),
             "{}",
             report.summary_line()
         );

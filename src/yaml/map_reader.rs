@@ -4,11 +4,14 @@ use super::{Node, Value};
 use crate::diag::FileDiags;
 
 /// Walks one mapping. Every key looked up with [`MapReader::get`] counts as known; on
-/// [`MapReader::finish`] the others become warnings naming their dotted path and line.
+/// [`MapReader::finish`] the others become warnings naming their dotted path and line, with
+/// the known key they were probably meant to be (`concurency` → `concurrency`).
 pub(crate) struct MapReader<'a> {
     entries: &'a [(Node, Node)],
     used: Vec<bool>,
     path: String,
+    /// Every key looked up, present or not: the keys this mapping may have.
+    known: Vec<String>,
 }
 
 impl<'a> MapReader<'a> {
@@ -19,6 +22,7 @@ impl<'a> MapReader<'a> {
                 entries,
                 used: vec![false; entries.len()],
                 path: path.into(),
+                known: Vec::new(),
             }),
             _ => None,
         }
@@ -31,6 +35,9 @@ impl<'a> MapReader<'a> {
 
     /// The key node and value of `key`, null included.
     pub(crate) fn get_entry(&mut self, key: &str) -> Option<(&'a Node, &'a Node)> {
+        if !self.known.iter().any(|k| k == key) {
+            self.known.push(key.to_owned());
+        }
         let index = self
             .entries
             .iter()
@@ -72,8 +79,35 @@ impl<'a> MapReader<'a> {
                     ),
                 );
             } else if !self.used[index] {
-                diags.warning(key.pos, format!("unknown key `{}`", self.child_path(name)));
+                let hint = match self.closest(name) {
+                    Some(known) => format!("; did you mean `{known}`?"),
+                    None => String::new(),
+                };
+                diags.warning(
+                    key.pos,
+                    format!("unknown key `{}`{hint}", self.child_path(name)),
+                );
             }
         }
+    }
+
+    /// The known key `name` is most likely a misspelling of: at most two edits away (one for
+    /// short keys), or the same but for case, `-` or `_`.
+    fn closest(&self, name: &str) -> Option<&str> {
+        let folded = |s: &str| s.to_lowercase().replace(['-', '_'], "");
+        self.known
+            .iter()
+            .filter(|known| !self.entries.iter().any(|(k, _)| k.as_str() == Some(known)))
+            .map(|known| {
+                let distance = if folded(known) == folded(name) {
+                    0
+                } else {
+                    strsim::damerau_levenshtein(known, name)
+                };
+                (distance, known.as_str())
+            })
+            .filter(|(distance, known)| *distance <= if known.len() <= 4 { 1 } else { 2 })
+            .min_by_key(|(distance, _)| *distance)
+            .map(|(_, known)| known)
     }
 }

@@ -1,0 +1,191 @@
+//! What a new user types and trips over in the first hour: misspelt keys, a recipe given to
+//! `run`, a column that is not there, a missing items file in a dry run, and the messages
+//! around them.
+
+mod support;
+
+use support::Test;
+
+#[test]
+fn a_misspelt_key_gets_the_key_it_was_meant_to_be() {
+    let out = Test::new()
+        .write(
+            "p.yaml",
+            "
+            version: 1
+            name: x
+            setting:
+              concurrency: 2
+            steps:
+              - id: a
+                delegate: {instructions: hi}
+                concurency: 4
+            ",
+        )
+        .args(["validate", "p.yaml"])
+        .run();
+    assert!(
+        out.stderr
+            .contains("p.yaml:3:1: warning: unknown key `setting`; did you mean `settings`?"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(
+            "p.yaml:8:5: warning: unknown key `steps[0].concurency`; did you mean `concurrency`?"
+        ),
+        "{}",
+        out.stderr
+    );
+    // Nothing close: no guess.
+    let out = Test::new()
+        .write(
+            "recipes/r.yaml",
+            "
+            title: T
+            description: d
+            prompt: p
+            flavour: mint
+            ",
+        )
+        .args(["validate", "recipes/r.yaml"])
+        .run();
+    assert!(
+        out.stderr.contains("warning: unknown key `flavour`\n"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn run_on_a_recipe_or_an_agent_says_how_to_run_it() {
+    let t = Test::new()
+        .write(
+            "recipes/review.yaml",
+            "
+            title: Review
+            description: Reviews a path
+            prompt: Review {{ path }}
+            parameters:
+              - {key: path, input_type: string, requirement: required, description: what}
+            ",
+        )
+        .write(
+            ".claude/agents/critic.md",
+            "
+            ---
+            name: code-critic
+            description: criticises
+            ---
+            Be harsh.
+            ",
+        );
+    let out = t
+        .command()
+        .args(["run", "recipes/review.yaml"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr,
+        "recipes/review.yaml: error: this is a goose recipe, not a pipeline; run it with \
+         `summon delegate --source review`, or name it in a pipeline step's `source:`\n"
+    );
+    let out = t
+        .command()
+        .args(["run", ".claude/agents/critic.md"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains(
+            "this is an agent definition, not a pipeline; run it with `summon delegate \
+             --source code-critic --instructions \"...\"`"
+        ),
+        "{stderr}"
+    );
+}
+
+const MISSING_COLUMN: &str = "
+version: 1
+name: x
+steps:
+  - id: rows
+    decompose:
+      file: tickets.csv
+  - id: each
+    fan_out:
+      over: rows
+      instructions: \"Read {{ item.body }}\"
+";
+
+#[test]
+fn a_missing_column_names_the_columns_there_are() {
+    let out = Test::new()
+        .write("p.yaml", MISSING_COLUMN)
+        .write_raw("tickets.csv", "id,title,text\n1,a,b\n")
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("SUMMON_MODEL", "m")
+        .args(["run", "p.yaml", "--dry-run"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr
+            .contains("`item.body` is undefined; the keys of `item` are: id, text, title"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_dry_run_with_an_unreadable_items_file_fails_as_the_run_would() {
+    let out = Test::new()
+        .write("p.yaml", MISSING_COLUMN)
+        .args(["run", "p.yaml", "--dry-run"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr
+            .contains("p.yaml:4:9: error: step `rows`: cannot read items file")
+            && out.stderr.contains("tickets.csv"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn messages_speak_with_one_voice() {
+    let t = Test::new().write("p.yaml", MISSING_COLUMN);
+    // One prefix for errors that are about no file.
+    let out = t.command().args(["load", "nosuch"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "summon: error: Source 'nosuch' not found. Use summon load to see available sources.\n"
+    );
+    // --concurrency 0 says what is allowed.
+    let out = t
+        .command()
+        .args(["run", "p.yaml", "--concurrency", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("'--concurrency <N>': must be at least 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // --help names the provider variables.
+    let help = t.command().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for var in [
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "SUMMON_MODEL",
+        "OLLAMA_HOST",
+    ] {
+        assert!(help.contains(var), "{var} missing from --help:\n{help}");
+    }
+}
