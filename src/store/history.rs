@@ -17,7 +17,7 @@ use std::time::Duration;
 use rusqlite::params;
 use serde_json::Value;
 
-use super::journal::{RUN_COLUMNS, result_row, run_record};
+use super::journal::{RESULT_COLUMNS, RUN_COLUMNS, result_row, run_record};
 use super::{RunRecord, RunStatus, Store, StoreError, TaskResultRow, now_ms};
 
 /// Another live run holds the pipeline.
@@ -202,7 +202,7 @@ impl Store {
                     SELECT run_id, status, created_at, row_number() OVER (
                         PARTITION BY pipeline_path ORDER BY created_at DESC, rowid DESC) AS n
                     FROM runs WHERE ?1 IS NULL OR pipeline_path = ?1)
-                 WHERE n > ?2 AND created_at < ?3 AND status <> 'running'
+                 WHERE n > ?2 AND created_at <= ?3 AND status <> 'running'
                    AND run_id IS NOT ?4";
             let tasks: i64 = tx.query_row(
                 &format!("SELECT count(*) FROM run_tasks WHERE run_id IN ({doomed})"),
@@ -213,6 +213,14 @@ impl Store {
                 &format!("DELETE FROM runs WHERE run_id IN ({doomed})"),
                 params![pipeline, keep, cutoff, except],
             )?;
+            if runs > 0 {
+                // Outputs no kept task names any more.
+                tx.execute(
+                    "DELETE FROM outputs WHERE NOT EXISTS (
+                        SELECT 1 FROM run_tasks t WHERE t.output_hash = outputs.hash)",
+                    [],
+                )?;
+            }
             Ok(Pruned {
                 runs: runs as u64,
                 tasks: super::uint(tasks),
@@ -245,15 +253,14 @@ impl Store {
         defaults: &str,
     ) -> Result<HashMap<String, TaskResultRow>, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare(
-                "SELECT t.step_id, t.item_index, t.input_hash, t.status, t.output, t.item,
-                        t.turns, t.input_tokens, t.output_tokens, t.duration_ms, t.error,
-                        t.finished_at, t.batch_id
+            let mut stmt = conn.prepare(&format!(
+                "SELECT {RESULT_COLUMNS}
                  FROM run_tasks t JOIN runs r ON r.run_id = t.run_id
+                 LEFT JOIN outputs o ON o.hash = t.output_hash
                  WHERE r.pipeline_path = ?1 AND r.run_id <> ?2 AND r.defaults IS ?3
                    AND t.status = 'completed'
-                 ORDER BY t.finished_at",
-            )?;
+                 ORDER BY t.finished_at"
+            ))?;
             let rows = stmt.query_map(params![pipeline, except, defaults], result_row)?;
             let mut map = HashMap::new();
             for row in rows {
@@ -262,5 +269,80 @@ impl Store {
             }
             Ok(map)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Usage;
+    use crate::store::JournalStatus;
+
+    fn row(index: u64, output: &str) -> TaskResultRow {
+        TaskResultRow {
+            step_id: "s".into(),
+            item_index: index,
+            input_hash: format!("h{index}"),
+            status: JournalStatus::Completed,
+            output: Some(output.into()),
+            item_json: None,
+            turns: 1,
+            tokens: Usage::default(),
+            duration_ms: 1,
+            error: None,
+            finished_at: jiff::Timestamp::now(),
+            batch_id: None,
+        }
+    }
+
+    fn count(store: &Store, table: &str) -> i64 {
+        store
+            .conn
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn outputs_are_stored_once_and_pruned_with_the_last_run_naming_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).unwrap();
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let run = store.create_run("p.yaml", "h", "{}", "[]", None).unwrap();
+            store
+                .record_results(&run.run_id, &[row(0, "same answer"), row(1, "")])
+                .unwrap();
+            store
+                .set_run_status(&run.run_id, RunStatus::Completed)
+                .unwrap();
+            runs.push(run.run_id);
+        }
+        let other = store.create_run("p.yaml", "h", "{}", "[]", None).unwrap();
+        store
+            .record_results(&other.run_id, &[row(0, "another answer")])
+            .unwrap();
+        assert_eq!(count(&store, "outputs"), 2);
+        let finished = store.finished(&runs[1]).unwrap();
+        assert_eq!(
+            finished[&("s".to_owned(), 0)].output.as_deref(),
+            Some("same answer")
+        );
+        assert_eq!(finished[&("s".to_owned(), 1)].output.as_deref(), Some(""));
+        // Keep only the newest run: the shared answer goes with the last run that named it.
+        let pruned = store
+            .prune_runs(
+                None,
+                Retention {
+                    keep: 1,
+                    keep_for: Duration::ZERO,
+                },
+                None,
+            )
+            .unwrap();
+        assert_eq!(pruned, Pruned { runs: 3, tasks: 6 });
+        assert_eq!(count(&store, "outputs"), 1);
+        store.reclaim_space().unwrap();
+        let reusable = store.reusable("p.yaml", "none", "{}").unwrap();
+        assert!(reusable.is_empty(), "no run recorded these defaults");
     }
 }

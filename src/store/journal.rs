@@ -234,14 +234,23 @@ pub(super) fn run_record(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
 
 const UPSERT: &str = "INSERT INTO run_tasks (run_id, step_id, item_index, input_hash, status,
         output, item, turns, input_tokens, output_tokens, duration_ms, error, finished_at,
-        batch_id)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+        batch_id, output_hash)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
     ON CONFLICT (run_id, step_id, item_index) DO UPDATE SET
         input_hash = excluded.input_hash, status = excluded.status, output = excluded.output,
         item = excluded.item, turns = excluded.turns, input_tokens = excluded.input_tokens,
         output_tokens = excluded.output_tokens, duration_ms = excluded.duration_ms,
         error = excluded.error, finished_at = excluded.finished_at,
-        batch_id = excluded.batch_id";
+        batch_id = excluded.batch_id, output_hash = excluded.output_hash";
+
+/// An output is stored once per content; the row names it by hash.
+const STORE_OUTPUT: &str =
+    "INSERT INTO outputs (hash, text) VALUES (?1, ?2) ON CONFLICT (hash) DO NOTHING";
+
+/// The columns of a [`TaskResultRow`] (`t` is `run_tasks`, `o` its joined `outputs` row).
+pub(super) const RESULT_COLUMNS: &str = "t.step_id, t.item_index, t.input_hash, t.status,
+    coalesce(t.output, o.text), t.item, t.turns, t.input_tokens, t.output_tokens,
+    t.duration_ms, t.error, t.finished_at, t.batch_id";
 
 /// Writes `rows` of `run_id` in one immediate transaction (retried while busy).
 fn write_rows(
@@ -254,14 +263,28 @@ fn write_rows(
         let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
         {
             let mut stmt = tx.prepare_cached(UPSERT)?;
+            let mut store_output = tx.prepare_cached(STORE_OUTPUT)?;
             for r in rows {
+                // Empty answers stay in the row; others are stored once per content.
+                let output_hash = match r.output.as_deref() {
+                    Some(text) if !text.is_empty() => {
+                        let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text));
+                        store_output.execute(params![hash, text])?;
+                        Some(hash)
+                    }
+                    _ => None,
+                };
                 stmt.execute(params![
                     run_id,
                     r.step_id,
                     int(r.item_index),
                     r.input_hash,
                     r.status,
-                    r.output,
+                    if output_hash.is_some() {
+                        None
+                    } else {
+                        r.output.as_deref()
+                    },
                     r.item_json,
                     r.turns,
                     int(r.tokens.input_tokens),
@@ -270,6 +293,7 @@ fn write_rows(
                     r.error,
                     r.finished_at.as_millisecond(),
                     r.batch_id,
+                    output_hash,
                 ])?;
             }
         }
@@ -407,11 +431,10 @@ impl Store {
     /// Every recorded task of a run, in one query.
     pub(crate) fn finished(&self, run_id: &str) -> Result<FinishedMap, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT step_id, item_index, input_hash, status, output, item, turns,
-                        input_tokens, output_tokens, duration_ms, error, finished_at, batch_id
-                 FROM run_tasks WHERE run_id = ?1",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {RESULT_COLUMNS} FROM run_tasks t
+                 LEFT JOIN outputs o ON o.hash = t.output_hash WHERE t.run_id = ?1"
+            ))?;
             let rows = stmt.query_map([run_id], result_row)?;
             let mut map = FinishedMap::new();
             for row in rows {

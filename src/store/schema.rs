@@ -126,6 +126,15 @@ ALTER TABLE runs ADD COLUMN options TEXT;      -- what `--resume` reuses: out, j
 ALTER TABLE runs ADD COLUMN defaults TEXT;     -- what picks the default provider and model
                                                -- (JSON, opaque): `--reuse` takes answers only
                                                -- from runs with the same
+
+-- Task outputs, stored once per content: runs that give (or reuse) the same answer share it.
+-- A run_tasks row names its output by `output_hash`; rows written before keep `output`.
+CREATE TABLE outputs (
+    hash TEXT PRIMARY KEY,                     -- hex SHA-256 of the text
+    text TEXT NOT NULL
+) STRICT;
+ALTER TABLE run_tasks ADD COLUMN output_hash TEXT;
+CREATE INDEX run_tasks_by_output ON run_tasks (output_hash) WHERE output_hash IS NOT NULL;
 "#;
 
 /// Every migration, in order; migration `i` takes the schema from version `i` to `i + 1`.
@@ -202,6 +211,7 @@ mod tests {
             tables(&store.conn),
             [
                 "expired_tasks",
+                "outputs",
                 "run_batches",
                 "run_tasks",
                 "runs",
