@@ -189,3 +189,52 @@ fn messages_speak_with_one_voice() {
         assert!(help.contains(var), "{var} missing from --help:\n{help}");
     }
 }
+
+fn command_pipeline(command: &str) -> String {
+    format!(
+        "version: 1\nname: x\nsteps:\n  - id: areas\n    decompose:\n      command: {command:?}\n  - id: notes\n    fan_out:\n      over: areas\n      instructions: \"{{{{ item }}}}\"\n"
+    )
+}
+
+#[test]
+fn a_failing_stage_of_a_decompose_pipe_fails_its_step_with_its_stderr() {
+    let out = Test::new()
+        .write_raw(
+            "q.yaml",
+            &command_pipeline(
+                "sh -c 'echo fatal: bad revision >&2; exit 128' | cut -d/ -f1 | sort -u",
+            ),
+        )
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("SUMMON_MODEL", "m")
+        .args(["run", "q.yaml"])
+        .code(2)
+        .run();
+    assert!(
+        out.stderr.contains("step `areas` failed: items command")
+            && out.stderr.contains("exited with code 128")
+            && out.stderr.contains("fatal: bad revision"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stdout, "");
+}
+
+#[test]
+fn a_fan_out_over_no_items_says_so() {
+    let out = Test::new()
+        .write_raw("p.yaml", &command_pipeline("true"))
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("SUMMON_MODEL", "m")
+        .args(["run", "p.yaml"])
+        .run();
+    assert!(
+        out.stderr.contains(
+            "summon: warning: step `notes`: `areas` gave no items, so this step sent nothing"
+        ),
+        "{}",
+        out.stderr
+    );
+}

@@ -974,6 +974,15 @@ async fn run_step(
                 .await?;
             }
             let total = successes + failures;
+            if total == 0 && shard.is_none() && !shared.drain.is_cancelled() {
+                super::step::warn_once(
+                    &step.id,
+                    &format!(
+                        "`{}` gave no items, so this step sent nothing",
+                        fan_out.over
+                    ),
+                );
+            }
             results.sort_by_key(|(i, _)| *i);
             let needed = match (step.min_success, step.on_error) {
                 // A shard has only part of the tasks: `summon merge` counts them all.

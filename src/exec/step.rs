@@ -571,7 +571,7 @@ pub(super) fn client_for(
 }
 
 /// Prints a warning about a step once per run, however many of its tasks run into it.
-fn warn_once(step: &str, message: &str) {
+pub(crate) fn warn_once(step: &str, message: &str) {
     static SEEN: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> =
         std::sync::OnceLock::new();
     let line = format!("summon: warning: step `{step}`: {message}");

@@ -94,19 +94,28 @@ pub(crate) fn command_items(
     use std::os::unix::process::CommandExt;
 
     let deadline = Instant::now() + timeout;
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|source| ItemError::CommandStart {
-            command: command.to_owned(),
-            source,
-        })?;
+    // With pipefail, a failing stage of a pipe (`git diff ... | cut ... | sort`) fails the
+    // command instead of passing an empty list on; bash has it everywhere summon runs, `sh`
+    // stands in where it is missing.
+    let spawn = |shell: &str, args: &[&str]| {
+        Command::new(shell)
+            .args(args)
+            .arg(command)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+    };
+    let mut child = match spawn("bash", &["-o", "pipefail", "-c"]) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => spawn("sh", &["-c"]),
+        other => other,
+    }
+    .map_err(|source| ItemError::CommandStart {
+        command: command.to_owned(),
+        source,
+    })?;
     let pid = child.id();
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         unreachable!("both pipes were requested");
