@@ -973,13 +973,12 @@ fn check_sources(
         let name = template
             .render(&ctx)
             .map_err(|e| super::step::render_error(source, &e))?;
-        let name = name.trim();
-        if !name.is_empty()
-            && !matches!(name, "null" | "none" | "None")
+        if let Some(name) = super::step::named_source(&name)
             && shared.catalog.get(name).is_none()
         {
-            return Err(format!(
-                "Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent."
+            return Err(super::source_check::run_catalog_error(
+                &shared.catalog,
+                name,
             ));
         }
     }
