@@ -33,6 +33,20 @@ pub(crate) fn crash_point(point: &str) {
     }
 }
 
+/// A test hook for the step-failure suite (`tests/pipeline_edges.rs`): with
+/// `SUMMON_TEST_CRASH_AT=STEP` (or `STEP:N`), where `STEP` is a pipeline step id, that step's
+/// task panics the first (or N-th) time it starts, so the scheduler's handling of a crashed
+/// step can be tested. Step ids never contain `-` and the [`crash_point`] names all do, so the
+/// two never meet. Test-only: without the variable this is one atomic load.
+pub(crate) fn step_panic_point(step: &str) {
+    let Some(Some((name, nth))) = CRASH_AT.get() else {
+        return;
+    };
+    if name == step && CRASH_PASSES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == *nth {
+        panic!("test hook: step `{step}` panics (SUMMON_TEST_CRASH_AT)");
+    }
+}
+
 impl Env {
     pub(crate) fn from_process() -> std::io::Result<Self> {
         CRASH_AT.get_or_init(|| {

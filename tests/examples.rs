@@ -35,17 +35,22 @@ fn files_in(dir: &str) -> Vec<String> {
     files
 }
 
-/// `summon validate FILE` from the repo root: exit 0 and no error.
+/// `summon validate FILE` from the repo root, by relative and absolute path: exit 0 and no
+/// error. (From the root, as source names resolve against the working directory's catalog.)
 #[track_caller]
 fn assert_valid(file: &str) {
-    let out = Test::new()
-        .args([
-            "--color",
-            "never",
-            "validate",
-            &repo().join(file).display().to_string(),
-        ])
-        .output();
+    let absolute = {
+        let mut command = Test::new()
+            .args([
+                "--color",
+                "never",
+                "validate",
+                &repo().join(file).display().to_string(),
+            ])
+            .command();
+        command.current_dir(repo());
+        command.output().expect("run summon")
+    };
     // run from the repository root so relative references behave as for a user
     let out_root = {
         let mut command = Test::new()
@@ -58,7 +63,12 @@ fn assert_valid(file: &str) {
     assert_eq!(out_root.status.code(), Some(0), "{file}:\n{stderr}");
     assert!(!stderr.contains(": error:"), "{file}:\n{stderr}");
     assert!(stderr.contains("0 error(s)"), "{file}:\n{stderr}");
-    assert_eq!(out.code, 0, "{file} (absolute path):\n{}", out.stderr);
+    assert_eq!(
+        absolute.status.code(),
+        Some(0),
+        "{file} (absolute path):\n{}",
+        String::from_utf8_lossy(&absolute.stderr)
+    );
 }
 
 #[test]

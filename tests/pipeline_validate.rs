@@ -45,9 +45,14 @@ outputs:
     content: "{{ steps.summary.output }}"
 "#;
 
+/// The recipe the SPEC example's `source:` names (source names are checked against the
+/// catalog).
+const RELEASE_NOTES_RECIPE: &str = "version: 1.0.0\ntitle: Release notes\ndescription: Notes for one area\ninstructions: Write them.\n";
+
 /// Validates `pipelines/x.yaml` holding `text` (written as is), whatever the exit code.
 fn validate(text: &str) -> Output {
     Test::new()
+        .write_raw("recipes/release-notes.yaml", RELEASE_NOTES_RECIPE)
         .write_raw("pipelines/x.yaml", text)
         .args(["--color", "never", "validate", "pipelines/x.yaml"])
         .output()
@@ -200,6 +205,7 @@ fn a_recipe_with_a_steps_key_is_still_a_recipe() {
 #[test]
 fn a_folder_of_pipelines_and_json_output() {
     let out = Test::new()
+        .write_raw("recipes/release-notes.yaml", RELEASE_NOTES_RECIPE)
         .write_raw("pipelines/good.yml", SPEC_EXAMPLE)
         .write_raw(
             "pipelines/bad.yaml",

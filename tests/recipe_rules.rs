@@ -318,7 +318,7 @@ fn file_parameter_default_is_an_error_at_the_default_key() {
     assert_lacks(&out.stdout, "TOPSECRET");
     assert_has(
         &out.stderr,
-        "recipes/sum.yaml:8:5 has errors, so it was left out: file parameter `doc` cannot have a default value",
+        "Source 'sum' cannot be used: `recipes/sum.yaml` has errors: run summon validate\n  = hint: recipes/sum.yaml:8:5: file parameter `doc` cannot have a default value",
     );
 }
 

@@ -898,6 +898,7 @@ async fn an_unknown_role_fails_the_step_and_sends_nothing() {
     let server = MockServer::start(MockConfig::new()).await;
     let out = project(&server)
         .write(".agents/agents/explorer.md", EXPLORER)
+        .write_raw("plan.jsonl", "{\"agent\": \"ghost\", \"q\": \"Haunt.\"}\n")
         .write(
             "p.yaml",
             r#"
@@ -905,9 +906,7 @@ async fn an_unknown_role_fails_the_step_and_sends_nothing() {
             name: roles
             steps:
               - id: plan
-                decompose:
-                  items:
-                    - {agent: ghost, q: "Haunt."}
+                decompose: {file: plan.jsonl}
               - id: work
                 fan_out:
                   over: plan
@@ -934,6 +933,7 @@ async fn an_unknown_role_after_known_ones_still_sends_nothing() {
     let server = MockServer::start(MockConfig::new()).await;
     let out = project(&server)
         .write(".agents/agents/explorer.md", EXPLORER)
+        .write_raw("plan.jsonl", "{\"agent\": \"explorer\", \"q\": \"Explore.\"}\n{\"agent\": null, \"q\": \"General.\"}\n{\"agent\": \"ghost\", \"q\": \"Haunt.\"}\n")
         .write(
             "p.yaml",
             r#"
@@ -941,11 +941,7 @@ async fn an_unknown_role_after_known_ones_still_sends_nothing() {
             name: roles
             steps:
               - id: plan
-                decompose:
-                  items:
-                    - {agent: explorer, q: "Explore."}
-                    - {agent: null, q: "General."}
-                    - {agent: ghost, q: "Haunt."}
+                decompose: {file: plan.jsonl}
               - id: work
                 fan_out:
                   over: plan
@@ -1405,6 +1401,7 @@ async fn resume_uses_the_run_s_frozen_catalog() {
     let server = MockServer::start(MockConfig::new()).await;
     let t = project(&server)
         .write(".agents/agents/explorer.md", EXPLORER)
+        .write_raw("plan.jsonl", "{\"agent\": \"explorer\", \"q\": \"Find the parser.\"}\n{\"agent\": \"newbie\", \"q\": \"Count the files.\"}\n")
         .write(
             "p.yaml",
             r#"
@@ -1412,10 +1409,7 @@ async fn resume_uses_the_run_s_frozen_catalog() {
             name: roles
             steps:
               - id: plan
-                decompose:
-                  items:
-                    - {agent: explorer, q: "Find the parser."}
-                    - {agent: newbie, q: "Count the files."}
+                decompose: {file: plan.jsonl}
               - id: work
                 fan_out:
                   over: plan

@@ -67,6 +67,11 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
     if args.dry_run {
         return dry_run(&pipeline, &params, args.output.json, ctx);
     }
+    let catalog = ctx.catalog();
+    if args.resume.is_none() {
+        // A resumed run keeps the catalog it started with: its tasks check against that.
+        check_source_names(&pipeline, &catalog, &params)?;
+    }
     for note in &plan.notes {
         ctx.note(&format!("note: {note}"));
     }
@@ -77,7 +82,6 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
     check_trust(&pipeline, &config, &ctx.env)?;
-    let catalog = ctx.catalog();
     let display = resolve_display(
         std::io::stderr().is_terminal(),
         ctx.env.is_set("CI"),
@@ -383,6 +387,26 @@ fn not_a_pipeline(path: &std::path::Path, text: &str) -> Option<String> {
              {stem}`, or name it in a pipeline step's `source:`"
         )
     })
+}
+
+/// The source names known before the run (literal ones, templated ones over literal items),
+/// against the catalog: one that is not there is an error at its `source:` value, before any
+/// request is sent or the run is journaled.
+fn check_source_names(
+    pipeline: &Pipeline,
+    catalog: &crate::source::Catalog,
+    params: &indexmap::IndexMap<String, String>,
+) -> Result<()> {
+    let problems = crate::exec::source_check::check_pipeline(pipeline, catalog, params);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let mut diags = Diagnostics::default();
+    let mut file = diags.for_file(&pipeline.file);
+    for (pos, message) in problems {
+        file.error(pos, message);
+    }
+    Err(Error::Input(diags))
 }
 
 /// Prints the plan of a run: the graph, the widths, every request that needs no model output

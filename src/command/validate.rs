@@ -4,6 +4,7 @@
 //! where DIAG is `{"severity": "error"|"warning", "message", "path", "line", "column",
 //! "hint"}` (`path`, `line`, `column` and `hint` may be null).
 
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -15,8 +16,10 @@ use crate::agent::{AgentDef, AgentDir, AgentParse, parse_agent};
 use crate::cli::ValidateArgs;
 use crate::diag::{Diagnostic, Diagnostics, SourceFile, Span};
 use crate::error::{Error, Result};
+use crate::exec::source_check::check_pipeline;
+use crate::pipeline::model::Pipeline;
 use crate::recipe::{Recipe, Strictness, check_templates, parse_recipe};
-use crate::source::{SourceDef, read_source_text};
+use crate::source::{Catalog, SourceDef, read_source_text};
 
 pub(crate) fn run(args: &ValidateArgs, ctx: &mut Ctx) -> Result<()> {
     let mut diags = Diagnostics::default();
@@ -24,9 +27,10 @@ pub(crate) fn run(args: &ValidateArgs, ctx: &mut Ctx) -> Result<()> {
         validate_catalog(ctx, &mut diags)
     } else {
         let mut seen = BTreeSet::new();
+        let catalog = LazyCatalog::of(ctx);
         for path in &args.paths {
             let path = ctx.env.cwd.join(path);
-            validate_path(&path, &mut seen, &mut diags);
+            validate_path(&path, &catalog, &mut seen, &mut diags);
         }
         seen.len()
     };
@@ -102,8 +106,42 @@ fn sort_by_position(diags: &mut Diagnostics) {
     });
 }
 
+/// The catalog pipelines' source names are checked against, discovered when the first
+/// pipeline needs it.
+struct LazyCatalog<'a> {
+    ctx: Option<&'a Ctx>,
+    catalog: OnceCell<Catalog>,
+}
+
+impl<'a> LazyCatalog<'a> {
+    fn of(ctx: &'a Ctx) -> Self {
+        Self {
+            ctx: Some(ctx),
+            catalog: OnceCell::new(),
+        }
+    }
+
+    /// No catalog: source names are not checked.
+    fn none() -> Self {
+        Self {
+            ctx: None,
+            catalog: OnceCell::new(),
+        }
+    }
+
+    fn get(&self) -> Option<&Catalog> {
+        let ctx = self.ctx?;
+        Some(self.catalog.get_or_init(|| ctx.catalog()))
+    }
+}
+
 /// A file, or every recipe and agent file directly inside a directory.
-fn validate_path(path: &Path, seen: &mut BTreeSet<PathBuf>, diags: &mut Diagnostics) {
+fn validate_path(
+    path: &Path,
+    catalog: &LazyCatalog<'_>,
+    seen: &mut BTreeSet<PathBuf>,
+    diags: &mut Diagnostics,
+) {
     if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
             .map(|entries| entries.flatten().map(|e| e.path()).collect())
@@ -112,11 +150,11 @@ fn validate_path(path: &Path, seen: &mut BTreeSet<PathBuf>, diags: &mut Diagnost
         for file in files {
             let extension = file.extension().and_then(|e| e.to_str()).unwrap_or("");
             if file.is_file() && matches!(extension, "yaml" | "yml" | "json" | "md") {
-                validate_file(&file, false, seen, diags);
+                validate_file(&file, false, catalog, seen, diags);
             }
         }
     } else if path.exists() {
-        validate_file(path, true, seen, diags);
+        validate_file(path, true, catalog, seen, diags);
     } else {
         diags.push(Diagnostic::error("no such file or directory").in_file(path));
     }
@@ -127,12 +165,25 @@ fn validate_path(path: &Path, seen: &mut BTreeSet<PathBuf>, diags: &mut Diagnost
 pub(super) fn validate_text(path: &Path, text: String) -> Diagnostics {
     let mut diags = Diagnostics::default();
     let mut seen = BTreeSet::from([path.to_path_buf()]);
-    validate_source_file(path, text, true, &mut seen, &mut diags);
+    validate_source_file(
+        path,
+        text,
+        true,
+        &LazyCatalog::none(),
+        &mut seen,
+        &mut diags,
+    );
     sort_by_position(&mut diags);
     diags
 }
 
-fn validate_file(path: &Path, named: bool, seen: &mut BTreeSet<PathBuf>, diags: &mut Diagnostics) {
+fn validate_file(
+    path: &Path,
+    named: bool,
+    catalog: &LazyCatalog<'_>,
+    seen: &mut BTreeSet<PathBuf>,
+    diags: &mut Diagnostics,
+) {
     if !seen.insert(path.to_path_buf()) {
         return;
     }
@@ -143,13 +194,14 @@ fn validate_file(path: &Path, named: bool, seen: &mut BTreeSet<PathBuf>, diags: 
             return;
         }
     };
-    validate_source_file(path, text, named, seen, diags);
+    validate_source_file(path, text, named, catalog, seen, diags);
 }
 
 fn validate_source_file(
     path: &Path,
     text: String,
     named: bool,
+    catalog: &LazyCatalog<'_>,
     seen: &mut BTreeSet<PathBuf>,
     diags: &mut Diagnostics,
 ) {
@@ -177,20 +229,38 @@ fn validate_source_file(
         return;
     }
     if matches!(extension, "yaml" | "yml")
-        && crate::pipeline::parse::validate_if_pipeline(&file, diags)
+        && let Some(pipeline) = crate::pipeline::parse::validate_if_pipeline(&file, diags)
     {
+        if let (Some(pipeline), Some(catalog)) = (pipeline, catalog.get()) {
+            check_source_names(&pipeline, catalog, diags);
+        }
         return;
     }
     if let Some(recipe) = parse_recipe(&file, Strictness::Strict, diags) {
-        check_recipe(&recipe, seen, diags);
+        check_recipe(&recipe, catalog, seen, diags);
+    }
+}
+
+/// The source names a valid pipeline asks for, against the catalog, at their `source:`
+/// values (parameters are not known: a source that reads one is checked by the run).
+fn check_source_names(pipeline: &Pipeline, catalog: &Catalog, diags: &mut Diagnostics) {
+    let problems = check_pipeline(pipeline, catalog, &indexmap::IndexMap::new());
+    let mut file = diags.for_file(&pipeline.file);
+    for (pos, message) in problems {
+        file.error(pos, message);
     }
 }
 
 /// Template checks, and the sub-recipes a recipe refers to.
-fn check_recipe(recipe: &Recipe, seen: &mut BTreeSet<PathBuf>, diags: &mut Diagnostics) {
+fn check_recipe(
+    recipe: &Recipe,
+    catalog: &LazyCatalog<'_>,
+    seen: &mut BTreeSet<PathBuf>,
+    diags: &mut Diagnostics,
+) {
     check_templates(recipe, diags);
     for sub in &recipe.sub_recipes {
-        validate_file(&sub.path, true, seen, diags);
+        validate_file(&sub.path, true, catalog, seen, diags);
     }
 }
 

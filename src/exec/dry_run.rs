@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::context::{agents_json, base_context, item_context};
+use super::source_check::{Contexts, check_task};
 use super::step::{Compiled, Rendered, StepConfig, prepare_message, task_request, task_source};
 use crate::config::{Config, resolve::resolve_with};
 use crate::delegation::{Draft, Resolver, draft};
@@ -143,6 +144,7 @@ pub(crate) fn plan(
         }
         let base = base_context(params, Value::Object(steps), &agents);
         let unknown = unknown_reads(pipeline, step, &known);
+        let reads_known = unknown.is_empty();
         let config = StepConfig::new(i, step, &pipeline.settings);
         let outcome = match &step.kind {
             StepKind::Decompose(decompose) => {
@@ -211,8 +213,18 @@ pub(crate) fn plan(
                 }
             }
         };
-        if let Err(message) = outcome {
-            errors.push((step.pos, format!("step `{}`: {message}", step.id)));
+        // A source the catalog lacks is told at its `source:` value, before what drafting
+        // made of it.
+        let over_items = over.and_then(|o| known[o].as_ref());
+        let named = source_problem(&tenv, catalog, step, &base, reads_known, over_items);
+        match (named, outcome) {
+            (Some((pos, message)), _) => {
+                errors.push((pos, format!("step `{}`: {message}", step.id)))
+            }
+            (None, Err(message)) => {
+                errors.push((step.pos, format!("step `{}`: {message}", step.id)))
+            }
+            (None, Ok(())) => {}
         }
     }
     let tokens_by_model = drafter
@@ -225,6 +237,42 @@ pub(crate) fn plan(
         tokens_by_model,
         errors,
     }
+}
+
+/// The first source name a step's tasks ask for that the catalog lacks, rendered with
+/// everything the dry run knows (`reads_known`: the step reads no model output).
+fn source_problem(
+    tenv: &minijinja::Environment<'_>,
+    catalog: &Catalog,
+    step: &Step,
+    base: &minijinja::Value,
+    reads_known: bool,
+    over_items: Option<&Known>,
+) -> Option<(crate::diag::Pos, String)> {
+    let task = match &step.kind {
+        StepKind::Decompose(Decompose::Agent(task))
+        | StepKind::Synthesize(task)
+        | StepKind::Delegate(task) => task,
+        StepKind::FanOut(fan_out) => &fan_out.task,
+        StepKind::Decompose(_) => return None,
+    };
+    let fan_out = matches!(step.kind, StepKind::FanOut(_));
+    let mut items: Box<dyn Iterator<Item = Value>> = match over_items {
+        Some(Known::Items(items)) => Box::new(items.iter().cloned()),
+        Some(Known::File(path)) => match open_file_items(path) {
+            Ok(reader) => Box::new(reader.map_while(Result::ok)),
+            Err(_) => Box::new(std::iter::empty()),
+        },
+        None => Box::new(std::iter::empty()),
+    };
+    let contexts = if !reads_known || (fan_out && over_items.is_none()) {
+        Contexts::Unknown
+    } else if fan_out {
+        Contexts::Items(base, &mut items)
+    } else {
+        Contexts::One(base)
+    };
+    check_task(tenv, catalog, task, contexts)
 }
 
 /// Why a step's items or requests are known only during the run.

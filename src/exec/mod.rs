@@ -9,6 +9,7 @@ mod final_text;
 mod hash;
 mod scheduler;
 pub(crate) mod shard;
+pub(crate) mod source_check;
 mod step;
 
 pub(crate) use event::{RunSummary, StepStatus};

@@ -433,12 +433,16 @@ pub(crate) fn run_pipeline(
         let mut status: Vec<Option<(StepStatus, Option<String>)>> = vec![None; n];
         let mut started = vec![false; n];
         let mut running = JoinSet::new();
+        // The step each task runs: a task that panics is known only by its id.
+        let mut step_of: HashMap<tokio::task::Id, usize> = HashMap::new();
         loop {
+            let mut progressed = false;
             for i in 0..n {
                 if started[i] || !deps[i].iter().all(|d| status[*d].is_some()) {
                     continue;
                 }
                 started[i] = true;
+                progressed = true;
                 match plan.role(i) {
                     Role::Given => {
                         status[i] = Some(start_given(&plan, i, &outputs, &sink));
@@ -471,30 +475,33 @@ pub(crate) fn run_pipeline(
                 if let Ok(mut sink) = sink.lock() {
                     sink.report.step_started(&pipeline.steps[i].id);
                 }
-                running.spawn(async move {
-                    let result = run_step(&shared, &pipeline, i, keep, prints_text, &outputs, &params, &agents, &sink, shard).await;
-                    (i, result)
+                let task = running.spawn(async move {
+                    run_step(&shared, &pipeline, i, keep, prints_text, &outputs, &params, &agents, &sink, shard).await
                 });
+                step_of.insert(task.id(), i);
             }
             if status.iter().all(Option::is_some) {
                 break;
             }
             if running.is_empty() {
-                // Skips may have unblocked more steps; go round again.
-                if status.iter().zip(&started).all(|(s, st)| s.is_some() || *st) {
+                // Skips may have unblocked more steps; go round again, unless this round
+                // started nothing (then nothing ever will: the steps left are skipped).
+                if !progressed || status.iter().zip(&started).all(|(s, st)| s.is_some() || *st) {
                     break;
                 }
                 continue;
             }
-            if let Some(Ok((i, result))) = running.join_next().await {
-                status[i] = Some(match result {
-                    Ok(()) => (StepStatus::Succeeded, None),
-                    Err(message) => (StepStatus::Failed, Some(message)),
-                });
-                if let Ok(mut sink) = sink.lock() {
-                    sink.progress.step_finished(&pipeline.steps[i].id);
-                    sink.report.step_finished(&pipeline.steps[i].id);
-                }
+            let Some(joined) = running.join_next_with_id().await else {
+                continue;
+            };
+            let (i, outcome) = step_outcome(joined, &step_of);
+            let Some(i) = i else {
+                continue;
+            };
+            status[i] = Some(outcome);
+            if let Ok(mut sink) = sink.lock() {
+                sink.progress.step_finished(&pipeline.steps[i].id);
+                sink.report.step_finished(&pipeline.steps[i].id);
             }
         }
         signals.abort();
@@ -678,6 +685,33 @@ fn prune(store: &Store, config: &Config, pipeline: &str, run_id: &str) {
     }
 }
 
+/// The step a finished step task ran and how it ended. A task that panicked is a failed step
+/// (its dependents are skipped like those of any failed step), never one left without a status.
+fn step_outcome(
+    joined: std::result::Result<
+        (tokio::task::Id, std::result::Result<(), String>),
+        tokio::task::JoinError,
+    >,
+    step_of: &HashMap<tokio::task::Id, usize>,
+) -> (Option<usize>, (StepStatus, Option<String>)) {
+    match joined {
+        Ok((id, result)) => (
+            step_of.get(&id).copied(),
+            match result {
+                Ok(()) => (StepStatus::Succeeded, None),
+                Err(message) => (StepStatus::Failed, Some(message)),
+            },
+        ),
+        Err(error) => (
+            step_of.get(&error.id()).copied(),
+            (
+                StepStatus::Failed,
+                Some("internal error: step panicked".to_owned()),
+            ),
+        ),
+    }
+}
+
 /// Keeps the last line of every task in `results.jsonl` (a task that ran again after a
 /// resume replaces its earlier line), in first-seen order.
 fn compact_results(dir: &std::path::Path) -> Result<()> {
@@ -777,6 +811,7 @@ async fn run_step(
     shard: Option<crate::pipeline::shard::Shard>,
 ) -> std::result::Result<(), String> {
     let step = &pipeline.steps[index];
+    crate::env::step_panic_point(&step.id);
     let mut config = StepConfig::new(index, step, &shared.settings);
     config.shard = shard;
     config.reuse |= shared.reuse_all;
@@ -1078,13 +1113,12 @@ fn check_sources(
         let name = template
             .render(&ctx)
             .map_err(|e| super::step::render_error(source, &e))?;
-        let name = name.trim();
-        if !name.is_empty()
-            && !matches!(name, "null" | "none" | "None")
+        if let Some(name) = super::step::named_source(&name)
             && shared.catalog.get(name).is_none()
         {
-            return Err(format!(
-                "Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent."
+            return Err(super::source_check::run_catalog_error(
+                &shared.catalog,
+                name,
             ));
         }
     }

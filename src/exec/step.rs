@@ -234,12 +234,7 @@ impl<'env> Compiled<'env> {
             t.render(ctx).map_err(|e| render_error_in(src, &e, ctx))
         };
         let source = match (&self.source, &task.source) {
-            (Some(t), Some(src)) => {
-                let name = render(t, src)?;
-                let name = name.trim();
-                (!name.is_empty() && name != "null" && name != "none" && name != "None")
-                    .then(|| name.to_owned())
-            }
+            (Some(t), Some(src)) => named_source(&render(t, src)?).map(str::to_owned),
             _ => None,
         };
         let instructions = match (&self.instructions, &task.instructions) {
@@ -263,6 +258,13 @@ impl<'env> Compiled<'env> {
             schema: None,
         })
     }
+}
+
+/// The source a rendered `source:` names; `None` when it is empty or null (a general
+/// subagent).
+pub(crate) fn named_source(rendered: &str) -> Option<&str> {
+    let name = rendered.trim();
+    (!name.is_empty() && !matches!(name, "null" | "none" | "None")).then_some(name)
 }
 
 /// How a step's tasks are run.
@@ -503,9 +505,10 @@ pub(super) fn task_source<'c>(
     rendered: &Rendered,
 ) -> Result<Option<&'c crate::source::Source>, String> {
     match &rendered.source {
-        Some(name) => catalog.get(name).map(Some).ok_or_else(|| {
-            format!("Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent.")
-        }),
+        Some(name) => catalog
+            .get(name)
+            .map(Some)
+            .ok_or_else(|| super::source_check::run_catalog_error(catalog, name)),
         None => Ok(None),
     }
 }
@@ -646,8 +649,9 @@ pub(crate) async fn run_tasks(
             if let Some(name) = &rendered.source
                 && shared.catalog.get(name).is_none()
             {
-                return Err(format!(
-                    "Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent."
+                return Err(super::source_check::run_catalog_error(
+                    &shared.catalog,
+                    name,
                 ));
             }
             let hash = step.hash(&rendered);

@@ -39,8 +39,12 @@ pub(crate) fn looks_like_pipeline(root: &Node) -> bool {
 }
 
 /// For `summon validate`: if `file` is a pipeline, parses and validates it into `diags` and
-/// returns true; otherwise returns false and reports nothing.
-pub(crate) fn validate_if_pipeline(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> bool {
+/// returns `Some` with the pipeline when it has no error; otherwise returns `None` and reports
+/// nothing.
+pub(crate) fn validate_if_pipeline(
+    file: &Arc<SourceFile>,
+    diags: &mut Diagnostics,
+) -> Option<Option<Pipeline>> {
     let is_pipeline = match yaml::parse(&file.text) {
         Ok(Some(root)) => looks_like_pipeline(&root),
         Ok(None) => false,
@@ -50,10 +54,7 @@ pub(crate) fn validate_if_pipeline(file: &Arc<SourceFile>, diags: &mut Diagnosti
             has_key("steps:") && !has_key("title:")
         }
     };
-    if is_pipeline {
-        let _ = parse_pipeline(file, diags);
-    }
-    is_pipeline
+    is_pipeline.then(|| parse_pipeline(file, diags))
 }
 
 /// Parses and validates a pipeline file. Every problem goes to `diags`; `None` when any of
@@ -2123,7 +2124,7 @@ outputs:
     fn validate_takes_only_pipelines() {
         let check = |text: &str| {
             let mut diags = Diagnostics::default();
-            let taken = validate_if_pipeline(&file(text), &mut diags);
+            let taken = validate_if_pipeline(&file(text), &mut diags).is_some();
             let messages: Vec<String> = diags.items.iter().map(|d| d.message.clone()).collect();
             (taken, messages)
         };

@@ -1,10 +1,10 @@
 //! The catalog: every source by name, frozen once read. Earlier directories win a name
 //! clash; the losers are kept as [`Shadowed`] so `summon validate` can report them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::search_path::{Scope, SearchDir};
+use super::search_path::{DirKind, Scope, SearchDir};
 use super::suggest::suggestions;
 use crate::agent::AgentDef;
 use crate::diag::{Diagnostic, Diagnostics, SourceFile};
@@ -171,10 +171,14 @@ impl Catalog {
         suggestions(name, self.sources.iter().map(|s| s.name.as_str()))
     }
 
-    /// The "not found" error of SPEC §2; when a recipe file of that name was left out for
-    /// its errors, the hint names the file and its first error.
+    /// The "not found" error of SPEC §2; for a name whose file is there but could not be
+    /// read as a source, that file and what to run, since the name is not misspelt, with the
+    /// file's first error as the hint.
     pub(crate) fn not_found(&self, name: &str) -> Diagnostic {
-        let found = self.not_found_message(name);
+        let Some(problem) = self.unusable(name) else {
+            return self.not_found_message(name);
+        };
+        let found = Diagnostic::error(format!("Source '{name}' cannot be used: {problem}"));
         match self.left_out(name) {
             Some(error) => {
                 let cwd = std::env::current_dir().unwrap_or_default();
@@ -187,10 +191,7 @@ impl Catalog {
                     .as_ref()
                     .map(|s| format!(":{}:{}", s.pos.line, s.pos.col))
                     .unwrap_or_default();
-                found.with_hint(format!(
-                    "{path}{at} has errors, so it was left out: {}",
-                    error.message
-                ))
+                found.with_hint(format!("{path}{at}: {}", error.message))
             }
             None => found,
         }
@@ -220,6 +221,42 @@ impl Catalog {
         }
     }
 
+    /// Why a file meant to define `name` gave no source: "`recipes/x.yaml` has errors: run
+    /// summon validate". A file is meant to define the name of its stem or, for an agent, the
+    /// `name:` in its frontmatter; it gave no source when discovery reported problems in it
+    /// and no source comes from it.
+    pub(crate) fn unusable(&self, name: &str) -> Option<String> {
+        let mut broken: Vec<(&Path, bool)> = Vec::new();
+        for d in &self.diagnostics.items {
+            let Some(path) = d.file_path() else {
+                continue;
+            };
+            match broken.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, errors)) => *errors |= d.is_error(),
+                None => broken.push((path, d.is_error())),
+            }
+        }
+        let (path, errors) = broken.into_iter().find(|(path, _)| {
+            !self.sources.iter().any(|s| s.path == *path)
+                && !self.shadowed.iter().any(|s| s.path == *path)
+                && meant_name(path, name)
+        })?;
+        let shown = match self.working_dir() {
+            Some(cwd) => crate::diag::render::display_path(path, cwd),
+            None => path.display().to_string(),
+        };
+        let what = if errors { "has errors" } else { "was skipped" };
+        Some(format!("`{shown}` {what}: run summon validate"))
+    }
+
+    /// The working directory, when this catalog was discovered from it.
+    fn working_dir(&self) -> Option<&Path> {
+        self.searched
+            .iter()
+            .find(|d| d.kind == DirKind::WorkingDir)
+            .map(|d| d.path.as_path())
+    }
+
     /// Shadowing as warnings, for `summon validate`.
     pub(crate) fn shadow_warnings(&self, cwd: &std::path::Path) -> Vec<Diagnostic> {
         self.shadowed
@@ -237,6 +274,31 @@ impl Catalog {
     }
 }
 
+/// Whether the file at `path` is meant to define `name`: its stem, or the `name:` line of an
+/// agent file's frontmatter (read as text, since the frontmatter may be what is broken).
+fn meant_name(path: &Path, name: &str) -> bool {
+    if path
+        .file_stem()
+        .is_some_and(|stem| stem.to_string_lossy() == name)
+    {
+        return true;
+    }
+    if path.extension().is_none_or(|e| e != "md") {
+        return false;
+    }
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    let mut lines = text.lines();
+    if lines.next().map(str::trim_end) != Some("---") {
+        return false;
+    }
+    lines
+        .take_while(|line| line.trim_end() != "---")
+        .filter_map(|line| line.strip_prefix("name:"))
+        .any(|value| value.trim().trim_matches(['"', '\'']) == name)
+}
+
 fn load_sub_recipe(path: &std::path::Path, diags: &mut Diagnostics) -> Option<Arc<Recipe>> {
     match super::read_source_text(path) {
         Ok(text) => {
@@ -247,5 +309,53 @@ fn load_sub_recipe(path: &std::path::Path, diags: &mut Diagnostics) -> Option<Ar
             diags.push(Diagnostic::warning(message).in_file(path));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_with_problems_and_no_source_is_named_by_its_stem() {
+        let mut catalog = Catalog::new(Vec::new());
+        catalog
+            .diagnostics
+            .push(Diagnostic::warning("unknown key").in_file("/p/recipes/a.yaml"));
+        catalog
+            .diagnostics
+            .push(Diagnostic::error("missing `title`").in_file("/p/recipes/a.yaml"));
+        catalog
+            .diagnostics
+            .push(Diagnostic::warning("skipped: broken symlink").in_file("/p/recipes/b.yaml"));
+        assert_eq!(
+            catalog.unusable("a").as_deref(),
+            Some("`/p/recipes/a.yaml` has errors: run summon validate")
+        );
+        assert_eq!(
+            catalog.unusable("b").as_deref(),
+            Some("`/p/recipes/b.yaml` was skipped: run summon validate")
+        );
+        assert_eq!(catalog.unusable("c"), None);
+        assert!(
+            catalog
+                .not_found("a")
+                .message
+                .starts_with("Source 'a' cannot be used: ")
+        );
+    }
+
+    #[test]
+    fn an_agent_file_is_meant_to_define_its_frontmatter_name() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("rev.md");
+        std::fs::write(
+            &path,
+            "---\nname: \"code-reviewer\"\ntools: [Read\n---\nBody\n",
+        )
+        .expect("write");
+        assert!(meant_name(&path, "code-reviewer"));
+        assert!(meant_name(&path, "rev"));
+        assert!(!meant_name(&path, "Body"));
     }
 }
