@@ -238,3 +238,60 @@ fn a_fan_out_over_no_items_says_so() {
         out.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_step_is_not_judged_by_min_success_on_the_part_that_ran() {
+    use summon_mock_llm::{MockConfig, MockServer, Reply};
+    let server = MockServer::start(
+        MockConfig::new()
+            .latency(std::time::Duration::from_millis(300))
+            .rule(|req| {
+                if req.last_user_text().unwrap_or_default().ends_with(" 1") {
+                    Reply::status(
+                        400,
+                        r#"{"error":{"message":"bad item","type":"invalid_request_error"}}"#,
+                    )
+                } else {
+                    Reply::Echo
+                }
+            }),
+    )
+    .await;
+    let items: Vec<String> = (0..40).map(|i| format!("\"row {i}\"")).collect();
+    let t = Test::new()
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("SUMMON_MODEL", "m")
+        .write_raw(
+            "p.yaml",
+            &format!(
+                "version: 1\nname: x\nsteps:\n  - id: rows\n    decompose:\n      items: [{}]\n  - id: each\n    fan_out:\n      over: rows\n      instructions: \"{{{{ item }}}}\"\n    on_error: continue\n    min_success: 90%\n",
+                items.join(", ")
+            ),
+        );
+    let child = t
+        .command()
+        .args(["run", "p.yaml", "--concurrency", "4", "--quiet"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while server.request_count() < 4 {
+        assert!(std::time::Instant::now() < deadline, "no requests");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("step `each` failed: interrupted: 3 of the 4 tasks that ran succeeded"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("needed"), "{stderr}");
+}

@@ -1049,6 +1049,13 @@ async fn run_step(
                 Ok(())
             } else if shared.drain.is_cancelled() && failures == 0 {
                 Err("interrupted".into())
+            } else if shared.drain.is_cancelled() {
+                // `min_success` is for the whole step: not judged on the part that ran.
+                Err(format!(
+                    "interrupted: {successes} of the {total} tasks that ran succeeded; \
+                     `--resume` runs the rest. {}",
+                    first_error.unwrap_or_default()
+                ))
             } else {
                 Err(format!(
                     "{successes} of {total} tasks succeeded (needed {needed}); {}",
