@@ -24,7 +24,8 @@ use crate::recipe::{ParamInput, bind_params};
 use crate::source::read_source_text;
 
 pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
-    let pipeline = load_pipeline(&args.pipeline, ctx)?;
+    let mut pipeline = load_pipeline(&args.pipeline, ctx)?;
+    pipeline.override_output_limit(args.max_output_tokens);
     let input = ParamInput::from_args(
         args.params.params_file.as_deref(),
         &args.params.param,

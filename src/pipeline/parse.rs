@@ -278,6 +278,19 @@ fn count_field<T: TryFrom<u64>>(
         .and_then(|n| T::try_from(n).ok())
 }
 
+fn bool_field(r: &mut MapReader<'_>, key: &str, d: &mut FileDiags<'_>) -> Option<bool> {
+    let path = r.child_path(key);
+    let node = r.get(key)?;
+    let value = node.to_json().as_bool();
+    if value.is_none() {
+        d.error(
+            node.pos,
+            format!("`{path}` must be true or false, found {}", describe(node)),
+        );
+    }
+    value
+}
+
 fn temperature_field(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> Option<f64> {
     let path = r.child_path("temperature");
     let node = r.get("temperature")?;
@@ -341,6 +354,7 @@ fn read_settings(node: &Node, d: &mut FileDiags<'_>) -> PipelineSettings {
         model: string_field(&mut r, "model", d),
         temperature: temperature_field(&mut r, d),
         max_turns: count_field(&mut r, "max_turns", 1, d),
+        max_output_tokens: count_field(&mut r, "max_output_tokens", 1, d),
         concurrency: count_field(&mut r, "concurrency", 1, d),
     };
     r.finish(d);
@@ -536,6 +550,8 @@ fn read_step(
     let model = string_field(&mut r, "model", d);
     let temperature = temperature_field(&mut r, d);
     let max_turns = count_field(&mut r, "max_turns", 1, d);
+    let max_output_tokens = count_field(&mut r, "max_output_tokens", 1, d);
+    let allow_empty = bool_field(&mut r, "allow_empty", d).unwrap_or(false);
     let backend = match choice(
         &mut r,
         "backend",
@@ -571,6 +587,8 @@ fn read_step(
             model,
             temperature,
             max_turns,
+            max_output_tokens,
+            allow_empty,
             backend,
         },
         kind_known,
@@ -1808,6 +1826,12 @@ outputs:
                 5,
                 18,
                 "`steps[0].temperature` must be a number between 0 and 2",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    allow_empty: maybe\n"),
+                5,
+                18,
+                "`steps[0].allow_empty` must be true or false, found `maybe`",
             ),
             (
                 &one_step("  - id: a\n    delegate: {instructions: x}\n    max_turns: 0\n"),

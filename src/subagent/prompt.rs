@@ -75,6 +75,11 @@ pub(crate) enum FirstMessage {
 }
 
 impl FirstMessage {
+    /// Whether the task given to an agent role is blank (the role text alone is no task).
+    pub(crate) fn task_is_blank(&self) -> bool {
+        matches!(self, Self::Role { task, .. } if task.trim().is_empty())
+    }
+
     pub(crate) fn text(&self) -> String {
         match self {
             Self::AdHoc { instructions } => instructions.clone(),
