@@ -54,6 +54,8 @@ pub(crate) struct DelegationRequest {
     pub(crate) model: Option<String>,
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
+    #[serde(default)]
+    pub(crate) max_output_tokens: Option<u32>,
     pub(crate) context: Option<String>,
     pub(crate) working_dir: Option<std::path::PathBuf>,
 }
@@ -96,6 +98,8 @@ impl DelegationRequest {
             model: self.model.clone(),
             temperature: self.temperature,
             max_turns: self.max_turns,
+            max_output_tokens: self.max_output_tokens,
+            allow_empty: false,
             context: self.context.clone(),
             working_dir: self.working_dir.clone(),
             response_schema: None,

@@ -104,6 +104,10 @@ pub(crate) struct RunArgs {
     /// Write a JUnit XML report (one test case per task).
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<PathBuf>,
+    /// The most output tokens of each model request, over the pipeline's
+    /// `max_output_tokens` (default: the config file's, else the provider's).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_output_tokens: Option<u32>,
     /// Send every fan_out step's single-turn tasks through the provider's batch API (half
     /// price, results within 24 h), as `backend: batch` does for one step.
     #[arg(long)]
@@ -181,6 +185,10 @@ pub(crate) struct DelegateArgs {
     /// Most model requests before the task fails (default: recipe, SUMMON_SUBAGENT_MAX_TURNS, 25).
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub(crate) max_turns: Option<u32>,
+    /// The most output tokens of each model request; an answer cut off there fails the task
+    /// (default: the config file's `max_output_tokens`, else the provider's).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_output_tokens: Option<u32>,
     /// Reference material for the system prompt: TEXT, or @FILE to read it from a file.
     #[arg(long, value_name = "TEXT|@FILE")]
     pub(crate) context: Option<String>,

@@ -29,6 +29,10 @@ pub(crate) struct Request {
     pub(crate) model: Option<String>,
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
+    /// The output limit of each request; `None`: the config file's, else the provider's.
+    pub(crate) max_output_tokens: Option<u32>,
+    /// An empty final answer completes the task (a pipeline step's `allow_empty`).
+    pub(crate) allow_empty: bool,
     pub(crate) context: Option<String>,
     pub(crate) working_dir: Option<PathBuf>,
     /// A schema the answer must match, over the source's own (pipelines ask decompose
@@ -136,7 +140,10 @@ pub(crate) async fn prepare_with(
 ) -> Result<Prepared, PrepareError> {
     let draft = draft(env, source, request, resolver)?;
     let resolved = resolver.resolve(env, config, &draft.overrides()).await?;
-    Ok(draft.into_prepared(resolved))
+    let mut prepared = draft.into_prepared(resolved);
+    let limit = &mut prepared.spec.max_output_tokens;
+    *limit = limit.or(config.max_output_tokens);
+    Ok(prepared)
 }
 
 /// A delegation with everything decided but its provider and model: the prompt, the first
@@ -153,6 +160,8 @@ pub(crate) struct Draft {
     workdir: WorkDir,
     max_turns: u32,
     temperature: Option<f64>,
+    max_output_tokens: Option<u32>,
+    allow_empty: bool,
     response_schema: Option<serde_json::Value>,
     retry: Option<crate::recipe::RetryConfig>,
     provider_flag: Option<String>,
@@ -185,6 +194,8 @@ impl Draft {
             workdir: self.workdir,
             max_turns: self.max_turns,
             temperature: self.temperature,
+            max_output_tokens: self.max_output_tokens,
+            allow_empty: self.allow_empty,
             response_schema: self.response_schema,
             schema_retries: SCHEMA_RETRIES,
             retry: self.retry,
@@ -386,6 +397,14 @@ pub(crate) fn draft(
         .or(env_turns)
         .unwrap_or(DEFAULT_MAX_TURNS);
     let schema = request.response_schema.clone().or(plan.schema);
+    let first_message = plan.first.text();
+    if first_message.trim().is_empty() || plan.first.task_is_blank() {
+        return Err(Diagnostic::error(format!(
+            "the task's instructions are blank: {} has nothing for the model to do",
+            if label == "task" { "the task" } else { &label }
+        ))
+        .into());
+    }
     let names = tools.names();
     let system = system_prompt(
         plan.first.has_role(),
@@ -398,13 +417,15 @@ pub(crate) fn draft(
     Ok(Draft {
         label,
         system,
-        first_message: plan.first.text(),
+        first_message,
         tools,
         servers,
         notes,
         workdir,
         max_turns,
         temperature: request.temperature.or(plan.temperature),
+        max_output_tokens: request.max_output_tokens,
+        allow_empty: request.allow_empty,
         response_schema: schema,
         retry: plan.retry,
         provider_flag: request.provider.clone(),

@@ -30,6 +30,15 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
             "nothing to do: pass --instructions, --source, or both",
         ));
     }
+    if args
+        .instructions
+        .as_deref()
+        .is_some_and(|task| task.trim().is_empty())
+    {
+        return Err(Error::usage(
+            "--instructions is blank: give the subagent a task, or leave the flag out to run the source's own prompt",
+        ));
+    }
     if args.source.is_none() && (!args.params.param.is_empty() || args.params.params_file.is_some())
     {
         return Err(Error::usage("--param and --params need --source"));
@@ -144,6 +153,7 @@ fn request_from_args(args: &DelegateArgs, ctx: &Ctx) -> Result<DelegationRequest
         model: args.model.model.clone(),
         temperature: args.model.temperature,
         max_turns: args.max_turns,
+        max_output_tokens: args.max_output_tokens,
         context,
         working_dir: args.working_dir.clone(),
     })

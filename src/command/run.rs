@@ -24,7 +24,8 @@ use crate::recipe::{ParamInput, bind_params};
 use crate::source::read_source_text;
 
 pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
-    let pipeline = load_pipeline(&args.pipeline, ctx)?;
+    let mut pipeline = load_pipeline(&args.pipeline, ctx)?;
+    pipeline.override_output_limit(args.max_output_tokens);
     let shown = args.pipeline.display().to_string();
     // `--resume` continues with what the run was started with.
     let earlier = match &args.resume {

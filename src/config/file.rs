@@ -5,13 +5,15 @@
 //! 1. the global file `<config dir>/summon/config.yaml`, where the config dir is
 //!    `$XDG_CONFIG_HOME`, else `~/.config`;
 //! 2. the project file `summon.yaml` in the working directory, which overrides the global one:
-//!    top-level scalars (`default_provider`, `default_model`) are replaced; `providers` are
+//!    top-level scalars (`default_provider`, `default_model`, `max_output_tokens`) are replaced; `providers` are
 //!    merged by name, a project provider replacing the global one of the same name wholly;
 //!    `prices` are merged by model.
 //!
 //! ```yaml
 //! default_provider: work          # optional: the provider used when nothing else names one
 //! default_model: gpt-4o-mini      # optional: the model used when nothing else names one
+//! max_output_tokens: 16000        # optional: the output limit of every request (Anthropic's
+//!                                 # default is 8192; OpenAI-compatible servers: the model's)
 //! providers:
 //!   work:
 //!     kind: openai                # openai (any OpenAI-compatible server) | anthropic
@@ -158,6 +160,8 @@ pub(crate) struct Config {
     pub(crate) files: Vec<ConfigFileInfo>,
     pub(crate) default_provider: Option<Located<String>>,
     pub(crate) default_model: Option<Located<String>>,
+    /// The output limit of every request, unless a flag or step sets one.
+    pub(crate) max_output_tokens: Option<u32>,
     pub(crate) providers: IndexMap<String, ProviderConfig>,
     pub(crate) prices: IndexMap<String, Located<Price>>,
     /// Whether the project's own settings that send credentials may apply.
@@ -187,6 +191,9 @@ impl Config {
         }
         if over.default_model.is_some() {
             self.default_model = over.default_model;
+        }
+        if over.max_output_tokens.is_some() {
+            self.max_output_tokens = over.max_output_tokens;
         }
         self.providers.extend(over.providers);
         self.prices.extend(over.prices);
@@ -309,6 +316,9 @@ fn parse_inner(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Config {
     refuse_literal_key(&mut r, &mut d);
     config.default_provider = located_string(&mut r, "default_provider", &mut d);
     config.default_model = located_string(&mut r, "default_model", &mut d);
+    config.max_output_tokens = r
+        .get("max_output_tokens")
+        .and_then(|n| output_limit(n, "max_output_tokens", &mut d));
     if let Some(node) = r.get("providers") {
         config.providers = read_providers(node, &mut d);
     }
@@ -689,6 +699,19 @@ fn read_aliases(node: &Node, path: &str, d: &mut FileDiags<'_>) -> IndexMap<Stri
     aliases
 }
 
+/// An output limit in tokens: a whole number from 1 to 2^32 - 1.
+fn output_limit(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Option<u32> {
+    let n = positive_int(node, path, d)?;
+    let limit = u32::try_from(n).ok();
+    if limit.is_none() {
+        d.error(
+            node.pos,
+            format!("`{path}` must be at most {}, found {n}", u32::MAX),
+        );
+    }
+    limit
+}
+
 fn positive_int(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Option<u64> {
     match node.to_json().as_u64() {
         Some(n) if n >= 1 => Some(n),
@@ -843,6 +866,20 @@ mod tests {
     }
 
     #[test]
+    fn the_output_limit_is_read_and_the_project_file_wins() {
+        let (config, diags) = parse_text("max_output_tokens: 16000\n");
+        assert!(diags.items.is_empty(), "{diags:?}");
+        assert_eq!(config.max_output_tokens, Some(16000));
+        let (_tmp, env) = temp_env(
+            Some("max_output_tokens: 100\n"),
+            Some("max_output_tokens: 200\n"),
+        );
+        assert_eq!(load(&env).config.max_output_tokens, Some(200));
+        let (_tmp, env) = temp_env(Some("max_output_tokens: 100\n"), Some("{}\n"));
+        assert_eq!(load(&env).config.max_output_tokens, Some(100));
+    }
+
+    #[test]
     fn full_example_parses() {
         let (config, diags) = parse_text(
             "default_provider: work\n\
@@ -939,6 +976,14 @@ mod tests {
             (
                 "providers:\n  w:\n    kind: openai\n    requests_per_minute: 0\n",
                 "summon.yaml:4:26: error: `providers.w.requests_per_minute` must be a whole number ≥ 1, found `0`",
+            ),
+            (
+                "max_output_tokens: 0\n",
+                "summon.yaml:1:20: error: `max_output_tokens` must be a whole number ≥ 1, found `0`",
+            ),
+            (
+                "max_output_tokens: 5000000000\n",
+                "summon.yaml:1:20: error: `max_output_tokens` must be at most 4294967295, found 5000000000",
             ),
             (
                 "providers:\n  w:\n    kind: openai\n    timeout_secs: soon\n",

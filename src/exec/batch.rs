@@ -78,6 +78,9 @@ struct Pending {
     schema: Option<Value>,
     schema_asks: u32,
     schema_retries: u32,
+    /// The output limit the request runs under, named when an answer is cut off there.
+    output_limit: Option<u32>,
+    allow_empty: bool,
     resubmits: u32,
     turns: u32,
     usage: Usage,
@@ -275,7 +278,7 @@ fn batch_request(prepared: &Prepared) -> ChatRequest {
         messages: vec![Message::user(spec.first_message.clone())],
         tools: Vec::new().into(),
         temperature: spec.temperature,
-        max_tokens: None,
+        max_tokens: spec.max_output_tokens,
     }
 }
 
@@ -415,6 +418,12 @@ impl BatchRun<'_> {
             schema: prepared.spec.response_schema.clone(),
             schema_asks: 0,
             schema_retries: prepared.spec.schema_retries,
+            output_limit: prepared
+                .resolved
+                .endpoint
+                .kind
+                .output_limit(prepared.spec.max_output_tokens),
+            allow_empty: prepared.spec.allow_empty,
             resubmits: 0,
             turns: 0,
             usage: Usage::default(),
@@ -784,8 +793,23 @@ impl BatchRun<'_> {
                 LineResult::Succeeded(response) => {
                     task.turns += 1;
                     task.usage.add(response.usage);
+                    let problem = crate::subagent::answer_problem(
+                        &response,
+                        task.output_limit,
+                        task.allow_empty,
+                    );
                     let answer = response.text.unwrap_or_default();
-                    self.answered(task, answer, &status.id);
+                    match problem {
+                        None => self.answered(task, answer, &status.id),
+                        Some(problem) => self.finish(
+                            task,
+                            false,
+                            answer,
+                            None,
+                            Some(problem),
+                            Some(status.id.clone()),
+                        ),
+                    }
                 }
                 LineResult::Failed { message, transient } => {
                     let bound = if transient {

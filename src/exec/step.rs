@@ -276,6 +276,8 @@ pub(crate) struct StepConfig {
     pub(crate) model: Option<String>,
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
+    pub(crate) max_output_tokens: Option<u32>,
+    pub(crate) allow_empty: bool,
     pub(crate) retries: u32,
     pub(crate) timeout: Option<Duration>,
     /// `--shard I/N`: send only the tasks this shard owns (by request hash).
@@ -293,6 +295,8 @@ impl StepConfig {
             model: step.model.clone().or_else(|| settings.model.clone()),
             temperature: step.temperature.or(settings.temperature),
             max_turns: step.max_turns.or(settings.max_turns),
+            max_output_tokens: step.max_output_tokens.or(settings.max_output_tokens),
+            allow_empty: step.allow_empty,
             retries: step.retries,
             timeout: step.timeout,
             shard: None,
@@ -312,7 +316,7 @@ impl StepConfig {
         let schema = rendered.schema.as_ref().map(Value::to_string);
         let turns = self.max_turns.map(|t| t.to_string());
         let temperature = self.temperature.map(|t| t.to_string());
-        request_hash(&[
+        let mut parts = vec![
             rendered.source.as_deref(),
             rendered.instructions.as_deref(),
             Some(&params),
@@ -322,7 +326,15 @@ impl StepConfig {
             temperature.as_deref(),
             turns.as_deref(),
             schema.as_deref(),
-        ])
+        ];
+        // Only when set, so that the hashes of runs without a limit stay what they were.
+        let limit = self
+            .max_output_tokens
+            .map(|l| format!("max_output_tokens={l}"));
+        if limit.is_some() {
+            parts.push(limit.as_deref());
+        }
+        request_hash(&parts)
     }
 }
 
@@ -529,6 +541,8 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         model: step.model.clone(),
         temperature: step.temperature,
         max_turns: step.max_turns,
+        max_output_tokens: step.max_output_tokens,
+        allow_empty: step.allow_empty,
         context: rendered.context.clone(),
         working_dir: None,
         response_schema: rendered.schema.clone(),

@@ -23,6 +23,17 @@ pub(crate) struct Pipeline {
     pub(crate) outputs: Vec<OutputFile>,
 }
 
+impl Pipeline {
+    /// `--max-output-tokens`: one output limit for every request, over the file's.
+    pub(crate) fn override_output_limit(&mut self, limit: Option<u32>) {
+        let Some(limit) = limit else { return };
+        self.settings.max_output_tokens = Some(limit);
+        for step in &mut self.steps {
+            step.max_output_tokens = Some(limit);
+        }
+    }
+}
+
 /// `settings`: defaults for every step.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PipelineSettings {
@@ -30,6 +41,8 @@ pub(crate) struct PipelineSettings {
     pub(crate) model: Option<String>,
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
+    /// The output limit of every request (`--max-output-tokens` overrides).
+    pub(crate) max_output_tokens: Option<u32>,
     /// Global cap on tasks in flight (`--concurrency` overrides).
     pub(crate) concurrency: Option<usize>,
 }
@@ -72,6 +85,9 @@ pub(crate) struct Step {
     pub(crate) model: Option<String>,
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
+    pub(crate) max_output_tokens: Option<u32>,
+    /// An empty final answer completes the task instead of failing it.
+    pub(crate) allow_empty: bool,
     pub(crate) backend: Backend,
     /// Take the answer of an earlier run to the same request instead of sending it.
     pub(crate) reuse: bool,

@@ -279,6 +279,19 @@ fn count_field<T: TryFrom<u64>>(
         .and_then(|n| T::try_from(n).ok())
 }
 
+fn bool_field(r: &mut MapReader<'_>, key: &str, d: &mut FileDiags<'_>) -> Option<bool> {
+    let path = r.child_path(key);
+    let node = r.get(key)?;
+    let value = node.to_json().as_bool();
+    if value.is_none() {
+        d.error(
+            node.pos,
+            format!("`{path}` must be true or false, found {}", describe(node)),
+        );
+    }
+    value
+}
+
 fn temperature_field(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> Option<f64> {
     let path = r.child_path("temperature");
     let node = r.get("temperature")?;
@@ -298,25 +311,6 @@ fn temperature_field(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> Option<f64
 }
 
 /// One of a fixed set of words.
-/// `true` or `false`.
-fn bool_field(r: &mut MapReader<'_>, key: &str, d: &mut FileDiags<'_>) -> Option<bool> {
-    let path = r.child_path(key);
-    let node = r.get(key)?;
-    match node.to_json().as_bool() {
-        Some(value) => Some(value),
-        None => {
-            d.error(
-                node.pos,
-                format!(
-                    "`{path}` must be `true` or `false`, found {}",
-                    describe(node)
-                ),
-            );
-            None
-        }
-    }
-}
-
 fn choice<T: Copy>(
     r: &mut MapReader<'_>,
     key: &str,
@@ -361,6 +355,7 @@ fn read_settings(node: &Node, d: &mut FileDiags<'_>) -> PipelineSettings {
         model: string_field(&mut r, "model", d),
         temperature: temperature_field(&mut r, d),
         max_turns: count_field(&mut r, "max_turns", 1, d),
+        max_output_tokens: count_field(&mut r, "max_output_tokens", 1, d),
         concurrency: count_field(&mut r, "concurrency", 1, d),
     };
     r.finish(d);
@@ -556,6 +551,8 @@ fn read_step(
     let model = string_field(&mut r, "model", d);
     let temperature = temperature_field(&mut r, d);
     let max_turns = count_field(&mut r, "max_turns", 1, d);
+    let max_output_tokens = count_field(&mut r, "max_output_tokens", 1, d);
+    let allow_empty = bool_field(&mut r, "allow_empty", d).unwrap_or(false);
     let backend = match choice(
         &mut r,
         "backend",
@@ -592,6 +589,8 @@ fn read_step(
             model,
             temperature,
             max_turns,
+            max_output_tokens,
+            allow_empty,
             backend,
             reuse,
         },
@@ -1830,6 +1829,12 @@ outputs:
                 5,
                 18,
                 "`steps[0].temperature` must be a number between 0 and 2",
+            ),
+            (
+                &one_step("  - id: a\n    delegate: {instructions: x}\n    allow_empty: maybe\n"),
+                5,
+                18,
+                "`steps[0].allow_empty` must be true or false, found `maybe`",
             ),
             (
                 &one_step("  - id: a\n    delegate: {instructions: x}\n    max_turns: 0\n"),

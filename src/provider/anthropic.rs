@@ -18,16 +18,18 @@ pub(crate) const DEFAULT_MAX_TOKENS: u32 = 8192;
 ///
 /// Consecutive messages of one role are merged into one message (the API wants the roles to
 /// alternate), so the results of several tool calls travel in one `user` message.
+///
+/// Text that is empty or only whitespace is not sent: the API refuses such text blocks (a
+/// model often writes `"\n\n"` beside a tool call). An assistant turn left with no content is
+/// left out whole, and the user turns around it merge into one.
 pub(crate) fn request_body(req: &ChatRequest) -> Value {
     let mut messages: Vec<(&str, Vec<Value>)> = Vec::with_capacity(req.messages.len());
     for message in &req.messages {
         let (role, blocks) = match message {
-            Message::User { text } => ("user", vec![json!({"type": "text", "text": text})]),
+            Message::User { text } => ("user", text_block(text).into_iter().collect()),
             Message::Assistant { text, tool_calls } => {
                 let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
-                if let Some(text) = text.as_deref().filter(|t| !t.is_empty()) {
-                    blocks.push(json!({"type": "text", "text": text}));
-                }
+                blocks.extend(text.as_deref().and_then(text_block));
                 for call in tool_calls {
                     // `input` must be an object; malformed arguments cannot be sent back as is.
                     let input = match &call.arguments {
@@ -56,7 +58,7 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
             }
         };
         if blocks.is_empty() {
-            // An empty assistant turn is refused by the API and says nothing.
+            // An empty turn is refused by the API and says nothing.
             continue;
         }
         match messages.last_mut() {
@@ -99,6 +101,11 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     Value::Object(body)
 }
 
+/// A text block, or none for text the API would refuse as blank.
+fn text_block(text: &str) -> Option<Value> {
+    (!text.trim().is_empty()).then(|| json!({"type": "text", "text": text}))
+}
+
 /// Parses a Messages response body: text and `tool_use` blocks of `content`, `usage` (cache
 /// reads and writes count as input) and `stop_reason`.
 pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, ProviderError> {
@@ -137,6 +144,7 @@ pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, ProviderError
                     id,
                     name: name.to_owned(),
                     arguments,
+                    unreadable: None,
                 });
             }
             // thinking, redacted_thinking, server tool blocks: not part of the answer.
@@ -225,6 +233,52 @@ mod tests {
                     {"type": "text", "text": "one"}, {"type": "text", "text": "two"}
                 ]}],
             })
+        );
+    }
+
+    #[test]
+    fn blank_text_is_never_sent() {
+        let call = ToolCall {
+            id: "toolu_1".into(),
+            name: "list_files".into(),
+            arguments: json!({}),
+            unreadable: None,
+        };
+        let req = ChatRequest {
+            model: "claude-test".into(),
+            messages: vec![
+                Message::user("Answer in JSON."),
+                Message::Assistant {
+                    text: Some("\n\n".into()),
+                    tool_calls: vec![call],
+                },
+                Message::ToolResult {
+                    call_id: "toolu_1".into(),
+                    name: "list_files".into(),
+                    content: "a.txt".into(),
+                    is_error: false,
+                },
+                // A structured-output correction after a blank answer.
+                Message::Assistant {
+                    text: Some("\n".into()),
+                    tool_calls: vec![],
+                },
+                Message::user("Reply again with only the corrected JSON value."),
+            ],
+            ..ChatRequest::default()
+        };
+        assert_eq!(
+            request_body(&req)["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "Answer in JSON."}]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "list_files", "input": {}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt"},
+                    {"type": "text", "text": "Reply again with only the corrected JSON value."},
+                ]},
+            ])
         );
     }
 

@@ -37,6 +37,17 @@ pub(crate) enum ProviderKind {
     Anthropic,
 }
 
+impl ProviderKind {
+    /// The output limit of a request that sets none: Anthropic requires one and summon sends
+    /// its default; OpenAI-compatible servers apply the model's own, which summon cannot know.
+    pub(crate) fn output_limit(self, set: Option<u32>) -> Option<u32> {
+        match self {
+            Self::Anthropic => Some(set.unwrap_or(super::anthropic::DEFAULT_MAX_TOKENS)),
+            Self::OpenAi => set,
+        }
+    }
+}
+
 /// Where and how to reach one provider.
 #[derive(Debug, Clone)]
 pub(crate) struct ProviderEndpoint {

@@ -66,6 +66,19 @@ pub(crate) struct ToolCall {
     /// The parsed arguments; when the model sent text that is not valid JSON, a
     /// `Value::String` holding that raw text (see [`ToolCall::malformed_arguments`]).
     pub(crate) arguments: Value,
+    /// Set for a call summon cannot run (not a function call, such as OpenAI's `custom`
+    /// calls): the model is told so, and the call is sent back exactly as it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) unreadable: Option<Box<UnreadableCall>>,
+}
+
+/// A tool call of a type summon does not run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct UnreadableCall {
+    /// The call's `type` (`custom`, ...), or `unknown` when it has none.
+    pub(crate) kind: String,
+    /// The call as the provider sent it.
+    pub(crate) raw: Value,
 }
 
 impl ToolCall {
@@ -135,11 +148,13 @@ pub(crate) fn sample_request() -> ChatRequest {
                         id: "call_1".into(),
                         name: "read_file".into(),
                         arguments: serde_json::json!({"path": "a.txt"}),
+                        unreadable: None,
                     },
                     ToolCall {
                         id: "call_2".into(),
                         name: "read_file".into(),
                         arguments: serde_json::json!("{\"path\": \"b.txt"),
+                        unreadable: None,
                     },
                 ],
             },
@@ -188,6 +203,7 @@ mod tests {
             id: "c1".into(),
             name: "read_file".into(),
             arguments: parse_arguments("{oops"),
+            unreadable: None,
         };
         assert_eq!(call.malformed_arguments(), Some("{oops"));
     }

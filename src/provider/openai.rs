@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::error::ProviderError;
-use super::message::{ChatRequest, ChatResponse, Message, ToolCall, Usage, parse_arguments};
+use super::message::{
+    ChatRequest, ChatResponse, Message, ToolCall, UnreadableCall, Usage, parse_arguments,
+};
 
 /// The path of the endpoint, relative to a base URL that ends in `/v1`.
 pub(crate) const CHAT_PATH: &str = "/chat/completions";
@@ -183,6 +185,9 @@ fn wire_tools(
 }
 
 fn wire_tool_call(call: &ToolCall) -> Value {
+    if let Some(unreadable) = &call.unreadable {
+        return unreadable.raw.clone();
+    }
     // Malformed arguments go back exactly as the model sent them.
     let arguments = match &call.arguments {
         Value::String(raw) => raw.clone(),
@@ -267,6 +272,7 @@ pub(crate) fn parse_response_fast(body: &[u8]) -> Option<ChatResponse> {
                 Some(Value::Null) | None => Value::Object(Map::new()),
                 Some(other) => other,
             },
+            unreadable: None,
         })
         .collect();
     let usage = wire.usage.unwrap_or_default();
@@ -349,24 +355,55 @@ fn content_text(content: Option<&Value>) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
+/// One entry of `tool_calls`; a call without a `function` (a `custom` call, or a type this
+/// reader does not know) is kept as unreadable so the model hears that it was not run.
 fn parse_tool_call(index: usize, call: &Value) -> Option<ToolCall> {
-    let function = call.get("function")?;
+    let id = call
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())
+        .map_or_else(|| format!("call_{index}"), str::to_owned);
+    let Some(function) = call.get("function").filter(|f| f.is_object()) else {
+        return Some(unreadable_call(id, call));
+    };
     let name = function.get("name").and_then(Value::as_str)?.to_owned();
     let arguments = match function.get("arguments") {
         Some(Value::String(raw)) => parse_arguments(raw),
         Some(Value::Null) | None => Value::Object(Map::new()),
         Some(other) => other.clone(),
     };
-    let id = call
-        .get("id")
-        .and_then(Value::as_str)
-        .filter(|id| !id.is_empty())
-        .map_or_else(|| format!("call_{index}"), str::to_owned);
     Some(ToolCall {
         id,
         name,
         arguments,
+        unreadable: None,
     })
+}
+
+/// A call summon cannot run, named by its type and (for `custom` calls) its tool name.
+fn unreadable_call(id: String, call: &Value) -> ToolCall {
+    let kind = call
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_owned();
+    let name = call
+        .get(&kind)
+        .and_then(|inner| inner.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let mut raw = call.clone();
+    // Sent back under the id it is answered with.
+    if let Some(fields) = raw.as_object_mut() {
+        fields.insert("id".into(), Value::String(id.clone()));
+    }
+    ToolCall {
+        id,
+        name,
+        arguments: Value::Object(Map::new()),
+        unreadable: Some(Box::new(UnreadableCall { kind, raw })),
+    }
 }
 
 /// Parses the model list (`{"data": [{"id": ...}]}`).
@@ -490,7 +527,13 @@ mod tests {
         assert_eq!(response.text, None);
         assert_eq!(response.usage, Usage::default());
         let calls = &response.tool_calls;
-        assert_eq!(calls.len(), 4);
+        assert_eq!(calls.len(), 5);
+        let unreadable = calls[4].unreadable.as_deref().expect("kept, not dropped");
+        assert_eq!(
+            (calls[4].id.as_str(), unreadable.kind.as_str()),
+            ("broken", "unknown")
+        );
+        assert_eq!(wire_tool_call(&calls[4]), json!({"id": "broken"}));
         assert_eq!(calls[0].arguments, json!({"path": "a.txt"}));
         assert_eq!(calls[1].malformed_arguments(), Some("{\"path\": oops"));
         assert_eq!(
@@ -498,6 +541,29 @@ mod tests {
             ("call_2", &json!({"dir": "."}))
         );
         assert_eq!(calls[3].arguments, json!({}));
+    }
+
+    #[test]
+    fn custom_calls_are_kept_and_sent_back_as_they_came() {
+        let call = json!({"id": "call_c", "type": "custom", "custom": {"name": "grep", "input": "needle"}});
+        let body = json!({"choices": [{"message": {"content": null, "tool_calls": [call.clone()]}, "finish_reason": "tool_calls"}]});
+        let bytes = serde_json::to_vec(&body).expect("json");
+        assert_eq!(
+            parse_response_fast(&bytes),
+            None,
+            "left to the lenient reader"
+        );
+        let response = parse_response(&body).expect("parse");
+        let parsed = &response.tool_calls[0];
+        assert_eq!(
+            (parsed.id.as_str(), parsed.name.as_str()),
+            ("call_c", "grep")
+        );
+        assert_eq!(
+            parsed.unreadable.as_ref().map(|u| u.kind.as_str()),
+            Some("custom")
+        );
+        assert_eq!(wire_tool_call(parsed), call);
     }
 
     #[test]

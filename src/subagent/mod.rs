@@ -1,6 +1,7 @@
 //! Subagents: one agent loop, its prompt and its tools.
 
 mod checks;
+mod ending;
 mod event;
 mod prompt;
 mod redact;
@@ -10,6 +11,7 @@ mod slot;
 mod structured;
 pub(crate) mod tool;
 
+pub(crate) use ending::answer_problem;
 pub(crate) use event::SubagentEvent;
 pub(crate) use prompt::{FirstMessage, system_prompt};
 pub(crate) use role::read_role_text;

@@ -87,6 +87,11 @@ impl FirstMessage {
         matches!(self, Self::Role { role_text, .. } if !role_text.trim().is_empty())
     }
 
+    /// Whether the task given to an agent role is blank (the role text alone is no task).
+    pub(crate) fn task_is_blank(&self) -> bool {
+        matches!(self, Self::Role { task, .. } if task.trim().is_empty())
+    }
+
     pub(crate) fn text(&self) -> String {
         match self {
             Self::AdHoc { instructions } => instructions.clone(),

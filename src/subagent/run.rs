@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::checks::{run_checks, run_on_failure};
+use super::ending::answer_problem;
 use super::event::SubagentEvent;
 use super::redact::Redactor;
 use super::structured::check_answer;
@@ -24,6 +25,10 @@ pub(crate) struct SubagentSpec {
     pub(crate) workdir: WorkDir,
     pub(crate) max_turns: u32,
     pub(crate) temperature: Option<f64>,
+    /// The output limit sent with each request; `None`: the provider's default.
+    pub(crate) max_output_tokens: Option<u32>,
+    /// An empty final answer completes the task instead of failing it.
+    pub(crate) allow_empty: bool,
     pub(crate) response_schema: Option<serde_json::Value>,
     /// How many times a schema-invalid answer is sent back for correction.
     pub(crate) schema_retries: u32,
@@ -281,8 +286,9 @@ async fn run_once(
         messages: vec![Message::user(spec.first_message.clone())],
         tools: std::sync::Arc::clone(&tools.specs),
         temperature: spec.temperature,
-        max_tokens: None,
+        max_tokens: spec.max_output_tokens,
     };
+    let output_limit = client.endpoint().kind.output_limit(request.max_tokens);
     let mut last_text = String::new();
     let mut schema_asks = 0;
     let mut turns = 0;
@@ -332,6 +338,14 @@ async fn run_once(
         if let Some(text) = response.text.as_ref().filter(|t| !t.trim().is_empty()) {
             last_text.clone_from(text);
             observer(SubagentEvent::Text { text: text.clone() });
+        }
+        if let Some(problem) = answer_problem(&response, output_limit, spec.allow_empty) {
+            // The partial text (of a cut-off answer) stays in the result.
+            return Outcome {
+                status: SubagentStatus::Failed(problem),
+                text: last_text,
+                structured: None,
+            };
         }
         if response.tool_calls.is_empty() {
             let answer = response.text.unwrap_or_default();
@@ -383,9 +397,14 @@ async fn run_once(
         });
         for call in &response.tool_calls {
             total.tool_calls += 1;
-            let output = tools
-                .call(spec, &call.name, &call.arguments, observer)
-                .await;
+            let output = match &call.unreadable {
+                Some(unreadable) => unreadable_output(&call.name, &unreadable.kind),
+                None => {
+                    tools
+                        .call(spec, &call.name, &call.arguments, observer)
+                        .await
+                }
+            };
             observer(SubagentEvent::ToolCall {
                 name: call.name.clone(),
                 ok: !output.is_error,
@@ -398,5 +417,21 @@ async fn run_once(
                 is_error: output.is_error,
             });
         }
+    }
+}
+
+/// What the model hears about a tool call summon cannot run: not silence, which would leave
+/// it waiting for a result, but an error naming the call's type.
+fn unreadable_output(name: &str, kind: &str) -> ToolOutput {
+    let call = if name.is_empty() {
+        "this call".to_owned()
+    } else {
+        format!("the call to `{name}`")
+    };
+    ToolOutput {
+        content: format!(
+            "{call} was not run: summon runs only function tool calls, not calls of type `{kind}`. Call one of your tools as a function."
+        ),
+        is_error: true,
     }
 }

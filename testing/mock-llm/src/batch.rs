@@ -33,8 +33,8 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::{
-    Api, AppState, InFlight, MockConfig, MockServer, RecordedRequest, Reply, Shared, contains_echo,
-    json_response, lock, record, success_body,
+    Answer, Api, AppState, InFlight, MockConfig, MockServer, RecordedRequest, Reply, Shared,
+    contains_echo, json_response, lock, record, success_body,
 };
 
 /// How a batch ends.
@@ -571,23 +571,10 @@ fn answer(shared: &Shared, api: Api, body: &Value) -> LineOutcome {
     let input_tokens = (serde_json::to_vec(body).map_or(0, |b| b.len()) as u64 / 4).max(1);
     let model = request.model().unwrap_or("mock-model").to_owned();
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    if let Some(answer) = Answer::of(&reply) {
+        return LineOutcome::Ok(success_body(api, id, &model, &answer, input_tokens));
+    }
     match reply {
-        Reply::Text(text) => LineOutcome::Ok(success_body(
-            api,
-            id,
-            &model,
-            Some(&text),
-            &[],
-            input_tokens,
-        )),
-        Reply::ToolCalls { text, calls } => LineOutcome::Ok(success_body(
-            api,
-            id,
-            &model,
-            text.as_deref(),
-            &calls,
-            input_tokens,
-        )),
         Reply::Status {
             code: 200, body, ..
         } => LineOutcome::Ok(serde_json::from_str(&body).unwrap_or(Value::Null)),
@@ -596,9 +583,13 @@ fn answer(shared: &Shared, api: Api, body: &Value) -> LineOutcome {
             serde_json::from_str(&body)
                 .unwrap_or_else(|_| json!({"error": {"message": body, "type": "api_error"}})),
         ),
-        Reply::Delay(..) | Reply::Echo => {
-            LineOutcome::Ok(success_body(api, id, &model, Some(""), &[], input_tokens))
-        }
+        _ => LineOutcome::Ok(success_body(
+            api,
+            id,
+            &model,
+            &Answer::default(),
+            input_tokens,
+        )),
     }
 }
 
@@ -607,6 +598,7 @@ fn strip(reply: Reply, echo: &str) -> Reply {
     match reply {
         Reply::Delay(_, inner) => strip(*inner, echo),
         Reply::Echo if !echo.is_empty() => Reply::Text(echo.to_owned()),
+        Reply::Finish(reason, inner) => Reply::Finish(reason, Box::new(strip(*inner, echo))),
         other => other,
     }
 }

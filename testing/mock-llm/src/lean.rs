@@ -134,7 +134,13 @@ impl Connection {
             ),
         };
         let input_tokens = (body.len() as u64 / 4).max(1);
-        let json = crate::success_body(Api::OpenAi, id, model, Some(&text), &[], input_tokens);
+        let json = crate::success_body(
+            Api::OpenAi,
+            id,
+            model,
+            &crate::Answer::text(&text),
+            input_tokens,
+        );
         let json = json.to_string();
         out.extend_from_slice(
             format!(

@@ -11,6 +11,12 @@
 //! The batch APIs of both providers (OpenAI Batch, Anthropic Message Batches) are served too;
 //! see the `batch` module.
 //!
+//! Strict mode ([`MockConfig::strict`], on unless switched off) refuses with HTTP 400 what the
+//! real APIs refuse (blank text blocks, unanswered tool calls, ...); see the `strict` module.
+//! Replies can also end the way real answers end badly: cut off at the output limit, filtered,
+//! empty, or with a tool call of a type other than `function` ([`Reply::finish`],
+//! [`Reply::Empty`], [`Reply::CustomToolCall`]).
+//!
 //! [`MockConfig::faults`] injects failures (429, 500/503, dropped connections, stalled and
 //! truncated responses) into a share of chat requests; see the `faults` module.
 
@@ -18,6 +24,7 @@ mod batch;
 mod clock;
 mod faults;
 mod lean;
+mod strict;
 
 pub use batch::{BatchConfig, BatchOutcome, BatchRecord};
 pub use faults::{Fault, FaultPlan};
@@ -78,6 +85,15 @@ pub enum Reply {
     Delay(Duration, Box<Reply>),
     /// `echo: ` followed by the text of the last user message.
     Echo,
+    /// The inner text or tool-call reply, with this `finish_reason` (OpenAI) or `stop_reason`
+    /// (Anthropic) instead of the usual one, verbatim: `length`, `content_filter`,
+    /// `max_tokens`, `refusal`, ...
+    Finish(String, Box<Reply>),
+    /// An answer with no text and no tool call (`content: null` / `content: []`).
+    Empty,
+    /// One OpenAI tool call of `type: "custom"` (free-text input, no `function` object). In
+    /// the Anthropic format, which has no such calls, a `tool_use` block without a name.
+    CustomToolCall { name: String, input: String },
 }
 
 impl Reply {
@@ -130,6 +146,19 @@ impl Reply {
     pub fn delayed(self, delay: Duration) -> Self {
         Self::Delay(delay, Box::new(self))
     }
+
+    /// This reply ending with `reason` as its finish (OpenAI) or stop (Anthropic) reason.
+    pub fn finish(self, reason: impl Into<String>) -> Self {
+        Self::Finish(reason.into(), Box::new(self))
+    }
+
+    /// One custom (non-function) tool call.
+    pub fn custom_tool_call(name: impl Into<String>, input: impl Into<String>) -> Self {
+        Self::CustomToolCall {
+            name: name.into(),
+            input: input.into(),
+        }
+    }
 }
 
 /// Answers a request from its content.
@@ -158,6 +187,9 @@ pub struct MockConfig {
     pub batch: BatchConfig,
     /// Failures injected into chat requests.
     pub faults: Option<FaultPlan>,
+    /// Refuse (HTTP 400, the provider's error body) chat requests the real API refuses; on by
+    /// default. Refused requests are recorded and consume no scripted reply.
+    pub strict: bool,
 }
 
 impl Default for MockConfig {
@@ -175,6 +207,7 @@ impl Default for MockConfig {
                 ..BatchConfig::default()
             },
             faults: None,
+            strict: true,
         }
     }
 }
@@ -191,6 +224,7 @@ impl fmt::Debug for MockConfig {
             .field("models", &self.models)
             .field("batch", &self.batch)
             .field("faults", &self.faults)
+            .field("strict", &self.strict)
             .finish()
     }
 }
@@ -245,6 +279,12 @@ impl MockConfig {
         self
     }
 
+    /// Whether requests the real API refuses are refused (default: yes).
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
     /// Injects failures into chat requests as `plan` says (before the reply would be sent).
     pub fn faults(mut self, plan: FaultPlan) -> Self {
         self.faults = Some(plan);
@@ -268,6 +308,8 @@ pub struct RecordedRequest {
     pub received_at: Instant,
     /// The failure injected instead of the reply, if any.
     pub fault: Option<Fault>,
+    /// Why strict mode refused the request (the provider's error message), if it did.
+    pub refused: Option<String>,
 }
 
 impl RecordedRequest {
@@ -356,6 +398,7 @@ struct Shared {
     record: bool,
     models: Vec<String>,
     faults: Option<FaultPlan>,
+    strict: bool,
     fault_counts: faults::FaultCounts,
     recorded: Mutex<Vec<RecordedRequest>>,
     count: AtomicU64,
@@ -417,6 +460,7 @@ impl MockServer {
             record: config.record,
             models: config.models,
             faults: config.faults,
+            strict: config.strict,
             fault_counts: faults::FaultCounts::default(),
             recorded: Mutex::new(Vec::new()),
             count: AtomicU64::new(0),
@@ -621,6 +665,7 @@ fn record(
         body,
         received_at: Instant::now(),
         fault: None,
+        refused: None,
     }
 }
 
@@ -635,7 +680,7 @@ async fn handle_chat(
     let arrived = Instant::now();
     // Whether anyone can look at the request: the body is read whole and the headers copied
     // only then.
-    let inspected = shared.record || shared.rule.is_some();
+    let inspected = shared.record || shared.rule.is_some() || shared.strict;
     let json: Value = if inspected {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     } else {
@@ -644,6 +689,16 @@ async fn handle_chat(
     let empty = HeaderMap::new();
     let seen_headers = if inspected { &headers } else { &empty };
     let mut request = record(seq, api, "POST", path, seen_headers, json);
+    if shared.strict
+        && let Some(message) = strict::refusal(api, &request.body)
+    {
+        let body = strict::error_body(api, &message);
+        request.refused = Some(message);
+        if shared.record {
+            lock(&shared.recorded).push(request);
+        }
+        return json_response(StatusCode::BAD_REQUEST, &body);
+    }
     let fault = shared.faults.as_ref().and_then(|plan| plan.draw(seq));
     request.fault = fault;
 
@@ -672,6 +727,7 @@ async fn handle_chat(
         None if !shared.latency.is_zero() => tokio::time::sleep(shared.latency).await,
         None => {}
     }
+    let mut finish = None;
     loop {
         match reply {
             Reply::Delay(delay, inner) => {
@@ -680,6 +736,10 @@ async fn handle_chat(
             }
             Reply::Echo => {
                 reply = Reply::Text(echo.clone().unwrap_or_default());
+            }
+            Reply::Finish(reason, inner) => {
+                finish = Some(reason);
+                reply = *inner;
             }
             _ => break,
         }
@@ -692,21 +752,75 @@ async fn handle_chat(
             Reply::Text(text) => Some(text.as_str()),
             _ => Some(""),
         };
-        let body = success_body(api, id, &model, text, &[], input_tokens).to_string();
+        let answer = Answer {
+            text,
+            ..Answer::default()
+        };
+        let body = success_body(api, id, &model, &answer, input_tokens).to_string();
         return faults::respond(fault, plan, &body);
     }
-    match reply {
-        Reply::Text(text) => success(api, id, &model, Some(&text), &[], input_tokens),
-        Reply::ToolCalls { text, calls } => {
-            success(api, id, &model, text.as_deref(), &calls, input_tokens)
+    let answer = match Answer::of(&reply) {
+        Some(answer) => Answer {
+            finish: finish.as_deref().or(answer.finish),
+            ..answer
+        },
+        None => match reply {
+            Reply::Status {
+                code,
+                headers,
+                body,
+            } => return raw_response(code, &headers, body),
+            _ => Answer::text(""),
+        },
+    };
+    json_response(
+        StatusCode::OK,
+        &success_body(api, id, &model, &answer, input_tokens),
+    )
+}
+
+/// What a successful answer holds.
+#[derive(Default)]
+struct Answer<'a> {
+    text: Option<&'a str>,
+    calls: &'a [(String, Value)],
+    /// A custom tool call: name and free-text input.
+    custom: Option<(&'a str, &'a str)>,
+    /// The finish or stop reason, when not the usual one.
+    finish: Option<&'a str>,
+}
+
+impl<'a> Answer<'a> {
+    fn text(text: &'a str) -> Self {
+        Self {
+            text: Some(text),
+            ..Self::default()
         }
-        Reply::Status {
-            code,
-            headers,
-            body,
-        } => raw_response(code, &headers, body),
-        // Unreachable after the loop above; answer something valid anyway.
-        Reply::Delay(..) | Reply::Echo => success(api, id, &model, Some(""), &[], input_tokens),
+    }
+
+    /// The answer a reply gives once delays and echoes are resolved; `None` for a raw
+    /// status reply.
+    fn of(reply: &'a Reply) -> Option<Self> {
+        Some(match reply {
+            Reply::Status { .. } => return None,
+            Reply::Text(text) => Self::text(text),
+            Reply::ToolCalls { text, calls } => Self {
+                text: text.as_deref(),
+                calls,
+                ..Self::default()
+            },
+            Reply::CustomToolCall { name, input } => Self {
+                custom: Some((name, input)),
+                ..Self::default()
+            },
+            Reply::Empty => Self::default(),
+            Reply::Finish(reason, inner) => Self {
+                finish: Some(reason),
+                ..Self::of(inner)?
+            },
+            // Resolved before an answer is built; answer something valid anyway.
+            Reply::Delay(..) | Reply::Echo => Self::text(""),
+        })
     }
 }
 
@@ -750,35 +864,21 @@ fn essentials(body: &[u8]) -> Value {
 fn contains_echo(reply: &Reply) -> bool {
     match reply {
         Reply::Echo => true,
-        Reply::Delay(_, inner) => contains_echo(inner),
+        Reply::Delay(_, inner) | Reply::Finish(_, inner) => contains_echo(inner),
         _ => false,
     }
 }
 
-fn success(
-    api: Api,
-    id: u64,
-    model: &str,
-    text: Option<&str>,
-    calls: &[(String, Value)],
-    input_tokens: u64,
-) -> Response {
-    json_response(
-        StatusCode::OK,
-        &success_body(api, id, model, text, calls, input_tokens),
-    )
-}
-
 /// The body of a successful chat answer in `api`'s format.
-fn success_body(
-    api: Api,
-    id: u64,
-    model: &str,
-    text: Option<&str>,
-    calls: &[(String, Value)],
-    input_tokens: u64,
-) -> Value {
+fn success_body(api: Api, id: u64, model: &str, answer: &Answer<'_>, input_tokens: u64) -> Value {
+    let Answer {
+        text,
+        calls,
+        custom,
+        finish,
+    } = *answer;
     let mut output_chars = text.map_or(0, str::len);
+    let called = !calls.is_empty() || custom.is_some();
     match api {
         Api::Anthropic => {
             let mut content = Vec::with_capacity(calls.len() + 1);
@@ -796,19 +896,27 @@ fn success_body(
                     "name": name, "input": input,
                 }));
             }
+            if let Some((_, input)) = custom {
+                output_chars += input.len();
+                content.push(json!({
+                    "type": "tool_use", "id": format!("toolu_mock_{id}_custom"),
+                    "input": {"input": input},
+                }));
+            }
+            let usual = if called { "tool_use" } else { "end_turn" };
             json!({
                 "id": format!("msg_mock_{id}"),
                 "type": "message",
                 "role": "assistant",
                 "model": model,
                 "content": content,
-                "stop_reason": if calls.is_empty() { "end_turn" } else { "tool_use" },
+                "stop_reason": finish.unwrap_or(usual),
                 "stop_sequence": null,
                 "usage": {"input_tokens": input_tokens, "output_tokens": (output_chars as u64 / 4).max(1)},
             })
         }
         _ => {
-            let tool_calls: Vec<Value> = calls
+            let mut tool_calls: Vec<Value> = calls
                 .iter()
                 .enumerate()
                 .map(|(index, (name, arguments))| {
@@ -824,11 +932,20 @@ fn success_body(
                     })
                 })
                 .collect();
+            if let Some((name, input)) = custom {
+                output_chars += name.len() + input.len();
+                tool_calls.push(json!({
+                    "id": format!("call_mock_{id}_custom"),
+                    "type": "custom",
+                    "custom": {"name": name, "input": input},
+                }));
+            }
             let mut message = json!({"role": "assistant", "content": text});
             if !tool_calls.is_empty() {
                 message["tool_calls"] = Value::Array(tool_calls);
             }
             let output_tokens = (output_chars as u64 / 4).max(1);
+            let usual = if called { "tool_calls" } else { "stop" };
             json!({
                 "id": format!("chatcmpl-mock-{id}"),
                 "object": "chat.completion",
@@ -837,7 +954,7 @@ fn success_body(
                 "choices": [{
                     "index": 0,
                     "message": message,
-                    "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" },
+                    "finish_reason": finish.unwrap_or(usual),
                 }],
                 "usage": {
                     "prompt_tokens": input_tokens,

@@ -13,7 +13,7 @@ use summon_mock_llm::{Fault, FaultPlan, LeanStats, MockConfig, MockServer, Reply
 
 const USAGE: &str = "\
 usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-seconds S]
-                       [--lean] [--record] [--no-stdin] [--fault-rate R] [--fault-CLASS R]...
+                       [--lean] [--record] [--strict] [--no-stdin] [--fault-rate R] [--fault-CLASS R]...
                        [--fault-seed N] [--retry-after-ms MS] [--stall-ms MS]
 
   --port N         port on 127.0.0.1 (default 0: a free port, printed on the first line)
@@ -24,6 +24,8 @@ usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-se
                    server (same answers and usage): the least CPU per request, for
                    benchmarks whose client shares the machine; no --record or faults
   --record         keep every request in memory (off by default: benchmarks)
+  --strict         refuse (HTTP 400) requests the real APIs refuse, as the test suite's
+                   mock does (off by default: benchmarks read only what they answer)
   --no-stdin       do not stop at end of standard input (use when stdin is /dev/null,
                    e.g. when started in the background by a script)
 
@@ -45,6 +47,7 @@ struct Args {
     watch_stdin: bool,
     faults: Option<FaultPlan>,
     lean: bool,
+    strict: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -57,6 +60,7 @@ fn parse_args() -> Result<Args, String> {
         watch_stdin: true,
         faults: None,
         lean: false,
+        strict: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -124,14 +128,15 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--record" => args.record = true,
+            "--strict" => args.strict = true,
             "--lean" => args.lean = true,
             "--no-stdin" => args.watch_stdin = false,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument: {other}")),
         }
     }
-    if args.lean && (args.record || args.faults.is_some()) {
-        return Err("--lean records nothing and injects no faults".into());
+    if args.lean && (args.record || args.strict || args.faults.is_some()) {
+        return Err("--lean records nothing, refuses nothing and injects no faults".into());
     }
     if let Some(plan) = &args.faults {
         let sum = plan.rate_429
@@ -194,7 +199,8 @@ async fn serve(args: Args) -> ExitCode {
         .default_reply(args.reply)
         .latency(args.latency)
         .exact_latency(!args.latency.is_zero())
-        .record(args.record);
+        .record(args.record)
+        .strict(args.strict);
     if let Some(plan) = args.faults {
         config = config.faults(plan);
     }
