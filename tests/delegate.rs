@@ -449,7 +449,16 @@ async fn no_model_anywhere_names_the_variables() {
         "{}",
         out.stderr
     );
-    assert_eq!(server.request_count(), 0);
+    // Only the models list was asked for, to name them; no task was sent.
+    assert!(
+        server
+            .requests()
+            .iter()
+            .all(|r| r.api == summon_mock_llm::Api::Models),
+        "{:?}",
+        server.requests()
+    );
+    assert!(out.stderr.contains("offers: mock-model"), "{}", out.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -295,3 +295,53 @@ async fn an_interrupted_step_is_not_judged_by_min_success_on_the_part_that_ran()
     );
     assert!(!stderr.contains("needed"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_key_or_model_stops_the_run_before_its_first_task() {
+    use summon_mock_llm::{MockConfig, MockServer};
+    let server = MockServer::start(MockConfig::new()).await;
+    let pipeline = "version: 1\nname: x\nsteps:\n  - id: rows\n    decompose:\n      items: [a, b, c, d, e]\n  - id: each\n    fan_out:\n      over: rows\n      instructions: \"{{ item }}\"\n";
+    // No key for the provider asked for.
+    let out = Test::new()
+        .write_raw("p.yaml", pipeline)
+        .env("SUMMON_PROVIDER", "openai")
+        .env("SUMMON_MODEL", "m")
+        .args(["run", "p.yaml", "--out", "out"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr.contains(
+            "step `each`: provider `openai` needs an API key, but OPENAI_API_KEY is not set"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.dir.join("out/results.jsonl").exists(), "a task ran");
+    // No model anywhere.
+    let out = Test::new()
+        .write_raw("p.yaml", pipeline)
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["run", "p.yaml"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr
+            .contains("step `each`: no model configured for provider `openai`; set SUMMON_MODEL"),
+        "{}",
+        out.stderr
+    );
+    // The provider lists its models: the error names them.
+    assert!(
+        out.stderr
+            .contains("provider `openai` offers: mock-model (e.g. SUMMON_MODEL=mock-model)"),
+        "{}",
+        out.stderr
+    );
+    let chats = server
+        .requests()
+        .iter()
+        .filter(|r| r.api == summon_mock_llm::Api::OpenAi)
+        .count();
+    assert_eq!(chats, 0);
+}

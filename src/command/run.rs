@@ -82,7 +82,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         .and_then(|out| plan.closing_note(out, &shown));
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
-    check_trust(&pipeline, &config, &ctx.env)?;
+    preflight(&pipeline, &config, &catalog, &ctx.env)?;
     let display = resolve_display(
         std::io::stderr().is_terminal(),
         ctx.env.is_set("CI"),
@@ -259,27 +259,87 @@ fn resumed_setup(
     }))
 }
 
-/// Stops before the first task when a provider the pipeline would use is one that an
-/// untrusted project's `summon.yaml` points somewhere.
-fn check_trust(
-    pipeline: &crate::pipeline::model::Pipeline,
+/// Before the first task: the provider and model every step would use are resolved, so a
+/// missing key, no model or a provider an untrusted project points somewhere fails at once
+/// with exit 1, not after every task of a step has failed. What is decided only by templates
+/// or model output (a templated `source:`, provider or model) is left to the tasks.
+fn preflight(
+    pipeline: &Pipeline,
     config: &crate::config::Config,
+    catalog: &crate::source::Catalog,
     env: &crate::env::Env,
 ) -> Result<()> {
-    let mut seen: Vec<Option<&str>> = Vec::new();
-    let wanted = pipeline
-        .steps
-        .iter()
-        .map(|step| step.provider.as_deref())
-        .chain([None])
-        .map(|p| p.or(pipeline.settings.provider.as_deref()))
-        .filter(|p| !p.is_some_and(|p| p.contains("{{")));
-    for provider in wanted {
-        if seen.contains(&provider) {
-            continue;
+    use crate::pipeline::model::{Decompose, StepKind};
+    use crate::source::SourceDef;
+    let literal = |text: Option<&str>| -> std::result::Result<Option<String>, ()> {
+        match text {
+            Some(t) if t.contains("{{") || t.contains("{%") => Err(()),
+            Some(t) => Ok(Some(t.trim().to_owned())),
+            None => Ok(None),
         }
-        seen.push(provider);
-        crate::config::resolve::check_trust(env, config, provider).map_err(Error::from)?;
+    };
+    let mut wanted: Vec<(String, [Option<String>; 4], String)> = Vec::new();
+    for step in &pipeline.steps {
+        let task = match &step.kind {
+            StepKind::Decompose(Decompose::Agent(task))
+            | StepKind::Synthesize(task)
+            | StepKind::Delegate(task) => task,
+            StepKind::FanOut(fan_out) => &fan_out.task,
+            StepKind::Decompose(_) => continue,
+        };
+        let Ok(source) = literal(task.source.as_ref().map(|t| t.text.as_str())) else {
+            continue;
+        };
+        let source = source.and_then(|name| catalog.get(&name));
+        let (recipe_provider, recipe_model, origin) = match source.map(|s| (&s.name, &s.def)) {
+            Some((name, SourceDef::Recipe(recipe) | SourceDef::Subrecipe { recipe, .. })) => (
+                recipe.settings.provider.clone(),
+                recipe.settings.model.clone(),
+                format!("recipe `{name}` settings"),
+            ),
+            Some((name, SourceDef::Agent(agent))) => {
+                (None, agent.model.clone(), format!("agent `{name}`"))
+            }
+            None => (None, None, String::new()),
+        };
+        let flags = (
+            literal(
+                step.provider
+                    .as_deref()
+                    .or(pipeline.settings.provider.as_deref()),
+            ),
+            literal(step.model.as_deref().or(pipeline.settings.model.as_deref())),
+            literal(recipe_provider.as_deref()),
+            literal(recipe_model.as_deref()),
+        );
+        let (Ok(provider), Ok(model), Ok(recipe_provider), Ok(recipe_model)) = flags else {
+            continue;
+        };
+        let key = [provider, model, recipe_provider, recipe_model];
+        if !wanted.iter().any(|(_, k, _)| *k == key) {
+            wanted.push((step.id.clone(), key, origin));
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    for (step, [provider, model, recipe_provider, recipe_model], origin) in &wanted {
+        let overrides = crate::config::Overrides {
+            provider_flag: provider.as_deref(),
+            model_flag: model.as_deref(),
+            recipe_provider: recipe_provider.as_deref(),
+            recipe_model: recipe_model.as_deref(),
+            recipe_origin: origin,
+        };
+        runtime
+            .block_on(crate::config::resolve(env, config, &overrides))
+            .map_err(|d| {
+                let message = format!("step `{step}`: {}", d.message);
+                Error::from(crate::diag::Diagnostic { message, ..d })
+            })?;
     }
     Ok(())
 }

@@ -142,11 +142,65 @@ pub(crate) async fn resolve(
         wanted = Some(root.to_owned());
         false
     });
-    match wanted {
+    let result = match wanted {
         Some(root) if probe::ollama_answers(&root).await => {
             resolve_with(env, config, overrides, |_| true)
         }
         _ => first,
+    };
+    match result {
+        Err(diagnostic) if diagnostic.message.starts_with(NO_MODEL) => {
+            Err(with_offered_models(env, config, overrides, diagnostic).await)
+        }
+        other => other,
+    }
+}
+
+/// The start of the error for a provider without a model.
+const NO_MODEL: &str = "no model configured for provider";
+
+/// The "no model" error with the models the provider offers, when it lists them within a few
+/// seconds (a guess costs the user a round trip; a list does not).
+async fn with_offered_models(
+    env: &Env,
+    config: &Config,
+    overrides: &Overrides<'_>,
+    diagnostic: Diagnostic,
+) -> Diagnostic {
+    const SHOWN: usize = 12;
+    let Ok(choice) = choose_provider(env, config, overrides, |_| true) else {
+        return diagnostic;
+    };
+    let Ok(def) = provider_def(env, config, &choice) else {
+        return diagnostic;
+    };
+    let Ok(endpoint) = endpoint(env, &def) else {
+        return diagnostic;
+    };
+    let Ok(client) = crate::provider::Client::new(endpoint) else {
+        return diagnostic;
+    };
+    let listed =
+        tokio::time::timeout(std::time::Duration::from_secs(3), client.list_models()).await;
+    match listed {
+        Ok(Ok(models)) if !models.is_empty() => {
+            let mut names: Vec<&str> = models.iter().map(String::as_str).take(SHOWN).collect();
+            if models.len() > SHOWN {
+                names.push("...");
+            }
+            let hint = format!(
+                "provider `{}` offers: {} (e.g. SUMMON_MODEL={})",
+                def.name,
+                names.join(", "),
+                models[0]
+            );
+            let hint = match &diagnostic.hint {
+                Some(existing) => format!("{existing}\n{hint}"),
+                None => hint,
+            };
+            diagnostic.with_hint(hint)
+        }
+        _ => diagnostic,
     }
 }
 
@@ -179,34 +233,6 @@ pub(crate) fn resolve_with(
         provider: def,
         warnings,
     })
-}
-
-/// Refuses, before anything runs, a provider that the project's own `summon.yaml` points
-/// somewhere in a project that is not trusted: the provider `provider_flag` (or, when `None`,
-/// the one that would be chosen) as [`resolve`] would pick it. Other problems are left to the
-/// resolution of each task.
-pub(crate) fn check_trust(
-    env: &Env,
-    config: &Config,
-    provider_flag: Option<&str>,
-) -> Result<(), Diagnostic> {
-    if config.trust.is_trusted() {
-        return Ok(());
-    }
-    let overrides = Overrides {
-        provider_flag,
-        ..Overrides::default()
-    };
-    let Ok(choice) = choose_provider(env, config, &overrides, |_| true) else {
-        return Ok(());
-    };
-    match provider_def(env, config, &choice) {
-        Ok(def) => match &def.project_routing {
-            Some(span) => Err(untrusted_provider(&def, span, &config.trust)),
-            None => Ok(()),
-        },
-        Err(_) => Ok(()),
-    }
 }
 
 /// A provider whose destination or key the project's own `summon.yaml` decides, in a project
@@ -447,7 +473,7 @@ pub(crate) fn choose_model(
         });
     }
     let mut diagnostic = Diagnostic::error(format!(
-        "no model configured for provider `{}`; set SUMMON_MODEL (or SUMMON_SUBAGENT_MODEL for \
+        "{NO_MODEL} `{}`; set SUMMON_MODEL (or SUMMON_SUBAGENT_MODEL for \
          subagents only), pass --model, or set default_model in {}",
         def.name,
         config_path_text(env)
