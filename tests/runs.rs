@@ -425,3 +425,37 @@ async fn resume_continues_with_what_the_run_was_started_with() {
         "{lines:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_run_into_the_same_out_directory_is_refused() {
+    let server = MockServer::start(
+        MockConfig::new().default_reply(Reply::text("slow").delayed(Duration::from_secs(60))),
+    )
+    .await;
+    let t = project(&server)
+        .write_raw("tickets.csv", &csv(0..1))
+        .write_raw("q.yaml", &PIPELINE.replace("name: tickets", "name: other"));
+    let mut first = spawn_run(&t, &["--out", "shared"]);
+    wait_for(Duration::from_secs(30), "the first run's request", || {
+        server.request_count() >= 1
+    });
+    let refused = summon(&t, &["run", "q.yaml", "--out", "./shared/"]);
+    assert_eq!(refused.code, 75, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains(&format!(
+            "(pid {}) is writing the same --out directory",
+            first.id()
+        )),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(server.request_count(), 1, "the refused run sent nothing");
+    Command::new("kill")
+        .args(["-KILL", &first.id().to_string()])
+        .status()
+        .unwrap();
+    first.wait().unwrap();
+    server.push_reply(Reply::text("quick"));
+    let took_over = ok(summon(&t, &["run", "q.yaml", "--out", "shared"]));
+    assert_eq!(took_over.stdout, "quick\n");
+}

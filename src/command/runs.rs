@@ -115,7 +115,7 @@ fn show(run_id: &str, json: bool, ctx: &mut Ctx) -> Result<()> {
     }
     text.push('\n');
     match &run.out_dir {
-        Some(out) => text.push_str(&format!("Output: {out}\n")),
+        Some(out) => text.push_str(&format!("Output: {}\n", shown_path(out, ctx))),
         None => text.push_str("Output: none (run without --out)\n"),
     }
     match &listing.report {
@@ -225,6 +225,6 @@ fn run_json(r: &RunListing, ctx: &Ctx) -> Value {
         "input_tokens": r.input_tokens,
         "output_tokens": r.output_tokens,
         "cost_usd": cost(r),
-        "out": run.out_dir,
+        "out": run.out_dir.as_deref().map(|out| shown_path(out, ctx)),
     })
 }

@@ -293,11 +293,14 @@ pub(crate) fn run_pipeline(
             (run, finished, catalog)
         }
     };
-    hold(&store, &run, options.resume.is_none(), options.wait)?;
     let defaults = run_defaults(env, &config);
-    let out_text = options.out_dir.as_ref().map(|d| d.display().to_string());
+    // The absolute --out, so that two runs into one directory are seen as such.
+    let out_text = options
+        .out_dir
+        .as_ref()
+        .map(|d| absolute(&env.cwd.join(d)).display().to_string());
     let setup = serde_json::json!({
-        "out": out_text,
+        "out": options.out_dir.as_ref().map(|d| d.display().to_string()),
         "junit": options.junit.as_ref().map(|j| j.display().to_string()),
         "concurrency": options.concurrency,
     });
@@ -309,6 +312,7 @@ pub(crate) fn run_pipeline(
             &defaults,
         )
         .map_err(|e| Error::usage(e.to_string()))?;
+    hold(&store, &run, options.resume.is_none(), options.wait)?;
     let reuse_any = options.reuse || pipeline.steps.iter().any(|s| s.reuse);
     let reusable = if reuse_any {
         store
@@ -618,11 +622,19 @@ fn hold(store: &Store, run: &crate::store::RunRecord, fresh: bool, wait: bool) -
             return Ok(());
         };
         if !wait {
-            return Err(Error::Busy(format!(
-                "run {} of this pipeline is still running (pid {}); wait for it with --wait, \
-                 or stop it first",
-                held.run_id, held.pid
-            )));
+            return Err(Error::Busy(if held.same_pipeline {
+                format!(
+                    "run {} of this pipeline is still running (pid {}); wait for it with \
+                     --wait, or stop it first",
+                    held.run_id, held.pid
+                )
+            } else {
+                format!(
+                    "run {} (pid {}) is writing the same --out directory; use another \
+                     --out, or wait for it with --wait",
+                    held.run_id, held.pid
+                )
+            }));
         }
         if !told {
             eprintln!(
@@ -633,6 +645,21 @@ fn hold(store: &Store, run: &crate::store::RunRecord, fresh: bool, wait: bool) -
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// `path` without `.` and `..` components (the directory may not exist yet).
+fn absolute(path: &std::path::Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// What picks the default provider and model of a run: answers are reused only from runs

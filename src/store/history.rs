@@ -25,6 +25,8 @@ use super::{RunRecord, RunStatus, Store, StoreError, TaskResultRow, now_ms};
 pub(crate) struct Held {
     pub(crate) run_id: String,
     pub(crate) pid: u32,
+    /// A run of the same pipeline (else one writing the same `--out`).
+    pub(crate) same_pipeline: bool,
 }
 
 /// One run as `summon runs` lists it.
@@ -78,16 +80,20 @@ impl Store {
         alive: impl Fn(u32) -> bool,
     ) -> Result<Option<Held>, StoreError> {
         self.write(|tx| {
+            // Runs of the same pipeline and shard, and runs writing the same --out.
             let mut stmt = tx.prepare(
-                "SELECT other.run_id, other.pid FROM runs AS me JOIN runs AS other
-                   ON other.pipeline_path = me.pipeline_path AND other.shard IS me.shard
+                "SELECT other.run_id, other.pid,
+                        other.pipeline_path = me.pipeline_path AND other.shard IS me.shard
+                 FROM runs AS me JOIN runs AS other
+                   ON (other.pipeline_path = me.pipeline_path AND other.shard IS me.shard)
+                   OR other.out_dir = me.out_dir
                  WHERE me.run_id = ?1 AND other.run_id <> ?1 AND other.status = 'running'
                    AND other.pid IS NOT NULL",
             )?;
-            let others: Vec<(String, i64)> = stmt
-                .query_map([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?
+            let others: Vec<(String, i64, bool)> = stmt
+                .query_map([run_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
                 .collect::<Result<_, _>>()?;
-            for (other, other_pid) in others {
+            for (other, other_pid, same_pipeline) in others {
                 let other_pid = u32::try_from(other_pid).unwrap_or(0);
                 if other_pid != pid && other_pid != 0 && alive(other_pid) {
                     if drop_if_held {
@@ -96,6 +102,7 @@ impl Store {
                     return Ok(Some(Held {
                         run_id: other,
                         pid: other_pid,
+                        same_pipeline,
                     }));
                 }
                 tx.execute(
