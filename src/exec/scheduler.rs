@@ -360,7 +360,10 @@ pub(crate) fn run_pipeline(
         if matches!(plan.role(i), Role::Run | Role::Shard)
             && !matches!(&step.kind, StepKind::Decompose(d) if !matches!(d, Decompose::Agent(_)))
         {
-            progress.add_step(&step.id, None);
+            // A one-task step's total is known; a fan-out's once its items are.
+            let total =
+                matches!(step.kind, StepKind::Synthesize(_) | StepKind::Delegate(_)).then_some(1);
+            progress.add_step(&step.id, total);
         }
     }
     let sink = Arc::new(Mutex::new(Sink {
@@ -400,6 +403,17 @@ pub(crate) fn run_pipeline(
         committed,
         run_id: run.run_id.clone(),
         batch_all: options.batch,
+        on_start: {
+            // Weak: the sink is taken back whole when the run ends.
+            let sink = Arc::downgrade(&sink);
+            Box::new(move |step| {
+                if let Some(sink) = sink.upgrade()
+                    && let Ok(sink) = sink.lock()
+                {
+                    sink.progress.task_started(&sink.step_ids[step]);
+                }
+            })
+        },
     });
     // One thread drives every task: the work per task is small and mostly waiting, and one
     // thread spends less CPU and memory per task than a work-stealing pool (the journal and
@@ -423,9 +437,19 @@ pub(crate) fn run_pipeline(
     let statuses = runtime.block_on(async {
         let signals = {
             let shared = Arc::clone(&shared);
+            // Weak: the sink is taken back whole when the run ends.
+            let sink = Arc::downgrade(&sink);
             tokio::spawn(async move {
                 if tokio::signal::ctrl_c().await.is_ok() {
-                    eprintln!("summon: interrupted: finishing the tasks in flight (Ctrl-C again to stop them)");
+                    // Through the display, so that its bars are drawn once, below the line.
+                    let line = "summon: interrupted: finishing the tasks in flight (Ctrl-C again to stop them)";
+                    match sink.upgrade() {
+                        Some(sink) => match sink.lock() {
+                            Ok(sink) => sink.progress.interrupted(line),
+                            Err(_) => eprintln!("{line}"),
+                        },
+                        None => eprintln!("{line}"),
+                    }
                     shared.drain.cancel();
                     if tokio::signal::ctrl_c().await.is_ok() {
                         shared.kill.cancel();

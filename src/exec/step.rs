@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     pub(crate) run_id: String,
     /// `--batch`: every eligible fan_out step goes through the provider's batch API.
     pub(crate) batch_all: bool,
+    /// Told the index of the step whose task is being sent (the display counts it in flight).
+    pub(crate) on_start: Box<dyn Fn(usize) + Send + Sync>,
 }
 
 /// A task's concurrency slots, held until its result is committed to the journal, so that a
@@ -680,6 +682,7 @@ pub(crate) async fn run_tasks(
                 stop |= !on_done(done).0;
                 continue;
             }
+            (shared.on_start)(step.index);
             let shared = Arc::clone(shared);
             let step = step.clone();
             let this = index;

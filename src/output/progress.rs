@@ -1,8 +1,10 @@
 //! The live display of a run, on stderr. [`resolve`] picks the mode:
 //!
 //! - [`DisplayMode::Bar`] on a terminal: one indicatif bar per step,
-//!   `notes [=====>    ] 120/400 (16 in flight) 52.1k tokens $0.21`, redrawn at most
-//!   [`BAR_HZ`] times a second.
+//!   `notes [=====>    ] 120/400 16 in flight, 3 failed, 52.1k tokens, $0.21 · 41s, ETA 1m`,
+//!   a spinner while the step's total is unknown, redrawn at most [`BAR_HZ`] times a second.
+//!   When the run ends (or is interrupted) the bars are cleared and each step's final line is
+//!   printed once.
 //! - [`DisplayMode::Lines`] when stderr is not a terminal or `CI` is set: one plain line per
 //!   running step every [`LINES_INTERVAL`], and one when a step ends:
 //!   `[summon] notes: 120/400 done, 16 in flight, 3 failed, 52.1k tokens, $0.21`.
@@ -62,6 +64,11 @@ struct StepState {
     /// Changed since the last draw.
     dirty: bool,
     bar: Option<ProgressBar>,
+    /// The style the bar has once started: `Some(true)` with a total, `Some(false)` a spinner
+    /// (a step's total may be learned after it started).
+    bar_style: Option<bool>,
+    /// A task of the step was sent: until then it waits for the steps it depends on.
+    started: bool,
 }
 
 impl StepState {
@@ -99,21 +106,18 @@ impl StepState {
         line
     }
 
-    /// The bar's message: `(16 in flight) 3 failed 52.1k tokens $0.21`.
+    /// The bar's message: `16 in flight, 3 failed, 52.1k tokens, $0.21`.
     fn message(&self) -> String {
-        let mut msg = String::new();
-        if self.in_flight > 0 {
-            msg.push_str(&format!("({} in flight) ", self.in_flight));
+        let mut parts = Vec::new();
+        if !self.finished {
+            parts.push(format!("{} in flight", self.in_flight));
         }
-        if self.failed > 0 {
-            msg.push_str(&format!("{} failed ", self.failed));
-        }
-        msg.push_str(&format!("{} tokens", fmt_tokens(self.tokens)));
+        parts.push(format!("{} failed", self.failed));
+        parts.push(format!("{} tokens", fmt_tokens(self.tokens)));
         if let Some(cost) = self.cost_text() {
-            msg.push(' ');
-            msg.push_str(&cost);
+            parts.push(cost);
         }
-        msg
+        parts.join(", ")
     }
 
     fn draw(&mut self) {
@@ -121,6 +125,12 @@ impl StepState {
         let Some(bar) = &self.bar else { return };
         if let Some(total) = self.total {
             bar.set_length(total);
+        }
+        // Waiting, then a spinner until the total is known, then the bar.
+        let with_total = self.total.is_some();
+        if (self.started || self.done > 0) && self.bar_style != Some(with_total) {
+            bar.set_style(bar_style(with_total));
+            self.bar_style = Some(with_total);
         }
         bar.set_position(self.done);
         bar.set_message(self.message());
@@ -162,8 +172,13 @@ impl Shared {
         let mut steps = lock(&self.steps);
         match self.mode {
             DisplayMode::Bar => {
-                for state in steps.values_mut().filter(|s| s.dirty) {
-                    state.draw();
+                for state in steps.values_mut() {
+                    if state.dirty {
+                        state.draw();
+                    } else if let (Some(bar), false) = (&state.bar, state.finished) {
+                        // The spinner turns and the elapsed time and ETA move on.
+                        bar.tick();
+                    }
                 }
             }
             DisplayMode::Lines => {
@@ -255,16 +270,8 @@ impl Progress {
             return;
         }
         let bar = self.shared.multi.as_ref().map(|multi| {
-            let template = match total {
-                Some(_) => "{prefix:.bold} [{bar:30}] {pos}/{len} {msg}",
-                None => "{prefix:.bold} {pos} {msg}",
-            };
             let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::hidden())
-                .with_style(
-                    ProgressStyle::with_template(template)
-                        .expect("valid template")
-                        .progress_chars("=> "),
-                )
+                .with_style(waiting_style())
                 .with_prefix(id.to_owned());
             multi.add(bar)
         });
@@ -289,6 +296,13 @@ impl Progress {
     #[allow(dead_code)] // used by summon run
     pub(crate) fn task_started(&self, step: &str) {
         if let Some(state) = lock(&self.shared.steps).get_mut(step) {
+            if !state.started {
+                state.started = true;
+                // The step's clock starts with its first task, not with the run.
+                if let Some(bar) = &state.bar {
+                    bar.reset();
+                }
+            }
             state.in_flight += 1;
             state.dirty = true;
         }
@@ -349,8 +363,21 @@ impl Progress {
         }
     }
 
-    /// Stops the display: a last draw of every bar, or a last line for every step that did not
-    /// finish. Idempotent; dropping the display does it too.
+    /// The run was interrupted: the terminal has echoed `^C` into the bars' last line, so the
+    /// frame is redrawn from a fresh line, and `text` is printed above it.
+    pub(crate) fn interrupted(&self, text: &str) {
+        if let (DisplayMode::Bar, Some(multi)) = (self.shared.mode, &self.shared.multi) {
+            let _ = multi.clear();
+            let mut out = lock(&self.shared.lines_out);
+            let _ = out.write_all(b"\r\x1b[2K");
+            let _ = out.flush();
+        }
+        self.println(text);
+    }
+
+    /// Stops the display: the bars are cleared and every step's final line printed once, or
+    /// a last line for every step that did not finish. Idempotent; dropping the display does
+    /// it too.
     #[allow(dead_code)] // used by summon run
     pub(crate) fn finish(&self) {
         let Some((stop, handle)) = lock(&self.ticker).take() else {
@@ -362,13 +389,25 @@ impl Progress {
         match self.shared.mode {
             DisplayMode::Bar => {
                 for state in steps.values_mut() {
-                    state.draw();
-                    if let Some(bar) = &state.bar {
-                        if !bar.is_finished() {
-                            bar.abandon();
-                        }
+                    if let Some(bar) = state.bar.take() {
+                        bar.finish_and_clear();
                     }
                 }
+                if let Some(multi) = &self.shared.multi {
+                    let _ = multi.clear();
+                }
+                let mut text = String::new();
+                for (id, state) in steps.iter_mut() {
+                    if state.done > 0 || state.in_flight > 0 || state.total.is_some() {
+                        state.finished = true;
+                        text.push_str(&state.line(id));
+                        text.push('\n');
+                    }
+                }
+                drop(steps);
+                let mut out = lock(&self.shared.lines_out);
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
             }
             DisplayMode::Lines => {
                 let mut text = String::new();
@@ -386,6 +425,27 @@ impl Progress {
             DisplayMode::Quiet => {}
         }
     }
+}
+
+/// A step's bar: with a total, the bar, counts, elapsed time and ETA; without one, a
+/// spinner and the count so far.
+fn bar_style(with_total: bool) -> ProgressStyle {
+    style(if with_total {
+        "{prefix:.bold} [{bar:30}] {pos}/{len} {msg} · {elapsed}, ETA {eta}"
+    } else {
+        "{spinner} {prefix:.bold} {pos} done, {msg} · {elapsed}"
+    })
+}
+
+/// A step that waits for the steps it depends on.
+fn waiting_style() -> ProgressStyle {
+    style("{prefix:.bold} waiting")
+}
+
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template)
+        .expect("valid template")
+        .progress_chars("=> ")
 }
 
 impl Drop for Progress {
@@ -503,7 +563,7 @@ mod tests {
     }
 
     #[test]
-    fn bars_and_quiet_do_not_print_lines() {
+    fn bars_print_only_each_step_s_final_line_and_quiet_nothing() {
         for mode in [DisplayMode::Bar, DisplayMode::Quiet] {
             let buffer = Buffer::default();
             let progress = Progress::build(
@@ -521,7 +581,7 @@ mod tests {
                 let steps = lock(&progress.shared.steps);
                 let state = &steps["s"];
                 assert_eq!((state.done, state.failed, state.tokens), (1, 1, 5));
-                assert_eq!(state.message(), "1 failed 5 tokens $0.50");
+                assert_eq!(state.message(), "0 in flight, 1 failed, 5 tokens, $0.50");
                 if let Some(bar) = &state.bar {
                     assert_eq!(bar.position(), 1);
                     assert_eq!(bar.length(), Some(2));
@@ -529,7 +589,11 @@ mod tests {
             }
             progress.step_finished("s");
             drop(progress);
-            assert_eq!(buffer.text(), "", "{mode:?}");
+            let want = match mode {
+                DisplayMode::Bar => "[summon] s: 1/2 done, 1 failed, 5 tokens, $0.50\n",
+                _ => "",
+            };
+            assert_eq!(buffer.text(), want, "{mode:?}");
         }
     }
 

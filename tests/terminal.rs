@@ -1,0 +1,218 @@
+//! The live display as a person sees it: `summon run` in a real terminal (a tmux pane),
+//! its screen captured while the run goes and after it ends or is interrupted.
+//!
+//! Needs tmux (`.ci/run` installs it); without it the tests say so and do nothing.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use summon_mock_llm::{MockConfig, MockServer};
+use support::Test;
+
+const PIPELINE: &str = r#"version: 1
+name: demo
+steps:
+  - id: rows
+    decompose:
+      file: rows.csv
+  - id: labels
+    fan_out:
+      over: rows
+      instructions: "Label {{ item.text }}"
+  - id: summary
+    synthesize:
+      instructions: "Summarise {{ steps.labels.results | length }} labels"
+"#;
+
+fn tmux_missing() -> bool {
+    let missing = Command::new("tmux").arg("-V").output().is_err();
+    if missing {
+        eprintln!("SKIPPED: tmux is not installed, the terminal display is not tested");
+    }
+    missing
+}
+
+/// A tmux session running `summon run` in `dir`; killed on drop.
+struct Pane {
+    name: String,
+}
+
+impl Pane {
+    fn start(name: &str, dir: &Path, server: &MockServer) -> Self {
+        let summon = env!("CARGO_BIN_EXE_summon");
+        let command = format!(
+            "cd {dir} && env -i PATH=\"$PATH\" HOME={dir} TERM=xterm-256color \
+             OPENAI_BASE_URL={url} OPENAI_API_KEY=sk-test SUMMON_MODEL=mock-model \
+             {summon} run p.yaml --concurrency 4 > out.txt; echo $? > exit.txt; sleep 120",
+            dir = dir.display(),
+            url = server.url_openai(),
+        );
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", name])
+            .output();
+        let status = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                "120",
+                "-y",
+                "16",
+                &command,
+            ])
+            .status()
+            .expect("tmux new-session");
+        assert!(status.success());
+        Self {
+            name: name.to_owned(),
+        }
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.name])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &str) {
+        Command::new("tmux")
+            .args(["send-keys", "-t", &self.name, keys])
+            .status()
+            .expect("tmux send-keys");
+    }
+}
+
+impl Drop for Pane {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.name])
+            .output();
+    }
+}
+
+fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn project() -> Test {
+    let mut rows = "id,text\n".to_owned();
+    for i in 0..60 {
+        rows.push_str(&format!("{i},row {i}\n"));
+    }
+    Test::new()
+        .write_raw("p.yaml", PIPELINE)
+        .write_raw("rows.csv", &rows)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bars_show_the_run_and_are_cleared_at_the_end() {
+    if tmux_missing() {
+        return;
+    }
+    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(150))).await;
+    let t = project();
+    let pane = Pane::start(
+        &format!("summon-bars-{}", std::process::id()),
+        t.path(),
+        &server,
+    );
+    wait_for(Duration::from_secs(30), "a few answers", || {
+        server.request_count() >= 12
+    });
+    // Let the display draw the counts it has.
+    std::thread::sleep(Duration::from_millis(300));
+    let running = pane.screen();
+    let bar = running
+        .lines()
+        .find(|l| l.starts_with("labels ["))
+        .unwrap_or_else(|| panic!("no bar for `labels`:\n{running}"));
+    for part in [
+        "/60 ",
+        " in flight, ",
+        " failed, ",
+        " tokens",
+        " · ",
+        "ETA ",
+    ] {
+        assert!(bar.contains(part), "`{part}` missing from the bar: {bar}");
+    }
+    assert!(
+        running.lines().any(|l| l.trim() == "summary waiting"),
+        "{running}"
+    );
+    wait_for(Duration::from_secs(60), "the run to end", || {
+        t.path().join("exit.txt").exists()
+    });
+    let end = pane.screen();
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("exit.txt"))
+            .unwrap()
+            .trim(),
+        "0",
+        "{end}"
+    );
+    assert!(!end.contains("=>"), "a bar was left on the screen:\n{end}");
+    assert_eq!(
+        end.matches("[summon] labels: 60/60 done, 0 failed").count(),
+        1,
+        "{end}"
+    );
+    assert_eq!(
+        end.matches("[summon] summary: 1/1 done").count(),
+        1,
+        "{end}"
+    );
+    println!("screen while running:\n{running}\nscreen at the end:\n{end}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_leaves_one_display_not_two() {
+    if tmux_missing() {
+        return;
+    }
+    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(300))).await;
+    let t = project();
+    let pane = Pane::start(
+        &format!("summon-ctrlc-{}", std::process::id()),
+        t.path(),
+        &server,
+    );
+    wait_for(Duration::from_secs(30), "the first answers", || {
+        server.request_count() >= 8
+    });
+    pane.keys("C-c");
+    wait_for(Duration::from_secs(60), "the run to end", || {
+        t.path().join("exit.txt").exists()
+    });
+    let end = pane.screen();
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("exit.txt"))
+            .unwrap()
+            .trim(),
+        "130",
+        "{end}"
+    );
+    assert_eq!(
+        end.matches("summon: interrupted: finishing the tasks in flight")
+            .count(),
+        1,
+        "{end}"
+    );
+    // No frame drawn after the interrupt: bars appear at most once (the terminal's own `^C`
+    // echo can keep the line it was typed on), and each step's final line once.
+    assert!(end.matches("labels [").count() <= 1, "{end}");
+    assert!(!end.contains("summary waiting"), "{end}");
+    assert_eq!(end.matches("[summon] labels: ").count(), 1, "{end}");
+    assert!(end.contains("--resume"), "{end}");
+}
