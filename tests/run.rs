@@ -1144,9 +1144,10 @@ async fn report_junit_and_outputs_agree_with_the_results() {
         .run();
     let synthesis = "echo: Sum one three four five ";
     assert_eq!(out.stdout, format!("{}\n", synthesis.trim_end()));
+    // A file summon writes ends with exactly one line break.
     assert_eq!(
         std::fs::read_to_string(out.dir.join("reports/final.md")).unwrap(),
-        synthesis
+        format!("{synthesis}\n")
     );
 
     let lines = results(&out.dir.join("out"));

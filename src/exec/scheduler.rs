@@ -1203,7 +1203,12 @@ fn write_outputs(
         let content = tenv
             .render_str(&output.content.text, &base)
             .map_err(|e| Error::usage(super::step::render_error(&output.content, &e)))?;
-        crate::output::write_atomically(&env.cwd.join(path.trim()), content.as_bytes())?;
+        // A text file ends with exactly one line break, whatever the template left.
+        let mut text = content.trim_end_matches(['\n', '\r']).to_owned();
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        crate::output::write_atomically(&env.cwd.join(path.trim()), text.as_bytes())?;
     }
     Ok(())
 }
