@@ -124,16 +124,20 @@ impl Outcome {
     }
 }
 
-/// Runs a delegation in this process. `observer` gets the source label and each event.
-/// A cancelled `cancel` token ends the loop with status failed (`cancelled`).
-pub(crate) fn execute(
-    env: &Env,
-    request: &DelegationRequest,
-    observer: &mut (dyn FnMut(&str, SubagentEvent) + Send),
-    cancel: Option<CancellationToken>,
-) -> Result<Outcome> {
+/// A delegation checked and ready to run: everything a foreground `delegate` refuses has been
+/// refused by the time one exists.
+pub(crate) struct Ready {
+    runtime: tokio::runtime::Runtime,
+    prepared: crate::delegation::Prepared,
+    notes: Vec<Diagnostic>,
+}
+
+/// Checks and prepares a delegation without contacting the model: the config, the source
+/// (catalog read once and frozen), its parameters, an agent's task, the working directory,
+/// and the provider and model. `delegate --async` runs this before it stores a task, so it
+/// refuses exactly what the foreground refuses, with the same message.
+pub(crate) fn ready(env: &Env, request: &DelegationRequest) -> Result<Ready> {
     let (config, warnings) = load_config(env).map_err(Error::Input)?;
-    // The catalog is read once and frozen; an unknown name fails before any request.
     let catalog = crate::source::discover(crate::source::search_dirs(env));
     let source = match &request.source {
         Some(name) => Some(
@@ -154,6 +158,26 @@ pub(crate) fn execute(
     };
     let mut notes = warnings.items;
     notes.extend(prepared.notes.iter().cloned());
+    Ok(Ready {
+        runtime,
+        prepared,
+        notes,
+    })
+}
+
+/// Runs a delegation in this process. `observer` gets the source label and each event.
+/// A cancelled `cancel` token ends the loop with status failed (`cancelled`).
+pub(crate) fn execute(
+    env: &Env,
+    request: &DelegationRequest,
+    observer: &mut (dyn FnMut(&str, SubagentEvent) + Send),
+    cancel: Option<CancellationToken>,
+) -> Result<Outcome> {
+    let Ready {
+        runtime,
+        prepared,
+        notes,
+    } = ready(env, request)?;
     let client =
         Client::new(prepared.resolved.endpoint.clone()).map_err(|e| Error::usage(e.to_string()))?;
     let limiter = RateLimiter::new(prepared.resolved.limits);
@@ -256,25 +280,8 @@ pub(crate) fn start(
     json: bool,
     ctx: &mut Ctx,
 ) -> Result<()> {
-    // Fail fast on what can be checked without a model: the source and its parameters.
-    if let Some(name) = &request.source {
-        let catalog = ctx.catalog();
-        let source = catalog
-            .get(name)
-            .ok_or_else(|| Error::from(catalog.not_found(name)))?;
-        if let Some(recipe) = source.recipe() {
-            let binding = crate::recipe::bind_params(
-                &recipe.parameters,
-                &request.to_request().params,
-                &source.preset_values(),
-                Some(&recipe.file),
-                &ctx.env.cwd,
-            );
-            if binding.problems.has_errors() {
-                return Err(Error::Input(binding.problems));
-            }
-        }
-    }
+    // Everything the foreground refuses is refused here, before a task exists.
+    drop(ready(&ctx.env, &request)?);
     let cap = max_tasks(&ctx.env)?;
     let store = open_store(&ctx.env)?;
     let description = request.description();
