@@ -9,6 +9,8 @@ pub(crate) mod exit {
     pub(crate) const USAGE: i32 = 1;
     /// The task or a pipeline step failed.
     pub(crate) const FAILED: i32 = 2;
+    /// `summon load ID` stopped waiting while the task still runs (as timeout(1) exits).
+    pub(crate) const STILL_RUNNING: i32 = 124;
     /// Interrupted by Ctrl-C.
     pub(crate) const INTERRUPTED: i32 = 130;
 }
@@ -19,6 +21,8 @@ pub(crate) enum Error {
     Input(Diagnostics),
     /// The work itself failed (exit 2); the message was already shown or is given here.
     Failed(String),
+    /// A wait ran out before the result was there; what to do next was already shown.
+    StillRunning,
     /// Interrupted by the user.
     Interrupted,
     /// An I/O problem writing output; a closed pipe is not an error.
@@ -30,6 +34,7 @@ impl Error {
         match self {
             Self::Input(_) => exit::USAGE,
             Self::Failed(_) => exit::FAILED,
+            Self::StillRunning => exit::STILL_RUNNING,
             Self::Interrupted => exit::INTERRUPTED,
             Self::Io(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
             Self::Io(_) => exit::USAGE,

@@ -12,9 +12,10 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use summon_mock_llm::{MockConfig, MockServer};
+use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::Test;
 
 const KEY: &str = "sk-test-0123456789abcdef";
@@ -25,6 +26,7 @@ struct Run {
     stdout: String,
     stderr: String,
     code: i32,
+    elapsed: Duration,
 }
 
 impl Run {
@@ -47,6 +49,16 @@ struct Project {
 }
 
 impl Project {
+    /// A project wired to the mock as an OpenAI-compatible provider with a model.
+    fn new(server: &MockServer) -> Self {
+        Self::from_test(
+            Test::new()
+                .env("OPENAI_BASE_URL", &server.url_openai())
+                .env("OPENAI_API_KEY", KEY)
+                .env("SUMMON_MODEL", "mock-model"),
+        )
+    }
+
     fn from_test(test: Test) -> Self {
         let dir = test.path().canonicalize().expect("canonical temp dir");
         Self { test, dir }
@@ -56,6 +68,7 @@ impl Project {
     fn run_in(&self, sub: &str, args: &[&str]) -> Run {
         let cwd = self.dir.join(sub);
         std::fs::create_dir_all(&cwd).expect("mkdir");
+        let started = Instant::now();
         let output = self
             .test
             .command()
@@ -68,6 +81,7 @@ impl Project {
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
             code: output.status.code().unwrap_or(-1),
+            elapsed: started.elapsed(),
         }
     }
 
@@ -89,6 +103,25 @@ impl Project {
     #[track_caller]
     fn expect(&self, code: i32, args: &[&str]) -> Run {
         self.expect_in("", code, args)
+    }
+
+    /// `delegate --async --json --instructions TEXT`: the task id.
+    #[track_caller]
+    fn start_in(&self, sub: &str, instructions: &str) -> String {
+        let answer = self
+            .expect_in(
+                sub,
+                0,
+                &[
+                    "delegate",
+                    "--async",
+                    "--json",
+                    "--instructions",
+                    instructions,
+                ],
+            )
+            .json();
+        answer["task_id"].as_str().expect("task_id").to_owned()
     }
 
     /// The pids of live `summon __worker` processes whose working directory is in the project.
@@ -232,4 +265,84 @@ async fn async_refuses_what_the_foreground_refuses_without_storing_a_task() {
         assert_eq!(tasks, json!({"tasks": []}), "{what}");
     }
     assert_eq!(server.request_count(), 0, "nothing was sent");
+}
+
+// 2 and SPEC §4: `load ID` prints the answer alone on stdout, metadata on stderr, and a wait
+// that runs out while the task still runs exits 124.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_load_that_stops_waiting_exits_124_and_a_result_is_the_answer_alone() {
+    let server = MockServer::start(MockConfig::new().latency(Duration::from_secs(4))).await;
+    let p = Project::new(&server);
+    let id = p.start_in("", "Summarise the notes");
+
+    let waited = p.expect(124, &["load", &id, "--timeout", "1"]);
+    assert_eq!(waited.stdout, "", "no answer yet, so nothing on stdout");
+    assert!(
+        waited
+            .stderr
+            .contains(&format!("Task {id} is still running")),
+        "{}",
+        waited.stderr
+    );
+    assert!(waited.stderr.contains("--cancel"), "{}", waited.stderr);
+    assert!(waited.elapsed >= Duration::from_millis(900), "{waited:?}");
+    let waited = p
+        .expect(124, &["load", &id, "--timeout", "1", "--json"])
+        .json();
+    assert_eq!(waited["still_running"], true, "{waited}");
+    assert_eq!(waited["status"], "running", "{waited}");
+
+    let done = p.expect(0, &["load", &id, "--timeout", "30"]);
+    assert_eq!(done.stdout, "echo: Summarise the notes\n");
+    for line in [
+        format!("Task {id}: Summarise the notes"),
+        "Status: completed".to_owned(),
+        "Turns: 1".to_owned(),
+        "Duration: ".to_owned(),
+    ] {
+        assert!(done.stderr.contains(&line), "{line}: {}", done.stderr);
+    }
+    let json = p.expect(0, &["load", &id, "--json"]).json();
+    assert_eq!(json["still_running"], false, "{json}");
+    assert_eq!(json["output"], "echo: Summarise the notes", "{json}");
+
+    let help = p.expect(0, &["load", "--help"]);
+    assert!(help.stdout.contains("124"), "{}", help.stdout);
+}
+
+// 2: a failed task's answer so far is on stdout, its error on stderr, exit 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_task_loads_with_its_error_on_stderr() {
+    let server = MockServer::start(
+        MockConfig::new().default_reply(Reply::tool_call("list_files", json!({}))),
+    )
+    .await;
+    let p = Project::new(&server);
+    let answer = p
+        .expect(
+            0,
+            &[
+                "delegate",
+                "--async",
+                "--json",
+                "--instructions",
+                "loop",
+                "--max-turns",
+                "1",
+            ],
+        )
+        .json();
+    let id = answer["task_id"].as_str().expect("id");
+    let failed = p.expect(2, &["load", id, "--timeout", "30"]);
+    assert!(
+        failed.stderr.contains("Status: failed"),
+        "{}",
+        failed.stderr
+    );
+    assert!(
+        failed.stderr.contains("Error: max turns (1) reached"),
+        "{}",
+        failed.stderr
+    );
+    assert!(!failed.stdout.contains("Status:"), "{}", failed.stdout);
 }

@@ -1,6 +1,9 @@
 //! `summon load TASK_ID`: wait for a background task and print its result; `--peek` for
 //! progress at once; `--cancel` to stop it.
 //!
+//! Text: the answer alone on stdout; the task, status, duration, turns and any error on
+//! stderr. Exit 0 completed, 2 failed or cancelled, 124 when the wait ran out first.
+//!
 //! JSON (`--json`): `{"id", "status", "description", "source", "elapsed_secs", "turns",
 //! "tool_calls", "idle_secs", "recent_tool_calls", "output", "error", "tokens": {"input",
 //! "output"}, "provider", "model", "still_running"}`.
@@ -133,6 +136,9 @@ fn cancel(store: &Store, task: &TaskRecord) -> Result<TaskRecord> {
     }
 }
 
+/// A task's result: the answer alone on stdout, what it was and how it went on stderr (all of
+/// it in `--json`), so `summon load ID > answer.md` keeps only the answer. A wait that ran out
+/// exits 124 whatever the format, so a script can tell "no result yet" from a result.
 fn show(task: &TaskRecord, still_running: bool, json: bool, ctx: &mut Ctx) -> Result<()> {
     if json {
         let mut value = task_json(task);
@@ -146,16 +152,16 @@ fn show(task: &TaskRecord, still_running: bool, json: bool, ctx: &mut Ctx) -> Re
         value["idle_secs"] = json!((idle_secs(task) * 10.0).round() / 10.0);
         ctx.out.json(&value)?;
     } else if still_running {
-        ctx.out.write(&format!(
+        to_stderr(&format!(
             "Task {id} is still running after the wait (elapsed {elapsed}, {turns} turns).\n\
              Wait again with `summon load {id}` (--timeout SECS), check on it with `--peek`, or stop it with `--cancel`.\n",
             id = task.id,
             elapsed = format_secs(elapsed_secs(task)),
             turns = task.turns,
-        ))?;
+        ));
     } else {
-        let mut text = format!(
-            "# Background task {}\n\nTask: {}\nStatus: {}\nDuration: {}\nTurns: {}\n",
+        let mut meta = format!(
+            "Task {}: {}\nStatus: {}\nDuration: {}\nTurns: {}\n",
             task.id,
             task.description,
             task.status.as_str(),
@@ -163,17 +169,25 @@ fn show(task: &TaskRecord, still_running: bool, json: bool, ctx: &mut Ctx) -> Re
             task.turns
         );
         if let Some(error) = &task.error {
-            text.push_str(&format!("Error: {error}\n"));
+            meta.push_str(&format!("Error: {error}\n"));
         }
-        text.push_str("\n## Result\n\n");
-        text.push_str(task.output.as_deref().unwrap_or("(no output)").trim_end());
-        text.push('\n');
-        ctx.out.write(&text)?;
+        to_stderr(&meta);
+        let answer = task.output.as_deref().unwrap_or("").trim_end();
+        if !answer.is_empty() {
+            ctx.out.line(answer)?;
+        }
+    }
+    if still_running {
+        return Err(Error::StillRunning);
     }
     match task.status {
-        TaskStatus::Completed => Ok(()),
-        _ if still_running => Ok(()),
         TaskStatus::Failed | TaskStatus::Cancelled => Err(Error::Failed(String::new())),
         _ => Ok(()),
     }
+}
+
+/// Text for people on stderr; a closed stderr is not an error.
+fn to_stderr(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(text.as_bytes());
 }
