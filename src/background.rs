@@ -231,9 +231,24 @@ fn max_tasks(env: &Env) -> Result<usize> {
     Ok(usize::try_from(n).unwrap_or(usize::MAX).max(1))
 }
 
-/// Opens the store and brings it up to date: dead workers failed, old results dropped.
+/// Opens the project's store, creating it in the working directory when there is none above
+/// it, and brings it up to date: dead workers failed, old results dropped.
 pub(crate) fn open_store(env: &Env) -> Result<Store> {
-    let store = Store::open(&env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    let store = Store::open_for(&env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    refresh(env, store)
+}
+
+/// [`open_store`] for commands that only read: `None` when the project has no store, and
+/// none is created.
+pub(crate) fn open_existing_store(env: &Env) -> Result<Option<Store>> {
+    match Store::open_existing(&env.cwd).map_err(|e| Error::usage(e.to_string()))? {
+        Some(store) => refresh(env, store).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Fails the tasks whose worker is gone and drops results past their TTL.
+fn refresh(env: &Env, store: Store) -> Result<Store> {
     let ttl = env_number(env, "SUMMON_COMPLETED_TASK_TTL_SECS", DEFAULT_TTL_SECS)?;
     store
         .mark_dead_workers(worker_alive, Duration::ZERO)
@@ -360,7 +375,9 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
     let id: TaskId = id_text
         .parse()
         .map_err(|_| Error::usage(format!("not a task id: `{id_text}`")))?;
-    let store = Store::open(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    // The store its caller created or found; the worker runs in the caller's directory.
+    let store = Store::open_for(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    let project = store.project_dir().to_path_buf();
     let fail = |store: &Store, message: &str| {
         let _ = store.finish(
             &id,
@@ -403,9 +420,11 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
     let cancel = CancellationToken::new();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let heartbeat = {
-        let (cancel, done, cwd, id) = (cancel.clone(), Arc::clone(&done), ctx.env.cwd.clone(), id);
+        let (cancel, done, project, id) = (cancel.clone(), Arc::clone(&done), project.clone(), id);
         std::thread::spawn(move || {
-            let Ok(store) = Store::open(&cwd) else { return };
+            let Ok(store) = Store::open(&project) else {
+                return;
+            };
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 if matches!(store.heartbeat(&id), Ok(Control::Stop)) {
                     cancel.cancel();
@@ -417,7 +436,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
     };
     let last_text = Arc::new(Mutex::new(String::new()));
     let progress = Progress {
-        store: Store::open(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))?,
+        store: Store::open(&project).map_err(|e| Error::usage(e.to_string()))?,
         id,
         turns: 0,
         tokens: Usage::default(),

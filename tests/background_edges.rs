@@ -346,3 +346,48 @@ async fn a_failed_task_loads_with_its_error_on_stderr() {
     );
     assert!(!failed.stdout.contains("Status:"), "{}", failed.stdout);
 }
+
+// 3: the store is found in a parent folder, like git finds `.git`; readers never create one.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_store_is_found_from_a_subfolder_and_readers_never_create_one() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let p = Project::new(&server);
+
+    // Readers in a project without a store: answers, and still no store.
+    let tasks = p.expect_in("src/deep", 0, &["tasks", "--json"]).json();
+    assert_eq!(tasks, json!({"tasks": []}));
+    p.expect_in("src/deep", 0, &["tasks"]);
+    p.expect_in("src/deep", 0, &["load"]);
+    let missing = p.expect_in("src/deep", 1, &["load", "20260101_1"]);
+    assert!(missing.stderr.contains("not found"), "{}", missing.stderr);
+    p.expect_in("src/deep", 1, &["load", "20260101_1", "--peek"]);
+    assert_eq!(any_store_under(&p.dir), None, "readers created a store");
+
+    // A task started at the top is seen from a subfolder.
+    let id = p.start_in("", "From the top");
+    let listed = p.expect_in("src/deep", 0, &["tasks", "--json"]).json();
+    assert_eq!(listed["tasks"][0]["id"], id.as_str(), "{listed}");
+    let result = p
+        .expect_in("src/deep", 0, &["load", &id, "--json", "--timeout", "30"])
+        .json();
+    assert_eq!(result["output"], "echo: From the top", "{result}");
+    p.expect_in("src/deep", 0, &["load", &id, "--peek"]);
+
+    // A task started in a subfolder goes to the store above, too.
+    let second = p.start_in("src", "From below");
+    let listed = p.expect(0, &["tasks", "--json"]).json();
+    let ids: Vec<&str> = listed["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert!(ids.contains(&second.as_str()), "{listed}");
+    p.expect(0, &["load", &second, "--timeout", "30"]);
+    assert_eq!(
+        any_store_under(&p.dir.join("src")),
+        None,
+        "no second store below the project's"
+    );
+    assert!(p.dir.join(".summon/state.db").is_file());
+}

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::Ctx;
 use super::tasks::{elapsed_secs, format_secs, task_json};
-use crate::background::{open_store, pid_alive};
+use crate::background::{open_existing_store, pid_alive};
 use crate::cli::LoadArgs;
 use crate::error::{Error, Result};
 use crate::store::{Store, TaskId, TaskLookup, TaskRecord, TaskStatus};
@@ -25,7 +25,9 @@ const CANCEL_GRACE: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(100);
 
 pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
-    let store = open_store(&ctx.env)?;
+    let Some(store) = open_existing_store(&ctx.env)? else {
+        return Err(not_found(id));
+    };
     let task = find(&store, id)?;
     if args.peek {
         return peek(&task, args.output.json, ctx);
@@ -42,7 +44,7 @@ pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
         }
         std::thread::sleep(POLL);
         // Re-check liveness so a dead worker ends the wait.
-        let _ = open_store(&ctx.env)?;
+        let _ = open_existing_store(&ctx.env)?;
         task = find(&store, id)?;
     }
     show(&task, false, args.output.json, ctx)
@@ -52,10 +54,14 @@ fn find(store: &Store, id: &TaskId) -> Result<TaskRecord> {
     match store.lookup(id).map_err(|e| Error::usage(e.to_string()))? {
         TaskLookup::Found(task) => Ok(*task),
         TaskLookup::Expired => Err(Error::usage(format!("Task '{id}' not found (expired)"))),
-        TaskLookup::NotFound => Err(Error::usage(format!(
-            "Task '{id}' not found. Use `summon tasks` to see background tasks."
-        ))),
+        TaskLookup::NotFound => Err(not_found(id)),
     }
+}
+
+fn not_found(id: &TaskId) -> Error {
+    Error::usage(format!(
+        "Task '{id}' not found. Use `summon tasks` to see background tasks."
+    ))
 }
 
 fn idle_secs(task: &TaskRecord) -> f64 {
