@@ -19,6 +19,7 @@ use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::Test;
 
 const KEY: &str = "sk-test-0123456789abcdef";
+const NESTED: &str = "cannot spawn further delegations";
 
 /// What one command printed, and how long it took.
 #[derive(Debug)]
@@ -390,4 +391,48 @@ async fn the_store_is_found_from_a_subfolder_and_readers_never_create_one() {
         "no second store below the project's"
     );
     assert!(p.dir.join(".summon/state.db").is_file());
+}
+
+// 5: a subagent's shell that drops SUMMON_SUBAGENT is still refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_cannot_switch_the_nesting_guard_off() {
+    let summon = env!("CARGO_BIN_EXE_summon");
+    let nested = format!(
+        "env -u SUMMON_SUBAGENT {summon} delegate --instructions hi; echo code=$?; \
+         env -u SUMMON_SUBAGENT sh -c '{summon} delegate --async --instructions hi'; echo code=$?"
+    );
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("shell", json!({ "command": nested })),
+        Reply::text("done"),
+    ]))
+    .await;
+    let p = Project::new(&server);
+    let out = p.expect(
+        0,
+        &[
+            "delegate",
+            "--instructions",
+            "x",
+            "--extensions",
+            "developer",
+        ],
+    );
+    assert_eq!(out.stdout, "done\n");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "the nested calls sent nothing");
+    let result = requests[1].body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str())
+        .expect("the shell result")
+        .to_owned();
+    assert_eq!(result.matches(NESTED).count(), 2, "{result}");
+    assert_eq!(result.matches("code=1").count(), 2, "{result}");
+    assert_eq!(any_store_under(&p.dir), None, "no task was stored");
+
+    // Outside a subagent the same command runs.
+    let plain = p.expect(0, &["delegate", "--instructions", "plain"]);
+    assert_eq!(plain.stdout, "echo: plain\n");
 }

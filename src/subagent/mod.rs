@@ -2,6 +2,7 @@
 
 mod checks;
 mod event;
+mod nesting;
 mod prompt;
 mod redact;
 mod role;
@@ -11,6 +12,7 @@ mod structured;
 pub(crate) mod tool;
 
 pub(crate) use event::SubagentEvent;
+pub(crate) use nesting::{NESTED_ENV, inside_subagent};
 pub(crate) use prompt::{FirstMessage, system_prompt};
 pub(crate) use role::read_role_text;
 pub(crate) use run::{SubagentResult, SubagentSpec, SubagentStatus, run_subagent};
