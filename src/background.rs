@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! queued? -> wait for a slot (claim_slot) -> prepare -> agent loop -> finish
-//!            heartbeat thread: every second, heartbeat(); a cancel request stops the loop
+//!            heartbeat thread: every second, heartbeat(); a cancel request stops the loop;
+//!            the end of the task wakes it, so the result is recorded at once
 //! ```
 //!
 //! Any command that reads tasks first fails the tasks whose worker is gone (no live pid, or
@@ -418,22 +419,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         }
     };
     let cancel = CancellationToken::new();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let heartbeat = {
-        let (cancel, done, project, id) = (cancel.clone(), Arc::clone(&done), project.clone(), id);
-        std::thread::spawn(move || {
-            let Ok(store) = Store::open(&project) else {
-                return;
-            };
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                if matches!(store.heartbeat(&id), Ok(Control::Stop)) {
-                    cancel.cancel();
-                    return;
-                }
-                std::thread::sleep(HEARTBEAT);
-            }
-        })
-    };
+    let (done, heartbeat) = start_heartbeat(project.clone(), id, cancel.clone());
     let last_text = Arc::new(Mutex::new(String::new()));
     let progress = Progress {
         store: Store::open(&project).map_err(|e| Error::usage(e.to_string()))?,
@@ -449,7 +435,9 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         }
     };
     let outcome = execute(&ctx.env, &request, &mut observer, Some(cancel.clone()));
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Wakes the heartbeat thread at once: the result is recorded when the task ends, not at
+    // the next beat.
+    drop(done);
     let _ = heartbeat.join();
     let (turns, tokens) = progress
         .lock()
@@ -503,6 +491,33 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Starts the thread that proves the worker alive every [`HEARTBEAT`] and turns a cancel
+/// request into `cancel`. It stops as soon as the returned sender is dropped (it waits on the
+/// channel rather than sleeping), so a finished task is never held back for a beat.
+fn start_heartbeat(
+    project: std::path::PathBuf,
+    id: TaskId,
+    cancel: CancellationToken,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || {
+        let Ok(store) = Store::open(&project) else {
+            return;
+        };
+        loop {
+            if matches!(store.heartbeat(&id), Ok(Control::Stop)) {
+                cancel.cancel();
+                return;
+            }
+            match finished.recv_timeout(HEARTBEAT) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    });
+    (done, handle)
 }
 
 /// Writes a worker's progress to the store as events arrive.

@@ -23,6 +23,15 @@ use crate::store::{Store, TaskId, TaskLookup, TaskRecord, TaskStatus};
 /// How long a cancelled worker gets to stop by itself before it is killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(100);
+/// How often a waiting `load` checks that the task's worker is still alive.
+const SWEEP: Duration = Duration::from_secs(1);
+
+/// The pause between two looks at a task being waited for: a tenth of the wait so far,
+/// between 5 and 100 ms. A quick task is collected within milliseconds of its end, and a
+/// long wait reads the store ten times a second.
+fn poll_pause(waited: Duration) -> Duration {
+    (waited / 10).clamp(Duration::from_millis(5), POLL)
+}
 
 pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
     let Some(store) = open_existing_store(&ctx.env)? else {
@@ -36,15 +45,21 @@ pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
         let task = cancel(&store, &task)?;
         return show(&task, false, args.output.json, ctx);
     }
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.timeout);
+    let mut swept = started;
     let mut task = task;
     while !task.status.is_terminal() {
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return show(&task, true, args.output.json, ctx);
         }
-        std::thread::sleep(POLL);
-        // Re-check liveness so a dead worker ends the wait.
-        let _ = open_existing_store(&ctx.env)?;
+        std::thread::sleep(poll_pause(now - started).min(deadline - now));
+        // Re-check liveness now and then, so a dead worker ends the wait.
+        if swept.elapsed() >= SWEEP {
+            let _ = open_existing_store(&ctx.env)?;
+            swept = Instant::now();
+        }
         task = find(&store, id)?;
     }
     show(&task, false, args.output.json, ctx)
