@@ -272,7 +272,8 @@ async fn async_refuses_what_the_foreground_refuses_without_storing_a_task() {
 // that runs out while the task still runs exits 124.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_load_that_stops_waiting_exits_124_and_a_result_is_the_answer_alone() {
-    let server = MockServer::start(MockConfig::new().latency(Duration::from_secs(4))).await;
+    // Long enough that the task still runs after both 1 s waits, on a busy machine too.
+    let server = MockServer::start(MockConfig::new().latency(Duration::from_secs(10))).await;
     let p = Project::new(&server);
     let id = p.start_in("", "Summarise the notes");
 
