@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! queued? -> wait for a slot (claim_slot) -> prepare -> agent loop -> finish
-//!            heartbeat thread: every second, heartbeat(); a cancel request stops the loop
+//!            heartbeat thread: every second, heartbeat(); a cancel request stops the loop;
+//!            the end of the task wakes it, so the result is recorded at once
 //! ```
 //!
 //! Any command that reads tasks first fails the tasks whose worker is gone (no live pid, or
@@ -128,16 +129,20 @@ impl Outcome {
     }
 }
 
-/// Runs a delegation in this process. `observer` gets the source label and each event.
-/// A cancelled `cancel` token ends the loop with status failed (`cancelled`).
-pub(crate) fn execute(
-    env: &Env,
-    request: &DelegationRequest,
-    observer: &mut (dyn FnMut(&str, SubagentEvent) + Send),
-    cancel: Option<CancellationToken>,
-) -> Result<Outcome> {
+/// A delegation checked and ready to run: everything a foreground `delegate` refuses has been
+/// refused by the time one exists.
+pub(crate) struct Ready {
+    runtime: tokio::runtime::Runtime,
+    prepared: crate::delegation::Prepared,
+    notes: Vec<Diagnostic>,
+}
+
+/// Checks and prepares a delegation without contacting the model: the config, the source
+/// (catalog read once and frozen), its parameters, an agent's task, the working directory,
+/// and the provider and model. `delegate --async` runs this before it stores a task, so it
+/// refuses exactly what the foreground refuses, with the same message.
+pub(crate) fn ready(env: &Env, request: &DelegationRequest) -> Result<Ready> {
     let (config, warnings) = load_config(env).map_err(Error::Input)?;
-    // The catalog is read once and frozen; an unknown name fails before any request.
     let catalog = crate::source::discover(crate::source::search_dirs(env));
     let source = match &request.source {
         Some(name) => Some(
@@ -158,6 +163,26 @@ pub(crate) fn execute(
     };
     let mut notes = warnings.items;
     notes.extend(prepared.notes.iter().cloned());
+    Ok(Ready {
+        runtime,
+        prepared,
+        notes,
+    })
+}
+
+/// Runs a delegation in this process. `observer` gets the source label and each event.
+/// A cancelled `cancel` token ends the loop with status failed (`cancelled`).
+pub(crate) fn execute(
+    env: &Env,
+    request: &DelegationRequest,
+    observer: &mut (dyn FnMut(&str, SubagentEvent) + Send),
+    cancel: Option<CancellationToken>,
+) -> Result<Outcome> {
+    let Ready {
+        runtime,
+        prepared,
+        notes,
+    } = ready(env, request)?;
     let client =
         Client::new(prepared.resolved.endpoint.clone()).map_err(|e| Error::usage(e.to_string()))?;
     let limiter = RateLimiter::new(prepared.resolved.limits);
@@ -211,9 +236,24 @@ fn max_tasks(env: &Env) -> Result<usize> {
     Ok(usize::try_from(n).unwrap_or(usize::MAX).max(1))
 }
 
-/// Opens the store and brings it up to date: dead workers failed, old results dropped.
+/// Opens the project's store, creating it in the working directory when there is none above
+/// it, and brings it up to date: dead workers failed, old results dropped.
 pub(crate) fn open_store(env: &Env) -> Result<Store> {
-    let store = Store::open(&env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    let store = Store::open_for(&env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    refresh(env, store)
+}
+
+/// [`open_store`] for commands that only read: `None` when the project has no store, and
+/// none is created.
+pub(crate) fn open_existing_store(env: &Env) -> Result<Option<Store>> {
+    match Store::open_existing(&env.cwd).map_err(|e| Error::usage(e.to_string()))? {
+        Some(store) => refresh(env, store).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Fails the tasks whose worker is gone and drops results past their TTL.
+fn refresh(env: &Env, store: Store) -> Result<Store> {
     let ttl = env_number(env, "SUMMON_COMPLETED_TASK_TTL_SECS", DEFAULT_TTL_SECS)?;
     store
         .mark_dead_workers(worker_alive, Duration::ZERO)
@@ -260,25 +300,8 @@ pub(crate) fn start(
     json: bool,
     ctx: &mut Ctx,
 ) -> Result<()> {
-    // Fail fast on what can be checked without a model: the source and its parameters.
-    if let Some(name) = &request.source {
-        let catalog = ctx.catalog();
-        let source = catalog
-            .get(name)
-            .ok_or_else(|| Error::from(catalog.not_found(name)))?;
-        if let Some(recipe) = source.recipe() {
-            let binding = crate::recipe::bind_params(
-                &recipe.parameters,
-                &request.to_request().params,
-                &source.preset_values(),
-                Some(&recipe.file),
-                &ctx.env.cwd,
-            );
-            if binding.problems.has_errors() {
-                return Err(Error::Input(binding.problems));
-            }
-        }
-    }
+    // Everything the foreground refuses is refused here, before a task exists.
+    drop(ready(&ctx.env, &request)?);
     let cap = max_tasks(&ctx.env)?;
     let store = open_store(&ctx.env)?;
     let description = request.description();
@@ -361,7 +384,9 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
     let id: TaskId = id_text
         .parse()
         .map_err(|_| Error::usage(format!("not a task id: `{id_text}`")))?;
-    let store = Store::open(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    // The store its caller created or found; the worker runs in the caller's directory.
+    let store = Store::open_for(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    let project = store.project_dir().to_path_buf();
     let fail = |store: &Store, message: &str| {
         let _ = store.finish(
             &id,
@@ -402,23 +427,10 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         }
     };
     let cancel = CancellationToken::new();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let heartbeat = {
-        let (cancel, done, cwd, id) = (cancel.clone(), Arc::clone(&done), ctx.env.cwd.clone(), id);
-        std::thread::spawn(move || {
-            let Ok(store) = Store::open(&cwd) else { return };
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                if matches!(store.heartbeat(&id), Ok(Control::Stop)) {
-                    cancel.cancel();
-                    return;
-                }
-                std::thread::sleep(HEARTBEAT);
-            }
-        })
-    };
+    let (done, heartbeat) = start_heartbeat(project.clone(), id, cancel.clone());
     let last_text = Arc::new(Mutex::new(String::new()));
     let progress = Progress {
-        store: Store::open(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))?,
+        store: Store::open(&project).map_err(|e| Error::usage(e.to_string()))?,
         id,
         turns: 0,
         tokens: Usage::default(),
@@ -431,7 +443,9 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         }
     };
     let outcome = execute(&ctx.env, &request, &mut observer, Some(cancel.clone()));
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Wakes the heartbeat thread at once: the result is recorded when the task ends, not at
+    // the next beat.
+    drop(done);
     let _ = heartbeat.join();
     let (turns, tokens) = progress
         .lock()
@@ -485,6 +499,33 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Starts the thread that proves the worker alive every [`HEARTBEAT`] and turns a cancel
+/// request into `cancel`. It stops as soon as the returned sender is dropped (it waits on the
+/// channel rather than sleeping), so a finished task is never held back for a beat.
+fn start_heartbeat(
+    project: std::path::PathBuf,
+    id: TaskId,
+    cancel: CancellationToken,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || {
+        let Ok(store) = Store::open(&project) else {
+            return;
+        };
+        loop {
+            if matches!(store.heartbeat(&id), Ok(Control::Stop)) {
+                cancel.cancel();
+                return;
+            }
+            match finished.recv_timeout(HEARTBEAT) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    });
+    (done, handle)
 }
 
 /// Writes a worker's progress to the store as events arrive.

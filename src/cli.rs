@@ -232,7 +232,8 @@ pub(crate) struct LoadArgs {
     /// With a task id: stop the task and return what it produced so far.
     #[arg(long)]
     pub(crate) cancel: bool,
-    /// With a task id: seconds to wait for the result (default 300).
+    /// With a task id: seconds to wait for the result (default 300). When the wait runs out
+    /// with the task still running, summon exits 124 (as timeout(1) does).
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub(crate) timeout: u64,
     #[command(flatten)]

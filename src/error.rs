@@ -11,6 +11,8 @@ pub(crate) mod exit {
     pub(crate) const FAILED: i32 = 2;
     /// Another run of the same pipeline is live (as sysexits' EX_TEMPFAIL: try again later).
     pub(crate) const BUSY: i32 = 75;
+    /// `summon load ID` stopped waiting while the task still runs (as timeout(1) exits).
+    pub(crate) const STILL_RUNNING: i32 = 124;
     /// Interrupted by Ctrl-C.
     pub(crate) const INTERRUPTED: i32 = 130;
 }
@@ -23,6 +25,8 @@ pub(crate) enum Error {
     Failed(String),
     /// Another live run holds what this one needs (exit 75).
     Busy(String),
+    /// A wait ran out before the result was there; what to do next was already shown.
+    StillRunning,
     /// Interrupted by the user.
     Interrupted,
     /// An I/O problem writing output; a closed pipe is not an error.
@@ -35,6 +39,7 @@ impl Error {
             Self::Input(_) => exit::USAGE,
             Self::Failed(_) => exit::FAILED,
             Self::Busy(_) => exit::BUSY,
+            Self::StillRunning => exit::STILL_RUNNING,
             Self::Interrupted => exit::INTERRUPTED,
             Self::Io(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
             Self::Io(_) => exit::USAGE,

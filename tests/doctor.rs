@@ -409,8 +409,8 @@ fn shadowed_sources_and_broken_ones_are_warnings() {
 
 #[test]
 fn the_store_schema_version_is_reported() {
-    let test = Test::new();
-    // `summon tasks` makes the store.
+    // `summon tasks` makes the database in an existing `.summon/` (it creates no folder).
+    let test = Test::new().mkdir(".summon");
     let made = std::process::Command::new(env!("CARGO_BIN_EXE_summon"))
         .arg("tasks")
         .current_dir(test.path())

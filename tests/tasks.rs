@@ -406,33 +406,28 @@ async fn peek_while_running_then_the_result_can_be_read_twice() {
     assert!(peek["idle_secs"].is_number(), "{peek}");
     assert!(peek["recent_tool_calls"].is_array(), "{peek}");
 
-    // A short wait ends with "still running", exit 0, and the ways on.
-    let waited = p.ok(&["load", &id, "--timeout", "1"]);
+    // A short wait ends with "still running" on stderr, exit 124, and the ways on.
+    let waited = p.expect(124, &["load", &id, "--timeout", "1"]);
     assert!(
         waited
-            .stdout
+            .stderr
             .contains(&format!("Task {id} is still running")),
         "{}",
-        waited.stdout
+        waited.stderr
     );
-    assert!(waited.stdout.contains("--cancel"), "{}", waited.stdout);
+    assert!(waited.stderr.contains("--cancel"), "{}", waited.stderr);
     assert!(waited.elapsed >= Duration::from_millis(900), "{waited:?}");
-    let waited = p.ok(&["load", &id, "--timeout", "1", "--json"]).json();
+    let waited = p
+        .expect(124, &["load", &id, "--timeout", "1", "--json"])
+        .json();
     assert_eq!(waited["still_running"], true, "{waited}");
 
+    // The answer alone on stdout; the rest on stderr.
     let first = p.ok(&["load", &id, "--timeout", "30"]);
-    let expected_head = format!(
-        "# Background task {id}\n\nTask: Summarise the notes\nStatus: completed\nDuration: "
-    );
-    assert!(first.stdout.starts_with(&expected_head), "{}", first.stdout);
-    assert!(first.stdout.contains("\nTurns: 1\n"), "{}", first.stdout);
-    assert!(
-        first
-            .stdout
-            .ends_with("\n## Result\n\necho: Summarise the notes\n"),
-        "{}",
-        first.stdout
-    );
+    assert_eq!(first.stdout, "echo: Summarise the notes\n");
+    let expected_head = format!("Task {id}: Summarise the notes\nStatus: completed\nDuration: ");
+    assert!(first.stderr.starts_with(&expected_head), "{}", first.stderr);
+    assert!(first.stderr.ends_with("\nTurns: 1\n"), "{}", first.stderr);
     let second = p.ok(&["load", &id]);
     assert_eq!(second.stdout, first.stdout, "a result reads the same twice");
 
@@ -495,21 +490,18 @@ async fn cancel_stops_a_running_task() {
     );
     assert!(
         cancelled
-            .stdout
-            .starts_with(&format!("# Background task {id}\n")),
+            .stderr
+            .starts_with(&format!("Task {id}: Take your time\n")),
         "{}",
-        cancelled.stdout
+        cancelled.stderr
     );
     assert!(
-        cancelled.stdout.contains("\nStatus: cancelled\n"),
+        cancelled.stderr.contains("\nStatus: cancelled\n"),
         "{}",
-        cancelled.stdout
+        cancelled.stderr
     );
-    assert!(
-        cancelled.stdout.contains("## Result"),
-        "{}",
-        cancelled.stdout
-    );
+    // Nothing was answered before the cancel.
+    assert_eq!(cancelled.stdout, "");
     let returned = Instant::now();
     wait_until("the worker to exit", Duration::from_secs(3), || {
         (!pid_alive(pid)).then_some(())
@@ -527,9 +519,9 @@ async fn cancel_stops_a_running_task() {
     // Cancelling a finished task changes nothing.
     let twice = p.expect(2, &["load", &id, "--cancel"]);
     assert!(
-        twice.stdout.contains("\nStatus: cancelled\n"),
+        twice.stderr.contains("\nStatus: cancelled\n"),
         "{}",
-        twice.stdout
+        twice.stderr
     );
 }
 
@@ -552,9 +544,9 @@ async fn cancel_kills_a_worker_that_does_not_stop() {
         cancelled.elapsed
     );
     assert!(
-        cancelled.stdout.contains("\nStatus: cancelled\n"),
+        cancelled.stderr.contains("\nStatus: cancelled\n"),
         "{}",
-        cancelled.stdout
+        cancelled.stderr
     );
     wait_until("the worker to be killed", Duration::from_secs(3), || {
         (!pid_alive(pid)).then_some(())
@@ -593,14 +585,14 @@ async fn a_killed_worker_fails_its_task_and_frees_its_slot() {
 
     let load = p.expect(2, &["load", &id]);
     assert!(
-        load.stdout.contains("\nStatus: failed\n"),
+        load.stderr.contains("\nStatus: failed\n"),
         "{}",
-        load.stdout
+        load.stderr
     );
     assert!(
-        load.stdout.contains("Error: worker died"),
+        load.stderr.contains("Error: worker died"),
         "{}",
-        load.stdout
+        load.stderr
     );
 
     // The slot the dead worker held goes to the queued task.

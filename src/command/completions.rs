@@ -165,10 +165,13 @@ pub(crate) fn source_names_and_task_ids() -> Vec<CompletionCandidate> {
 
 /// Task ids from the project's store; nothing (and no store created) when there is none.
 fn task_ids(project: &Path) -> Vec<CompletionCandidate> {
-    if !project.join(DIR_NAME).join(DB_FILE).is_file() {
+    let Some(found) = crate::store::find_project(project) else {
+        return Vec::new();
+    };
+    if !found.join(DIR_NAME).join(DB_FILE).is_file() {
         return Vec::new();
     }
-    let Ok(store) = Store::open(project) else {
+    let Ok(store) = Store::open(&found) else {
         return Vec::new();
     };
     let Ok(tasks) = store.list(TaskFilter::All) else {

@@ -15,12 +15,11 @@ use crate::error::{Error, Result};
 use crate::recipe::ParamInput;
 use crate::subagent::{SubagentEvent, SubagentStatus};
 
-/// Set in the environment of every command a subagent runs, so a nested `summon delegate`
-/// is refused.
-pub(crate) const NESTED_ENV: &str = "SUMMON_SUBAGENT";
+pub(crate) use crate::subagent::NESTED_ENV;
 
 pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
-    if ctx.env.var(NESTED_ENV).is_some() {
+    // The variable every subagent process gets, or an ancestor started with it.
+    if crate::subagent::inside_subagent(&ctx.env) {
         return Err(Error::usage(
             "Delegated tasks cannot spawn further delegations: this command runs inside a subagent",
         ));

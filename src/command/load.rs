@@ -126,10 +126,12 @@ fn list(catalog: &Catalog, json: bool, ctx: &mut Ctx) -> Result<()> {
 /// Finished background tasks awaiting collection, listed before the sources (as goose
 /// does). Only in the text output, and only when the project has a store.
 fn list_tasks(json: bool, ctx: &mut Ctx) -> Result<()> {
-    if json || !ctx.env.cwd.join(".summon").is_dir() {
+    if json {
         return Ok(());
     }
-    let store = crate::background::open_store(&ctx.env)?;
+    let Some(store) = crate::background::open_existing_store(&ctx.env)? else {
+        return Ok(());
+    };
     let done = store
         .list(crate::store::TaskFilter::Finished)
         .map_err(|e| Error::usage(e.to_string()))?;

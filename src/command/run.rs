@@ -208,11 +208,11 @@ fn resumed_setup(
     shown: &str,
     ctx: &Ctx,
 ) -> Result<Option<Setup>> {
-    let store_dir = ctx.env.cwd.join(crate::store::DIR_NAME);
-    if !store_dir.is_dir() {
+    let Some(store) = crate::store::Store::open_existing(&ctx.env.cwd)
+        .map_err(|e| Error::usage(e.to_string()))?
+    else {
         return Ok(None);
-    }
-    let store = crate::store::Store::open(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    };
     let run = if id.is_empty() {
         // The part of the pipeline (shard, --until) decides which run is the last one.
         let request = crate::exec::shard::RunRequest {

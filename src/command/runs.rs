@@ -34,8 +34,10 @@ pub(crate) fn run(args: &RunsArgs, ctx: &mut Ctx) -> Result<()> {
     }
 }
 
-fn store(ctx: &Ctx) -> Result<Store> {
-    Store::open(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))
+/// The project's store, found like git finds `.git`; `None` when there is none (listing and
+/// showing never create one).
+fn existing_store(ctx: &Ctx) -> Result<Option<Store>> {
+    Store::open_existing(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))
 }
 
 /// The pipeline path as runs record it (canonical).
@@ -51,9 +53,12 @@ fn list(args: &RunsArgs, ctx: &mut Ctx) -> Result<()> {
         .map(|s| s.parse::<RunStatus>().map_err(Error::usage))
         .transpose()?;
     let pipeline = args.pipeline.as_deref().map(|p| pipeline_key(p, ctx));
-    let runs = store(ctx)?
-        .list_runs(pipeline.as_deref(), status)
-        .map_err(|e| Error::usage(e.to_string()))?;
+    let runs = match existing_store(ctx)? {
+        Some(store) => store
+            .list_runs(pipeline.as_deref(), status)
+            .map_err(|e| Error::usage(e.to_string()))?,
+        None => Vec::new(),
+    };
     if args.output.json {
         let items: Vec<Value> = runs.iter().map(|r| run_json(r, ctx)).collect();
         ctx.out.json(&json!({ "runs": items }))?;
@@ -87,10 +92,13 @@ fn list(args: &RunsArgs, ctx: &mut Ctx) -> Result<()> {
 }
 
 fn show(run_id: &str, json: bool, ctx: &mut Ctx) -> Result<()> {
-    let Some(listing) = store(ctx)?
-        .run_listing(run_id)
-        .map_err(|e| Error::usage(e.to_string()))?
-    else {
+    let listing = match existing_store(ctx)? {
+        Some(store) => store
+            .run_listing(run_id)
+            .map_err(|e| Error::usage(e.to_string()))?,
+        None => None,
+    };
+    let Some(listing) = listing else {
         return Err(Error::usage(format!(
             "no run `{run_id}` in this project's store; `summon runs` lists them (old runs are \
              pruned by store.keep_runs and store.keep_days)"
@@ -156,7 +164,10 @@ fn prune(
         }
     }
     let pipeline = pipeline.map(|p| pipeline_key(p, ctx));
-    let store = store(ctx)?;
+    let Some(store) = existing_store(ctx)? else {
+        ctx.out.line("No runs recorded here: nothing to prune.")?;
+        return Ok(());
+    };
     let pruned = store
         .prune_runs(pipeline.as_deref(), retention, None)
         .map_err(|e| Error::usage(e.to_string()))?;

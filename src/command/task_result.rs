@@ -1,6 +1,9 @@
 //! `summon load TASK_ID`: wait for a background task and print its result; `--peek` for
 //! progress at once; `--cancel` to stop it.
 //!
+//! Text: the answer alone on stdout; the task, status, duration, turns and any error on
+//! stderr. Exit 0 completed, 2 failed or cancelled, 124 when the wait ran out first.
+//!
 //! JSON (`--json`): `{"id", "status", "description", "source", "elapsed_secs", "turns",
 //! "tool_calls", "idle_secs", "recent_tool_calls", "output", "error", "tokens": {"input",
 //! "output"}, "provider", "model", "still_running"}`.
@@ -12,7 +15,7 @@ use serde_json::json;
 
 use super::Ctx;
 use super::tasks::{elapsed_secs, format_secs, task_json};
-use crate::background::{open_store, pid_alive};
+use crate::background::{open_existing_store, pid_alive};
 use crate::cli::LoadArgs;
 use crate::error::{Error, Result};
 use crate::store::{Store, TaskId, TaskLookup, TaskRecord, TaskStatus};
@@ -20,9 +23,20 @@ use crate::store::{Store, TaskId, TaskLookup, TaskRecord, TaskStatus};
 /// How long a cancelled worker gets to stop by itself before it is killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(100);
+/// How often a waiting `load` checks that the task's worker is still alive.
+const SWEEP: Duration = Duration::from_secs(1);
+
+/// The pause between two looks at a task being waited for: a tenth of the wait so far,
+/// between 5 and 100 ms. A quick task is collected within milliseconds of its end, and a
+/// long wait reads the store ten times a second.
+fn poll_pause(waited: Duration) -> Duration {
+    (waited / 10).clamp(Duration::from_millis(5), POLL)
+}
 
 pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
-    let store = open_store(&ctx.env)?;
+    let Some(store) = open_existing_store(&ctx.env)? else {
+        return Err(not_found(id));
+    };
     let task = find(&store, id)?;
     if args.peek {
         return peek(&task, args.output.json, ctx);
@@ -31,15 +45,21 @@ pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
         let task = cancel(&store, &task)?;
         return show(&task, false, args.output.json, ctx);
     }
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.timeout);
+    let mut swept = started;
     let mut task = task;
     while !task.status.is_terminal() {
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return show(&task, true, args.output.json, ctx);
         }
-        std::thread::sleep(POLL);
-        // Re-check liveness so a dead worker ends the wait.
-        let _ = open_store(&ctx.env)?;
+        std::thread::sleep(poll_pause(now - started).min(deadline - now));
+        // Re-check liveness now and then, so a dead worker ends the wait.
+        if swept.elapsed() >= SWEEP {
+            let _ = open_existing_store(&ctx.env)?;
+            swept = Instant::now();
+        }
         task = find(&store, id)?;
     }
     show(&task, false, args.output.json, ctx)
@@ -49,10 +69,14 @@ fn find(store: &Store, id: &TaskId) -> Result<TaskRecord> {
     match store.lookup(id).map_err(|e| Error::usage(e.to_string()))? {
         TaskLookup::Found(task) => Ok(*task),
         TaskLookup::Expired => Err(Error::usage(format!("Task '{id}' not found (expired)"))),
-        TaskLookup::NotFound => Err(Error::usage(format!(
-            "Task '{id}' not found. Use `summon tasks` to see background tasks."
-        ))),
+        TaskLookup::NotFound => Err(not_found(id)),
     }
+}
+
+fn not_found(id: &TaskId) -> Error {
+    Error::usage(format!(
+        "Task '{id}' not found. Use `summon tasks` to see background tasks."
+    ))
 }
 
 fn idle_secs(task: &TaskRecord) -> f64 {
@@ -133,6 +157,9 @@ fn cancel(store: &Store, task: &TaskRecord) -> Result<TaskRecord> {
     }
 }
 
+/// A task's result: the answer alone on stdout, what it was and how it went on stderr (all of
+/// it in `--json`), so `summon load ID > answer.md` keeps only the answer. A wait that ran out
+/// exits 124 whatever the format, so a script can tell "no result yet" from a result.
 fn show(task: &TaskRecord, still_running: bool, json: bool, ctx: &mut Ctx) -> Result<()> {
     if json {
         let mut value = task_json(task);
@@ -146,16 +173,16 @@ fn show(task: &TaskRecord, still_running: bool, json: bool, ctx: &mut Ctx) -> Re
         value["idle_secs"] = json!((idle_secs(task) * 10.0).round() / 10.0);
         ctx.out.json(&value)?;
     } else if still_running {
-        ctx.out.write(&format!(
+        to_stderr(&format!(
             "Task {id} is still running after the wait (elapsed {elapsed}, {turns} turns).\n\
              Wait again with `summon load {id}` (--timeout SECS), check on it with `--peek`, or stop it with `--cancel`.\n",
             id = task.id,
             elapsed = format_secs(elapsed_secs(task)),
             turns = task.turns,
-        ))?;
+        ));
     } else {
-        let mut text = format!(
-            "# Background task {}\n\nTask: {}\nStatus: {}\nDuration: {}\nTurns: {}\n",
+        let mut meta = format!(
+            "Task {}: {}\nStatus: {}\nDuration: {}\nTurns: {}\n",
             task.id,
             task.description,
             task.status.as_str(),
@@ -163,17 +190,25 @@ fn show(task: &TaskRecord, still_running: bool, json: bool, ctx: &mut Ctx) -> Re
             task.turns
         );
         if let Some(error) = &task.error {
-            text.push_str(&format!("Error: {error}\n"));
+            meta.push_str(&format!("Error: {error}\n"));
         }
-        text.push_str("\n## Result\n\n");
-        text.push_str(task.output.as_deref().unwrap_or("(no output)").trim_end());
-        text.push('\n');
-        ctx.out.write(&text)?;
+        to_stderr(&meta);
+        let answer = task.output.as_deref().unwrap_or("").trim_end();
+        if !answer.is_empty() {
+            ctx.out.line(answer)?;
+        }
+    }
+    if still_running {
+        return Err(Error::StillRunning);
     }
     match task.status {
-        TaskStatus::Completed => Ok(()),
-        _ if still_running => Ok(()),
         TaskStatus::Failed | TaskStatus::Cancelled => Err(Error::Failed(String::new())),
         _ => Ok(()),
     }
+}
+
+/// Text for people on stderr; a closed stderr is not an error.
+fn to_stderr(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(text.as_bytes());
 }

@@ -7,16 +7,18 @@ use jiff::Timestamp;
 use serde_json::json;
 
 use super::Ctx;
-use crate::background::open_store;
+use crate::background::open_existing_store;
 use crate::cli::TasksArgs;
 use crate::error::{Error, Result};
 use crate::store::{TaskFilter, TaskRecord};
 
 pub(crate) fn run(args: &TasksArgs, ctx: &mut Ctx) -> Result<()> {
-    let store = open_store(&ctx.env)?;
-    let tasks = store
-        .list(TaskFilter::All)
-        .map_err(|e| Error::usage(e.to_string()))?;
+    let tasks = match open_existing_store(&ctx.env)? {
+        Some(store) => store
+            .list(TaskFilter::All)
+            .map_err(|e| Error::usage(e.to_string()))?,
+        None => Vec::new(),
+    };
     if args.output.json {
         let items: Vec<_> = tasks.iter().map(task_json).collect();
         ctx.out.json(&json!({ "tasks": items }))?;

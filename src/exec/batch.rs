@@ -138,7 +138,7 @@ pub(crate) async fn run_batch_tasks(
     on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
 ) -> Result<(), String> {
     let started = Instant::now();
-    let store = Store::open(&shared.env.cwd).map_err(|e| e.to_string())?;
+    let store = Store::open_for(&shared.env.cwd).map_err(|e| e.to_string())?;
     let mut run = BatchRun {
         store: std::sync::Mutex::new(store),
         shared,

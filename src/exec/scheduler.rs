@@ -217,7 +217,7 @@ pub(crate) fn run_pipeline(
     options: RunOptions,
 ) -> Result<RunSummary> {
     let pipeline = Arc::new(options.pipeline);
-    let store = Store::open(&env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    let store = Store::open_for(&env.cwd).map_err(|e| Error::usage(e.to_string()))?;
     let pipeline_path = pipeline
         .file
         .path()
@@ -878,7 +878,10 @@ async fn run_step(
     let mut successes = 0usize;
     let mut results: Vec<(u64, Value)> = Vec::new();
     // The final step's text goes to stdout: keep only the outputs, in order.
-    let mut final_text = FinalTextBuilder::new(shared.env.cwd.join(crate::store::DIR_NAME));
+    // Spilled text goes beside the run's store, which is open by now.
+    let project =
+        crate::store::find_project(&shared.env.cwd).unwrap_or_else(|| shared.env.cwd.clone());
+    let mut final_text = FinalTextBuilder::new(project.join(crate::store::DIR_NAME));
     let mut single_output: Option<String> = None;
     let mut single_structured: Option<Value> = None;
     let fail_fast = step.on_error == OnError::FailFast;

@@ -130,7 +130,33 @@ pub(crate) struct Store {
     db_path: PathBuf,
 }
 
+/// The project directory whose `.summon/` serves commands run in `cwd`: `cwd` itself or its
+/// nearest parent with one, as git finds `.git`, so `summon tasks` and `summon load ID` work
+/// from any subfolder of the project.
+pub(crate) fn find_project(cwd: &Path) -> Option<PathBuf> {
+    cwd.ancestors()
+        .find(|dir| dir.join(DIR_NAME).is_dir())
+        .map(Path::to_path_buf)
+}
+
 impl Store {
+    /// The store of the project `cwd` is in ([`find_project`]), created in `cwd` when there is
+    /// none: for commands that write (a background task, a pipeline run).
+    pub(crate) fn open_for(cwd: &Path) -> Result<Store, StoreError> {
+        Store::open(&find_project(cwd).unwrap_or_else(|| cwd.to_path_buf()))
+    }
+
+    /// The store of the project `cwd` is in, or `None` when there is none: for commands that
+    /// only read, which never create a `.summon/` folder.
+    pub(crate) fn open_existing(cwd: &Path) -> Result<Option<Store>, StoreError> {
+        find_project(cwd).map(|dir| Store::open(&dir)).transpose()
+    }
+
+    /// The project directory the store belongs to (the parent of `.summon/`).
+    pub(crate) fn project_dir(&self) -> &Path {
+        self.dir.parent().unwrap_or(&self.dir)
+    }
+
     /// Opens (creating if needed) the store of `project_dir` and brings its schema up to date.
     /// Safe to call from many processes at once.
     pub(crate) fn open(project_dir: &Path) -> Result<Store, StoreError> {
@@ -327,6 +353,25 @@ mod tests {
         send::<Store>();
         send_sync::<JournalWriter>();
         send_sync::<StoreError>();
+    }
+
+    #[test]
+    fn the_nearest_store_above_is_used_and_readers_create_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        let deep = tmp.path().join("a/b");
+        std::fs::create_dir_all(&deep).unwrap();
+        assert!(Store::open_existing(&deep).unwrap().is_none());
+        assert!(!deep.join(DIR_NAME).exists());
+        Store::open(tmp.path()).unwrap();
+        let found = Store::open_existing(&deep)
+            .unwrap()
+            .expect("the store above");
+        assert_eq!(found.project_dir(), tmp.path());
+        assert_eq!(
+            Store::open_for(&deep).unwrap().dir(),
+            tmp.path().join(DIR_NAME)
+        );
+        assert!(!deep.join(DIR_NAME).exists());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 mod checks;
 mod ending;
 mod event;
+mod nesting;
 mod prompt;
 mod redact;
 mod role;
@@ -13,6 +14,7 @@ pub(crate) mod tool;
 
 pub(crate) use ending::answer_problem;
 pub(crate) use event::SubagentEvent;
+pub(crate) use nesting::{NESTED_ENV, inside_subagent};
 pub(crate) use prompt::{FirstMessage, system_prompt};
 pub(crate) use role::read_role_text;
 pub(crate) use run::{SubagentResult, SubagentSpec, SubagentStatus, run_subagent};

@@ -15,7 +15,8 @@ use crate::store::{DB_FILE, DIR_NAME, SCHEMA_VERSION, Store, StoreError, TaskFil
 const STALE_AFTER: Duration = Duration::from_secs(30);
 
 pub(super) fn check(env: &Env, checks: &mut Vec<Check>) {
-    let db = env.cwd.join(DIR_NAME).join(DB_FILE);
+    let project = crate::store::find_project(&env.cwd).unwrap_or_else(|| env.cwd.clone());
+    let db = project.join(DIR_NAME).join(DB_FILE);
     if !db.is_file() {
         checks.push(Check::ok(
             Section::Store,
@@ -26,7 +27,7 @@ pub(super) fn check(env: &Env, checks: &mut Vec<Check>) {
         ));
         return;
     }
-    let store = match Store::open(&env.cwd) {
+    let store = match Store::open(&project) {
         Ok(store) => store,
         Err(error) => {
             let fix = match &error {
