@@ -146,3 +146,133 @@ async fn the_same_value_twice_is_one_answer() {
     assert_eq!(json["structured"], json!({"score": 5}), "{json:#}");
     assert_eq!(server.request_count(), 1);
 }
+
+const STRICT_RECIPE: &str = "
+    title: Label
+    description: d
+    instructions: Label it.
+    response:
+      json_schema:
+        type: object
+        additionalProperties: false
+        required: [label]
+        properties:
+          label: { type: string, enum: [bug, feature] }
+    ";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openai_requests_carry_a_json_schema_response_format_strict_when_the_schema_allows() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::text("{\"label\": \"bug\"}"),
+        Reply::text("{\"score\": 2}"),
+    ]))
+    .await;
+    openai(&server)
+        .write("recipes/label.yaml", STRICT_RECIPE)
+        .args(["delegate", "--source", "label", "--json"])
+        .run();
+    openai(&server)
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .args(["delegate", "--source", "score", "--json"])
+        .run();
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].body["response_format"],
+        json!({"type": "json_schema", "json_schema": {
+            "name": "structured_answer",
+            "schema": {"type": "object", "additionalProperties": false, "required": ["label"],
+                       "properties": {"label": {"type": "string", "enum": ["bug", "feature"]}}},
+            "strict": true,
+        }})
+    );
+    // Not every property required, no `additionalProperties: false`: not strict.
+    let format = &requests[1].body["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["strict"], false, "{format}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_refusing_json_schema_gets_json_object_after_one_warning() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .refuse_formats(["json_schema"])
+            .default_reply(Reply::text("{\"score\": 1}")),
+    )
+    .await;
+    let t = openai(&server)
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: p\nsettings:\n  concurrency: 1\nsteps:\n  - id: list\n    decompose:\n      items: [a, b, c]\n  - id: each\n    fan_out:\n      over: list\n      source: score\n",
+        );
+    let output = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out"])
+        .env("CI", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let kinds: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| {
+            r.body["response_format"]["type"]
+                .as_str()
+                .unwrap_or("none")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["json_schema", "json_object", "json_object", "json_object"],
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("response_format").count(), 1, "{stderr}");
+    assert!(stderr.contains("json_object"), "{stderr}");
+    for line in results(&t.path().join("out")) {
+        assert_eq!(line["status"], "completed", "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn anthropic_is_offered_an_answer_tool_and_forced_to_it_on_a_correction() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::text("A fine piece of work."),
+        Reply::tool_call("structured_answer", json!({"score": 9})),
+    ]))
+    .await;
+    let t = Test::new()
+        .env("ANTHROPIC_BASE_URL", &server.url_anthropic())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("SUMMON_PROVIDER", "anthropic")
+        .env("SUMMON_MODEL", "claude-test")
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: score\n    delegate:\n      source: score\n",
+        );
+    let output = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "{\"score\":9}\n");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    // First turn: offered beside the task's tools, tool use not blocked.
+    let first = &requests[0].body;
+    assert_eq!(first.get("tool_choice"), None, "{first}");
+    let tools = first["tools"].as_array().unwrap();
+    assert!(tools.len() > 1, "{tools:?}");
+    let answer = tools.last().unwrap();
+    assert_eq!(answer["name"], "structured_answer");
+    assert_eq!(answer["input_schema"]["required"], json!(["score"]));
+    // The correction turn forces it.
+    assert_eq!(
+        requests[1].body["tool_choice"],
+        json!({"type": "tool", "name": "structured_answer"})
+    );
+}

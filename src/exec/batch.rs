@@ -281,6 +281,11 @@ fn batch_request(prepared: &Prepared) -> ChatRequest {
         tools: Vec::new().into(),
         temperature: spec.temperature,
         max_tokens: spec.max_output_tokens,
+        // No tools: the answer can be forced on every request.
+        response_format: spec
+            .response_schema
+            .as_ref()
+            .and_then(|s| crate::provider::ResponseFormat::for_schema(s, true)),
     }
 }
 

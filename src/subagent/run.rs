@@ -11,8 +11,8 @@ use super::structured::check_answer;
 use super::tool::{ToolOutput, ToolSet, WorkDir};
 use crate::mcp::Session;
 use crate::provider::{
-    ChatRequest, Client, Message, ProviderError, RateLimiter, RetryPolicy, ToolSpec, Usage,
-    estimate_tokens, send_with_retry,
+    ChatRequest, Client, Message, ProviderError, RateLimiter, ResponseFormat, RetryPolicy,
+    ToolSpec, Usage, estimate_tokens, send_with_retry,
 };
 use crate::recipe::RetryConfig;
 
@@ -306,6 +306,12 @@ async fn run_once(
         tools: std::sync::Arc::clone(&tools.specs),
         temperature: spec.temperature,
         max_tokens: spec.max_output_tokens,
+        // Forced (Anthropic) only when no other tool could be called: the answer of an agent
+        // loop is forced on its correction turns.
+        response_format: spec
+            .response_schema
+            .as_ref()
+            .and_then(|s| ResponseFormat::for_schema(s, tools.specs.is_empty())),
     };
     let output_limit = client.endpoint().kind.output_limit(request.max_tokens);
     let mut last_text = String::new();
@@ -336,7 +342,11 @@ async fn run_once(
             observer: &mut *observer,
             slot: spec.slot.clone(),
         };
-        let response = match send_with_retry(client, &request, policy, &mut hook).await {
+        let sent = send_with_retry(client, &request, policy, &mut hook).await;
+        if let Some(message) = client.take_notice() {
+            observer(SubagentEvent::Warning { message });
+        }
+        let response = match sent {
             Ok(response) => response,
             Err(err) => {
                 limiter.record_actual(estimate, 0);
@@ -380,6 +390,9 @@ async fn run_once(
                     }
                     schema_asks += 1;
                     total.corrections += 1;
+                    if let Some(format) = &mut request.response_format {
+                        format.force = true;
+                    }
                     observer(SubagentEvent::SchemaRetry {
                         errors: errors.clone(),
                     });
