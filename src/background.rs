@@ -203,6 +203,8 @@ pub(crate) fn execute(
         status: SubagentStatus::Failed("cancelled".into()),
         text: String::new(),
         structured: None,
+        extracted: false,
+        corrections: 0,
         turns: 0,
         tool_calls: 0,
         usage: Usage::default(),

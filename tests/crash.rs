@@ -283,7 +283,7 @@ fn check_invariants(dir: &Path, label: &str) {
     }
     assert_eq!(seen.len(), ITEMS + 1, "{label}: results.jsonl lines");
     let summary = std::fs::read_to_string(dir.join("out/summary.md")).expect("outputs file");
-    assert_eq!(summary, "the summary", "{label}");
+    assert_eq!(summary, "the summary\n", "{label}");
 }
 
 /// One kill point: run, kill, (kill the resume too when `again` is given), resume, check.

@@ -78,6 +78,8 @@ struct Pending {
     schema: Option<Value>,
     schema_asks: u32,
     schema_retries: u32,
+    /// The valid answer was taken from a fenced block or the text around it.
+    extracted: bool,
     /// The output limit the request runs under, named when an answer is cut off there.
     output_limit: Option<u32>,
     allow_empty: bool,
@@ -279,6 +281,11 @@ fn batch_request(prepared: &Prepared) -> ChatRequest {
         tools: Vec::new().into(),
         temperature: spec.temperature,
         max_tokens: spec.max_output_tokens,
+        // No tools: the answer can be forced on every request.
+        response_format: spec
+            .response_schema
+            .as_ref()
+            .and_then(|s| crate::provider::ResponseFormat::for_schema(s, true)),
     }
 }
 
@@ -354,6 +361,8 @@ impl BatchRun<'_> {
             ok,
             output,
             structured,
+            extracted: task.extracted,
+            corrections: task.schema_asks,
             error,
             turns: task.turns,
             usage: task.usage,
@@ -375,6 +384,8 @@ impl BatchRun<'_> {
             ok: false,
             output: String::new(),
             structured: None,
+            extracted: false,
+            corrections: 0,
             error: Some(error),
             turns: 0,
             usage: Usage::default(),
@@ -418,6 +429,7 @@ impl BatchRun<'_> {
             schema: prepared.spec.response_schema.clone(),
             schema_asks: 0,
             schema_retries: prepared.spec.schema_retries,
+            extracted: false,
             output_limit: prepared
                 .resolved
                 .endpoint
@@ -872,13 +884,14 @@ impl BatchRun<'_> {
             }
         };
         match checked {
-            Ok(value) => {
-                let text = value.to_string();
+            Ok(checked) => {
+                let text = checked.value.to_string();
+                task.extracted = checked.extracted;
                 self.finish(
                     task,
                     true,
                     text,
-                    Some(value),
+                    Some(checked.value),
                     None,
                     Some(batch_id.to_owned()),
                 );

@@ -13,6 +13,10 @@ pub(crate) struct TaskDone {
     pub(crate) ok: bool,
     pub(crate) output: String,
     pub(crate) structured: Option<serde_json::Value>,
+    /// The structured answer was taken from a fenced block or the text around it.
+    pub(crate) extracted: bool,
+    /// Answers sent back for correction because they did not validate.
+    pub(crate) corrections: u32,
     pub(crate) error: Option<String>,
     pub(crate) turns: u32,
     pub(crate) usage: Usage,

@@ -133,6 +133,8 @@ impl Sink {
                 duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
                 resumed: done.resumed,
                 reused: done.reused,
+                extracted: done.extracted,
+                corrections: done.corrections,
             };
             if let Err(e) = results.write(&line) {
                 eprintln!("summon: warning: cannot write results.jsonl: {e}");
@@ -153,6 +155,7 @@ impl Sink {
                 done.duration,
                 done.resumed,
                 done.batch_id.is_some(),
+                done.corrections,
             )
         };
         if let Some(junit) = &mut self.junit {

@@ -97,6 +97,12 @@ pub(crate) struct TaskRecord {
     /// The provider batch that answered it, if any (priced at the batch rate).
     #[serde(default)]
     pub(crate) batch_id: Option<String>,
+    /// The structured answer was taken from text around it.
+    #[serde(default)]
+    pub(crate) extracted: bool,
+    /// Answers sent back for correction.
+    #[serde(default)]
+    pub(crate) corrections: u32,
 }
 
 impl TaskRecord {
@@ -109,6 +115,8 @@ impl TaskRecord {
             ok: self.status == "completed",
             output: self.output.clone(),
             structured: None,
+            extracted: self.extracted,
+            corrections: self.corrections,
             error: self.error.clone(),
             turns: self.turns,
             usage: Usage {
@@ -642,6 +650,8 @@ impl LoadedDir {
                     hash: task.hash.clone(),
                     model: task.model.clone(),
                     batch_id: task.batch_id.clone(),
+                    extracted: line["extracted"].as_bool().unwrap_or_default(),
+                    corrections: u32::try_from(number("corrections")).unwrap_or(u32::MAX),
                 });
         }
         if let Some(((step, index), _)) = lines.into_iter().next() {
@@ -1113,6 +1123,8 @@ mod tests {
             hash: String::new(),
             model: None,
             batch_id: None,
+            extracted: false,
+            corrections: 0,
         }
     }
 

@@ -365,6 +365,8 @@ pub(crate) fn resumed(
         item: item.clone(),
         ok: true,
         structured: serde_json::from_str(&output).ok().filter(Value::is_array),
+        extracted: false,
+        corrections: 0,
         output,
         error: None,
         turns: if reused { 0 } else { row.turns },
@@ -400,18 +402,20 @@ pub(crate) async fn run_task(
             outcome = attempt_task(&shared, &step, &rendered, &slot) => outcome,
             () = shared.kill.cancelled() => Err("cancelled".to_owned()),
         };
-        let (ok, output, structured, error, turns, usage, model) = match outcome {
-            Ok(done) => done,
-            Err(error) => (
-                false,
-                String::new(),
-                None,
-                Some(error),
-                0,
-                Usage::default(),
-                None,
-            ),
-        };
+        let (ok, output, structured, error, turns, usage, model, (extracted, corrections)) =
+            match outcome {
+                Ok(done) => done,
+                Err(error) => (
+                    false,
+                    String::new(),
+                    None,
+                    Some(error),
+                    0,
+                    Usage::default(),
+                    None,
+                    (false, 0),
+                ),
+            };
         if ok || attempt >= step.retries || shared.kill.is_cancelled() {
             return TaskDone {
                 step: step.index,
@@ -420,6 +424,8 @@ pub(crate) async fn run_task(
                 ok,
                 output,
                 structured,
+                extracted,
+                corrections,
                 error,
                 turns,
                 usage,
@@ -443,6 +449,8 @@ type Attempt = (
     u32,
     Usage,
     Option<String>,
+    // Whether the answer was extracted, and the correction requests it took.
+    (bool, u32),
 );
 
 async fn attempt_task(
@@ -492,6 +500,7 @@ async fn attempt_task(
         result.turns,
         result.usage,
         Some(prepared.resolved.model.clone()),
+        (result.extracted, result.corrections),
     ))
 }
 

@@ -27,7 +27,7 @@
 //! ```json
 //! {
 //!   "tasks": 12, "completed": 11, "failed": 1, "skipped": 0, "resumed": 3, "reused": 0,
-//!   "turns": 30, "input_tokens": 2900, "output_tokens": 300,
+//!   "corrections": 2, "turns": 30, "input_tokens": 2900, "output_tokens": 300,
 //!   "duration_ms": { "sum": 120500, "max": 20100 },
 //!   "wall_ms": 41000,
 //!   "cost_usd": 0.004, "priced": true, "unpriced_tasks": 0
@@ -37,7 +37,9 @@
 //! - `tasks` = `completed` + `failed` + `skipped`; `resumed` counts those (of any status) that
 //!   finished before a `--resume` and were not run again. Their turns, tokens, durations and
 //!   cost are included: the report describes the whole run. `reused` counts the completed
-//!   tasks whose answer an earlier run gave (`--reuse`): no tokens, no cost.
+//!   tasks whose answer an earlier run gave (`--reuse`): no tokens, no cost. `corrections`
+//!   counts the answers sent back to the model because they did not validate against the
+//!   response schema (each one a paid request).
 //! - `duration_ms` is over tasks (`sum` is task time, `max` the slowest); `wall_ms` is the
 //!   step's elapsed time from its start to its end (`null` for a step that never started), and
 //!   for `total` the run's.
@@ -73,6 +75,8 @@ pub(crate) struct Stats {
     pub(crate) resumed: u64,
     /// Answered by an earlier run (`--reuse`), at no cost.
     pub(crate) reused: u64,
+    /// Answers sent back for correction (they did not validate against the schema).
+    pub(crate) corrections: u64,
     pub(crate) turns: u64,
     pub(crate) input_tokens: u64,
     pub(crate) output_tokens: u64,
@@ -94,6 +98,7 @@ impl Stats {
         }
         self.resumed += u64::from(task.resumed);
         self.reused += u64::from(task.reused);
+        self.corrections += u64::from(task.corrections);
         self.turns += u64::from(task.turns);
         self.input_tokens += task.input_tokens;
         self.output_tokens += task.output_tokens;
@@ -129,6 +134,7 @@ impl Stats {
             skipped: self.skipped,
             resumed: self.resumed,
             reused: self.reused,
+            corrections: self.corrections,
             turns: self.turns,
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
@@ -152,6 +158,7 @@ struct Task<'a> {
     duration: Duration,
     resumed: bool,
     reused: bool,
+    corrections: u32,
 }
 
 #[derive(Debug, Default)]
@@ -211,6 +218,7 @@ struct StatsJson {
     skipped: u64,
     resumed: u64,
     reused: u64,
+    corrections: u64,
     turns: u64,
     input_tokens: u64,
     output_tokens: u64,
@@ -310,6 +318,7 @@ impl Report {
         duration: Duration,
         resumed: bool,
         batch: bool,
+        corrections: u32,
     ) -> Option<f64> {
         let price_factor = if batch { BATCH_PRICE_FACTOR } else { 1.0 };
         debug_assert!(
@@ -327,6 +336,7 @@ impl Report {
             duration,
             resumed,
             reused: false,
+            corrections,
         };
         self.entry(step).stats.add(&task, cost);
         self.total.add(&task, cost);
@@ -344,6 +354,7 @@ impl Report {
             duration: Duration::ZERO,
             resumed: false,
             reused: true,
+            corrections: 0,
         };
         self.entry(step).stats.add(&task, Some(0.0));
         self.total.add(&task, Some(0.0));
@@ -524,6 +535,7 @@ mod tests {
             Duration::from_millis(ms),
             false,
             false,
+            0,
         );
     }
 
@@ -558,6 +570,7 @@ mod tests {
             Duration::from_millis(200),
             true,
             false,
+            0,
         );
         assert!((resumed_cost.unwrap() - 0.00021).abs() < 1e-12);
         let skipped_cost = report.record_task(
@@ -570,6 +583,7 @@ mod tests {
             Duration::ZERO,
             false,
             false,
+            0,
         );
         assert_eq!(skipped_cost, Some(0.0), "no tokens, no cost");
         record(&mut report, "other", "unknown", "completed", 5);
@@ -605,6 +619,7 @@ mod tests {
             "skipped",
             "resumed",
             "reused",
+            "corrections",
             "turns",
             "input_tokens",
             "output_tokens",
@@ -625,7 +640,7 @@ mod tests {
             notes,
             json!({
                 "tasks": 3, "completed": 1, "failed": 1, "skipped": 1, "resumed": 1,
-                "reused": 0, "turns": 4, "input_tokens": 2000, "output_tokens": 200,
+                "reused": 0, "corrections": 0, "turns": 4, "input_tokens": 2000, "output_tokens": 200,
                 "duration_ms": {"sum": 500, "max": 300}, "wall_ms": 0,
                 "cost_usd": 0.00042, "priced": true, "unpriced_tasks": 0
             })

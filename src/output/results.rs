@@ -5,12 +5,14 @@
 //! ```json
 //! {"step":"notes","index":3,"item":"api","status":"completed","output":"…","error":null,
 //!  "turns":2,"input_tokens":1200,"output_tokens":340,"duration_ms":5120,"resumed":false,
-//!  "reused":false}
+//!  "reused":false,"extracted":false,"corrections":0}
 //! ```
 //!
 //! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks;
 //! `resumed` marks a task that finished before a `--resume` (its line is written again when
-//! the interruption lost it); `reused`, one whose answer an earlier run gave (`--reuse`). Lines are buffered and flushed at least every
+//! the interruption lost it); `reused`, one whose answer an earlier run gave (`--reuse`); `extracted`, a structured answer
+//! taken from a fenced block or the text around it (not bare JSON); `corrections`, the answers
+//! sent back because they did not validate against the response schema. Lines are buffered and flushed at least every
 //! [`FLUSH_INTERVAL`] (by a small background thread), every [`FLUSH_LINES`] lines, on
 //! [`ResultsWriter::flush`] and on drop, so a crash loses at most the last moments; the run's
 //! journal holds every finished task, and on resume [`read_results`] tells which of them the
@@ -54,6 +56,10 @@ pub(crate) struct ResultLine<'a> {
     pub(crate) resumed: bool,
     /// Answered by an earlier run (`--reuse`).
     pub(crate) reused: bool,
+    /// The structured answer was taken from a fenced block or the text around it.
+    pub(crate) extracted: bool,
+    /// Answers sent back to the model for correction (they did not validate).
+    pub(crate) corrections: u32,
 }
 
 struct State {
@@ -255,6 +261,8 @@ mod tests {
             duration_ms: 1234,
             resumed,
             reused: false,
+            extracted: true,
+            corrections: 1,
         }
     }
 
@@ -292,7 +300,9 @@ mod tests {
                 "output_tokens",
                 "duration_ms",
                 "resumed",
-                "reused"
+                "reused",
+                "extracted",
+                "corrections"
             ]
         );
         assert_eq!(
@@ -300,7 +310,7 @@ mod tests {
             json!({"step": "notes", "index": 0, "item": {"area": "api", "n": 1},
                    "status": "completed", "output": "out \"quoted\"\nline", "error": null,
                    "turns": 2, "input_tokens": 100, "output_tokens": 10, "duration_ms": 1234,
-                   "resumed": false, "reused": false})
+                   "resumed": false, "reused": false, "extracted": true, "corrections": 1})
         );
         assert_eq!(got[1]["status"], "failed");
         assert_eq!(got[1]["error"], "boom");

@@ -4,6 +4,7 @@ use serde_json::{Map, Value, json};
 
 use super::error::ProviderError;
 use super::message::{ChatRequest, ChatResponse, Message, ToolCall, Usage};
+use super::structured::anthropic_answer_tool;
 
 /// The path of the endpoint, relative to a base URL without `/v1`.
 pub(crate) const MESSAGES_PATH: &str = "/v1/messages";
@@ -81,18 +82,26 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect();
     body.insert("messages".into(), Value::Array(messages));
-    if !req.tools.is_empty() {
-        let tools = req
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "name": tool.name,
-                    "description": tool.description,
-                    "input_schema": tool.parameters,
-                })
+    let mut tools: Vec<Value> = req
+        .tools
+        .iter()
+        .map(|tool| {
+            json!({
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": tool.parameters,
             })
-            .collect();
+        })
+        .collect();
+    // The answer tool is always offered; forced, no other tool can be called.
+    if let Some(format) = &req.response_format {
+        let (tool, choice) = anthropic_answer_tool(format);
+        tools.push(tool);
+        if format.force {
+            body.insert("tool_choice".into(), choice);
+        }
+    }
+    if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
     }
     if let Some(temperature) = req.temperature {

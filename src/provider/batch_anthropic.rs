@@ -98,7 +98,11 @@ fn line_result(value: &Value) -> LineResult {
     match result.get("type").and_then(Value::as_str) {
         Some("succeeded") => {
             match anthropic::parse_response(result.get("message").unwrap_or(&Value::Null)) {
-                Ok(parsed) => LineResult::Succeeded(parsed),
+                // Batch requests with a response schema force the answer tool.
+                Ok(mut parsed) => {
+                    super::structured::take_answer_tool(&mut parsed);
+                    LineResult::Succeeded(parsed)
+                }
                 Err(err) => LineResult::Failed {
                     message: err.to_string(),
                     transient: false,

@@ -16,6 +16,7 @@ use super::anthropic;
 use super::error::{ErrorContext, ProviderError, Secret, classify};
 use super::message::{ChatRequest, ChatResponse};
 use super::openai;
+use super::structured::{OpenAiFormat, refuses_response_format, take_answer_tool};
 
 /// Installs rustls' `ring` crypto provider as the process default, once. reqwest is built
 /// without a provider of its own, so this must run before any client is built; a provider
@@ -112,6 +113,11 @@ pub(crate) struct Client {
     /// Parsed once: a URL is cloned per request, not parsed again.
     chat_url: reqwest::Url,
     models_url: String,
+    /// How far the server supports `response_format`, shared by every task on this provider:
+    /// 0 `json_schema`, 1 `json_object`, 2 none (each step down after a 400 refusing it).
+    format_level: Arc<std::sync::atomic::AtomicU8>,
+    /// A warning for the run (a step down of `format_level`), taken by the next caller.
+    notice: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl fmt::Debug for Client {
@@ -169,6 +175,8 @@ impl Client {
             base,
             chat_url,
             models_url,
+            format_level: Arc::default(),
+            notice: Arc::default(),
         })
     }
 
@@ -176,10 +184,75 @@ impl Client {
         &self.endpoint
     }
 
-    /// Sends one chat request (no retries).
+    /// Sends one chat request (no retries). A server that refuses `response_format` (HTTP 400
+    /// naming it) is asked again with the next simpler form, `json_object` and then none, and
+    /// so is every later request to it; [`Client::take_notice`] says so once.
     pub(crate) async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        loop {
+            let level = self.format_level();
+            match self.chat_as(req, level).await {
+                Err(ProviderError::BadRequest {
+                    status: 400,
+                    message,
+                }) if req.response_format.is_some()
+                    && self.endpoint.kind == ProviderKind::OpenAi
+                    && level != OpenAiFormat::None
+                    && refuses_response_format(&message) =>
+                {
+                    self.step_down(level, &message);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A warning about this provider for the run to show, once.
+    pub(crate) fn take_notice(&self) -> Option<String> {
+        self.notice.lock().ok()?.take()
+    }
+
+    fn format_level(&self) -> OpenAiFormat {
+        match self.format_level.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => OpenAiFormat::JsonSchema,
+            1 => OpenAiFormat::JsonObject,
+            _ => OpenAiFormat::None,
+        }
+    }
+
+    /// Steps `format_level` down from `seen` (once, whoever else saw the same refusal).
+    fn step_down(&self, seen: OpenAiFormat, message: &str) {
+        let (from, to, next) = match seen {
+            OpenAiFormat::JsonSchema => (0, 1, "`json_object`"),
+            _ => (
+                1,
+                2,
+                "no `response_format` (the prompt and lenient extraction only)",
+            ),
+        };
+        let stepped = self
+            .format_level
+            .compare_exchange(
+                from,
+                to,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok();
+        if stepped && let Ok(mut notice) = self.notice.lock() {
+            *notice = Some(format!(
+                "provider `{}` refused the structured-output request ({message}); sending {next} from now on",
+                self.endpoint.name
+            ));
+        }
+    }
+
+    async fn chat_as(
+        &self,
+        req: &ChatRequest,
+        format: OpenAiFormat,
+    ) -> Result<ChatResponse, ProviderError> {
         let body = match self.endpoint.kind {
-            ProviderKind::OpenAi => openai::request_bytes(req),
+            ProviderKind::OpenAi => openai::request_bytes(req, format),
             ProviderKind::Anthropic => {
                 serde_json::to_vec(&anthropic::request_body(req)).unwrap_or_default()
             }
@@ -196,10 +269,14 @@ impl Client {
             return Ok(response);
         }
         let response = self.parse_json(&body)?;
-        match self.endpoint.kind {
+        let mut response = match self.endpoint.kind {
             ProviderKind::OpenAi => openai::parse_response(&response),
             ProviderKind::Anthropic => anthropic::parse_response(&response),
+        }?;
+        if req.response_format.is_some() {
+            take_answer_tool(&mut response);
         }
+        Ok(response)
     }
 
     /// The ids of the models the provider offers.

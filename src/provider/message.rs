@@ -20,6 +20,9 @@ pub(crate) struct ChatRequest {
     pub(crate) temperature: Option<f64>,
     /// Upper bound on output tokens; the Anthropic client uses a default when `None`.
     pub(crate) max_tokens: Option<u32>,
+    /// A structured answer asked of the provider's own mechanism.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) response_format: Option<super::structured::ResponseFormat>,
 }
 
 /// One turn of a conversation.
@@ -178,6 +181,7 @@ pub(crate) fn sample_request() -> ChatRequest {
         }]),
         temperature: Some(0.2),
         max_tokens: Some(1000),
+        response_format: None,
     }
 }
 

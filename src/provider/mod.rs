@@ -13,6 +13,7 @@ mod limiter;
 mod message;
 mod openai;
 mod retry;
+mod structured;
 
 pub(crate) use batch::{BatchCounts, BatchLine, BatchState, BatchStatus, LineResult};
 pub(crate) use client::{Client, ProviderEndpoint, ProviderKind, install_crypto_provider};
@@ -20,3 +21,4 @@ pub(crate) use error::{ProviderError, Secret, redact};
 pub(crate) use limiter::{RateLimiter, RateLimits, estimate_tokens, tool_chars};
 pub(crate) use message::{ChatRequest, ChatResponse, Message, ToolCall, ToolSpec, Usage};
 pub(crate) use retry::{Backoff, Jitter, RetryHook, RetryPolicy, retry_transient, send_with_retry};
+pub(crate) use structured::{ANSWER_TOOL, ResponseFormat};

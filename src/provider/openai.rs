@@ -10,6 +10,7 @@ use super::error::ProviderError;
 use super::message::{
     ChatRequest, ChatResponse, Message, ToolCall, UnreadableCall, Usage, parse_arguments,
 };
+use super::structured::{OpenAiFormat, openai_response_format};
 
 /// The path of the endpoint, relative to a base URL that ends in `/v1`.
 pub(crate) const CHAT_PATH: &str = "/chat/completions";
@@ -18,13 +19,14 @@ pub(crate) const MODELS_PATH: &str = "/models";
 
 /// Builds the JSON body of a `POST /chat/completions` request.
 pub(crate) fn request_body(req: &ChatRequest) -> Value {
-    serde_json::to_value(Body::new(req)).unwrap_or(Value::Null)
+    serde_json::to_value(Body::new(req, OpenAiFormat::JsonSchema)).unwrap_or(Value::Null)
 }
 
 /// The body as bytes, serialized straight from the request (no intermediate JSON tree: this
 /// runs once per model request).
-pub(crate) fn request_bytes(req: &ChatRequest) -> Vec<u8> {
-    let body = Body::new(req);
+/// `format` is how far the server supports `response_format`.
+pub(crate) fn request_bytes(req: &ChatRequest, format: OpenAiFormat) -> Vec<u8> {
+    let body = Body::new(req, format);
     // Sized for the whole body at once: the tools alone are several kilobytes, and growing
     // from empty would copy them again and again.
     let mut out = Vec::with_capacity(body.size_hint());
@@ -45,6 +47,8 @@ struct Body<'a> {
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -100,7 +104,7 @@ impl<'a> Body<'a> {
         self.model.len() + texts + tools + 64 * self.messages.len() + 256
     }
 
-    fn new(req: &'a ChatRequest) -> Self {
+    fn new(req: &'a ChatRequest, format: OpenAiFormat) -> Self {
         let mut messages = Vec::with_capacity(req.messages.len() + 1);
         if !req.system.is_empty() {
             messages.push(WireMessage::System {
@@ -137,6 +141,10 @@ impl<'a> Body<'a> {
             tools: wire_tools(&req.tools),
             temperature: req.temperature,
             max_tokens: req.max_tokens,
+            response_format: req
+                .response_format
+                .as_ref()
+                .and_then(|f| openai_response_format(f, format)),
         }
     }
 }
@@ -457,7 +465,10 @@ mod tests {
         let first = wire_tools(&req.tools).unwrap();
         let again = wire_tools(&req.tools).unwrap();
         assert!(std::sync::Arc::ptr_eq(&first, &again));
-        assert_eq!(request_bytes(&req), request_bytes(&req.clone()));
+        assert_eq!(
+            request_bytes(&req, OpenAiFormat::JsonSchema),
+            request_bytes(&req.clone(), OpenAiFormat::JsonSchema)
+        );
         // Another set with other content gets its own JSON, even at a reused address.
         let mut other = req.clone();
         let mut specs = other.tools.to_vec();

@@ -3,6 +3,7 @@
 mod checks;
 mod ending;
 mod event;
+mod extract;
 mod nesting;
 mod prompt;
 mod redact;

@@ -118,6 +118,8 @@ mod tests {
             status: SubagentStatus::Failed("quoted tok-123456".into()),
             text: "said tok-123456".into(),
             structured: Some(json!({"k": ["tok-123456", 1]})),
+            extracted: false,
+            corrections: 0,
             turns: 1,
             tool_calls: 0,
             usage: crate::provider::Usage::default(),

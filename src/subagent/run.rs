@@ -11,8 +11,8 @@ use super::structured::check_answer;
 use super::tool::{ToolOutput, ToolSet, WorkDir};
 use crate::mcp::Session;
 use crate::provider::{
-    ChatRequest, Client, Message, ProviderError, RateLimiter, RetryPolicy, ToolSpec, Usage,
-    estimate_tokens, send_with_retry,
+    ChatRequest, Client, Message, ProviderError, RateLimiter, ResponseFormat, RetryPolicy,
+    ToolSpec, Usage, estimate_tokens, send_with_retry,
 };
 use crate::recipe::RetryConfig;
 
@@ -53,6 +53,10 @@ pub(crate) struct SubagentResult {
     pub(crate) status: SubagentStatus,
     pub(crate) text: String,
     pub(crate) structured: Option<serde_json::Value>,
+    /// The structured answer was taken from a fenced block or surrounding text.
+    pub(crate) extracted: bool,
+    /// Answers sent back because they did not validate against the response schema.
+    pub(crate) corrections: u32,
     pub(crate) turns: u32,
     pub(crate) tool_calls: u32,
     pub(crate) usage: Usage,
@@ -205,6 +209,7 @@ async fn run_attempts(
 
 #[derive(Default)]
 struct Totals {
+    corrections: u32,
     turns: u32,
     tool_calls: u32,
     usage: Usage,
@@ -216,6 +221,8 @@ impl Totals {
             status: std::mem::replace(&mut result.status, SubagentStatus::Completed),
             text: std::mem::take(&mut result.text),
             structured: result.structured.take(),
+            extracted: result.extracted,
+            corrections: self.corrections,
             turns: self.turns,
             tool_calls: self.tool_calls,
             usage: self.usage,
@@ -228,6 +235,19 @@ struct Outcome {
     status: SubagentStatus,
     text: String,
     structured: Option<serde_json::Value>,
+    extracted: bool,
+}
+
+impl Outcome {
+    /// A run that ends without a structured answer.
+    fn plain(status: SubagentStatus, text: String) -> Self {
+        Self {
+            status,
+            text,
+            structured: None,
+            extracted: false,
+        }
+    }
 }
 
 /// Reports retries to the observer and waits them out without holding the slot.
@@ -272,11 +292,10 @@ async fn run_once(
     let validator = match spec.response_schema.as_ref().map(jsonschema::validator_for) {
         Some(Ok(v)) => Some(v),
         Some(Err(e)) => {
-            return Outcome {
-                status: SubagentStatus::Failed(format!("invalid response schema: {e}")),
-                text: String::new(),
-                structured: None,
-            };
+            return Outcome::plain(
+                SubagentStatus::Failed(format!("invalid response schema: {e}")),
+                String::new(),
+            );
         }
         None => None,
     };
@@ -287,6 +306,12 @@ async fn run_once(
         tools: std::sync::Arc::clone(&tools.specs),
         temperature: spec.temperature,
         max_tokens: spec.max_output_tokens,
+        // Forced (Anthropic) only when no other tool could be called: the answer of an agent
+        // loop is forced on its correction turns.
+        response_format: spec
+            .response_schema
+            .as_ref()
+            .and_then(|s| ResponseFormat::for_schema(s, tools.specs.is_empty())),
     };
     let output_limit = client.endpoint().kind.output_limit(request.max_tokens);
     let mut last_text = String::new();
@@ -294,11 +319,7 @@ async fn run_once(
     let mut turns = 0;
     loop {
         if turns >= spec.max_turns {
-            return Outcome {
-                status: SubagentStatus::MaxTurns,
-                text: last_text,
-                structured: None,
-            };
+            return Outcome::plain(SubagentStatus::MaxTurns, last_text);
         }
         turns += 1;
         total.turns += 1;
@@ -321,15 +342,15 @@ async fn run_once(
             observer: &mut *observer,
             slot: spec.slot.clone(),
         };
-        let response = match send_with_retry(client, &request, policy, &mut hook).await {
+        let sent = send_with_retry(client, &request, policy, &mut hook).await;
+        if let Some(message) = client.take_notice() {
+            observer(SubagentEvent::Warning { message });
+        }
+        let response = match sent {
             Ok(response) => response,
             Err(err) => {
                 limiter.record_actual(estimate, 0);
-                return Outcome {
-                    status: SubagentStatus::Failed(err.to_string()),
-                    text: last_text,
-                    structured: None,
-                };
+                return Outcome::plain(SubagentStatus::Failed(err.to_string()), last_text);
             }
         };
         limiter.record_actual(estimate, response.usage.total());
@@ -341,41 +362,37 @@ async fn run_once(
         }
         if let Some(problem) = answer_problem(&response, output_limit, spec.allow_empty) {
             // The partial text (of a cut-off answer) stays in the result.
-            return Outcome {
-                status: SubagentStatus::Failed(problem),
-                text: last_text,
-                structured: None,
-            };
+            return Outcome::plain(SubagentStatus::Failed(problem), last_text);
         }
         if response.tool_calls.is_empty() {
             let answer = response.text.unwrap_or_default();
             let Some(validator) = &validator else {
-                return Outcome {
-                    status: SubagentStatus::Completed,
-                    text: answer,
-                    structured: None,
-                };
+                return Outcome::plain(SubagentStatus::Completed, answer);
             };
             match check_answer(validator, &answer) {
-                Ok(value) => {
+                Ok(checked) => {
                     return Outcome {
                         status: SubagentStatus::Completed,
                         text: answer,
-                        structured: Some(value),
+                        structured: Some(checked.value),
+                        extracted: checked.extracted,
                     };
                 }
                 Err(errors) => {
                     if schema_asks >= spec.schema_retries {
-                        return Outcome {
-                            status: SubagentStatus::Failed(format!(
+                        return Outcome::plain(
+                            SubagentStatus::Failed(format!(
                                 "the answer does not match the response schema after {} correction(s):\n{errors}",
                                 schema_asks
                             )),
-                            text: answer,
-                            structured: None,
-                        };
+                            answer,
+                        );
                     }
                     schema_asks += 1;
+                    total.corrections += 1;
+                    if let Some(format) = &mut request.response_format {
+                        format.force = true;
+                    }
                     observer(SubagentEvent::SchemaRetry {
                         errors: errors.clone(),
                     });

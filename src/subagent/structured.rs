@@ -1,17 +1,43 @@
 //! Structured output: the final answer must be JSON that validates against the recipe's
 //! `response.json_schema`.
 
-/// Parses the answer (a bare JSON value, or one inside a ``` fence) and validates it.
-/// Returns the value, or the errors to send back to the model.
+use super::extract::{Found, find_json};
+
+/// A valid answer, and whether it had to be taken out of surrounding text.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Checked {
+    pub(crate) value: serde_json::Value,
+    pub(crate) extracted: bool,
+}
+
+/// Finds the answer's JSON (bare, in a fenced block, or the single value in the text) and
+/// validates it. Returns the value, or the errors to send back to the model.
 pub(crate) fn check_answer(
     validator: &jsonschema::Validator,
     answer: &str,
-) -> Result<serde_json::Value, String> {
-    let text = strip_fence(answer.trim());
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("the answer is not valid JSON: {e}"))?;
-    let errors: Vec<String> = validator
-        .iter_errors(&value)
+) -> Result<Checked, String> {
+    let (value, extracted) = match find_json(answer) {
+        Found::Bare(value) => (value, false),
+        Found::Extracted(value) => (value, true),
+        Found::Several(n) => {
+            return Err(format!(
+                "the answer holds {n} different JSON values; reply with exactly one"
+            ));
+        }
+        Found::Nothing(error) => return Err(format!("the answer is not valid JSON: {error}")),
+    };
+    let errors = schema_errors(validator, &value);
+    if errors.is_empty() {
+        Ok(Checked { value, extracted })
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+/// Up to 20 validation errors, each naming where in the value it is.
+fn schema_errors(validator: &jsonschema::Validator, value: &serde_json::Value) -> Vec<String> {
+    validator
+        .iter_errors(value)
         .take(20)
         .map(|e| {
             let at = e.instance_path().to_string();
@@ -21,20 +47,7 @@ pub(crate) fn check_answer(
                 format!("at {at}: {e}")
             }
         })
-        .collect();
-    if errors.is_empty() {
-        Ok(value)
-    } else {
-        Err(errors.join("\n"))
-    }
-}
-
-fn strip_fence(text: &str) -> &str {
-    let Some(rest) = text.strip_prefix("```") else {
-        return text;
-    };
-    let rest = rest.split_once('\n').map_or("", |(_, body)| body);
-    rest.trim_end().strip_suffix("```").unwrap_or(rest).trim()
+        .collect()
 }
 
 #[cfg(test)]
@@ -45,13 +58,15 @@ mod tests {
     fn validates_and_explains() {
         let schema = serde_json::json!({"type": "object", "required": ["score"], "properties": {"score": {"type": "integer"}}});
         let validator = jsonschema::validator_for(&schema).unwrap();
+        let bare = check_answer(&validator, "{\"score\": 3}").unwrap();
         assert_eq!(
-            check_answer(&validator, "{\"score\": 3}").unwrap()["score"],
-            3
+            (bare.value["score"].as_i64(), bare.extracted),
+            (Some(3), false)
         );
+        let fenced = check_answer(&validator, "```json\n{\"score\": 4}\n```").unwrap();
         assert_eq!(
-            check_answer(&validator, "```json\n{\"score\": 4}\n```").unwrap()["score"],
-            4
+            (fenced.value["score"].as_i64(), fenced.extracted),
+            (Some(4), true)
         );
         assert!(
             check_answer(&validator, "{\"score\": \"x\"}")
@@ -62,6 +77,11 @@ mod tests {
             check_answer(&validator, "nope")
                 .unwrap_err()
                 .contains("not valid JSON")
+        );
+        assert!(
+            check_answer(&validator, "{\"score\": 1} {\"score\": 2}")
+                .unwrap_err()
+                .contains("2 different JSON values")
         );
     }
 }

@@ -190,6 +190,9 @@ pub struct MockConfig {
     /// Refuse (HTTP 400, the provider's error body) chat requests the real API refuses; on by
     /// default. Refused requests are recorded and consume no scripted reply.
     pub strict: bool,
+    /// `response_format` types (`json_schema`, `json_object`) refused with HTTP 400, as by a
+    /// server that does not know them; none by default.
+    pub refused_formats: Vec<String>,
 }
 
 impl Default for MockConfig {
@@ -208,6 +211,7 @@ impl Default for MockConfig {
             },
             faults: None,
             strict: true,
+            refused_formats: Vec::new(),
         }
     }
 }
@@ -225,6 +229,7 @@ impl fmt::Debug for MockConfig {
             .field("batch", &self.batch)
             .field("faults", &self.faults)
             .field("strict", &self.strict)
+            .field("refused_formats", &self.refused_formats)
             .finish()
     }
 }
@@ -280,6 +285,12 @@ impl MockConfig {
     }
 
     /// Whether requests the real API refuses are refused (default: yes).
+    /// Refuse requests whose `response_format.type` is one of `types` (HTTP 400).
+    pub fn refuse_formats<S: Into<String>>(mut self, types: impl IntoIterator<Item = S>) -> Self {
+        self.refused_formats = types.into_iter().map(Into::into).collect();
+        self
+    }
+
     pub fn strict(mut self, strict: bool) -> Self {
         self.strict = strict;
         self
@@ -399,6 +410,7 @@ struct Shared {
     models: Vec<String>,
     faults: Option<FaultPlan>,
     strict: bool,
+    refused_formats: Vec<String>,
     fault_counts: faults::FaultCounts,
     recorded: Mutex<Vec<RecordedRequest>>,
     count: AtomicU64,
@@ -461,6 +473,7 @@ impl MockServer {
             models: config.models,
             faults: config.faults,
             strict: config.strict,
+            refused_formats: config.refused_formats.clone(),
             fault_counts: faults::FaultCounts::default(),
             recorded: Mutex::new(Vec::new()),
             count: AtomicU64::new(0),
@@ -680,7 +693,10 @@ async fn handle_chat(
     let arrived = Instant::now();
     // Whether anyone can look at the request: the body is read whole and the headers copied
     // only then.
-    let inspected = shared.record || shared.rule.is_some() || shared.strict;
+    let inspected = shared.record
+        || shared.rule.is_some()
+        || shared.strict
+        || !shared.refused_formats.is_empty();
     let json: Value = if inspected {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     } else {
@@ -689,8 +705,13 @@ async fn handle_chat(
     let empty = HeaderMap::new();
     let seen_headers = if inspected { &headers } else { &empty };
     let mut request = record(seq, api, "POST", path, seen_headers, json);
-    if shared.strict
-        && let Some(message) = strict::refusal(api, &request.body)
+    let refused = if shared.strict {
+        strict::refusal(api, &request.body)
+    } else {
+        None
+    };
+    if let Some(message) =
+        refused.or_else(|| format_refusal(&shared.refused_formats, &request.body))
     {
         let body = strict::error_body(api, &message);
         request.refused = Some(message);
@@ -1040,4 +1061,12 @@ mod tests {
         }
         assert_eq!(essentials(b"not json"), Value::Null);
     }
+}
+
+/// The 400 message of a server that does not know the request's `response_format` type.
+fn format_refusal(refused: &[String], body: &Value) -> Option<String> {
+    let kind = body.get("response_format")?.get("type")?.as_str()?;
+    refused.iter().any(|r| r == kind).then(|| {
+        format!("Invalid parameter: 'response_format' of type '{kind}' is not supported with this model.")
+    })
 }

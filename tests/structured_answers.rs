@@ -1,0 +1,278 @@
+//! Structured answers the way models really give them: JSON in a fenced block or after a
+//! sentence is taken without a correction request; only an answer with no usable value (or
+//! several different ones) is sent back. What each request asks the provider for.
+
+mod support;
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::Test;
+
+const KEY: &str = "sk-test-0123456789abcdefSECRET";
+
+/// A project wired to the mock as an OpenAI-compatible provider.
+fn openai(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+}
+
+const SCORE_RECIPE: &str = "
+    title: Score
+    description: d
+    instructions: Score it.
+    response:
+      json_schema:
+        type: object
+        required: [score]
+        properties:
+          score: { type: integer }
+    ";
+
+/// A one-step pipeline whose model-made item list is the run's output.
+const DECOMPOSE: &str = "version: 1\nname: p\nsteps:\n  - id: list\n    decompose:\n      instructions: List the areas.\n";
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn results(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_answer_after_a_sentence_is_taken_without_a_correction() {
+    let server = MockServer::start(MockConfig::new().replies([Reply::text(
+        "Here you go:\n```json\n[\"api\", \"cli\", \"docs\"]\n```\n",
+    )]))
+    .await;
+    let out = openai(&server)
+        .write_raw("p.yaml", DECOMPOSE)
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    assert_eq!(server.request_count(), 1, "{}", out.stderr);
+    let lines = results(&out.dir.join("out"));
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["status"], "completed", "{:#}", lines[0]);
+    assert_eq!(lines[0]["output"], "[\"api\",\"cli\",\"docs\"]");
+    assert_eq!(lines[0]["extracted"], true, "{:#}", lines[0]);
+    assert_eq!(lines[0]["corrections"], 0);
+    let report = read_json(&out.dir.join("out/report.json"));
+    assert_eq!(report["steps"]["list"]["corrections"], 0, "{report:#}");
+    assert_eq!(report["total"]["corrections"], 0, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bare_answer_is_not_marked_extracted() {
+    let server =
+        MockServer::start(MockConfig::new().replies([Reply::text("[\"api\", \"cli\"]")])).await;
+    let out = openai(&server)
+        .write_raw("p.yaml", DECOMPOSE)
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    let lines = results(&out.dir.join("out"));
+    assert_eq!(lines[0]["extracted"], false, "{:#}", lines[0]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prose_around_one_json_value_is_taken_without_a_correction() {
+    let server = MockServer::start(MockConfig::new().replies([Reply::text(
+        "I read it twice. My verdict: {\"score\": 7} -- hope that helps!",
+    )]))
+    .await;
+    let out = openai(&server)
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .args(["delegate", "--source", "score", "--json"])
+        .run();
+    let json = out.json();
+    assert_eq!(json["status"], "completed", "{json:#}");
+    assert_eq!(json["structured"], json!({"score": 7}));
+    assert_eq!(json["turns"], 1);
+    assert_eq!(server.request_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_different_json_values_are_sent_back_for_correction() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::text("Either {\"score\": 3} or {\"score\": 4}, depending."),
+        Reply::text("{\"score\": 4}"),
+    ]))
+    .await;
+    let t = openai(&server)
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: score\n    delegate:\n      source: score\n",
+        );
+    let output = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let ask = requests[1].last_user_text().unwrap();
+    assert!(ask.contains("2 different JSON values"), "{ask}");
+    let lines = results(&t.path().join("out"));
+    assert_eq!(lines[0]["output"], "{\"score\":4}");
+    assert_eq!(lines[0]["extracted"], false);
+    assert_eq!(lines[0]["corrections"], 1);
+    let report = read_json(&t.path().join("out/report.json"));
+    assert_eq!(report["steps"]["score"]["corrections"], 1, "{report:#}");
+    assert_eq!(report["total"]["corrections"], 1, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_value_twice_is_one_answer() {
+    let server = MockServer::start(MockConfig::new().replies([Reply::text(
+        "{\"score\": 5}\n\nAs JSON:\n```json\n{\"score\": 5}\n```",
+    )]))
+    .await;
+    let out = openai(&server)
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .args(["delegate", "--source", "score", "--json"])
+        .run();
+    let json = out.json();
+    assert_eq!(json["structured"], json!({"score": 5}), "{json:#}");
+    assert_eq!(server.request_count(), 1);
+}
+
+const STRICT_RECIPE: &str = "
+    title: Label
+    description: d
+    instructions: Label it.
+    response:
+      json_schema:
+        type: object
+        additionalProperties: false
+        required: [label]
+        properties:
+          label: { type: string, enum: [bug, feature] }
+    ";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openai_requests_carry_a_json_schema_response_format_strict_when_the_schema_allows() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::text("{\"label\": \"bug\"}"),
+        Reply::text("{\"score\": 2}"),
+    ]))
+    .await;
+    openai(&server)
+        .write("recipes/label.yaml", STRICT_RECIPE)
+        .args(["delegate", "--source", "label", "--json"])
+        .run();
+    openai(&server)
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .args(["delegate", "--source", "score", "--json"])
+        .run();
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].body["response_format"],
+        json!({"type": "json_schema", "json_schema": {
+            "name": "structured_answer",
+            "schema": {"type": "object", "additionalProperties": false, "required": ["label"],
+                       "properties": {"label": {"type": "string", "enum": ["bug", "feature"]}}},
+            "strict": true,
+        }})
+    );
+    // Not every property required, no `additionalProperties: false`: not strict.
+    let format = &requests[1].body["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["strict"], false, "{format}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_refusing_json_schema_gets_json_object_after_one_warning() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .refuse_formats(["json_schema"])
+            .default_reply(Reply::text("{\"score\": 1}")),
+    )
+    .await;
+    let t = openai(&server)
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: p\nsettings:\n  concurrency: 1\nsteps:\n  - id: list\n    decompose:\n      items: [a, b, c]\n  - id: each\n    fan_out:\n      over: list\n      source: score\n",
+        );
+    let output = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out"])
+        .env("CI", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let kinds: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| {
+            r.body["response_format"]["type"]
+                .as_str()
+                .unwrap_or("none")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["json_schema", "json_object", "json_object", "json_object"],
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("response_format").count(), 1, "{stderr}");
+    assert!(stderr.contains("json_object"), "{stderr}");
+    for line in results(&t.path().join("out")) {
+        assert_eq!(line["status"], "completed", "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn anthropic_is_offered_an_answer_tool_and_forced_to_it_on_a_correction() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::text("A fine piece of work."),
+        Reply::tool_call("structured_answer", json!({"score": 9})),
+    ]))
+    .await;
+    let t = Test::new()
+        .env("ANTHROPIC_BASE_URL", &server.url_anthropic())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("SUMMON_PROVIDER", "anthropic")
+        .env("SUMMON_MODEL", "claude-test")
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: score\n    delegate:\n      source: score\n",
+        );
+    let output = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "{\"score\":9}\n");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    // First turn: offered beside the task's tools, tool use not blocked.
+    let first = &requests[0].body;
+    assert_eq!(first.get("tool_choice"), None, "{first}");
+    let tools = first["tools"].as_array().unwrap();
+    assert!(tools.len() > 1, "{tools:?}");
+    let answer = tools.last().unwrap();
+    assert_eq!(answer["name"], "structured_answer");
+    assert_eq!(answer["input_schema"]["required"], json!(["score"]));
+    // The correction turn forces it.
+    assert_eq!(
+        requests[1].body["tool_choice"],
+        json!({"type": "tool", "name": "structured_answer"})
+    );
+}
