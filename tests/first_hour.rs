@@ -345,3 +345,52 @@ async fn a_missing_key_or_model_stops_the_run_before_its_first_task() {
         .count();
     assert_eq!(chats, 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn items_are_numbered_one_way_and_junit_names_cases_by_their_id_in_item_order() {
+    use summon_mock_llm::{MockConfig, MockServer, Reply};
+    let server = MockServer::start(MockConfig::new().rule(|req| {
+        let text = req.last_user_text().unwrap_or_default();
+        if text.contains("first") {
+            // Ends last.
+            Reply::text("slow").delayed(std::time::Duration::from_millis(300))
+        } else if text.contains("second") {
+            Reply::status(
+                400,
+                r#"{"error":{"message":"bad row","type":"invalid_request_error"}}"#,
+            )
+        } else {
+            Reply::Echo
+        }
+    }))
+    .await;
+    let out = Test::new()
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("SUMMON_MODEL", "m")
+        .write_raw("t.csv", "id,title\nT-7,first\nT-8,second\nT-9,third\n")
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: x\nsteps:\n  - id: rows\n    decompose:\n      file: t.csv\n  - id: each\n    fan_out:\n      over: rows\n      instructions: \"{{ item.title }}\"\n    on_error: continue\n",
+        )
+        .args(["run", "p.yaml", "--out", "out", "--junit", "out/junit.xml"])
+        .run();
+    let junit = std::fs::read_to_string(out.dir.join("out/junit.xml")).unwrap();
+    let names: Vec<&str> = junit
+        .match_indices("<testcase name=\"")
+        .map(|(i, m)| {
+            let rest = &junit[i + m.len()..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect();
+    assert_eq!(names, ["each: T-7", "each: T-8", "each: T-9"], "{junit}");
+    // The failed task's number is its index in results.jsonl.
+    let lines = std::fs::read_to_string(out.dir.join("out/results.jsonl")).unwrap();
+    let failed: serde_json::Value = lines
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["status"] == "failed")
+        .unwrap();
+    assert_eq!(failed["index"], 1);
+    assert_eq!(failed["item"]["id"], "T-8");
+}

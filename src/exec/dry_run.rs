@@ -422,7 +422,7 @@ impl Drafter<'_> {
             Some(Known::Items(items)) => {
                 for (index, item) in items.iter().enumerate() {
                     one(&item_context(base, item, index as u64))
-                        .map_err(|e| format!("item {}: {e}", index + 1))?;
+                        .map_err(|e| format!("item {index}: {e}"))?;
                 }
                 Ok(())
             }
@@ -431,7 +431,7 @@ impl Drafter<'_> {
                 for (index, item) in reader.enumerate() {
                     let item = item.map_err(|e| e.to_string())?;
                     one(&item_context(base, &item, index as u64))
-                        .map_err(|e| format!("item {}: {e}", index + 1))?;
+                        .map_err(|e| format!("item {index}: {e}"))?;
                 }
                 Ok(())
             }

@@ -165,7 +165,14 @@ impl Sink {
             } else {
                 label
             };
-            junit.add_case(step, &label, done.ok, done.duration, done.error.as_deref());
+            junit.add_case(
+                step,
+                done.index,
+                &label,
+                done.ok,
+                done.duration,
+                done.error.as_deref(),
+            );
         }
         self.progress.task_finished(
             step,
@@ -204,11 +211,19 @@ impl super::batch::BatchReporter for SinkReporter<'_> {
     }
 }
 
-/// A short label for an item: a string item itself, else its position.
+/// A short label for an item: its `id` (a CSV file's id column, or an `id` key), a short
+/// string item itself, else its index (as in `results.jsonl`, from 0).
 fn item_label(item: &Value, index: u64) -> String {
+    let short = |s: &str| s.chars().count() <= 80;
     match item {
-        Value::String(s) if s.chars().count() <= 80 => s.clone(),
-        _ => format!("#{}", index + 1),
+        Value::Object(map) => match map.get("id") {
+            Some(Value::String(id)) if short(id) && !id.is_empty() => id.clone(),
+            Some(Value::Number(id)) => id.to_string(),
+            _ => format!("#{index}"),
+        },
+        Value::String(s) if short(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => format!("#{index}"),
     }
 }
 
@@ -898,7 +913,7 @@ async fn run_step(
             if first_error.is_none() {
                 first_error = Some(format!(
                     "task {} failed: {}",
-                    done.index + 1,
+                    done.index,
                     done.error.clone().unwrap_or_default()
                 ));
             }

@@ -626,8 +626,7 @@ impl LoadedDir {
             let Some(line) = lines.remove(&(task.step.clone(), task.index)) else {
                 return Err(Diagnostic::error(format!(
                     "has no line for task {} of step `{}`, which {MANIFEST_FILE} lists",
-                    task.index + 1,
-                    task.step
+                    task.index, task.step
                 ))
                 .in_file(&results_path));
             };
@@ -658,7 +657,7 @@ impl LoadedDir {
             return Err(Diagnostic::error(format!(
                 "task {} of step `{step}` is not in {MANIFEST_FILE}: the two files are from \
                  different runs",
-                index + 1
+                index
             ))
             .in_file(&results_path));
         }
@@ -810,7 +809,7 @@ fn fan_out_outcome(step: &Step, records: &[TaskRecord]) -> (StepStatus, Option<S
         .map(|r| {
             format!(
                 "task {} failed: {}",
-                r.index + 1,
+                r.index,
                 r.error.clone().unwrap_or_default()
             )
         })
@@ -1046,19 +1045,14 @@ fn merge_sharded(
                 return Err(Diagnostic::error(format!(
                     "`{}` (shard {shard}) ran task {} of step `{}`, which belongs to shard \
                      {belongs}/{} by the hash of its inputs: the shards rendered different inputs",
-                    d.shown,
-                    record.index + 1,
-                    step.id,
-                    shard.count
+                    d.shown, record.index, step.id, shard.count
                 ))
                 .in_file(&d.manifest_path));
             }
             if let Some(other) = owner.insert(record.index, &d.shown) {
                 return Err(Diagnostic::error(format!(
                     "task {} of step `{}` is in both `{other}` and `{}`",
-                    record.index + 1,
-                    step.id,
-                    d.shown
+                    record.index, step.id, d.shown
                 )));
             }
             records.push(record.clone());
@@ -1072,7 +1066,7 @@ fn merge_sharded(
                 let missing: Vec<String> = (0..width)
                     .filter(|i| !owner.contains_key(i))
                     .take(5)
-                    .map(|i| (i + 1).to_string())
+                    .map(|i| i.to_string())
                     .collect();
                 if !missing.is_empty() || records.len() as u64 != width {
                     return Err(Diagnostic::error(format!(
@@ -1139,7 +1133,7 @@ mod tests {
         assert_eq!(status, StepStatus::Failed);
         assert_eq!(
             error.as_deref(),
-            Some("2 of 3 tasks succeeded (needed 3); task 2 failed: boom")
+            Some("2 of 3 tasks succeeded (needed 3); task 1 failed: boom")
         );
         step.min_success = Some(MinSuccess::Count(2));
         assert_eq!(fan_out_outcome(&step, &three).0, StepStatus::Succeeded);

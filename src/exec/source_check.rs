@@ -58,7 +58,7 @@ pub(crate) fn check_task(
             for (index, item) in items.enumerate() {
                 let name = rendered(&item_context(base, &item, index as u64))?;
                 if let Some(message) = named_source(&name).and_then(missing) {
-                    return Some((source.pos, format!("item {}: {message}", index + 1)));
+                    return Some((source.pos, format!("item {index}: {message}")));
                 }
             }
             None

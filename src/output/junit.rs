@@ -41,6 +41,8 @@ enum Status {
 }
 
 struct Case {
+    /// The task's item index: cases are written in item order, whatever order they ended in.
+    order: u64,
     /// Range of the name in the suite's `names`.
     name_start: u32,
     name_len: u32,
@@ -76,29 +78,31 @@ impl JunitWriter {
         }
     }
 
-    /// Adds a finished task of `step`: passed, or failed with `error`.
+    /// Adds the finished task `index` of `step`: passed, or failed with `error`.
     #[allow(dead_code)] // used by summon run
     pub(crate) fn add_case(
         &mut self,
         step: &str,
+        index: u64,
         label: &str,
         ok: bool,
         duration: Duration,
         error: Option<&str>,
     ) {
         let status = if ok { Status::Passed } else { Status::Failed };
-        self.push(step, label, status, duration, error);
+        self.push(step, index, label, status, duration, error);
     }
 
     /// Adds a task of `step` that was skipped.
     #[allow(dead_code)] // used by summon run
-    pub(crate) fn add_skipped(&mut self, step: &str, label: &str) {
-        self.push(step, label, Status::Skipped, Duration::ZERO, None);
+    pub(crate) fn add_skipped(&mut self, step: &str, index: u64, label: &str) {
+        self.push(step, index, label, Status::Skipped, Duration::ZERO, None);
     }
 
     fn push(
         &mut self,
         step: &str,
+        order: u64,
         label: &str,
         status: Status,
         duration: Duration,
@@ -124,6 +128,7 @@ impl JunitWriter {
         };
         suite.time_ms += u64::from(time_ms);
         suite.cases.push(Case {
+            order,
             name_start: u32::try_from(start).unwrap_or(u32::MAX),
             name_len: u32::try_from(suite.names.len() - start).unwrap_or(0),
             time_ms,
@@ -175,7 +180,9 @@ impl JunitWriter {
                 suite.skipped,
                 secs(suite.time_ms)
             )?;
-            for case in &suite.cases {
+            let mut cases: Vec<&Case> = suite.cases.iter().collect();
+            cases.sort_by_key(|c| c.order);
+            for case in cases {
                 let start = case.name_start as usize;
                 let name = &suite.names[start..start + case.name_len as usize];
                 write!(out, r#"    <testcase name=""#)?;
@@ -369,6 +376,7 @@ mod tests {
         let nasty = "a<b>&c\"d'e\u{1}\u{1b}[31m\r\nf\tg";
         junit.add_case(
             "st<ep>",
+            0,
             r#"{"k":"<v>"}"#,
             true,
             Duration::from_millis(250),
@@ -376,12 +384,13 @@ mod tests {
         );
         junit.add_case(
             "st<ep>",
+            1,
             nasty,
             false,
             Duration::from_millis(1500),
             Some(&format!("\n{nasty}\n]]> second line")),
         );
-        junit.add_skipped("summary", "");
+        junit.add_skipped("summary", 0, "");
         let xml = render(&junit);
         check_well_formed(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
         assert!(!xml.contains('\u{1}') && !xml.contains('\u{1b}'), "{xml}");
@@ -426,6 +435,7 @@ mod tests {
         let long = "é".repeat(200);
         junit.add_case(
             "s",
+            0,
             &long,
             false,
             Duration::from_secs(2),

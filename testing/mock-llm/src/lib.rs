@@ -1020,6 +1020,14 @@ fn raw_response(code: u16, headers: &[(String, String)], body: String) -> Respon
     response
 }
 
+/// The 400 message of a server that does not know the request's `response_format` type.
+fn format_refusal(refused: &[String], body: &Value) -> Option<String> {
+    let kind = body.get("response_format")?.get("type")?.as_str()?;
+    refused.iter().any(|r| r == kind).then(|| {
+        format!("Invalid parameter: 'response_format' of type '{kind}' is not supported with this model.")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1061,12 +1069,4 @@ mod tests {
         }
         assert_eq!(essentials(b"not json"), Value::Null);
     }
-}
-
-/// The 400 message of a server that does not know the request's `response_format` type.
-fn format_refusal(refused: &[String], body: &Value) -> Option<String> {
-    let kind = body.get("response_format")?.get("type")?.as_str()?;
-    refused.iter().any(|r| r == kind).then(|| {
-        format!("Invalid parameter: 'response_format' of type '{kind}' is not supported with this model.")
-    })
 }
