@@ -1,0 +1,369 @@
+//! The JSON Schemas of the files people write (`summon schema`, `schemas/`, the line
+//! `summon new` writes for editors), checked with an independent validator
+//! (`check-jsonschema` from PyPI).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use support::Test;
+
+const KINDS: [&str; 3] = ["pipeline", "recipe", "agent"];
+/// The validator's version (`.ci/run` installs the same).
+const CHECK_JSONSCHEMA: &str = "check-jsonschema==0.39.0";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where `check-jsonschema` is installed: `target/schema-tools/py`, for PYTHONPATH. Installed
+/// with pip on first use; a failed install fails the test with pip's output, so a missing
+/// validator never passes silently.
+fn validator_packages() -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let dir = repo().join("target/schema-tools/py");
+    let ready = dir.join("check_jsonschema");
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !ready.exists() {
+        let output = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+            ])
+            .arg(&dir)
+            .arg(CHECK_JSONSCHEMA)
+            .output()
+            .expect("run python3 -m pip");
+        assert!(
+            output.status.success() && ready.exists(),
+            "check-jsonschema is missing and could not be installed ({CHECK_JSONSCHEMA} into {}): these tests need it\n{}\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    dir
+}
+
+/// Runs `check-jsonschema ARGS`; returns whether it accepted the files, and what it said.
+fn check_jsonschema<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (bool, String) {
+    let output = Command::new("python3")
+        .args(["-m", "check_jsonschema", "--no-cache"])
+        .args(args)
+        .env("PYTHONPATH", validator_packages())
+        .output()
+        .expect("run check-jsonschema");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// `summon schema KIND`, written into `dir` as `KIND.json`.
+fn schema_file(kind: &str, dir: &Path) -> PathBuf {
+    let out = Test::new().args(["schema", kind]).run();
+    let path = dir.join(format!("{kind}.json"));
+    std::fs::write(&path, &out.stdout).unwrap();
+    path
+}
+
+/// Files under `dir` (recursively) ending in one of `extensions`, sorted.
+fn files(dir: &Path, extensions: &[&str]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files(&path, extensions));
+        } else if extensions
+            .iter()
+            .any(|e| path.extension().is_some_and(|x| x == *e))
+        {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The third-party corpus beside the repository (CI has it); `None`, said aloud, without it.
+fn corpus() -> Option<PathBuf> {
+    let dir = repo().join("../shared/corpus");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "note: {} is not present: only this repository's examples are checked",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// An agent file's frontmatter as strict YAML, or `None` without frontmatter. Like Claude
+/// Code (and summon), a top-level one-line value holding `: ` is read as a string: it is
+/// quoted here, so the validator gets the mapping every agent reader sees.
+fn frontmatter_yaml(text: &str) -> Option<String> {
+    let mut lines = text.lines();
+    if lines.next()?.trim_end() != "---" {
+        return None;
+    }
+    let mut yaml = String::new();
+    for line in lines {
+        if line.trim_end() == "---" {
+            return Some(yaml);
+        }
+        let requoted = line.split_once(": ").and_then(|(key, value)| {
+            let plain = !key.starts_with([' ', '-', '#'])
+                && !value.starts_with(['"', '\'', '[', '{', '|', '>'])
+                && (value.contains(": ") || value.contains(" #"));
+            plain.then(|| format!("{key}: {}", serde_json::to_string(value).unwrap()))
+        });
+        yaml.push_str(&requoted.unwrap_or_else(|| line.to_owned()));
+        yaml.push('\n');
+    }
+    None
+}
+
+/// Every key under `properties`, anywhere in `node`, with where it is.
+fn undescribed(node: &Value, path: &str, out: &mut Vec<String>) {
+    match node {
+        Value::Object(map) => {
+            if let Some(Value::Object(properties)) = map.get("properties") {
+                for (key, property) in properties {
+                    let has = property
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .is_some_and(|d| !d.is_empty());
+                    if !has {
+                        out.push(format!("{path}.{key}"));
+                    }
+                }
+            }
+            for (key, child) in map {
+                undescribed(child, &format!("{path}/{key}"), out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| undescribed(i, path, out)),
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `summon schema` and `schemas/`
+
+#[test]
+fn summon_schema_prints_the_committed_schema_of_each_kind_with_every_key_described() {
+    for kind in KINDS {
+        let out = Test::new().args(["schema", kind]).run();
+        let committed = std::fs::read_to_string(repo().join(format!("schemas/{kind}.json")))
+            .unwrap_or_else(|e| panic!("schemas/{kind}.json: {e}"));
+        assert_eq!(
+            out.stdout, committed,
+            "schemas/{kind}.json differs from `summon schema {kind}`: regenerate it with `summon schema {kind} > schemas/{kind}.json`"
+        );
+        let schema: Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(
+            schema["$schema"],
+            "https://json-schema.org/draft/2020-12/schema"
+        );
+        let mut missing = Vec::new();
+        undescribed(&schema, kind, &mut missing);
+        assert!(
+            missing.is_empty(),
+            "keys without a description: {missing:?}"
+        );
+    }
+    let out = Test::new().args(["schema", "workflow"]).code(1).run();
+    assert!(out.stderr.contains("pipeline"), "{}", out.stderr);
+}
+
+#[test]
+fn the_examples_and_the_corpus_validate_against_the_schemas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = schema_file("pipeline", tmp.path());
+    let recipe = schema_file("recipe", tmp.path());
+    let agent = schema_file("agent", tmp.path());
+    let mut sets = vec![
+        (pipeline, files(&repo().join("pipelines"), &["yaml", "yml"])),
+        (
+            recipe.clone(),
+            files(&repo().join("recipes"), &["yaml", "yml", "json"]),
+        ),
+    ];
+    let mut agents = Vec::new();
+    if let Some(corpus) = corpus() {
+        sets.push((
+            recipe,
+            files(&corpus.join("goose-recipes"), &["yaml", "yml", "json"]),
+        ));
+        agents.extend(files(&corpus.join("agents"), &["md"]));
+        agents.extend(files(&corpus.join("goose-agents"), &["md"]));
+    }
+    // Agent frontmatter, taken out of the Markdown files.
+    let fm_dir = tmp.path().join("frontmatter");
+    std::fs::create_dir(&fm_dir).unwrap();
+    let mut extracted = Vec::new();
+    for (i, file) in agents.iter().enumerate() {
+        if let Some(yaml) = frontmatter_yaml(&std::fs::read_to_string(file).unwrap()) {
+            let path = fm_dir.join(format!(
+                "{i:03}-{}.yaml",
+                file.file_stem().unwrap().to_string_lossy()
+            ));
+            std::fs::write(&path, yaml).unwrap();
+            extracted.push(path);
+        }
+    }
+    if !agents.is_empty() {
+        assert!(
+            extracted.len() > 50,
+            "only {} frontmatters of {} agent files",
+            extracted.len(),
+            agents.len()
+        );
+        sets.push((agent, extracted));
+    }
+    for (schema, files) in sets {
+        assert!(!files.is_empty(), "no files for {}", schema.display());
+        let mut args = vec!["--schemafile".into(), schema.clone().into_os_string()];
+        args.extend(files.iter().map(|f| f.clone().into_os_string()));
+        let (ok, said) = check_jsonschema(&args);
+        assert!(
+            ok,
+            "{} files rejected by {}:\n{said}",
+            files.len(),
+            schema.display()
+        );
+    }
+}
+
+#[test]
+fn the_validator_rejects_broken_files_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "pipeline",
+            "bad-pipeline.yaml",
+            "version: 1\nsteps:\n  - id: list\n    decompose: {items: [a]}\n  - id: each\n    fan_out: {over: list, instructions: x}\n    on_error: sometimes\n",
+            "on_error",
+        ),
+        (
+            "pipeline",
+            "typo.yaml",
+            "version: 1\nsettings: {concurency: 3}\nsteps:\n  - id: one\n    delegate: {instructions: x}\n",
+            "concurency",
+        ),
+        (
+            "pipeline",
+            "two-kinds.yaml",
+            "version: 1\nsteps:\n  - id: one\n    delegate: {instructions: x}\n    synthesize: {instructions: y}\n",
+            "steps[0]",
+        ),
+        (
+            "recipe",
+            "no-title.yaml",
+            "description: d\ninstructions: i\n",
+            "title",
+        ),
+        (
+            "recipe",
+            "bad-param.yaml",
+            "title: t\ndescription: d\nprompt: p\nparameters:\n  - {key: k, input_type: text, requirement: required}\n",
+            "input_type",
+        ),
+        ("agent", "bad-agent.yaml", "name: a\ntools: 3\n", "tools"),
+    ];
+    for (kind, name, text, key) in cases {
+        let schema = schema_file(kind, tmp.path());
+        let file = tmp.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        let (ok, said) = check_jsonschema(&[
+            "--schemafile".as_ref(),
+            schema.as_os_str(),
+            file.as_os_str(),
+        ]);
+        assert!(!ok, "{name} accepted:\n{said}");
+        assert!(said.contains(key), "{name}: no `{key}` in:\n{said}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `summon new`: the line that points editors at the schema
+
+#[test]
+fn new_files_point_editors_at_a_schema_that_accepts_them() {
+    let t = Test::new();
+    let dir = t.path().to_path_buf();
+    for (kind, file) in [
+        ("pipeline", "pipelines/nightly.yaml"),
+        ("recipe", "recipes/triage.yaml"),
+        ("agent", ".agents/agents/helper.md"),
+    ] {
+        let name = Path::new(file).file_stem().unwrap().to_str().unwrap();
+        let out = t.command().args(["new", kind, name]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = dir.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let line_index = usize::from(kind == "agent");
+        let line = text.lines().nth(line_index).unwrap();
+        let target = line
+            .strip_prefix("# yaml-language-server: $schema=")
+            .unwrap_or_else(|| panic!("{file} line {}: {line}", line_index + 1));
+        // Relative to the file, as the YAML language server reads it.
+        let schema_path = path.parent().unwrap().join(target);
+        let written = std::fs::read_to_string(&schema_path)
+            .unwrap_or_else(|e| panic!("{}: {e}", schema_path.display()));
+        let printed = Test::new().args(["schema", kind]).run().stdout;
+        assert_eq!(written, printed, "{}", schema_path.display());
+        // The schema accepts the file it was written for.
+        let yaml = if kind == "agent" {
+            let yaml_path = dir.join("helper-frontmatter.yaml");
+            std::fs::write(&yaml_path, frontmatter_yaml(&text).unwrap()).unwrap();
+            yaml_path
+        } else {
+            path.clone()
+        };
+        let (ok, said) = check_jsonschema(&[
+            "--schemafile".as_ref(),
+            schema_path.as_os_str(),
+            yaml.as_os_str(),
+        ]);
+        assert!(ok, "{file}:\n{said}");
+    }
+    // The folder holding the schemas is not committed, like the rest of the store.
+    assert_eq!(
+        std::fs::read_to_string(dir.join(".summon/.gitignore")).unwrap(),
+        "*\n"
+    );
+    // And summon still reads every file.
+    let out = t
+        .command()
+        .args(["validate", "pipelines", "recipes", ".agents/agents"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let loaded = t.command().args(["load", "helper"]).output().unwrap();
+    assert!(
+        loaded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+}
