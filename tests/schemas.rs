@@ -1,6 +1,7 @@
 //! The JSON Schemas of the files people write (`summon schema`, `schemas/`, the line
 //! `summon new` writes for editors), checked with an independent validator
-//! (`check-jsonschema` from PyPI).
+//! (`check-jsonschema` from PyPI); the job summary `summon run` writes for GitHub Actions; and
+//! the action and example workflows, against GitHub's schemas.
 
 mod support;
 
@@ -8,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::Test;
 
 const KINDS: [&str; 3] = ["pipeline", "recipe", "agent"];
@@ -365,5 +367,93 @@ fn new_files_point_editors_at_a_schema_that_accepts_them() {
         loaded.status.success(),
         "{}",
         String::from_utf8_lossy(&loaded.stderr)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `summon run` and `$GITHUB_STEP_SUMMARY`
+
+fn summary_pipeline() -> &'static str {
+    "version: 1\nname: tickets\nsteps:\n  - id: list\n    decompose:\n      items: [good, bad, fine]\n  - id: each\n    fan_out:\n      over: list\n      instructions: \"Handle {{ item }}\"\n    on_error: continue\n    min_success: 3\n"
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_appends_counts_and_failures_to_the_github_step_summary() {
+    let server = MockServer::start(MockConfig::new().rule(|req| {
+        if req.last_user_text().unwrap_or_default().contains("bad") {
+            Reply::status(
+                400,
+                r#"{"error":{"message":"this item is bad","type":"invalid_request_error"}}"#,
+            )
+        } else {
+            Reply::text("done")
+        }
+    }))
+    .await;
+    let t = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+        .env("GITHUB_STEP_SUMMARY", "summary.md")
+        .write_raw("p.yaml", summary_pipeline())
+        .write_raw("summary.md", "## earlier step\n");
+    let out = t
+        .command()
+        .args(["run", "p.yaml", "--quiet"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = std::fs::read_to_string(t.path().join("summary.md")).unwrap();
+    assert!(
+        summary.starts_with("## earlier step\n### summon run `tickets`: failed\n"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("| list | succeeded | 0 | 0 | 0 | 0 | 0 | 0 |"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("| each | failed | 3 | 2 | 1 | 0 | 0 |"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("\n**Failures**\n\n- step `each`: "),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("\n3 tasks: 2 completed, 1 failed, "),
+        "{summary}"
+    );
+    assert!(summary.contains("this item is bad"), "{summary}");
+
+    // Without the variable nothing is written.
+    let t = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+        .write_raw("p.yaml", &summary_pipeline().replace("bad", "ok"));
+    let out = t
+        .command()
+        .args(["run", "p.yaml", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names: Vec<_> = std::fs::read_dir(t.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.to_string_lossy().ends_with(".md")),
+        "{names:?}"
     );
 }
