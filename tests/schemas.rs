@@ -457,3 +457,58 @@ async fn run_appends_counts_and_failures_to_the_github_step_summary() {
         "{names:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn merge_appends_its_summary_too() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("done"))).await;
+    let t = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+        .write_raw(
+            "p.yaml",
+            &summary_pipeline().replace(
+                "    min_success: 3\n",
+                "  - id: sum\n    synthesize:\n      instructions: \"merge {{ steps.each.results | length }}\"\n",
+            ),
+        );
+    for shard in ["1/2", "2/2"] {
+        let dir = format!("s{}", &shard[..1]);
+        let out = t
+            .command()
+            .args(["run", "p.yaml", "--quiet", "--shard", shard, "--out", &dir])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!t.path().join("summary.md").exists());
+    let out = t
+        .command()
+        .env("GITHUB_STEP_SUMMARY", t.path().join("summary.md"))
+        .args(["merge", "p.yaml", "s1", "s2", "--out", "out", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = std::fs::read_to_string(t.path().join("summary.md")).unwrap();
+    assert!(
+        summary.starts_with("### summon merge `tickets`: succeeded\n"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("| each | succeeded | 3 | 3 | 0 | 0 |"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("| sum | succeeded | 1 | 1 | 0 | 0 | 0 |"),
+        "{summary}"
+    );
+    assert!(!summary.contains("Failures"), "{summary}");
+}

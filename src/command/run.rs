@@ -106,7 +106,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         wait: args.wait,
     };
     let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
-    write_step_summary(&name, &summary, ctx);
+    write_step_summary("run", &name, &summary, ctx);
     let failed = print_outcome(&mut summary, serde_json::Map::new(), args.output.json, ctx)?;
     if summary.interrupted {
         // A shard or `--until` run resumes with the same part of the pipeline.
@@ -289,12 +289,12 @@ fn check_trust(
 /// Appends the run's Markdown summary to the file `GITHUB_STEP_SUMMARY` names (set by GitHub
 /// Actions), so a CI job page shows counts, cost and failures. A file that cannot be written
 /// is a warning: the run itself went as it went.
-fn write_step_summary(name: &str, summary: &RunSummary, ctx: &Ctx) {
+pub(super) fn write_step_summary(command: &str, name: &str, summary: &RunSummary, ctx: &Ctx) {
     let Some(path) = ctx.env.var(STEP_SUMMARY_VAR) else {
         return;
     };
     let path = ctx.env.cwd.join(path);
-    if let Err(error) = append_step_summary(&path, name, summary) {
+    if let Err(error) = append_step_summary(&path, command, name, summary) {
         eprintln!(
             "summon: warning: cannot write the job summary to {} ({STEP_SUMMARY_VAR}): {error}",
             path.display()

@@ -13,10 +13,12 @@ use crate::exec::{RunSummary, StepStatus};
 /// The variable that names the job summary file.
 pub(crate) const STEP_SUMMARY_VAR: &str = "GITHUB_STEP_SUMMARY";
 
-/// Appends the summary of `summary` (a run of the pipeline `name`) to `path`. GitHub
-/// concatenates what every step appends, so the file is never truncated.
+/// Appends the summary of `summary` (what `command`, `run` or `merge`, did with the pipeline
+/// `name`) to `path`. GitHub concatenates what every step appends, so the file is never
+/// truncated.
 pub(crate) fn append_step_summary(
     path: &Path,
+    command: &str,
     name: &str,
     summary: &RunSummary,
 ) -> std::io::Result<()> {
@@ -24,7 +26,7 @@ pub(crate) fn append_step_summary(
         .create(true)
         .append(true)
         .open(path)?;
-    file.write_all(markdown(name, summary).as_bytes())
+    file.write_all(markdown(command, name, summary).as_bytes())
 }
 
 fn status(summary: &RunSummary) -> &'static str {
@@ -72,9 +74,9 @@ fn cost(stats: &Value) -> String {
     }
 }
 
-fn markdown(name: &str, summary: &RunSummary) -> String {
+fn markdown(command: &str, name: &str, summary: &RunSummary) -> String {
     let mut text = format!(
-        "### summon run `{}`: {}\n\n{} (run `{}`)\n\n",
+        "### summon {command} `{}`: {}\n\n{} (run `{}`)\n\n",
         cell(name),
         status(summary),
         cell(&summary.summary_line),
@@ -142,7 +144,7 @@ mod tests {
                 "input_tokens": 1000, "output_tokens": 200, "cost_usd": 0.5, "priced": true}}}),
             summary_line: "3 tasks: 1 completed, 2 failed".into(),
         };
-        let text = markdown("p", &summary);
+        let text = markdown("run", "p", &summary);
         assert!(text.starts_with("### summon run `p`: failed\n"), "{text}");
         assert!(
             text.contains("| work | failed | 3 | 1 | 2 | 0 | 0 | 1.2k | $0.50 |"),
