@@ -512,3 +512,159 @@ async fn merge_appends_its_summary_too() {
     );
     assert!(!summary.contains("Failures"), "{summary}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The GitHub Action and the example workflows
+
+#[test]
+fn the_action_and_the_example_workflows_match_the_github_schemas() {
+    let (ok, said) = check_jsonschema(&[
+        "--builtin-schema".as_ref(),
+        "vendor.github-actions".as_ref(),
+        repo().join("action.yml").as_os_str(),
+    ]);
+    assert!(ok, "action.yml:\n{said}");
+    let workflows = files(&repo().join("docs/workflows"), &["yml", "yaml"]);
+    assert!(workflows.len() >= 3, "{workflows:?}");
+    let mut args = vec!["--builtin-schema".into(), "vendor.github-workflows".into()];
+    args.extend(workflows.iter().map(|w| w.clone().into_os_string()));
+    let (ok, said) = check_jsonschema(&args);
+    assert!(ok, "{said}");
+    // The check can fail: a composite step without `shell`.
+    let tmp = tempfile::tempdir().unwrap();
+    let broken = tmp.path().join("action.yml");
+    let text = std::fs::read_to_string(repo().join("action.yml")).unwrap();
+    std::fs::write(&broken, text.replacen("      shell: bash\n", "", 1)).unwrap();
+    let (ok, said) = check_jsonschema(&[
+        "--builtin-schema".as_ref(),
+        "vendor.github-actions".as_ref(),
+        broken.as_os_str(),
+    ]);
+    assert!(!ok, "a step without shell accepted:\n{said}");
+}
+
+/// The `run:` script of the action's step `name`, read with the YAML library the validator
+/// brings (ruamel.yaml).
+fn action_script(name: &str) -> String {
+    let output = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, ruamel.yaml\n\
+             doc = ruamel.yaml.YAML(typ='safe').load(open(sys.argv[1]))\n\
+             print(next(s['run'] for s in doc['runs']['steps'] if s.get('name') == sys.argv[2]), end='')",
+        ])
+        .arg(repo().join("action.yml"))
+        .arg(name)
+        .env("PYTHONPATH", validator_packages())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_action_runs_the_pipeline_with_its_inputs_and_fails_on_summons_exit_code() {
+    let server = MockServer::start(MockConfig::new().rule(|req| {
+        let text = req.last_user_text().unwrap_or_default();
+        if text.contains("bad") {
+            Reply::status(
+                400,
+                r#"{"error":{"message":"this item is bad","type":"invalid_request_error"}}"#,
+            )
+        } else {
+            Reply::text(format!("did: {text}"))
+        }
+    }))
+    .await;
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_summon"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let pipeline = "version: 1\nname: tickets\nparameters:\n  - {key: team, input_type: string, requirement: required}\nsteps:\n  - id: list\n    decompose:\n      items: [good, bad, fine]\n  - id: each\n    fan_out:\n      over: list\n      instructions: \"Handle {{ item }} for {{ team }}\"\n    on_error: continue\n    min_success: 3\n";
+    let t = Test::new().write_raw("p.yaml", pipeline);
+    let run = |params: &str, shard: &str| {
+        let outputs = t.path().join("outputs.txt");
+        std::fs::write(&outputs, "").unwrap();
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(action_script("Run summon"))
+            .current_dir(t.path())
+            .env_clear()
+            .env(
+                "PATH",
+                format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
+            )
+            .env("HOME", t.path())
+            .env("OPENAI_BASE_URL", server.url_openai())
+            .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+            .env("SUMMON_MODEL", "mock-model")
+            .env("GITHUB_OUTPUT", &outputs)
+            .env("GITHUB_STEP_SUMMARY", t.path().join("summary.md"))
+            .env("GITHUB_JOB", "notes")
+            .env("PIPELINE", "p.yaml")
+            .env("PARAMS", params)
+            .env("OUT", "out")
+            .env("SHARD", shard)
+            .env("MERGE", "")
+            .env("ARGS", "--concurrency 2 --quiet")
+            .env("ARTIFACT", "")
+            .output()
+            .unwrap();
+        // The step itself succeeds: the last step fails the job, after the upload.
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            std::fs::read_to_string(&outputs).unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+
+    let (outputs, printed) = run("team=core\n", "");
+    assert!(outputs.contains("exit-code=2\n"), "{outputs}");
+    assert!(outputs.contains("artifact=summon-notes\n"), "{outputs}");
+    assert!(printed.contains("--param team=core"), "{printed}");
+    for file in ["results.jsonl", "report.json", "junit.xml"] {
+        assert!(t.path().join("out").join(file).is_file(), "out/{file}");
+    }
+    let requests: Vec<String> = server
+        .requests()
+        .iter()
+        .filter_map(|r| r.last_user_text())
+        .collect();
+    assert!(
+        requests.iter().any(|r| r.contains("Handle good for core")),
+        "{requests:?}"
+    );
+    let summary = std::fs::read_to_string(t.path().join("summary.md")).unwrap();
+    assert!(
+        summary.contains("### summon run `tickets`: failed"),
+        "{summary}"
+    );
+
+    // The last step turns summon's exit code into the job's.
+    for (code, expected) in [("2", Some(2)), ("0", Some(0)), ("", Some(1))] {
+        let status = Command::new("bash")
+            .arg("-c")
+            .arg(action_script("Fail on summon's exit code"))
+            .env("CODE", code)
+            .output()
+            .unwrap()
+            .status;
+        assert_eq!(status.code(), expected, "CODE={code:?}");
+    }
+
+    // A missing parameter is summon's usage error; a shard names its artifact.
+    let (outputs, _) = run("", "2/3");
+    assert!(outputs.contains("exit-code=1\n"), "{outputs}");
+    assert!(
+        outputs.contains("artifact=summon-notes-shard-2\n"),
+        "{outputs}"
+    );
+}
