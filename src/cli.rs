@@ -72,6 +72,8 @@ pub(crate) enum Command {
     Completions(CompletionsArgs),
     /// Print the man page, or write one page per command into a directory.
     Man(ManArgs),
+    /// Print the JSON Schema of a pipeline, a recipe or an agent's frontmatter, for editors.
+    Schema(SchemaArgs),
     /// The background worker of `delegate --async` (started by summon itself).
     #[command(name = "__worker", hide = true)]
     Worker(WorkerArgs),
@@ -447,6 +449,24 @@ pub(crate) struct CompletionsArgs {
     /// The shell.
     #[arg(value_enum)]
     pub(crate) shell: completions::Shell,
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SchemaArgs {
+    /// Which file's schema.
+    #[arg(value_enum)]
+    pub(crate) kind: SchemaFile,
+}
+
+/// The files `summon schema` describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SchemaFile {
+    /// A pipeline (`pipelines/*.yaml`).
+    Pipeline,
+    /// A goose recipe.
+    Recipe,
+    /// An agent's YAML frontmatter.
+    Agent,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -30,6 +30,7 @@ mod pipeline;
 mod provider;
 mod recipe;
 mod scaffold;
+mod schema;
 mod source;
 mod store;
 mod subagent;

@@ -647,7 +647,7 @@ fn a_definition_that_would_not_validate_is_not_written() {
     );
     assert!(
         out.stderr.contains(
-            "recipes/broken.yaml:13:16: error: template variable `undeclared` is used but not declared"
+            "recipes/broken.yaml:14:16: error: template variable `undeclared` is used but not declared"
         ),
         "{}",
         out.stderr

@@ -13,5 +13,5 @@ mod parse;
 mod tool_ref;
 
 pub(crate) use model::AgentDef;
-pub(crate) use parse::{AgentDir, AgentParse, parse_agent};
+pub(crate) use parse::{AgentDir, AgentParse, READ_KEYS as FRONTMATTER_KEYS, parse_agent};
 pub(crate) use tool_ref::{BuiltinTool, ToolKind, ToolRef};

@@ -173,6 +173,10 @@ pub(crate) fn parse_agent(
     })
 }
 
+/// The frontmatter keys summon reads, in the order of [`Fields`]' slots; every other key is
+/// ignored (the agent schema of `summon schema agent` lists exactly these).
+pub(crate) const READ_KEYS: [&str; 4] = ["name", "description", "tools", "model"];
+
 /// The frontmatter's keys sorted into the ones summon reads and the ignored ones.
 #[derive(Default)]
 struct Fields<'a> {
@@ -193,15 +197,18 @@ impl<'a> Fields<'a> {
                 Value::Scalar(text, _) => text.clone(),
                 _ => key.to_json().to_string(),
             };
-            let slot = match key_text.as_str() {
-                "name" => &mut fields.name,
-                "description" => &mut fields.description,
-                "tools" => &mut fields.tools,
-                "model" => &mut fields.model,
-                _ => {
-                    fields.ignored.push((key_text, key_pos));
-                    continue;
-                }
+            let Some(index) = READ_KEYS.iter().position(|k| *k == key_text) else {
+                fields.ignored.push((key_text, key_pos));
+                continue;
+            };
+            let slots = [
+                &mut fields.name,
+                &mut fields.description,
+                &mut fields.tools,
+                &mut fields.model,
+            ];
+            let Some(slot) = slots.into_iter().nth(index) else {
+                continue;
             };
             if slot.is_some() {
                 diags.warning(

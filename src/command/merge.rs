@@ -77,6 +77,7 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         ctx.env.is_set("CI"),
         args.quiet || args.output.json,
     );
+    let name = pipeline.name.clone();
     let options = RunOptions {
         reuse: false,
         wait: false,
@@ -91,6 +92,7 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         plan,
     };
     let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
+    super::run::write_step_summary("merge", &name, &summary, ctx);
     let mut extra = serde_json::Map::new();
     extra.insert("shards".into(), json!(args.dirs.len()));
     let failed = super::run::print_outcome(&mut summary, extra, args.output.json, ctx)?;

@@ -11,6 +11,7 @@ mod new;
 mod render;
 mod run;
 mod runs;
+mod schema;
 mod task_result;
 mod tasks;
 mod trust;
@@ -39,6 +40,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Trust(args) => trust::run(&args, ctx),
         Command::Completions(args) => completions::run_completions(&args, ctx),
         Command::Man(args) => completions::run_man(&args, ctx),
+        Command::Schema(args) => schema::run(&args, ctx),
         Command::Worker(args) => crate::background::run_worker(&args.task_id, ctx),
     }
 }

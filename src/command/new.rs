@@ -25,6 +25,7 @@ use crate::scaffold::{
     AgentSpec, Change, DiffLine, PipelineSpec, RecipeSpec, agent_text, check_name, line_diff,
     parse_params, pipeline_text, recipe_text, title_from_name,
 };
+use crate::schema::SchemaKind;
 use crate::source::{Catalog, SourceKind, suggestions};
 
 /// The three kinds of file `summon new` writes.
@@ -50,6 +51,14 @@ impl Kind {
             Self::Agent => ".agents/agents",
             Self::Recipe => "recipes",
             Self::Pipeline => "pipelines",
+        }
+    }
+
+    fn schema(self) -> SchemaKind {
+        match self {
+            Self::Agent => SchemaKind::Agent,
+            Self::Recipe => SchemaKind::Recipe,
+            Self::Pipeline => SchemaKind::Pipeline,
         }
     }
 
@@ -137,6 +146,7 @@ pub(crate) fn run(args: &NewArgs, ctx: &mut Ctx) -> Result<()> {
             })
         }
     };
+    let text = with_schema_line(kind, &text);
     let old = read_existing(&path)?;
     if old.is_some() && !common.force {
         return Err(Error::from(
@@ -163,6 +173,7 @@ pub(crate) fn run(args: &NewArgs, ctx: &mut Ctx) -> Result<()> {
         Some(changes) if changes.is_empty() => "unchanged",
         Some(_) => "replaced",
     };
+    write_schema(kind, &ctx.env.cwd)?;
     if action != "unchanged" {
         write_atomically(&path, text.as_bytes()).map_err(|e| {
             Error::usage(format!(
@@ -186,6 +197,47 @@ pub(crate) fn run(args: &NewArgs, ctx: &mut Ctx) -> Result<()> {
         print_human(&written, common.description.is_none(), ctx)?;
     }
     Ok(())
+}
+
+/// Where `summon new` puts the JSON Schema of a kind, relative to the working directory: in
+/// the store folder, which is not committed, rewritten by each `summon new` so it matches the
+/// summon in use (it equals the `schemas/KIND.json` published with summon).
+fn schema_path(kind: Kind) -> String {
+    format!(
+        "{}/schemas/{}.json",
+        crate::store::DIR_NAME,
+        kind.schema().name()
+    )
+}
+
+/// The text with the `# yaml-language-server: $schema=...` line that makes editors with the
+/// YAML language server complete and check keys: first in a YAML file, first in an agent's
+/// frontmatter. The path is relative to the new file, as the language server reads it.
+fn with_schema_line(kind: Kind, text: &str) -> String {
+    let up = "../".repeat(kind.dir().split('/').count());
+    let line = format!(
+        "# yaml-language-server: $schema={up}{}\n",
+        schema_path(kind)
+    );
+    match text.strip_prefix("---\n") {
+        Some(rest) if kind == Kind::Agent => format!("---\n{line}{rest}"),
+        _ => format!("{line}{text}"),
+    }
+}
+
+/// Writes the schema the new file's first line points at, and the store folder's
+/// `.gitignore` when the folder is new.
+fn write_schema(kind: Kind, cwd: &Path) -> Result<()> {
+    let path = cwd.join(schema_path(kind));
+    let ignore = cwd.join(crate::store::DIR_NAME).join(".gitignore");
+    let result = write_atomically(&path, kind.schema().text().as_bytes()).and_then(|()| {
+        if ignore.exists() {
+            Ok(())
+        } else {
+            std::fs::write(&ignore, "*\n")
+        }
+    });
+    result.map_err(|e| Error::usage(format!("cannot write {}: {e}", display_path(&path, cwd))))
 }
 
 /// What was done, for the report.

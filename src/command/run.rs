@@ -17,7 +17,7 @@ use crate::config::load_config;
 use crate::diag::{Diagnostics, SourceFile};
 use crate::error::{Error, Result};
 use crate::exec::{FinalText, RunOptions, RunSummary, StepStatus, run_pipeline};
-use crate::output::resolve_display;
+use crate::output::{STEP_SUMMARY_VAR, append_step_summary, resolve_display};
 use crate::pipeline::model::Pipeline;
 use crate::pipeline::parse::parse_pipeline;
 use crate::recipe::{ParamInput, bind_params};
@@ -88,6 +88,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         ctx.env.is_set("CI"),
         args.quiet || args.output.json,
     );
+    let name = pipeline.name.clone();
     let options = RunOptions {
         pipeline,
         params,
@@ -105,6 +106,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         wait: args.wait,
     };
     let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
+    write_step_summary("run", &name, &summary, ctx);
     let failed = print_outcome(&mut summary, serde_json::Map::new(), args.output.json, ctx)?;
     if summary.interrupted {
         // A shard or `--until` run resumes with the same part of the pipeline.
@@ -342,6 +344,22 @@ fn preflight(
             })?;
     }
     Ok(())
+}
+
+/// Appends the run's Markdown summary to the file `GITHUB_STEP_SUMMARY` names (set by GitHub
+/// Actions), so a CI job page shows counts, cost and failures. A file that cannot be written
+/// is a warning: the run itself went as it went.
+pub(super) fn write_step_summary(command: &str, name: &str, summary: &RunSummary, ctx: &Ctx) {
+    let Some(path) = ctx.env.var(STEP_SUMMARY_VAR) else {
+        return;
+    };
+    let path = ctx.env.cwd.join(path);
+    if let Err(error) = append_step_summary(&path, command, name, summary) {
+        eprintln!(
+            "summon: warning: cannot write the job summary to {} ({STEP_SUMMARY_VAR}): {error}",
+            path.display()
+        );
+    }
 }
 
 /// Prints what a run or merge produced: its JSON (with `extra` fields) or the final step's

@@ -50,4 +50,8 @@ pub(crate) struct RunSummary {
     /// The final step's text.
     pub(crate) final_output: Option<super::FinalText>,
     pub(crate) interrupted: bool,
+    /// The run's `report.json` document (counts, tokens, cost per step and in total).
+    pub(crate) report: serde_json::Value,
+    /// The one-line summary printed at the end (`12 tasks: 11 completed, ...`).
+    pub(crate) summary_line: String,
 }

@@ -637,12 +637,15 @@ pub(crate) fn run_pipeline(
     } else {
         None
     };
-    eprintln!("summon: {}", sink.report.summary_line());
+    let summary_line = sink.report.summary_line();
+    eprintln!("summon: {summary_line}");
     Ok(RunSummary {
         run_id: run.run_id,
         steps,
         final_output,
         interrupted,
+        report: sink.report.to_json(),
+        summary_line,
     })
 }
 

@@ -5,6 +5,7 @@ mod progress;
 mod report;
 mod results;
 mod stdout;
+mod step_summary;
 mod yaml_text;
 
 #[allow(unused_imports)] // used by summon run
@@ -18,4 +19,5 @@ pub(crate) use report::{
 #[allow(unused_imports)] // used by summon run
 pub(crate) use results::{RESULTS_FILE, ResultLine, ResultsWriter, read_results};
 pub(crate) use stdout::Stdout;
+pub(crate) use step_summary::{STEP_SUMMARY_VAR, append_step_summary};
 pub(crate) use yaml_text::to_yaml;

@@ -65,6 +65,8 @@ impl<'a> MapReader<'a> {
 
     /// Warns about every key that was not read, and about keys given twice.
     pub(crate) fn finish(self, diags: &mut FileDiags<'_>) {
+        #[cfg(test)]
+        key_log::record(&self.path, &self.known);
         for (index, (key, _)) in self.entries.iter().enumerate() {
             let name = key.as_str().unwrap_or("?");
             let earlier = self.entries[..index]
@@ -109,5 +111,53 @@ impl<'a> MapReader<'a> {
             .filter(|(distance, known)| *distance <= if known.len() <= 4 { 1 } else { 2 })
             .min_by_key(|(distance, _)| *distance)
             .map(|(_, known)| known)
+    }
+}
+
+/// The keys every finished reader knew, by dotted path: what the published JSON Schemas are
+/// checked against, so that a key the parser reads cannot be missing from them.
+#[cfg(test)]
+pub(crate) mod key_log {
+    use std::cell::RefCell;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    thread_local! {
+        static LOG: RefCell<Option<BTreeMap<String, BTreeSet<String>>>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `parse` and returns the keys each mapping it read knew, by path with list
+    /// indexes written `[]` (`steps[].fan_out`).
+    pub(crate) fn collect(parse: impl FnOnce()) -> BTreeMap<String, BTreeSet<String>> {
+        LOG.with(|log| *log.borrow_mut() = Some(BTreeMap::new()));
+        parse();
+        LOG.with(|log| log.borrow_mut().take().unwrap_or_default())
+    }
+
+    pub(super) fn record(path: &str, known: &[String]) {
+        LOG.with(|log| {
+            if let Some(log) = log.borrow_mut().as_mut() {
+                log.entry(generic_path(path))
+                    .or_default()
+                    .extend(known.iter().cloned());
+            }
+        });
+    }
+
+    /// `steps[3].fan_out` → `steps[].fan_out`.
+    fn generic_path(path: &str) -> String {
+        let mut out = String::new();
+        let mut in_index = false;
+        for c in path.chars() {
+            match c {
+                '[' => {
+                    in_index = true;
+                    out.push_str("[]");
+                }
+                ']' => in_index = false,
+                _ if in_index => {}
+                _ => out.push(c),
+            }
+        }
+        out
     }
 }

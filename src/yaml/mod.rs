@@ -9,4 +9,6 @@ mod node;
 
 pub(crate) use load::{LoadError, parse};
 pub(crate) use map_reader::MapReader;
+#[cfg(test)]
+pub(crate) use map_reader::key_log;
 pub(crate) use node::{Node, ScalarStyle, Value};

@@ -1,0 +1,162 @@
+//! The Markdown summary of a run for a CI job page: when `GITHUB_STEP_SUMMARY` names a file
+//! (GitHub Actions sets it for every step), `summon run` appends the run's status, a table of
+//! each step's counts and cost, and the failures, so a plain `run:` step shows them too.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::fmt_cost;
+use crate::exec::{RunSummary, StepStatus};
+
+/// The variable that names the job summary file.
+pub(crate) const STEP_SUMMARY_VAR: &str = "GITHUB_STEP_SUMMARY";
+
+/// Appends the summary of `summary` (what `command`, `run` or `merge`, did with the pipeline
+/// `name`) to `path`. GitHub concatenates what every step appends, so the file is never
+/// truncated.
+pub(crate) fn append_step_summary(
+    path: &Path,
+    command: &str,
+    name: &str,
+    summary: &RunSummary,
+) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    file.write_all(markdown(command, name, summary).as_bytes())
+}
+
+fn status(summary: &RunSummary) -> &'static str {
+    if summary.interrupted {
+        "interrupted"
+    } else if summary
+        .steps
+        .iter()
+        .any(|(_, s, _)| *s == StepStatus::Failed)
+    {
+        "failed"
+    } else {
+        "succeeded"
+    }
+}
+
+fn step_status(status: StepStatus) -> &'static str {
+    match status {
+        StepStatus::Succeeded => "succeeded",
+        StepStatus::Failed => "failed",
+        StepStatus::Skipped => "skipped",
+        StepStatus::Deferred => "deferred",
+    }
+}
+
+/// A table cell: one line, `|` escaped, at most 300 characters.
+fn cell(text: &str) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out: String = line.chars().take(300).collect();
+    if line.chars().count() > 300 {
+        out.push('…');
+    }
+    out.replace('|', "\\|")
+}
+
+fn count(stats: &Value, key: &str) -> u64 {
+    stats[key].as_u64().unwrap_or(0)
+}
+
+fn cost(stats: &Value) -> String {
+    match stats["cost_usd"].as_f64() {
+        Some(usd) if stats["priced"].as_bool() == Some(false) => format!("≥{}", fmt_cost(usd)),
+        Some(usd) => fmt_cost(usd),
+        None => "–".to_owned(),
+    }
+}
+
+fn markdown(command: &str, name: &str, summary: &RunSummary) -> String {
+    let mut text = format!(
+        "### summon {command} `{}`: {}\n\n{} (run `{}`)\n\n",
+        cell(name),
+        status(summary),
+        cell(&summary.summary_line),
+        summary.run_id
+    );
+    text.push_str(
+        "| step | status | tasks | completed | failed | skipped | resumed | tokens | cost |\n",
+    );
+    text.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|\n");
+    for (id, status, _) in &summary.steps {
+        let stats = &summary.report["steps"][id];
+        let tokens = count(stats, "input_tokens") + count(stats, "output_tokens");
+        text.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            cell(id),
+            step_status(*status),
+            count(stats, "tasks"),
+            count(stats, "completed"),
+            count(stats, "failed"),
+            count(stats, "skipped"),
+            count(stats, "resumed"),
+            super::fmt_tokens(tokens),
+            cost(stats),
+        ));
+    }
+    let failures: Vec<_> = summary
+        .steps
+        .iter()
+        .filter(|(_, status, _)| *status == StepStatus::Failed)
+        .collect();
+    if !failures.is_empty() {
+        text.push_str("\n**Failures**\n\n");
+        for (id, _, error) in failures {
+            text.push_str(&format!(
+                "- step `{}`: {}\n",
+                cell(id),
+                cell(error.as_deref().unwrap_or("failed"))
+            ));
+        }
+    }
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_failed_run_lists_its_steps_and_failures() {
+        let summary = RunSummary {
+            run_id: "r1".into(),
+            steps: vec![
+                (
+                    "work".into(),
+                    StepStatus::Failed,
+                    Some("2 of 3 tasks | failed\nbadly".into()),
+                ),
+                ("sum".into(), StepStatus::Skipped, None),
+            ],
+            final_output: None,
+            interrupted: false,
+            report: json!({"steps": {"work": {"tasks": 3, "completed": 1, "failed": 2,
+                "input_tokens": 1000, "output_tokens": 200, "cost_usd": 0.5, "priced": true}}}),
+            summary_line: "3 tasks: 1 completed, 2 failed".into(),
+        };
+        let text = markdown("run", "p", &summary);
+        assert!(text.starts_with("### summon run `p`: failed\n"), "{text}");
+        assert!(
+            text.contains("| work | failed | 3 | 1 | 2 | 0 | 0 | 1.2k | $0.50 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| sum | skipped | 0 | 0 | 0 | 0 | 0 | 0 | – |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- step `work`: 2 of 3 tasks \\| failed badly\n"),
+            "{text}"
+        );
+    }
+}

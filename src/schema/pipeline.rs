@@ -1,0 +1,201 @@
+//! The schema of a pipeline file (format version 1).
+
+use serde_json::{Map, Value, json};
+
+fn text(description: &str) -> Value {
+    json!({"description": description, "type": "string"})
+}
+
+/// A string that is rendered as a template.
+fn template(description: &str) -> Value {
+    json!({"description": format!("{description} A template (`{{{{ ... }}}}`)."), "type": "string"})
+}
+
+fn whole(description: &str, minimum: u64) -> Value {
+    json!({"description": description, "type": "integer", "minimum": minimum})
+}
+
+fn temperature() -> Value {
+    json!({"description": "Sampling temperature, 0 to 2.", "type": "number", "minimum": 0, "maximum": 2})
+}
+
+/// The keys a task (fan_out, synthesize, delegate, a subagent decompose) has.
+fn task_properties() -> Map<String, Value> {
+    let value = json!({
+        "source": template("The recipe or agent that runs the task, by name or path (`review`, `recipes/review.yaml`)."),
+        "instructions": template("What the task does: the instructions of a subagent without a source, or added to the source's."),
+        "parameters": {
+            "description": "Values for the source's parameters, each a template.",
+            "type": "object",
+            "additionalProperties": {"type": ["string", "number", "boolean", "null"]}
+        },
+        "context": template("Text added to the task's first message."),
+        "extensions": {
+            "description": "The MCP servers the task may use, by name: a list, one name, or `[]` for none. Absent: the source's own.",
+            "anyOf": [
+                {"type": "array", "items": {"type": "string"}},
+                {"type": "string"},
+                {"type": "null"}
+            ]
+        }
+    });
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// A task step body: `source`, `instructions` or both, plus `extra` keys.
+fn task(description: &str, extra: &[(&str, Value)], required: &[&str]) -> Value {
+    let mut properties = task_properties();
+    for (key, value) in extra {
+        properties.insert((*key).to_owned(), value.clone());
+    }
+    json!({
+        "description": description,
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "anyOf": [{"required": ["source"]}, {"required": ["instructions"]}],
+        "additionalProperties": false
+    })
+}
+
+fn decompose() -> Value {
+    let mut properties = task_properties();
+    for (key, value) in [
+        (
+            "command",
+            template("A shell command; each line of its output is an item."),
+        ),
+        (
+            "items",
+            json!({"description": "The items, written out.", "type": "array"}),
+        ),
+        (
+            "file",
+            template("A CSV or JSONL file; each row or line is an item."),
+        ),
+        (
+            "glob",
+            template("A glob pattern; each matching path is an item."),
+        ),
+    ] {
+        properties.insert(key.to_owned(), value);
+    }
+    let forms = ["command", "items", "file", "glob", "source", "instructions"];
+    json!({
+        "description": "Produces the work items: exactly one of `command`, `items`, `file`, `glob`, or a subagent (`source`/`instructions`) whose answer is a JSON array.",
+        "type": "object",
+        "properties": properties,
+        "anyOf": forms.iter().map(|f| json!({"required": [f]})).collect::<Vec<_>>(),
+        "additionalProperties": false
+    })
+}
+
+fn step() -> Value {
+    let kinds = ["decompose", "fan_out", "synthesize", "delegate"];
+    json!({
+        "type": "object",
+        "required": ["id"],
+        "properties": {
+            "id": {
+                "description": "The step's name; later templates read its results as `steps.<id>`.",
+                "type": "string",
+                "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"
+            },
+            "decompose": decompose(),
+            "fan_out": task(
+                "One task per item of the step named in `over`, at most `concurrency` at a time; `{{ item }}` is the item.",
+                &[("over", text("The id of the decompose step whose items to iterate."))],
+                &["over"],
+            ),
+            "synthesize": task("One task that reads earlier steps' results (`steps.<id>.results`).", &[], &[]),
+            "delegate": task("One task.", &[], &[]),
+            "needs": {
+                "description": "Steps that must finish first, besides the ones the templates read: an id or a list of ids.",
+                "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+            },
+            "concurrency": whole("At most this many of the step's tasks at a time.", 1),
+            "on_error": {
+                "description": "fail_fast (default): the first failed task stops the run; continue: the others go on.",
+                "enum": ["fail_fast", "continue"]
+            },
+            "min_success": {
+                "description": "fan_out: the step succeeds when at least this many tasks do: a count (`8`) or a percentage (`\"80%\"`).",
+                "anyOf": [
+                    {"type": "integer", "minimum": 0},
+                    {"type": "string", "pattern": "^\\s*([0-9]+|[0-9]+(\\.[0-9]+)?\\s*%)\\s*$"}
+                ]
+            },
+            "retries": whole("Retries of a failed task.", 0),
+            "timeout": {
+                "description": "How long one task may take: seconds, or a duration (`90s`, `5m`, `1h30m`).",
+                "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}]
+            },
+            "provider": text("The provider for this step's tasks."),
+            "model": text("The model for this step's tasks."),
+            "temperature": temperature(),
+            "max_turns": whole("At most this many model turns for one task.", 1),
+            "max_output_tokens": whole("At most this many output tokens for one answer.", 1),
+            "allow_empty": {"description": "An empty answer counts as success (by default it fails the task).", "type": "boolean"},
+            "backend": {
+                "description": "live (default): one request per turn; batch (fan_out only): the provider's batch API, cheaper and slower.",
+                "enum": ["live", "batch"]
+            },
+            "reuse": {"description": "Take the answer of an earlier run to the same request instead of sending it again.", "type": "boolean"}
+        },
+        "oneOf": kinds.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),
+        "additionalProperties": false
+    })
+}
+
+pub(super) fn schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": super::id("pipeline"),
+        "title": "summon pipeline",
+        "description": "A pipeline for `summon run`: decompose work into items, fan out one task per item, synthesize the results.",
+        "type": "object",
+        "required": ["version", "steps"],
+        "properties": {
+            "version": {"description": "The format version: 1.", "enum": [1, "1"]},
+            "name": text("The pipeline's name (default: the file name)."),
+            "description": text("What the pipeline does."),
+            "parameters": super::recipe::parameters(),
+            "settings": {
+                "description": "Defaults for every step.",
+                "type": "object",
+                "properties": {
+                    "provider": text("The provider: openai, anthropic, ollama, ... or a preset of summon.yaml."),
+                    "model": text("The model name."),
+                    "temperature": temperature(),
+                    "max_turns": whole("At most this many model turns for one task.", 1),
+                    "max_output_tokens": whole("At most this many output tokens for one answer.", 1),
+                    "concurrency": whole("At most this many tasks in flight (`--concurrency` overrides; default 8).", 1)
+                },
+                "additionalProperties": false
+            },
+            "steps": {
+                "description": "The steps, each with an `id` and exactly one of `decompose`, `fan_out`, `synthesize`, `delegate`.",
+                "type": "array",
+                "minItems": 1,
+                "items": step()
+            },
+            "outputs": {
+                "description": "Files written when every step succeeded.",
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["path", "content"],
+                    "properties": {
+                        "path": template("The file to write."),
+                        "content": template("What to write in it.")
+                    },
+                    "additionalProperties": false
+                }
+            }
+        },
+        "additionalProperties": false
+    })
+}
