@@ -8,7 +8,7 @@ use super::ending::answer_problem;
 use super::event::SubagentEvent;
 use super::redact::Redactor;
 use super::structured::check_answer;
-use super::tool::{ToolOutput, ToolSet, WorkDir};
+use super::tool::{Scratch, ToolOutput, ToolSet, WorkDir};
 use crate::mcp::Session;
 use crate::provider::{
     ChatRequest, Client, Message, ProviderError, RateLimiter, RetryPolicy, ToolSpec, Usage,
@@ -97,6 +97,8 @@ struct Tools {
     specs: std::sync::Arc<[ToolSpec]>,
     /// The system prompt, naming the MCP tools when there are any.
     system: String,
+    /// The task's private TMPDIR, removed when the run ends.
+    scratch: Scratch,
 }
 
 impl Tools {
@@ -106,6 +108,7 @@ impl Tools {
                 session: Session::default(),
                 specs: spec.tools.specs(),
                 system: spec.system.clone(),
+                scratch: Scratch::default(),
             };
         }
         let started = Session::start(&spec.extensions, spec.workdir.path()).await;
@@ -131,6 +134,7 @@ impl Tools {
             session: started.session,
             specs: specs.into(),
             system,
+            scratch: Scratch::default(),
         }
     }
 
@@ -151,7 +155,10 @@ impl Tools {
                     .collect();
                 return spec.tools.unknown_tool(name, &extra);
             }
-            return spec.tools.call(name, args, &spec.workdir).await;
+            return spec
+                .tools
+                .call(name, args, &spec.workdir, &self.scratch)
+                .await;
         }
         let (output, warning) = self.session.call(name, args).await;
         if let Some(message) = warning {
