@@ -638,3 +638,98 @@ fn a_bad_policy_names_the_file_line_and_key() {
         out.stderr
     );
 }
+
+// ---- MCP stdio servers ----
+
+/// A recipe with the test MCP server, with `extra` lines in its extension entry.
+fn server_recipe(extra: &str) -> String {
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/misbehaving.py");
+    format!(
+        "title: Tools\ndescription: uses an MCP server\nprompt: Use the tools.\nextensions:\n  \
+         - type: builtin\n    name: developer\n  - type: stdio\n    name: srv\n    cmd: python3\n    \
+         args: ['{}', 'ok']\n{extra}",
+        server.display()
+    )
+}
+
+/// The `Seccomp:` and `NoNewPrivs:` lines of the server process's status, as the server
+/// reported its pid.
+async fn server_confinement(extra: &str) -> String {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("srv__pid", json!({})),
+        // The server lives as long as the task: this call holds it while the test looks.
+        Reply::tool_call("shell", json!({"command": "sleep 3"})),
+        Reply::text("done"),
+    ]))
+    .await;
+    let test = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .write("recipes/tools.yaml", &server_recipe(extra));
+    let child = test
+        .command()
+        .args(["delegate", "--source", "tools"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(request) = server.requests().get(1) {
+            let pid = request.body["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .find(|m| m["role"] == "tool")
+                .and_then(|m| m["content"].as_str())
+                .expect("the pid")
+                .to_owned();
+            break std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        }
+        assert!(Instant::now() < deadline, "no second request");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    status
+        .lines()
+        .filter(|l| l.starts_with("Seccomp:") || l.starts_with("NoNewPrivs:"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_server_is_sandboxed_only_when_its_extension_asks() {
+    if !landlock_or_skip("an_mcp_server_is_sandboxed_only_when_its_extension_asks") {
+        return;
+    }
+    assert_eq!(
+        server_confinement("    sandbox: workspace-write\n").await,
+        "NoNewPrivs: 1, Seccomp: 2"
+    );
+    assert_eq!(server_confinement("").await, "NoNewPrivs: 0, Seccomp: 0");
+}
+
+#[test]
+fn a_bad_extension_sandbox_names_the_line() {
+    let out = Test::new()
+        .write("recipes/tools.yaml", &server_recipe("    sandbox: tight\n"))
+        .args(["validate", "recipes/tools.yaml"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr.contains("tools.yaml:11:")
+            && out.stderr.contains(
+                "`extensions[1].sandbox` must be `workspace-write`, `read-only` or `off`"
+            ),
+        "{}",
+        out.stderr
+    );
+}
