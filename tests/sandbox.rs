@@ -733,3 +733,98 @@ fn a_bad_extension_sandbox_names_the_line() {
         out.stderr
     );
 }
+
+/// A pipeline whose one task's model runs `command` in the shell.
+async fn pipeline_running(command: &str) -> (MockServer, Test) {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("shell", json!({ "command": command })),
+        Reply::text("done"),
+    ]))
+    .await;
+    let test = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .write(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: a\n    delegate:\n      instructions: one\n      \
+             extensions: [developer]\n",
+        );
+    (server, test)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_a_run_and_its_commands() {
+    let (_server, test) = pipeline_running(&lingering("sleep 30")).await;
+    let child = test
+        .command()
+        .args(["run", "p.yaml"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pgid = wait_for_pgid(&test.path().join("pgid"));
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(
+        stderr.contains("summon: terminated (SIGTERM): killed the running command"),
+        "{stderr}"
+    );
+    assert_group_gone(pgid, "run, SIGTERM");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_ctrl_c_stops_a_run_and_its_commands() {
+    use std::io::BufRead;
+    let (_server, test) = pipeline_running(&lingering("sleep 30")).await;
+    let mut child = test
+        .command()
+        .args(["run", "p.yaml"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pgid = wait_for_pgid(&test.path().join("pgid"));
+    let pid = child.id().to_string();
+    let interrupt = || {
+        let sent = Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+    };
+    interrupt();
+    // The first Ctrl-C lets the task finish; the second, once the first was seen, stops it.
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = stderr.read_line(&mut line).expect("read stderr");
+        assert!(
+            n > 0,
+            "summon ended before saying it was interrupted:\n{seen}"
+        );
+        seen.push_str(&line);
+        if line.contains("interrupted: finishing the tasks in flight") {
+            break;
+        }
+    }
+    assert!(
+        !group_members(pgid).is_empty(),
+        "the first Ctrl-C lets the command run"
+    );
+    interrupt();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("read stderr");
+    let status = child.wait().expect("wait");
+    assert_ne!(status.code(), Some(0), "{seen}{rest}");
+    assert_group_gone(pgid, "run, Ctrl-C twice");
+}
