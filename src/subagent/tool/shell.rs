@@ -1,11 +1,14 @@
 //! The `shell` tool: `sh -c COMMAND` in the working directory, bounded in time and output.
 //!
-//! The command runs with stdin from `/dev/null`, in a process group of its own, with the
-//! environment minus variables that look like API keys. stdout and stderr are captured
-//! separately (each capped at [`OUTPUT_CAP`], the rest drained and counted). When the command
-//! ends, or its timeout passes, the whole process group is killed, so background processes
-//! neither outlive the call nor keep it waiting on their open pipes; a timeout is an error
-//! that still shows the output so far.
+//! The command runs in the task's sandbox (see [`crate::sandbox`]; refused where the kernel
+//! cannot confine it), with stdin from `/dev/null`, in a process group of its own, with the
+//! environment minus variables that look like API keys and `TMPDIR` set to the task's private
+//! temporary directory. A failure that looks like a sandbox denial gets a line naming the
+//! policy. stdout and stderr are captured separately (each capped at [`OUTPUT_CAP`], the
+//! rest drained and counted). When the command ends, its timeout passes, or the call is dropped (the task cancelled), the whole process
+//! group is killed, so background processes neither outlive the call nor keep it waiting on
+//! their open pipes; a timeout is an error that still shows the output so far. An interrupted
+//! summon kills the groups still running (see [`crate::exec::groups`]).
 //!
 //! An agent that lists shell only through patterns (`Bash(git log*)`) gets a restricted shell:
 //! the command must match one of the patterns (`*` matches anything, a trailing `:*` as in
