@@ -59,6 +59,11 @@ pub(crate) struct DelegationRequest {
     pub(crate) max_output_tokens: Option<u32>,
     pub(crate) context: Option<String>,
     pub(crate) working_dir: Option<std::path::PathBuf>,
+    /// The `--sandbox` / `--network` flags.
+    #[serde(default)]
+    pub(crate) sandbox: Option<crate::sandbox::Policy>,
+    #[serde(default)]
+    pub(crate) network: Option<bool>,
 }
 
 impl DelegationRequest {
@@ -104,6 +109,7 @@ impl DelegationRequest {
             context: self.context.clone(),
             working_dir: self.working_dir.clone(),
             response_schema: None,
+            sandbox: (self.sandbox, self.network),
         }
     }
 }
@@ -117,6 +123,8 @@ pub(crate) struct Outcome {
     pub(crate) provider_from: String,
     pub(crate) model: String,
     pub(crate) model_from: String,
+    /// The sandbox of the shell commands, when the task has the shell.
+    pub(crate) sandbox: Option<crate::sandbox::Sandbox>,
 }
 
 impl Outcome {
@@ -219,6 +227,11 @@ pub(crate) fn execute(
         provider_from: prepared.resolved.provider_origin.to_string(),
         model: prepared.resolved.model.clone(),
         model_from: prepared.resolved.model_origin.to_string(),
+        sandbox: prepared
+            .spec
+            .tools
+            .has_shell()
+            .then(|| prepared.spec.tools.sandbox()),
     })
 }
 

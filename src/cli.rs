@@ -77,6 +77,42 @@ pub(crate) enum Command {
     /// The background worker of `delegate --async` (started by summon itself).
     #[command(name = "__worker", hide = true)]
     Worker(WorkerArgs),
+    /// Confines itself as asked and runs a model's shell command (started by summon itself).
+    #[command(name = "__sandbox", hide = true)]
+    Sandbox(SandboxHelperArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SandboxHelperArgs {
+    #[arg(long, value_enum)]
+    pub(crate) policy: crate::sandbox::Policy,
+    #[arg(long)]
+    pub(crate) network: bool,
+    /// A directory the command may write in (with workspace-write).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) write: Vec<PathBuf>,
+    /// The program and its arguments.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<std::ffi::OsString>,
+}
+
+/// The sandbox of the commands the model runs with the `shell` tool.
+#[derive(Debug, Clone, Args, Default)]
+pub(crate) struct SandboxArgs {
+    /// Where the model's shell commands may write: workspace-write (default: the working
+    /// directory and a private TMPDIR), read-only, or off (no sandbox).
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub(crate) sandbox: Option<crate::sandbox::Policy>,
+    /// Let the model's shell commands use the network (off by default).
+    #[arg(long)]
+    pub(crate) network: bool,
+}
+
+impl SandboxArgs {
+    /// The flags as one level of settings (an absent flag leaves the decision to others).
+    pub(crate) fn level(&self) -> (Option<crate::sandbox::Policy>, Option<bool>) {
+        (self.sandbox, self.network.then_some(true))
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -127,6 +163,8 @@ pub(crate) struct RunArgs {
     /// Take the steps a `--until` run computed from its --out DIR instead of running them.
     #[arg(long, value_name = "DIR")]
     pub(crate) items_from: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) sandbox: SandboxArgs,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -204,6 +242,8 @@ pub(crate) struct DelegateArgs {
     /// instead of refusing.
     #[arg(long)]
     pub(crate) queue: bool,
+    #[command(flatten)]
+    pub(crate) sandbox: SandboxArgs,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }

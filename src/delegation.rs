@@ -38,6 +38,9 @@ pub(crate) struct Request {
     /// A schema the answer must match, over the source's own (pipelines ask decompose
     /// subagents for a JSON array).
     pub(crate) response_schema: Option<serde_json::Value>,
+    /// The sandbox of the model's shell commands, as the caller decided it (flags over step
+    /// over settings); what is left undecided falls to the config file, then the defaults.
+    pub(crate) sandbox: (Option<crate::sandbox::Policy>, Option<bool>),
 }
 
 /// A delegation ready to run.
@@ -140,10 +143,44 @@ pub(crate) async fn prepare_with(
 ) -> Result<Prepared, PrepareError> {
     let draft = draft(env, source, request, resolver)?;
     let resolved = resolver.resolve(env, config, &draft.overrides()).await?;
+    check_sandbox_trust(config, request)?;
+    let mut draft = draft;
+    draft.tools = draft.tools.with_sandbox(crate::sandbox::Sandbox::pick(&[
+        request.sandbox,
+        (config.sandbox, config.network),
+    ]));
     let mut prepared = draft.into_prepared(resolved);
     let limit = &mut prepared.spec.max_output_tokens;
     *limit = limit.or(config.max_output_tokens);
     Ok(prepared)
+}
+
+/// Refuses a sandbox the project's `summon.yaml` loosens (`sandbox: off`, `network: true`)
+/// when the project is not trusted and no flag or step decides it instead: a cloned
+/// repository must not be able to let the model's commands out.
+fn check_sandbox_trust(config: &Config, request: &Request) -> Result<(), Diagnostic> {
+    if config.trust.is_trusted() {
+        return Ok(());
+    }
+    let (policy, network) = request.sandbox;
+    let applies = |key: &str| match key {
+        "sandbox" => policy.is_none(),
+        _ => network.is_none(),
+    };
+    match config.loosened.iter().find(|(key, _)| applies(key)) {
+        Some((key, span)) => Err(Diagnostic::error(format!(
+            "`{key}` in this project's summon.yaml would let the model's shell commands {}, and \
+             this project is not trusted",
+            if *key == "sandbox" {
+                "write anywhere"
+            } else {
+                "use the network"
+            }
+        ))
+        .with_hint(config.trust.how_to_trust())
+        .at(span.clone())),
+        None => Ok(()),
+    }
 }
 
 /// A delegation with everything decided but its provider and model: the prompt, the first

@@ -29,6 +29,7 @@ mod output;
 mod pipeline;
 mod provider;
 mod recipe;
+mod sandbox;
 mod scaffold;
 mod schema;
 mod source;

@@ -3,8 +3,9 @@
 //!
 //! JSON (`--json`): `{"status": "completed"|"failed", "output", "structured", "error",
 //! "turns", "tool_calls", "tokens": {"input", "output"}, "duration_ms", "provider",
-//! "provider_from", "model", "model_from", "source"}` (`*_from` says where the setting came
-//! from). With `--async --json`: `{"task_id", "status": "running"|"queued", "description"}`.
+//! "provider_from", "model", "model_from", "source", "sandbox"}` (`*_from` says where the
+//! setting came from; `sandbox` is `{"policy", "network"}` of the shell commands, `null`
+//! without the shell). With `--async --json`: `{"task_id", "status": "running"|"queued", "description"}`.
 
 use serde_json::json;
 
@@ -71,6 +72,7 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
             "model": outcome.model,
             "model_from": outcome.model_from,
             "source": args.source,
+            "sandbox": outcome.sandbox.map(crate::sandbox::Sandbox::to_json),
         }))?;
     } else {
         let text = outcome.final_text();
@@ -155,6 +157,8 @@ fn request_from_args(args: &DelegateArgs, ctx: &Ctx) -> Result<DelegationRequest
         max_output_tokens: args.max_output_tokens,
         context,
         working_dir: args.working_dir.clone(),
+        sandbox: args.sandbox.sandbox,
+        network: args.sandbox.network.then_some(true),
     })
 }
 

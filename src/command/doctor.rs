@@ -6,20 +6,23 @@
 //! models list with a short timeout; the API key is never shown), [`config_files`] (the
 //! config files looked for and their problems at `file:line:col`), [`sources`] (how many,
 //! broken files, every source shadowed by another) and [`store`] (the `.summon/` schema
-//! version, tasks whose worker is gone).
+//! version, tasks whose worker is gone), and [`sandbox`] (whether the model's shell commands
+//! will be sandboxed: the Landlock ABI, the default policy and what each policy gives).
 //!
 //! JSON (`--json`): `{"ok": BOOL, "errors": N, "warnings": N, "provider": PROVIDER|null,
 //! "model": {"name", "from", "alias"}|null, "config_files": [{"path", "scope":
 //! "global"|"project", "found"}], "checks": [CHECK]}` where CHECK is `{"section":
-//! "provider"|"config"|"sources"|"store", "status": "ok"|"warning"|"error", "message", "fix",
+//! "provider"|"config"|"sources"|"store"|"sandbox", "status": "ok"|"warning"|"error", "message", "fix",
 //! "path", "line", "column"}` (`fix`, `path`, `line`, `column` may be null) and PROVIDER is
 //! `{"name", "kind": "openai"|"anthropic", "from", "base_url", "base_url_from",
 //! "defined_by", "key_env", "key_set", "answers": BOOL|null, "models": N|null}`
-//! (`answers` is null with `--offline`).
+//! (`answers` is null with `--offline`); `"sandbox": {"sandboxed": BOOL, "landlock_abi":
+//! N|null, "landlock_tcp": BOOL, "default": {"policy", "network"}}`.
 
 mod check;
 mod config_files;
 mod provider;
+mod sandbox;
 mod sources;
 mod store;
 
@@ -38,6 +41,7 @@ pub(crate) fn run(args: &DoctorArgs, ctx: &mut Ctx) -> Result<()> {
     config_files::check(&loaded, &ctx.env, &mut checks);
     sources::check(&ctx.catalog(), &ctx.env.cwd, &mut checks);
     store::check(&ctx.env, &mut checks);
+    let sandbox = sandbox::check(&loaded.config, &mut checks);
     let errors = checks.iter().filter(|c| c.status == Status::Error).count();
     let warnings = checks
         .iter()
@@ -66,6 +70,7 @@ pub(crate) fn run(args: &DoctorArgs, ctx: &mut Ctx) -> Result<()> {
             "provider": report.provider,
             "model": report.model,
             "config_files": files,
+            "sandbox": sandbox,
             "checks": checks.iter().map(|c| c.to_json()).collect::<Vec<_>>(),
         }))?;
     } else {

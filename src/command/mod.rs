@@ -25,6 +25,17 @@ use crate::error::Result;
 
 /// Runs a parsed command.
 pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
+    use crate::exec::groups::{Handled, exit_on_signals};
+    // Commands that run the model's shell commands kill them when summon is stopped.
+    match &command {
+        Command::Delegate(args) if !args.r#async => {
+            exit_on_signals(Handled::TerminateAndInterrupt);
+        }
+        Command::Run(_) | Command::Merge(_) | Command::Worker(_) => {
+            exit_on_signals(Handled::Terminate);
+        }
+        _ => {}
+    }
     match command {
         Command::Load(args) => load::run(&args, ctx),
         Command::Validate(args) => validate::run(&args, ctx),
@@ -42,5 +53,11 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Man(args) => completions::run_man(&args, ctx),
         Command::Schema(args) => schema::run(&args, ctx),
         Command::Worker(args) => crate::background::run_worker(&args.task_id, ctx),
+        Command::Sandbox(args) => std::process::exit(crate::sandbox::helper::run(
+            args.policy,
+            args.network,
+            &args.write,
+            &args.command,
+        )),
     }
 }

@@ -26,6 +26,7 @@ use crate::source::read_source_text;
 pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
     let mut pipeline = load_pipeline(&args.pipeline, ctx)?;
     pipeline.override_output_limit(args.max_output_tokens);
+    pipeline.override_sandbox(args.sandbox.level());
     let shown = args.pipeline.display().to_string();
     // `--resume` continues with what the run was started with.
     let earlier = match &args.resume {

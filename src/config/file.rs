@@ -170,6 +170,13 @@ pub(crate) struct Config {
     pub(crate) keep_runs: Option<u64>,
     /// `store.keep_days`: runs younger than this many days are kept too.
     pub(crate) keep_days: Option<f64>,
+    /// `sandbox` / `network`: the sandbox of the model's shell commands, unless a flag, step
+    /// or pipeline setting decides.
+    pub(crate) sandbox: Option<crate::sandbox::Policy>,
+    pub(crate) network: Option<bool>,
+    /// Where a file loosens the sandbox (`sandbox: off`, `network: true`), by key; kept for
+    /// the project file only, whose loosening needs trust.
+    pub(crate) loosened: Vec<(&'static str, Span)>,
 }
 
 impl Config {
@@ -199,6 +206,9 @@ impl Config {
         self.prices.extend(over.prices);
         self.keep_runs = over.keep_runs.or(self.keep_runs);
         self.keep_days = over.keep_days.or(self.keep_days);
+        self.sandbox = over.sandbox.or(self.sandbox);
+        self.network = over.network.or(self.network);
+        self.loosened.extend(over.loosened);
     }
 
     /// The price of a model, when one is configured.
@@ -249,6 +259,9 @@ pub(crate) fn load(env: &Env) -> Loaded {
             let mut layer = Config::parse(&file, &mut loaded.diagnostics);
             for provider in layer.providers.values_mut() {
                 provider.scope = scope;
+            }
+            if scope != Scope::Project {
+                layer.loosened.clear();
             }
             loaded.config.merge(layer);
         }
@@ -327,6 +340,31 @@ fn parse_inner(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Config {
     }
     if let Some(node) = r.get("store") {
         read_store_settings(node, &mut config, &mut d);
+    }
+    if let Some(node) = r.get("sandbox") {
+        config.sandbox = node.as_str().and_then(crate::sandbox::Policy::parse);
+        if config.sandbox == Some(crate::sandbox::Policy::Off) {
+            config.loosened.push(("sandbox", Span::new(file, node.pos)));
+        }
+        if config.sandbox.is_none() {
+            d.error(
+                node.pos,
+                "`sandbox` must be `workspace-write`, `read-only` or `off`",
+            );
+        }
+    }
+    if let Some(node) = r.get("network") {
+        config.network = match node.as_str() {
+            Some("true") => {
+                config.loosened.push(("network", Span::new(file, node.pos)));
+                Some(true)
+            }
+            Some("false") => Some(false),
+            _ => {
+                d.error(node.pos, "`network` must be true or false");
+                None
+            }
+        };
     }
     r.finish(&mut d);
     config

@@ -6,6 +6,7 @@ mod context;
 pub(crate) mod dry_run;
 mod event;
 mod final_text;
+pub(crate) mod groups;
 mod hash;
 mod scheduler;
 pub(crate) mod shard;

@@ -384,10 +384,16 @@ pub(crate) fn run_pipeline(
             progress.add_step(&step.id, total);
         }
     }
+    let mut report = Report::new(config_prices(&config));
+    for (i, step) in pipeline.steps.iter().enumerate() {
+        let level = StepConfig::new(i, step, &pipeline.settings).sandbox;
+        let effective = crate::sandbox::Sandbox::pick(&[level, (config.sandbox, config.network)]);
+        report.set_sandbox(&step.id, effective);
+    }
     let sink = Arc::new(Mutex::new(Sink {
         journal,
         results,
-        report: Report::new(config_prices(&config)),
+        report,
         junit: options
             .junit
             .as_ref()

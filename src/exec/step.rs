@@ -286,6 +286,9 @@ pub(crate) struct StepConfig {
     pub(crate) shard: Option<crate::pipeline::shard::Shard>,
     /// Take a completed task of an earlier run with the same request instead of sending it.
     pub(crate) reuse: bool,
+    /// The sandbox of the model's shell commands: `--sandbox`/`--network`, the step's, the
+    /// settings'.
+    pub(crate) sandbox: (Option<crate::sandbox::Policy>, Option<bool>),
 }
 
 impl StepConfig {
@@ -303,6 +306,10 @@ impl StepConfig {
             timeout: step.timeout,
             shard: None,
             reuse: step.reuse,
+            sandbox: (
+                step.sandbox.or(settings.sandbox),
+                step.network.or(settings.network),
+            ),
         }
     }
 
@@ -557,6 +564,7 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         context: rendered.context.clone(),
         working_dir: None,
         response_schema: rendered.schema.clone(),
+        sandbox: step.sandbox,
     }
 }
 

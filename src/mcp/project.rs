@@ -181,6 +181,11 @@ fn server(
                 cmd,
                 args,
                 envs: pairs("env")?,
+                // `.mcp.json` has no sandbox key; its servers run as the user.
+                sandbox: crate::sandbox::Sandbox {
+                    policy: crate::sandbox::Policy::Off,
+                    network: true,
+                },
             }
         }
         "http" | "streamable-http" | "streamable_http" => {
@@ -270,7 +275,10 @@ mod tests {
         let servers = project_servers(dir.path(), &env).unwrap();
         assert_eq!(servers.len(), 2);
         assert_eq!(servers[0].name, "files");
-        let Transport::Stdio { cmd, args, envs } = &servers[0].transport else {
+        let Transport::Stdio {
+            cmd, args, envs, ..
+        } = &servers[0].transport
+        else {
             panic!()
         };
         assert_eq!((cmd.as_str(), args.len()), ("srv", 2));

@@ -38,6 +38,8 @@ pub(crate) enum Transport {
         /// Set for the child on top of the environment (secret-looking variables of summon's
         /// own environment are not passed on unless named here).
         envs: Vec<(String, String)>,
+        /// The extension's `sandbox:` (default off: servers often need the network).
+        sandbox: crate::sandbox::Sandbox,
     },
     /// An HTTP endpoint speaking MCP's streamable HTTP transport.
     Http {
@@ -121,6 +123,10 @@ impl ServerSpec {
                         cmd,
                         args: ext.args.clone(),
                         envs,
+                        sandbox: crate::sandbox::Sandbox {
+                            policy: ext.sandbox.unwrap_or(crate::sandbox::Policy::Off),
+                            network: ext.network,
+                        },
                     },
                     secrets,
                 )
@@ -191,6 +197,8 @@ mod tests {
             headers: IndexMap::new(),
             timeout_secs: Some(7),
             uri: None,
+            sandbox: None,
+            network: false,
         }
     }
 
@@ -200,7 +208,10 @@ mod tests {
         let spec = ServerSpec::from_extension(&stdio(&["TOKEN"]), None, &env)
             .unwrap()
             .unwrap();
-        let Transport::Stdio { envs, cmd, args } = &spec.transport else {
+        let Transport::Stdio {
+            envs, cmd, args, ..
+        } = &spec.transport
+        else {
             panic!("not stdio")
         };
         assert_eq!(cmd, "server");

@@ -253,8 +253,16 @@ async fn start_one(
         )
     };
     let (client, group) = match &spec.transport {
-        Transport::Stdio { cmd, args, envs } => {
-            let (transport, group) = spawn_stdio(cmd, args, envs, workdir, &stderr)
+        Transport::Stdio {
+            cmd,
+            args,
+            envs,
+            sandbox,
+        } => {
+            if let Some(refusal) = crate::sandbox::support::refusal(*sandbox) {
+                return Err(fail(refusal, &stderr));
+            }
+            let (transport, group) = spawn_stdio(cmd, args, envs, *sandbox, workdir, &stderr)
                 .map_err(|e| fail(format!("cannot run `{cmd}`: {e}"), &stderr))?;
             let client = match tokio::time::timeout(spec.timeout, ().serve(transport)).await {
                 Ok(Ok(client)) => client,
@@ -355,12 +363,13 @@ fn spawn_stdio(
     cmd: &str,
     args: &[String],
     envs: &[(String, String)],
+    sandbox: crate::sandbox::Sandbox,
     workdir: &Path,
     tail: &Arc<Mutex<VecDeque<String>>>,
 ) -> std::io::Result<(TokioChildProcess, ProcessGroup)> {
-    let mut command = tokio::process::Command::new(cmd);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut command = crate::sandbox::helper::command(sandbox, &[workdir], cmd, &args)?;
     command
-        .args(args)
         .current_dir(workdir)
         .env(crate::command::NESTED_ENV, "1");
     // summon's own secrets are not handed to servers unless the extension names them.

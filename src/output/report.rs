@@ -12,9 +12,13 @@
 //!   "total": STATS,
 //!   "steps": { "areas": STATS, "notes": STATS, "summary": STATS },
 //!   "retries_by_class": { "rate_limited": 3, "server_error": 1, "connection": 0,
-//!                         "timeout": 0, "invalid_response": 0 }
+//!                         "timeout": 0, "invalid_response": 0 },
+//!   "sandbox": { "areas": { "policy": "workspace-write", "network": false }, ... }
 //! }
 //! ```
+//!
+//! `sandbox` is each step's effective sandbox of the model's `shell` commands (flags over the
+//! step over `settings` over the config file).
 //!
 //! `retries_by_class` counts the provider requests sent again after a transient failure, over
 //! the whole run (this attempt of it, after a `--resume`): HTTP 429 (`rate_limited`), 5xx
@@ -189,6 +193,8 @@ pub(crate) struct Report {
     steps: IndexMap<String, StepEntry>,
     total: Stats,
     retries: IndexMap<&'static str, u64>,
+    /// Each step's effective sandbox of the model's shell commands.
+    sandbox: IndexMap<String, serde_json::Value>,
 }
 
 /// The classes of `retries_by_class`, in their order.
@@ -208,6 +214,8 @@ struct ReportJson<'a> {
     total: StatsJson,
     steps: IndexMap<&'a str, StatsJson>,
     retries_by_class: &'a IndexMap<&'static str, u64>,
+    #[serde(skip_serializing_if = "IndexMap::is_empty")]
+    sandbox: &'a IndexMap<String, serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -252,11 +260,17 @@ impl Report {
             steps: IndexMap::new(),
             total: Stats::default(),
             retries: RETRY_CLASSES.iter().map(|c| (*c, 0)).collect(),
+            sandbox: IndexMap::new(),
         }
     }
 
     /// Sets the run's provider retries per class (classes outside [`RETRY_CLASSES`] are left
     /// out).
+    /// Records the sandbox the model's shell commands of step `step` run in.
+    pub(crate) fn set_sandbox(&mut self, step: &str, sandbox: crate::sandbox::Sandbox) {
+        self.sandbox.insert(step.to_owned(), sandbox.to_json());
+    }
+
     pub(crate) fn set_retries(&mut self, counts: &std::collections::BTreeMap<&'static str, u64>) {
         for (class, n) in counts {
             if let Some(slot) = self.retries.get_mut(class) {
@@ -404,6 +418,7 @@ impl Report {
                 .map(|(id, e)| (id.as_str(), e.stats.json(e.wall(now))))
                 .collect(),
             retries_by_class: &self.retries,
+            sandbox: &self.sandbox,
         }
     }
 

@@ -24,6 +24,24 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
+    /// `--sandbox` / `--network`: what they set wins over every step's and the settings'.
+    pub(crate) fn override_sandbox(
+        &mut self,
+        level: (Option<crate::sandbox::Policy>, Option<bool>),
+    ) {
+        let (policy, network) = level;
+        for (p, n) in std::iter::once((&mut self.settings.sandbox, &mut self.settings.network))
+            .chain(
+                self.steps
+                    .iter_mut()
+                    .map(|s| (&mut s.sandbox, &mut s.network)),
+            )
+        {
+            *p = policy.or(*p);
+            *n = network.or(*n);
+        }
+    }
+
     /// `--max-output-tokens`: one output limit for every request, over the file's.
     pub(crate) fn override_output_limit(&mut self, limit: Option<u32>) {
         let Some(limit) = limit else { return };
@@ -45,6 +63,9 @@ pub(crate) struct PipelineSettings {
     pub(crate) max_output_tokens: Option<u32>,
     /// Global cap on tasks in flight (`--concurrency` overrides).
     pub(crate) concurrency: Option<usize>,
+    /// The sandbox of the model's shell commands (`--sandbox` / `--network` override).
+    pub(crate) sandbox: Option<crate::sandbox::Policy>,
+    pub(crate) network: Option<bool>,
 }
 
 /// A string rendered with the template context, and where it was written (the line of its
@@ -91,6 +112,9 @@ pub(crate) struct Step {
     pub(crate) backend: Backend,
     /// Take the answer of an earlier run to the same request instead of sending it.
     pub(crate) reuse: bool,
+    /// The sandbox of the model's shell commands, over the settings'.
+    pub(crate) sandbox: Option<crate::sandbox::Policy>,
+    pub(crate) network: Option<bool>,
 }
 
 #[derive(Debug, Clone)]

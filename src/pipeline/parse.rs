@@ -18,6 +18,7 @@ use super::model::{
 use super::refs;
 use crate::diag::{Diagnostic, Diagnostics, FileDiags, Pos, SourceFile};
 use crate::recipe::read_parameters;
+use crate::sandbox::Policy;
 use crate::source::suggestions;
 use crate::template;
 use crate::yaml::{self, MapReader, Node, ScalarStyle, Value};
@@ -339,6 +340,16 @@ fn choice<T: Copy>(
     }
 }
 
+/// `sandbox:` — the policy of the model's shell commands.
+fn sandbox_field(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> Option<Policy> {
+    let choices = [
+        ("workspace-write", Policy::WorkspaceWrite),
+        ("read-only", Policy::ReadOnly),
+        ("off", Policy::Off),
+    ];
+    choice(r, "sandbox", &choices, d).map(|(policy, _)| policy)
+}
+
 // ---------------------------------------------------------------------------------------
 // Settings, steps, outputs
 
@@ -357,6 +368,8 @@ fn read_settings(node: &Node, d: &mut FileDiags<'_>) -> PipelineSettings {
         max_turns: count_field(&mut r, "max_turns", 1, d),
         max_output_tokens: count_field(&mut r, "max_output_tokens", 1, d),
         concurrency: count_field(&mut r, "concurrency", 1, d),
+        sandbox: sandbox_field(&mut r, d),
+        network: bool_field(&mut r, "network", d),
     };
     r.finish(d);
     settings
@@ -573,6 +586,8 @@ fn read_step(
         None => Backend::Live,
     };
     let reuse = bool_field(&mut r, "reuse", d).unwrap_or(false);
+    let sandbox = sandbox_field(&mut r, d);
+    let network = bool_field(&mut r, "network", d);
     r.finish(d);
     Some((
         Step {
@@ -593,6 +608,8 @@ fn read_step(
             allow_empty,
             backend,
             reuse,
+            sandbox,
+            network,
         },
         kind_known,
     ))

@@ -194,6 +194,9 @@ pub(crate) struct Extension {
     pub(crate) headers: IndexMap<String, String>,
     pub(crate) timeout_secs: Option<u64>,
     pub(crate) uri: Option<String>,
+    /// `sandbox:` / `network:` of a stdio server (default: no sandbox).
+    pub(crate) sandbox: Option<crate::sandbox::Policy>,
+    pub(crate) network: bool,
 }
 
 impl Extension {
@@ -212,6 +215,8 @@ impl Extension {
             headers: IndexMap::new(),
             timeout_secs: None,
             uri: None,
+            sandbox: None,
+            network: false,
         }
     }
 }

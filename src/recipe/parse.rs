@@ -518,6 +518,8 @@ fn read_extensions(node: &Node, d: &mut FileDiags<'_>) -> Vec<Extension> {
                 headers: IndexMap::new(),
                 timeout_secs: None,
                 uri: None,
+                sandbox: None,
+                network: false,
             });
             continue;
         }
@@ -567,6 +569,27 @@ fn read_extensions(node: &Node, d: &mut FileDiags<'_>) -> Vec<Extension> {
             .map(|a| string_list(a, &format!("{path}.available_tools"), d))
             .unwrap_or_default();
         let description = string_field(&mut r, "description", d);
+        let sandbox = r.get("sandbox").and_then(|node| {
+            let policy = node.as_str().and_then(crate::sandbox::Policy::parse);
+            if policy.is_none() {
+                d.error(
+                    node.pos,
+                    format!(
+                        "`{path}.sandbox` must be `workspace-write`, `read-only` or `off`, found {}",
+                        node.as_str().map_or_else(|| node.kind_name().to_owned(), |t| format!("`{t}`"))
+                    ),
+                );
+            }
+            policy
+        });
+        let network = match r.get("network").map(|n| (n, n.as_str())) {
+            None | Some((_, Some("false"))) => false,
+            Some((_, Some("true"))) => true,
+            Some((node, _)) => {
+                d.error(node.pos, format!("`{path}.network` must be true or false"));
+                false
+            }
+        };
         r.ignore(&[
             "bundled",
             "display_name",
@@ -598,6 +621,8 @@ fn read_extensions(node: &Node, d: &mut FileDiags<'_>) -> Vec<Extension> {
             headers,
             timeout_secs,
             uri,
+            sandbox,
+            network,
         });
     }
     out

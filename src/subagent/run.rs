@@ -8,7 +8,7 @@ use super::ending::answer_problem;
 use super::event::SubagentEvent;
 use super::redact::Redactor;
 use super::structured::check_answer;
-use super::tool::{ToolOutput, ToolSet, WorkDir};
+use super::tool::{Scratch, ToolOutput, ToolSet, WorkDir};
 use crate::mcp::Session;
 use crate::provider::{
     ChatRequest, Client, Message, ProviderError, RateLimiter, ResponseFormat, RetryPolicy,
@@ -101,6 +101,8 @@ struct Tools {
     specs: std::sync::Arc<[ToolSpec]>,
     /// The system prompt, naming the MCP tools when there are any.
     system: String,
+    /// The task's private TMPDIR, removed when the run ends.
+    scratch: Scratch,
 }
 
 impl Tools {
@@ -110,6 +112,7 @@ impl Tools {
                 session: Session::default(),
                 specs: spec.tools.specs(),
                 system: spec.system.clone(),
+                scratch: Scratch::default(),
             };
         }
         let started = Session::start(&spec.extensions, spec.workdir.path()).await;
@@ -135,6 +138,7 @@ impl Tools {
             session: started.session,
             specs: specs.into(),
             system,
+            scratch: Scratch::default(),
         }
     }
 
@@ -155,7 +159,10 @@ impl Tools {
                     .collect();
                 return spec.tools.unknown_tool(name, &extra);
             }
-            return spec.tools.call(name, args, &spec.workdir).await;
+            return spec
+                .tools
+                .call(name, args, &spec.workdir, &self.scratch)
+                .await;
         }
         let (output, warning) = self.session.call(name, args).await;
         if let Some(message) = warning {

@@ -14,10 +14,17 @@ pub(super) enum Section {
     Config,
     Sources,
     Store,
+    Sandbox,
 }
 
 impl Section {
-    pub(super) const ALL: [Self; 4] = [Self::Provider, Self::Config, Self::Sources, Self::Store];
+    pub(super) const ALL: [Self; 5] = [
+        Self::Provider,
+        Self::Config,
+        Self::Sources,
+        Self::Store,
+        Self::Sandbox,
+    ];
 
     pub(super) fn title(self) -> &'static str {
         match self {
@@ -25,6 +32,7 @@ impl Section {
             Self::Config => "Config files",
             Self::Sources => "Sources",
             Self::Store => "Store",
+            Self::Sandbox => "Sandbox of the model's shell commands",
         }
     }
 
@@ -34,6 +42,7 @@ impl Section {
             Self::Config => "config",
             Self::Sources => "sources",
             Self::Store => "store",
+            Self::Sandbox => "sandbox",
         }
     }
 }

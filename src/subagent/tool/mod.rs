@@ -14,7 +14,7 @@ mod shell;
 mod workdir;
 
 pub(crate) use set::ToolSet;
-pub(crate) use shell::is_secret_name;
+pub(crate) use shell::{Scratch, is_secret_name};
 pub(crate) use workdir::WorkDir;
 
 /// The result of one tool call, as it goes back to the model.

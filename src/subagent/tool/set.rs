@@ -8,10 +8,12 @@
 
 use serde_json::Value;
 
+use super::shell::Scratch;
 use super::workdir::WorkDir;
 use super::{ToolOutput, fs, search, shell, shown};
 use crate::agent::{BuiltinTool, ToolKind, ToolRef};
 use crate::provider::ToolSpec;
+use crate::sandbox::Sandbox;
 
 /// A listed MCP tool: server, tool (`None` = all of the server's), the entry as written.
 pub(crate) type McpWanted = (String, Option<String>, String);
@@ -38,6 +40,8 @@ pub(crate) struct ToolSet {
     /// `Some` when the shell was offered only through patterns such as `Bash(git log*)`: the
     /// commands it may run.
     shell_patterns: Option<Vec<String>>,
+    /// The sandbox `shell` commands run in.
+    sandbox: Sandbox,
 }
 
 impl ToolSet {
@@ -65,6 +69,7 @@ impl ToolSet {
                 ToolSet {
                     tools,
                     shell_patterns: None,
+                    sandbox: Sandbox::default(),
                 },
                 Vec::new(),
                 Vec::new(),
@@ -130,10 +135,27 @@ impl ToolSet {
             ToolSet {
                 tools,
                 shell_patterns,
+                sandbox: Sandbox::default(),
             },
             unavailable,
             mcp,
         )
+    }
+
+    /// The set with `shell` commands run in `sandbox`.
+    pub(crate) fn with_sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// The sandbox `shell` commands run in.
+    pub(crate) fn sandbox(&self) -> Sandbox {
+        self.sandbox
+    }
+
+    /// Whether the set offers `shell`.
+    pub(crate) fn has_shell(&self) -> bool {
+        self.tools.contains(&Tool::Builtin(BuiltinTool::Shell))
     }
 
     /// The specs offered to the model, in a stable order. Built once per distinct set of
@@ -203,7 +225,14 @@ impl ToolSet {
 
     /// Runs a call. A name not in the set returns an error output whose content starts with
     /// `unknown_tool:` naming the tool and listing the available ones, and runs nothing.
-    pub(crate) async fn call(&self, name: &str, args: &Value, workdir: &WorkDir) -> ToolOutput {
+    /// `scratch` is the task's private temporary directory, made on the first shell call.
+    pub(crate) async fn call(
+        &self,
+        name: &str,
+        args: &Value,
+        workdir: &WorkDir,
+        scratch: &Scratch,
+    ) -> ToolOutput {
         let Some(tool) = self.find(name) else {
             return self.unknown_tool(name, &[]);
         };
@@ -215,7 +244,12 @@ impl ToolSet {
                 BuiltinTool::ListFiles => search::list_files(args, workdir).await,
                 BuiltinTool::Search => search::search(args, workdir).await,
                 BuiltinTool::Shell => {
-                    shell::shell(args, workdir, self.shell_patterns.as_deref()).await
+                    let context = shell::Context {
+                        workdir,
+                        scratch,
+                        sandbox: self.sandbox,
+                    };
+                    shell::shell(args, &context, self.shell_patterns.as_deref()).await
                 }
             },
         };
@@ -231,6 +265,20 @@ mod tests {
     use crate::diag::Pos;
     use crate::subagent::tool::test_support::Sandbox;
 
+    /// [`ToolSet::builtin`] with the shell unsandboxed: the unit-test binary is not summon,
+    /// which the sandbox starts (tests/sandbox.rs covers the sandbox).
+    fn builtin_off(
+        shell_enabled: bool,
+        narrow: Option<&[ToolRef]>,
+    ) -> (ToolSet, Vec<String>, Vec<McpWanted>) {
+        let (set, unavailable, mcp) = ToolSet::builtin(shell_enabled, narrow);
+        let off = crate::sandbox::Sandbox {
+            policy: crate::sandbox::Policy::Off,
+            network: false,
+        };
+        (set.with_sandbox(off), unavailable, mcp)
+    }
+
     fn refs(raws: &[&str]) -> Vec<ToolRef> {
         raws.iter()
             .map(|raw| ToolRef::new(*raw, Pos::new(1, 1, 1)))
@@ -238,7 +286,7 @@ mod tests {
     }
 
     fn narrowed(shell_enabled: bool, raws: &[&str]) -> (ToolSet, Vec<String>) {
-        let (set, unavailable, _) = ToolSet::builtin(shell_enabled, Some(&refs(raws)));
+        let (set, unavailable, _) = builtin_off(shell_enabled, Some(&refs(raws)));
         (set, unavailable)
     }
 
@@ -252,10 +300,10 @@ mod tests {
 
     #[test]
     fn default_sets() {
-        let (set, unavailable, _) = ToolSet::builtin(false, None);
+        let (set, unavailable, _) = builtin_off(false, None);
         assert_eq!(set.names(), FILE_TOOLS);
         assert!(unavailable.is_empty());
-        let (set, _, _) = ToolSet::builtin(true, None);
+        let (set, _, _) = builtin_off(true, None);
         assert_eq!(set.names(), [&FILE_TOOLS[..], &["shell"]].concat());
         assert_eq!(set.shell_patterns, None);
         let specs = set.specs();
@@ -311,7 +359,7 @@ mod tests {
         );
         assert_eq!(set.names(), ["read_file"]);
         assert_eq!(unavailable, ["WebFetch", "TodoWrite"]);
-        let (_, _, mcp) = ToolSet::builtin(
+        let (_, _, mcp) = builtin_off(
             false,
             Some(&refs(&[
                 "mcp__github__create_issue",
@@ -358,11 +406,11 @@ mod tests {
     #[tokio::test]
     async fn calls_dispatch_to_the_tools() {
         let sb = Sandbox::new();
-        let (set, _, _) = ToolSet::builtin(true, None);
+        let (set, _, _) = builtin_off(true, None);
         let call = |name: &'static str, args: Value| {
             let set = set.clone();
             let wd = sb.wd.clone();
-            async move { set.call(name, &args, &wd).await }
+            async move { set.call(name, &args, &wd, &Scratch::default()).await }
         };
         let out = call(
             "write_file",
@@ -399,14 +447,14 @@ mod tests {
     #[tokio::test]
     async fn malformed_arguments_are_tool_errors() {
         let sb = Sandbox::new();
-        let (set, _, _) = ToolSet::builtin(true, None);
+        let (set, _, _) = builtin_off(true, None);
         for name in set.names() {
             for args in [
                 json!("{\"path\": \"a"),
                 json!([]),
                 json!({"path": 1, "pattern": 2, "command": 3}),
             ] {
-                let out = set.call(name, &args, &sb.wd).await;
+                let out = set.call(name, &args, &sb.wd, &Scratch::default()).await;
                 assert!(out.is_error, "{name} {args}");
                 assert!(
                     out.content
@@ -432,6 +480,7 @@ mod tests {
                 "write_file",
                 &json!({"path": "x.txt", "content": "no"}),
                 &sb.wd,
+                &Scratch::default(),
             )
             .await;
         assert!(out.is_error);
@@ -441,7 +490,12 @@ mod tests {
              tools: read_file, search."
         );
         let out = set
-            .call("shell", &json!({"command": "touch y.txt"}), &sb.wd)
+            .call(
+                "shell",
+                &json!({"command": "touch y.txt"}),
+                &sb.wd,
+                &Scratch::default(),
+            )
             .await;
         assert!(
             out.content.starts_with("unknown_tool: `shell`"),
@@ -449,7 +503,12 @@ mod tests {
             out.content
         );
         let out = set
-            .call("Bash", &json!({"command": "touch y.txt"}), &sb.wd)
+            .call(
+                "Bash",
+                &json!({"command": "touch y.txt"}),
+                &sb.wd,
+                &Scratch::default(),
+            )
             .await;
         assert!(
             out.content.starts_with("unknown_tool: `Bash`"),
@@ -460,7 +519,14 @@ mod tests {
         assert!(!sb.root().join("y.txt").exists());
 
         let (empty, _) = narrowed(true, &[]);
-        let out = empty.call("read_file", &json!({"path": "x"}), &sb.wd).await;
+        let out = empty
+            .call(
+                "read_file",
+                &json!({"path": "x"}),
+                &sb.wd,
+                &Scratch::default(),
+            )
+            .await;
         assert_eq!(
             out,
             ToolOutput::error(
@@ -475,11 +541,21 @@ mod tests {
         let sb = Sandbox::new();
         let (set, _) = narrowed(true, &["Bash(echo hi*)"]);
         let out = set
-            .call("shell", &json!({"command": "echo hi"}), &sb.wd)
+            .call(
+                "shell",
+                &json!({"command": "echo hi"}),
+                &sb.wd,
+                &Scratch::default(),
+            )
             .await;
         assert_eq!(out, ToolOutput::ok("exit code: 0\n[stdout]\nhi\n"));
         let out = set
-            .call("shell", &json!({"command": "touch z"}), &sb.wd)
+            .call(
+                "shell",
+                &json!({"command": "touch z"}),
+                &sb.wd,
+                &Scratch::default(),
+            )
             .await;
         assert!(out.is_error);
         assert!(

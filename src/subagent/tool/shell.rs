@@ -1,11 +1,14 @@
 //! The `shell` tool: `sh -c COMMAND` in the working directory, bounded in time and output.
 //!
-//! The command runs with stdin from `/dev/null`, in a process group of its own, with the
-//! environment minus variables that look like API keys. stdout and stderr are captured
-//! separately (each capped at [`OUTPUT_CAP`], the rest drained and counted). When the command
-//! ends, or its timeout passes, the whole process group is killed, so background processes
-//! neither outlive the call nor keep it waiting on their open pipes; a timeout is an error
-//! that still shows the output so far.
+//! The command runs in the task's sandbox (see [`crate::sandbox`]; refused where the kernel
+//! cannot confine it), with stdin from `/dev/null`, in a process group of its own, with the
+//! environment minus variables that look like API keys and `TMPDIR` set to the task's private
+//! temporary directory. A failure that looks like a sandbox denial gets a line naming the
+//! policy. stdout and stderr are captured separately (each capped at [`OUTPUT_CAP`], the
+//! rest drained and counted). When the command ends, its timeout passes, or the call is dropped (the task cancelled), the whole process
+//! group is killed, so background processes neither outlive the call nor keep it waiting on
+//! their open pipes; a timeout is an error that still shows the output so far. An interrupted
+//! summon kills the groups still running (see [`crate::exec::groups`]).
 //!
 //! An agent that lists shell only through patterns (`Bash(git log*)`) gets a restricted shell:
 //! the command must match one of the patterns (`*` matches anything, a trailing `:*` as in
@@ -22,6 +25,7 @@ use super::args::Args;
 use super::workdir::WorkDir;
 use super::{ToolError, shown};
 use crate::provider::ToolSpec;
+use crate::sandbox::{Policy, Sandbox, helper};
 
 /// The most bytes kept of each of stdout and stderr.
 pub(crate) const OUTPUT_CAP: usize = 128 * 1024;
@@ -69,10 +73,34 @@ pub(crate) fn shell_spec(allowed: Option<&[String]>) -> ToolSpec {
     }
 }
 
+/// Where a task's shell commands run.
+pub(crate) struct Context<'a> {
+    pub(crate) workdir: &'a WorkDir,
+    /// The task's private temporary directory (TMPDIR).
+    pub(crate) scratch: &'a Scratch,
+    pub(crate) sandbox: Sandbox,
+}
+
+/// A task's private temporary directory: made on its first shell command, TMPDIR of every
+/// command, writable under `workspace-write`, and removed with everything in it when the task
+/// ends.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch(std::sync::OnceLock<tempfile::TempDir>);
+
+impl Scratch {
+    fn path(&self) -> std::io::Result<&std::path::Path> {
+        if let Some(dir) = self.0.get() {
+            return Ok(dir.path());
+        }
+        let made = tempfile::Builder::new().prefix("summon-tmp-").tempdir()?;
+        Ok(self.0.get_or_init(|| made).path())
+    }
+}
+
 /// `shell {command, timeout_secs?}`; `allowed` restricts the commands to these patterns.
 pub(crate) async fn shell(
     args: &Value,
-    wd: &WorkDir,
+    context: &Context<'_>,
     allowed: Option<&[String]>,
 ) -> Result<String, ToolError> {
     let args = Args::parse("shell", EXPECTED, args)?;
@@ -91,7 +119,10 @@ pub(crate) async fn shell(
     if let Some(patterns) = allowed {
         check_allowed(command, patterns)?;
     }
-    run(command, wd, Duration::from_secs(timeout_secs)).await
+    if let Some(refusal) = crate::sandbox::support::refusal(context.sandbox) {
+        return Err(ToolError::Failed(refusal));
+    }
+    run(command, context, Duration::from_secs(timeout_secs)).await
 }
 
 /// Refuses `command` unless it matches one of `patterns` and has no shell operators.
@@ -165,16 +196,21 @@ pub(crate) fn is_secret_name(name: &str) -> bool {
 }
 
 /// Runs `command` and formats what happened.
-async fn run(command: &str, wd: &WorkDir, timeout: Duration) -> Result<String, ToolError> {
-    let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(wd.path())
+async fn run(command: &str, context: &Context<'_>, timeout: Duration) -> Result<String, ToolError> {
+    let wd = context.workdir.path();
+    let tmp = context
+        .scratch
+        .path()
+        .map_err(|e| ToolError::Failed(format!("cannot make the task's TMPDIR: {e}")))?;
+    let mut cmd = helper::command(context.sandbox, &[wd, tmp], "sh", &["-c", command])
+        .map_err(|e| ToolError::Failed(format!("cannot find summon to start the sandbox: {e}")))?;
+    cmd.current_dir(wd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true)
+        .env("TMPDIR", tmp)
         // A `summon delegate` run from here is refused: subagents cannot delegate.
         .env(crate::command::NESTED_ENV, "1");
     for (name, _) in std::env::vars_os() {
@@ -185,14 +221,14 @@ async fn run(command: &str, wd: &WorkDir, timeout: Duration) -> Result<String, T
     let mut child = cmd
         .spawn()
         .map_err(|e| ToolError::Failed(format!("cannot start `sh`: {e}")))?;
-    let pgid = child.id();
+    // Killed with every process it started when the call ends in any way, including when
+    // the task is cancelled and this future dropped.
+    let group = child.id().map(ProcessGroup::new);
     let stdout = child.stdout.take().map(|s| tokio::spawn(read_capped(s)));
     let stderr = child.stderr.take().map(|s| tokio::spawn(read_capped(s)));
 
     let waited = tokio::time::timeout(timeout, child.wait()).await;
-    if let Some(pgid) = pgid {
-        kill_group(pgid).await;
-    }
+    drop(group);
     let status = match waited {
         Ok(Ok(status)) => Some(status),
         Ok(Err(e)) => {
@@ -245,10 +281,47 @@ async fn run(command: &str, wd: &WorkDir, timeout: Duration) -> Result<String, T
             "\n[output not captured: a process that left the command's process group kept it open]",
         );
     }
+    if status.is_some_and(|s| !s.success()) && context.sandbox.policy != Policy::Off {
+        if let Some(line) = denial_note(context.sandbox, &out, &err) {
+            text.push('\n');
+            text.push_str(&line);
+        }
+    }
     match status {
         Some(_) => Ok(text),
         None => Err(ToolError::Failed(text)),
     }
+}
+
+/// One line saying a failure may be the sandbox's doing, when the output has the errors the
+/// sandbox causes, so that a denial is not mistaken for a bug.
+fn denial_note(sandbox: Sandbox, out: &Captured, err: &Captured) -> Option<String> {
+    const SIGNS: [&str; 3] = [
+        "Permission denied",
+        "Operation not permitted",
+        "Read-only file system",
+    ];
+    let denied = [out, err].iter().any(|c| {
+        let text = String::from_utf8_lossy(&c.bytes);
+        SIGNS.iter().any(|sign| text.contains(sign))
+    });
+    if !denied {
+        return None;
+    }
+    let allowed = match sandbox.policy {
+        Policy::ReadOnly => "writes nowhere",
+        _ => "writes only in the working directory and $TMPDIR",
+    };
+    let network = if sandbox.network {
+        "network allowed"
+    } else {
+        "no network"
+    };
+    Some(format!(
+        "[sandbox: this command ran under the `{}` policy ({allowed}, {network}); a \"Permission \
+         denied\" or \"Operation not permitted\" above may be the sandbox refusing]",
+        sandbox.policy
+    ))
 }
 
 /// `exit code: N`, or the signal that ended the command.
@@ -305,31 +378,21 @@ async fn read_capped(mut stream: impl AsyncRead + Unpin) -> Captured {
     }
 }
 
-/// Sends SIGKILL to every process of the group `pgid` (quietly; it may be gone already).
-async fn kill_group(pgid: u32) {
-    let target = format!("-{pgid}");
-    let attempt = tokio::process::Command::new("kill")
-        .args(["-KILL", "--", &target])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .status();
-    if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(5), attempt).await {
-        return;
+/// A running command's process group, killed (every process of it) when dropped.
+struct ProcessGroup(u32);
+
+impl ProcessGroup {
+    fn new(pgid: u32) -> Self {
+        crate::exec::groups::register(pgid);
+        Self(pgid)
     }
-    // No `kill` program: the shell's builtin does the same.
-    let _ = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::process::Command::new("sh")
-            .args(["-c", &format!("kill -9 {target}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .status(),
-    )
-    .await;
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        crate::exec::groups::kill(self.0);
+        crate::exec::groups::unregister(self.0);
+    }
 }
 
 #[cfg(test)]
@@ -341,8 +404,21 @@ mod tests {
     use super::*;
     use crate::subagent::tool::test_support::Sandbox;
 
+    /// Unit tests run commands unsandboxed: the test binary is not summon, which the
+    /// sandbox starts (the integration tests in tests/sandbox.rs cover it).
+    const OFF: crate::sandbox::Sandbox = crate::sandbox::Sandbox {
+        policy: Policy::Off,
+        network: false,
+    };
+
     async fn sh(sb: &Sandbox, args: Value) -> Result<String, ToolError> {
-        shell(&args, &sb.wd, None).await
+        let scratch = Scratch::default();
+        let context = Context {
+            workdir: &sb.wd,
+            scratch: &scratch,
+            sandbox: OFF,
+        };
+        shell(&args, &context, None).await
     }
 
     #[tokio::test]
@@ -513,7 +589,15 @@ mod tests {
             let args = json!({ "command": command });
             let wd = sb.wd.clone();
             let allowed = allowed.clone();
-            async move { shell(&args, &wd, Some(&allowed[..])).await }
+            async move {
+                let scratch = Scratch::default();
+                let context = Context {
+                    workdir: &wd,
+                    scratch: &scratch,
+                    sandbox: OFF,
+                };
+                shell(&args, &context, Some(&allowed[..])).await
+            }
         };
         assert_eq!(
             run("echo hi there").await.unwrap(),

@@ -1,0 +1,101 @@
+//! The process groups of the shell commands running now, so that an interrupted summon
+//! (Ctrl-C, SIGTERM) kills them instead of leaving them running without a parent.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+static LIVE: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+
+/// Notes a running command's process group.
+pub(crate) fn register(pgid: u32) {
+    if let Ok(mut live) = LIVE.lock() {
+        live.insert(pgid);
+    }
+}
+
+/// Forgets a process group that was killed.
+pub(crate) fn unregister(pgid: u32) {
+    if let Ok(mut live) = LIVE.lock() {
+        live.remove(&pgid);
+    }
+}
+
+/// Sends SIGKILL to every process of the group `pgid` (quietly: it may be gone already).
+pub(crate) fn kill(pgid: u32) {
+    if let Ok(pgid) = i32::try_from(pgid)
+        && pgid > 1
+    {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}
+
+/// Kills every running command's process group; returns how many there were.
+pub(crate) fn kill_all() -> usize {
+    let live: Vec<u32> = LIVE
+        .lock()
+        .map(|live| live.iter().copied().collect())
+        .unwrap_or_default();
+    live.iter().copied().for_each(kill);
+    live.len()
+}
+
+/// Which signals end summon after killing the running commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handled {
+    /// SIGTERM and SIGHUP (a command that handles Ctrl-C itself, such as `run`).
+    Terminate,
+    /// Those and Ctrl-C (SIGINT).
+    TerminateAndInterrupt,
+}
+
+/// Watches for the signals `handled` on a thread of its own: on one, kills the commands still
+/// running, says so, and exits with 128 + the signal number, as the shell reports a death by
+/// that signal.
+pub(crate) fn exit_on_signals(handled: Handled) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    // Registered before this returns, so no signal is missed once the work starts.
+    let registered = runtime.block_on(async {
+        let term = signal(SignalKind::terminate())?;
+        let hangup = signal(SignalKind::hangup())?;
+        let interrupt = match handled {
+            Handled::TerminateAndInterrupt => Some(signal(SignalKind::interrupt())?),
+            Handled::Terminate => None,
+        };
+        std::io::Result::Ok((term, hangup, interrupt))
+    });
+    let Ok((mut term, mut hangup, mut interrupt)) = registered else {
+        return;
+    };
+    std::thread::spawn(move || {
+        let (name, number) = runtime.block_on(async {
+            let interrupted = async {
+                match interrupt.as_mut() {
+                    Some(signal) => signal.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = term.recv() => ("terminated (SIGTERM)", 15),
+                _ = hangup.recv() => ("hung up (SIGHUP)", 1),
+                _ = interrupted => ("interrupted", 2),
+            }
+        });
+        let killed = kill_all();
+        let what = match killed {
+            0 => String::new(),
+            1 => ": killed the running command and every process it started".to_owned(),
+            n => format!(": killed the {n} running commands and every process they started"),
+        };
+        eprintln!("summon: {name}{what}");
+        std::process::exit(128 + number);
+    });
+}

@@ -1,0 +1,175 @@
+//! The hidden `summon __sandbox` subcommand: confines its own process, then executes the
+//! command, which inherits the confinement with everything it starts.
+//!
+//! Running the restrictions in a separate exec of summon keeps them off summon's own threads
+//! and needs no unsafe code: the `landlock` and `seccompiler` crates apply them to the calling
+//! thread, and `exec` replaces the process with the command.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::{Policy, Sandbox};
+
+/// The name of the hidden subcommand.
+pub(crate) const SUBCOMMAND: &str = "__sandbox";
+/// The exit code when the sandbox could not be set up (the command did not run).
+pub(crate) const SETUP_FAILED: i32 = 125;
+
+/// A `std::process::Command`-like invocation that runs `program args` under `sandbox`, able to
+/// write in `writable` (with `workspace-write`). With `off`, the program itself.
+pub(crate) fn command(
+    sandbox: Sandbox,
+    writable: &[&Path],
+    program: &str,
+    args: &[&str],
+) -> std::io::Result<tokio::process::Command> {
+    if sandbox.policy == Policy::Off {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args);
+        return Ok(cmd);
+    }
+    let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
+    cmd.arg(SUBCOMMAND)
+        .arg("--policy")
+        .arg(sandbox.policy.name());
+    if sandbox.network {
+        cmd.arg("--network");
+    }
+    for dir in writable {
+        cmd.arg("--write").arg(dir);
+    }
+    cmd.arg("--").arg(program).args(args);
+    Ok(cmd)
+}
+
+/// Confines this process as asked and executes `argv`; returns only on failure, with the exit
+/// code after saying why on stderr.
+pub(crate) fn run(policy: Policy, network: bool, writable: &[PathBuf], argv: &[OsString]) -> i32 {
+    let Some((program, args)) = argv.split_first() else {
+        eprintln!("summon: sandbox: no command given");
+        return SETUP_FAILED;
+    };
+    if policy != Policy::Off
+        && let Err(message) = confine(policy, network, writable)
+    {
+        eprintln!("summon: sandbox: cannot confine the command: {message}");
+        return SETUP_FAILED;
+    }
+    use std::os::unix::process::CommandExt;
+    let error = std::process::Command::new(program).args(args).exec();
+    eprintln!(
+        "summon: sandbox: cannot run `{}`: {error}",
+        program.to_string_lossy()
+    );
+    if error.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
+
+/// Devices every policy may write: sinks, sources and the terminal.
+#[cfg(target_os = "linux")]
+const DEVICES: [&str; 6] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+#[cfg(target_os = "linux")]
+fn confine(policy: Policy, network: bool, writable: &[PathBuf]) -> Result<(), String> {
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr,
+        RulesetCreatedAttr, RulesetStatus,
+    };
+    // The newest ABI summon knows; on older kernels the crate enforces what the kernel has.
+    let abi = ABI::V6;
+    let err = |e: landlock::RulesetError| e.to_string();
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(err)?;
+    if !network {
+        ruleset = ruleset
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(err)?;
+    }
+    let path_fd =
+        |path: &Path| PathFd::new(path).map_err(|e| format!("cannot open {}: {e}", path.display()));
+    let mut created = ruleset
+        .create()
+        .map_err(err)?
+        .add_rule(PathBeneath::new(
+            path_fd(Path::new("/"))?,
+            AccessFs::from_read(abi),
+        ))
+        .map_err(err)?;
+    for device in DEVICES.map(Path::new).into_iter().filter(|d| d.exists()) {
+        created = created
+            .add_rule(PathBeneath::new(path_fd(device)?, AccessFs::from_file(abi)))
+            .map_err(err)?;
+    }
+    if policy == Policy::WorkspaceWrite {
+        for dir in writable {
+            created = created
+                .add_rule(PathBeneath::new(path_fd(dir)?, AccessFs::from_all(abi)))
+                .map_err(err)?;
+        }
+    }
+    let status = created.restrict_self().map_err(err)?;
+    if status.ruleset == RulesetStatus::NotEnforced {
+        return Err("the kernel does not enforce Landlock".to_owned());
+    }
+    if !network {
+        deny_sockets()?;
+    }
+    Ok(())
+}
+
+/// Refuses every new socket but Unix ones (so UDP and raw sockets too, which Landlock does not
+/// cover), and io_uring, which could open sockets without the `socket` system call.
+#[cfg(target_os = "linux")]
+fn deny_sockets() -> Result<(), String> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule,
+    };
+    let not_unix = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Ne,
+        libc::AF_UNIX as u64,
+    )
+    .map_err(|e| e.to_string())?;
+    let rules = [
+        (
+            libc::SYS_socket,
+            vec![SeccompRule::new(vec![not_unix]).map_err(|e| e.to_string())?],
+        ),
+        (libc::SYS_io_uring_setup, vec![]),
+    ];
+    let arch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    let filter = SeccompFilter::new(
+        rules.into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let program: BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    seccompiler::apply_filter(&program).map_err(|e| e.to_string())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn confine(_policy: Policy, _network: bool, _writable: &[PathBuf]) -> Result<(), String> {
+    Err(format!(
+        "sandboxing needs Linux, and this is {}",
+        std::env::consts::OS
+    ))
+}
