@@ -143,11 +143,26 @@ fn step() -> Value {
                 "description": "live (default): one request per turn; batch (fan_out only): the provider's batch API, cheaper and slower.",
                 "enum": ["live", "batch"]
             },
-            "reuse": {"description": "Take the answer of an earlier run to the same request instead of sending it again.", "type": "boolean"}
+            "reuse": {"description": "Take the answer of an earlier run to the same request instead of sending it again.", "type": "boolean"},
+            "sandbox": sandbox(),
+            "network": network()
         },
         "oneOf": kinds.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),
         "additionalProperties": false
     })
+}
+
+/// The sandbox policy of the commands the model runs through `shell`.
+pub(super) fn sandbox() -> Value {
+    json!({
+        "description": "Where the commands the model runs may write: workspace-write (default: the working directory and a private TMPDIR), read-only, or off (no sandbox).",
+        "enum": ["workspace-write", "read-only", "off"]
+    })
+}
+
+/// The network grant that goes with the sandbox.
+pub(super) fn network() -> Value {
+    json!({"description": "Whether sandboxed commands may use the network (default false).", "type": "boolean"})
 }
 
 pub(super) fn schema() -> Value {
@@ -172,7 +187,9 @@ pub(super) fn schema() -> Value {
                     "temperature": temperature(),
                     "max_turns": whole("At most this many model turns for one task.", 1),
                     "max_output_tokens": whole("At most this many output tokens for one answer.", 1),
-                    "concurrency": whole("At most this many tasks in flight (`--concurrency` overrides; default 8).", 1)
+                    "concurrency": whole("At most this many tasks in flight (`--concurrency` overrides; default 8).", 1),
+                    "sandbox": sandbox(),
+                    "network": network()
                 },
                 "additionalProperties": false
             },

@@ -86,6 +86,8 @@ fn extension() -> Value {
                     "headers": string_map("streamable_http/sse: HTTP headers sent with each request."),
                     "uri": text("streamable_http/sse: the server's URL."),
                     "timeout": whole("Seconds to wait for one tool call.", 0),
+                    "sandbox": super::pipeline::sandbox(),
+                    "network": super::pipeline::network(),
                     "available_tools": strings("Only these of the extension's tools are offered to the model."),
                     "description": text("What the extension is for."),
                     "bundled": {"description": "goose desktop bookkeeping; ignored."},
