@@ -276,3 +276,42 @@ async fn anthropic_is_offered_an_answer_tool_and_forced_to_it_on_a_correction() 
         json!({"type": "tool", "name": "structured_answer"})
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_setting_picks_the_mechanism_before_any_refusal() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::text("{\"score\": 1}"))).await;
+    for (setting, want) in [
+        ("json_object", json!({"type": "json_object"})),
+        ("none", Value::Null),
+    ] {
+        let out = openai(&server)
+            .write("recipes/score.yaml", SCORE_RECIPE)
+            .write(
+                "summon.yaml",
+                &format!("providers:\n  openai:\n    structured_output: {setting}\n"),
+            )
+            .args(["delegate", "--source", "score"])
+            .run();
+        let last = server.requests().pop().unwrap();
+        assert_eq!(last.body["response_format"], want, "{setting}");
+        assert!(!out.stderr.contains("refused"), "{}", out.stderr);
+        assert_eq!(out.stdout.trim(), "{\n  \"score\": 1\n}", "{setting}");
+    }
+    let out = openai(&server)
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .write(
+            "summon.yaml",
+            "providers:\n  openai:\n    structured_output: yaml\n",
+        )
+        .args(["delegate", "--source", "score"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr.contains(
+            "summon.yaml:3:24: error: `providers.openai.structured_output` must be json_schema, json_object or none"
+        ),
+        "{}",
+        out.stderr
+    );
+}

@@ -25,6 +25,8 @@
 //!     tokens_per_minute: 200000
 //!     timeout_secs: 600           # whole request
 //!     connect_timeout_secs: 10
+//!     structured_output: json_schema # json_schema | json_object | none: what an OpenAI-
+//!                                    # compatible server is asked for structured answers
 //!   local:
 //!     kind: openai
 //!     base_url: http://localhost:8000/v1    # vLLM, llama.cpp, LM Studio: no key needed
@@ -128,6 +130,8 @@ pub(crate) struct ProviderConfig {
     pub(crate) kind: Option<ProviderKind>,
     pub(crate) base_url: Option<String>,
     pub(crate) api_key_env: Option<String>,
+    /// `structured_output`: what an OpenAI-compatible server is asked for structured answers.
+    pub(crate) structured_output: Option<crate::provider::OpenAiFormat>,
     /// Where `base_url` (else `api_key_env`) is written: the settings that decide where a
     /// credential goes, which need trust in a project file.
     pub(crate) routing_pos: Option<Pos>,
@@ -568,6 +572,20 @@ fn read_provider(
     let api_key_env =
         api_key_env_node.and_then(|n| read_env_name(n, &format!("{path}.api_key_env"), d));
     let routing_pos = base_url_node.or(api_key_env_node).map(|n| n.pos);
+    let structured_output = r.get("structured_output").and_then(|n| {
+        let text = string_value(n, &format!("{path}.structured_output"), d)?;
+        let parsed = crate::provider::OpenAiFormat::parse(&text);
+        if parsed.is_none() {
+            d.error(
+                n.pos,
+                format!(
+                    "`{path}.structured_output` must be json_schema, json_object or none, found \
+                     `{text}`"
+                ),
+            );
+        }
+        parsed
+    });
     let default_model = r
         .get("default_model")
         .and_then(|n| string_value(n, &format!("{path}.default_model"), d));
@@ -609,6 +627,7 @@ fn read_provider(
         base_url,
         api_key_env,
         routing_pos,
+        structured_output,
         scope: Scope::Global,
         default_model,
         aliases,

@@ -54,6 +54,8 @@ pub(crate) struct ProviderDef {
     pub(crate) connect_timeout: Option<Duration>,
     /// Where the definition itself came from: [`Origin::Preset`] or [`Origin::ConfigFile`].
     pub(crate) origin: Origin,
+    /// What an OpenAI-compatible server is asked for structured answers.
+    pub(crate) structured_output: Option<crate::provider::OpenAiFormat>,
     /// Where the project's `summon.yaml` sets this provider's `base_url` or `api_key_env`:
     /// those apply only in a trusted project.
     pub(crate) project_routing: Option<crate::diag::Span>,
@@ -116,6 +118,7 @@ pub(crate) fn preset(name: &str, env: &Env) -> Option<ProviderDef> {
         request_timeout: None,
         connect_timeout: None,
         origin: Origin::Preset,
+        structured_output: None,
         project_routing: None,
     })
 }
@@ -170,6 +173,7 @@ fn from_config(entry: &ProviderConfig, preset: Option<ProviderDef>) -> ProviderD
         request_timeout: entry.request_timeout,
         connect_timeout: entry.connect_timeout,
         origin: from_file(),
+        structured_output: entry.structured_output,
         project_routing: entry
             .routing_pos
             .filter(|_| entry.scope == super::file::Scope::Project)

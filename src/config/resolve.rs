@@ -502,6 +502,9 @@ pub(crate) fn endpoint(env: &Env, def: &ProviderDef) -> Result<ProviderEndpoint,
         )));
     }
     let mut endpoint = ProviderEndpoint::new(&def.name, def.kind, &def.base_url);
+    if let Some(format) = def.structured_output {
+        endpoint.structured_output = format;
+    }
     if let Some(timeout) = def.request_timeout {
         endpoint.request_timeout = timeout;
     }

@@ -269,10 +269,11 @@ pub(crate) fn run_pipeline(
             };
             let Some(run) = run else {
                 return Err(Error::usage(match wanted {
-                    Some(id) => format!(
-                        "no run `{id}` to resume; runs past the retention limits \
-                         (store.keep_runs, store.keep_days) are pruned, see `summon runs`"
+                    Some(id) if store.was_pruned(id).unwrap_or(false) => format!(
+                        "run `{id}` was pruned by retention (store.keep_runs, store.keep_days) \
+                         and cannot be resumed; `summon runs` lists the runs kept"
                     ),
+                    Some(id) => format!("no run `{id}` to resume; `summon runs` lists the runs"),
                     None => format!(
                         "no earlier run of `{}` to resume",
                         pipeline.file.path().display()

@@ -65,6 +65,9 @@ pub(crate) struct ProviderEndpoint {
     pub(crate) connect_timeout: Duration,
     /// The whole request, from connecting to the end of the response body.
     pub(crate) request_timeout: Duration,
+    /// The structured-output mechanism an OpenAI-compatible server is sent first
+    /// (`structured_output` in the config file); a 400 still steps it down.
+    pub(crate) structured_output: OpenAiFormat,
 }
 
 impl ProviderEndpoint {
@@ -85,6 +88,7 @@ impl ProviderEndpoint {
             api_key_env: None,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+            structured_output: OpenAiFormat::JsonSchema,
         }
     }
 
@@ -167,6 +171,7 @@ impl Client {
             }))
             .build()
             .map_err(|err| setup_error(&endpoint, err))?;
+        let endpoint_format = endpoint.structured_output;
         Ok(Self {
             endpoint: Arc::new(endpoint),
             http,
@@ -175,7 +180,11 @@ impl Client {
             base,
             chat_url,
             models_url,
-            format_level: Arc::default(),
+            format_level: Arc::new(std::sync::atomic::AtomicU8::new(match endpoint_format {
+                OpenAiFormat::JsonSchema => 0,
+                OpenAiFormat::JsonObject => 1,
+                OpenAiFormat::None => 2,
+            })),
             notice: Arc::default(),
         })
     }

@@ -30,7 +30,8 @@ impl ResponseFormat {
     }
 }
 
-/// How far an OpenAI-compatible server was found to support `response_format`.
+/// How far an OpenAI-compatible server supports `response_format`: set per provider
+/// (`structured_output: json_schema | json_object | none`), or found out from a 400.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OpenAiFormat {
     JsonSchema,
@@ -38,6 +39,18 @@ pub(crate) enum OpenAiFormat {
     JsonObject,
     /// The server refused `json_object` too.
     None,
+}
+
+impl OpenAiFormat {
+    /// The config file's word for it.
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        match text {
+            "json_schema" => Some(Self::JsonSchema),
+            "json_object" => Some(Self::JsonObject),
+            "none" => Some(Self::None),
+            _ => None,
+        }
+    }
 }
 
 /// OpenAI's `response_format` for `format` at the support level `level`.

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 
 use super::journal::{RESULT_COLUMNS, RUN_COLUMNS, result_row, run_record};
@@ -194,6 +194,20 @@ impl Store {
             .find(|r| r.run.run_id == run_id))
     }
 
+    /// Whether a run with this id was removed by retention.
+    pub(crate) fn was_pruned(&self, run_id: &str) -> Result<bool, StoreError> {
+        self.read(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT 1 FROM pruned_runs WHERE run_id = ?1",
+                    [run_id],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some())
+        })
+    }
+
     /// Deletes the runs of every pipeline (or of `pipeline`) that `retention` does not keep,
     /// with their journal rows; never `except` (the run in progress) nor a run that is live.
     pub(crate) fn prune_runs(
@@ -215,6 +229,14 @@ impl Store {
                 &format!("SELECT count(*) FROM run_tasks WHERE run_id IN ({doomed})"),
                 params![pipeline, keep, cutoff, except],
                 |row| row.get(0),
+            )?;
+            tx.execute(
+                &format!(
+                    "INSERT OR IGNORE INTO pruned_runs (run_id, pruned_at)
+                     SELECT run_id, {} FROM ({doomed})",
+                    now_ms()
+                ),
+                params![pipeline, keep, cutoff, except],
             )?;
             let runs = tx.execute(
                 &format!("DELETE FROM runs WHERE run_id IN ({doomed})"),
@@ -348,6 +370,13 @@ mod tests {
             .unwrap();
         assert_eq!(pruned, Pruned { runs: 3, tasks: 6 });
         assert_eq!(count(&store, "outputs"), 1);
+        // A pruned id is never handed out again, even within the same second.
+        for id in &runs {
+            assert!(store.was_pruned(id).unwrap());
+        }
+        let next = store.create_run("p.yaml", "h", "{}", "[]", None).unwrap();
+        assert!(!runs.contains(&next.run_id), "{} reused", next.run_id);
+        assert!(!store.was_pruned(&next.run_id).unwrap());
         store.reclaim_space().unwrap();
         let reusable = store.reusable("p.yaml", "none", "{}").unwrap();
         assert!(reusable.is_empty(), "no run recorded these defaults");

@@ -346,7 +346,8 @@ impl Store {
             let mut n = 1;
             while tx
                 .query_row(
-                    "SELECT 1 FROM runs WHERE run_id = ?1",
+                    "SELECT 1 FROM runs WHERE run_id = ?1
+                     UNION ALL SELECT 1 FROM pruned_runs WHERE run_id = ?1",
                     [&run_id],
                     |_| Ok(()),
                 )

@@ -134,6 +134,13 @@ CREATE TABLE outputs (
     text TEXT NOT NULL
 ) STRICT;
 ALTER TABLE run_tasks ADD COLUMN output_hash TEXT;
+
+-- Ids of runs removed by retention: never handed out again (a run started within the same
+-- second would get the id), and `--resume ID` can say the run was pruned.
+CREATE TABLE pruned_runs (
+    run_id    TEXT    PRIMARY KEY,
+    pruned_at INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
 CREATE INDEX run_tasks_by_output ON run_tasks (output_hash) WHERE output_hash IS NOT NULL;
 "#;
 
@@ -212,6 +219,7 @@ mod tests {
             [
                 "expired_tasks",
                 "outputs",
+                "pruned_runs",
                 "run_batches",
                 "run_tasks",
                 "runs",
