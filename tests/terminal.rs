@@ -120,7 +120,8 @@ async fn bars_show_the_run_and_are_cleared_at_the_end() {
     if tmux_missing() {
         return;
     }
-    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(150))).await;
+    // 60 tasks, 4 at a time, 300 ms each: about 4.5 s, room for a capture mid-run.
+    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(300))).await;
     let t = project();
     let pane = Pane::start(
         &format!("summon-bars-{}", std::process::id()),
