@@ -210,6 +210,11 @@ pub(crate) struct Draft {
 
 impl Draft {
     /// What decides the provider and model, beyond the environment and the config file.
+    /// The JSON Schema the answer must match, when it must.
+    pub(crate) fn response_schema(&self) -> Option<&serde_json::Value> {
+        self.response_schema.as_ref()
+    }
+
     pub(crate) fn overrides(&self) -> Overrides<'_> {
         Overrides {
             provider_flag: self.provider_flag.as_deref(),

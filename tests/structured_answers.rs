@@ -315,3 +315,37 @@ async fn a_provider_setting_picks_the_mechanism_before_any_refusal() {
         out.stderr
     );
 }
+
+#[test]
+fn the_dry_run_says_how_each_step_asks_for_its_structured_answer() {
+    let pipeline = "version: 1\nname: x\nsteps:\n  - id: a\n    delegate:\n      source: score\n  - id: list\n    decompose:\n      instructions: List the areas.\n";
+    for (provider, key, want) in [
+        (
+            "openai",
+            "OPENAI_API_KEY",
+            "note: structured answers: response_format json_schema (not strict: the schema does not meet strict mode's rules)",
+        ),
+        (
+            "anthropic",
+            "ANTHROPIC_API_KEY",
+            "note: structured answers: a `structured_answer` tool whose input is the answer",
+        ),
+    ] {
+        let out = Test::new()
+            .env("SUMMON_PROVIDER", provider)
+            .env(key, "sk-test")
+            .env("SUMMON_MODEL", "m")
+            .write("recipes/score.yaml", SCORE_RECIPE)
+            .write_raw("p.yaml", pipeline)
+            .args(["run", "p.yaml", "--dry-run"])
+            .run();
+        assert!(out.stdout.contains(want), "{provider}:\n{}", out.stdout);
+        // A model-made list is an array: no native mechanism carries it.
+        assert!(
+            out.stdout
+                .contains("note: structured answers: the prompt and lenient extraction"),
+            "{}",
+            out.stdout
+        );
+    }
+}

@@ -452,6 +452,19 @@ impl Drafter<'_> {
         if plan.drafted == 0 {
             plan.model.clone_from(&model);
             plan.prompt = Some(draft.first_message.clone());
+            if let Some(schema) = draft.response_schema()
+                && let Ok(resolved) =
+                    resolve_with(self.env, self.config, &draft.overrides(), |_| true)
+            {
+                plan.notes.push(format!(
+                    "structured answers: {}",
+                    crate::provider::structured_mechanism(
+                        schema,
+                        resolved.endpoint.kind,
+                        resolved.endpoint.structured_output,
+                    )
+                ));
+            }
             if !draft.servers.is_empty() {
                 let names: Vec<&str> = draft.servers.iter().map(|s| s.name.as_str()).collect();
                 plan.notes.push(format!(

@@ -53,6 +53,31 @@ impl OpenAiFormat {
     }
 }
 
+/// How a structured answer with `schema` is asked of a provider of `kind` that is sent
+/// `level` first: what `summon run --dry-run` shows.
+pub(crate) fn mechanism(schema: &Value, kind: super::ProviderKind, level: OpenAiFormat) -> String {
+    if ResponseFormat::for_schema(schema, false).is_none() {
+        return "the prompt and lenient extraction (a schema whose root is not an object has \
+                no native mechanism)"
+            .to_owned();
+    }
+    match (kind, level) {
+        (super::ProviderKind::Anthropic, _) => {
+            format!("a `{ANSWER_TOOL}` tool whose input is the answer")
+        }
+        (_, OpenAiFormat::JsonSchema) => format!(
+            "response_format json_schema ({})",
+            if strict_allowed(schema) {
+                "strict"
+            } else {
+                "not strict: the schema does not meet strict mode's rules"
+            }
+        ),
+        (_, OpenAiFormat::JsonObject) => "response_format json_object".to_owned(),
+        (_, OpenAiFormat::None) => "the prompt and lenient extraction".to_owned(),
+    }
+}
+
 /// OpenAI's `response_format` for `format` at the support level `level`.
 pub(crate) fn openai_response_format(
     format: &ResponseFormat,
