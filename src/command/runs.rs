@@ -217,9 +217,7 @@ fn cost(r: &RunListing) -> Option<f64> {
 }
 
 fn shown_path(path: &str, ctx: &Ctx) -> String {
-    std::path::Path::new(path)
-        .strip_prefix(&ctx.env.cwd)
-        .map_or_else(|_| path.to_owned(), |p| p.display().to_string())
+    crate::diag::render::display_path(std::path::Path::new(path), &ctx.env.cwd)
 }
 
 fn run_json(r: &RunListing, ctx: &Ctx) -> Value {

@@ -181,10 +181,12 @@ impl Catalog {
         let found = Diagnostic::error(format!("Source '{name}' cannot be used: {problem}"));
         match self.left_out(name) {
             Some(error) => {
-                let cwd = std::env::current_dir().unwrap_or_default();
                 let path = error
                     .file_path()
-                    .map(|p| crate::diag::render::display_path(p, &cwd))
+                    .map(|p| match self.working_dir() {
+                        Some(cwd) => crate::diag::render::display_path(p, cwd),
+                        None => p.display().to_string(),
+                    })
                     .unwrap_or_default();
                 let at = error
                     .span
