@@ -60,6 +60,8 @@ pub(crate) enum Command {
     Runs(RunsArgs),
     /// Combine the `--out` directories of `summon run --shard` and run the remaining steps.
     Merge(MergeArgs),
+    /// Build `report.html` again from an output directory (`results.jsonl`, `report.json`).
+    Report(ReportArgs),
     /// Write a new agent, recipe or pipeline, checked as `summon validate` checks it.
     New(NewArgs),
     /// Check the setup: provider and model, config files, sources, the store.
@@ -489,6 +491,13 @@ pub(crate) struct CompletionsArgs {
     /// The shell.
     #[arg(value_enum)]
     pub(crate) shell: completions::Shell,
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ReportArgs {
+    /// The `--out` directory of a run or a merge.
+    #[arg(value_hint = clap::ValueHint::DirPath)]
+    pub(crate) dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]

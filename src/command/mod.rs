@@ -9,6 +9,7 @@ mod load;
 mod merge;
 mod new;
 mod render;
+mod report;
 mod run;
 mod runs;
 mod schema;
@@ -46,6 +47,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Run(args) => run::run(&args, ctx),
         Command::Runs(args) => runs::run(&args, ctx),
         Command::Merge(args) => merge::run(&args, ctx),
+        Command::Report(args) => report::run(&args, ctx),
         Command::New(args) => new::run(&args, ctx),
         Command::Doctor(args) => doctor::run(&args, ctx),
         Command::Trust(args) => trust::run(&args, ctx),

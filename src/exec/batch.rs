@@ -33,7 +33,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::context::item_context;
-use super::event::TaskDone;
+use super::event::{PROMPT_LIMIT, TaskDone, TaskTrace};
 use super::step::{
     Compiled, Rendered, Shared, StepConfig, TaskSlot, acquire_slot, client_for, prepare_task,
     resumed, run_task,
@@ -86,6 +86,8 @@ struct Pending {
     resubmits: u32,
     turns: u32,
     usage: Usage,
+    /// The rendered first message, for the outputs.
+    prompt: String,
 }
 
 /// A batch being polled.
@@ -372,6 +374,10 @@ impl BatchRun<'_> {
             reused: false,
             hash: task.hash,
             batch_id,
+            trace: TaskTrace {
+                prompt: Some(task.prompt),
+                ..self.trace()
+            },
         };
         self.done(done);
     }
@@ -395,7 +401,24 @@ impl BatchRun<'_> {
             reused: false,
             hash,
             batch_id: None,
+            trace: self.trace(),
         });
+    }
+
+    /// A batch task's trace: it started with the step's batch and ran once.
+    fn trace(&self) -> TaskTrace {
+        TaskTrace {
+            started_ms: Some(
+                u64::try_from(
+                    self.started
+                        .saturating_duration_since(self.shared.run_started)
+                        .as_millis(),
+                )
+                .unwrap_or(u64::MAX),
+            ),
+            attempts: 1,
+            ..TaskTrace::default()
+        }
     }
 
     /// Resolves one task and queues it for a batch, or for a live run when it needs tools.
@@ -423,6 +446,7 @@ impl BatchRun<'_> {
             item,
             hash,
             custom_id: format!("task-{index}"),
+            prompt: TaskTrace::clip(&prepared.spec.first_message, PROMPT_LIMIT),
             request: batch_request(&prepared),
             model: prepared.resolved.model.clone(),
             provider,

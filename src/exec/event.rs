@@ -30,6 +30,93 @@ pub(crate) struct TaskDone {
     pub(crate) hash: String,
     /// The provider batch that answered it (`backend: batch`); priced at the batch rate.
     pub(crate) batch_id: Option<String>,
+    /// When it started, what it was asked, the tools it called and the waits it met.
+    pub(crate) trace: TaskTrace,
+}
+
+/// What `results.jsonl` and `report.html` tell about a task beyond its answer: enough to
+/// draw it on a timeline and to show what it was asked and what it did.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub(crate) struct TaskTrace {
+    /// When it started, in milliseconds from the start of the run that ran it; `None` for a
+    /// task not run by this process (resumed, reused).
+    pub(crate) started_ms: Option<u64>,
+    /// How many times it ran (1, more with a step's `retries`; 0 when it did not run here).
+    pub(crate) attempts: u32,
+    /// Provider requests sent again after a transient failure.
+    pub(crate) retries: u32,
+    /// Of those, the ones refused by a rate limit (HTTP 429).
+    pub(crate) rate_limited: u32,
+    /// Time spent waiting before those retries.
+    pub(crate) retry_wait_ms: u64,
+    /// The tools it called, in call order.
+    pub(crate) tools: Vec<ToolUse>,
+    /// The rendered first message sent to the model, at most [`PROMPT_LIMIT`] bytes.
+    pub(crate) prompt: Option<String>,
+}
+
+/// The most of a prompt kept for the outputs; a synthesis prompt can hold every result of a
+/// large fan-out, which `results.jsonl` already has.
+pub(crate) const PROMPT_LIMIT: usize = 16 * 1024;
+
+/// The most of a tool call's summary kept for the outputs.
+pub(crate) const TOOL_SUMMARY_LIMIT: usize = 200;
+
+/// One tool call of a task.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ToolUse {
+    pub(crate) name: String,
+    pub(crate) ok: bool,
+    /// The first line of what the tool answered, shortened.
+    pub(crate) summary: String,
+}
+
+impl TaskTrace {
+    /// The trace of a `results.jsonl` line (what it lacks, as for a task not run here).
+    pub(crate) fn from_line(line: &serde_json::Value) -> Self {
+        let number = |key: &str| line[key].as_u64().unwrap_or_default();
+        let small = |key: &str| u32::try_from(number(key)).unwrap_or(u32::MAX);
+        Self {
+            started_ms: line["started_ms"].as_u64(),
+            attempts: small("attempts"),
+            retries: small("retries"),
+            rate_limited: small("rate_limited"),
+            retry_wait_ms: number("retry_wait_ms"),
+            tools: serde_json::from_value(line["tools"].clone()).unwrap_or_default(),
+            prompt: line["prompt"].as_str().map(str::to_owned),
+        }
+    }
+
+    /// Keeps at most `limit` bytes of `text` (cut at a character boundary), saying how much
+    /// was left out.
+    pub(crate) fn clip(text: &str, limit: usize) -> String {
+        if text.len() <= limit {
+            return text.to_owned();
+        }
+        let mut end = limit;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}… [{} more bytes]", &text[..end], text.len() - end)
+    }
+
+    /// Records a tool call.
+    pub(crate) fn tool(&mut self, name: &str, ok: bool, summary: &str) {
+        self.tools.push(ToolUse {
+            name: name.to_owned(),
+            ok,
+            summary: Self::clip(summary, TOOL_SUMMARY_LIMIT),
+        });
+    }
+
+    /// Records a provider retry of `class` after waiting `delay`.
+    pub(crate) fn retry(&mut self, class: &str, delay: Duration) {
+        self.retries += 1;
+        self.rate_limited += u32::from(class == "rate_limited");
+        self.retry_wait_ms = self
+            .retry_wait_ms
+            .saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +127,18 @@ pub(crate) enum StepStatus {
     Skipped,
     /// Not run here: left for `summon merge` (a shard), or not needed (`--until`).
     Deferred,
+}
+
+impl StepStatus {
+    /// `succeeded`, `failed`, `skipped` or `deferred`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Skipped => "skipped",
+            Self::Deferred => "deferred",
+        }
+    }
 }
 
 /// The end of a run.

@@ -13,6 +13,6 @@ pub(crate) mod shard;
 pub(crate) mod source_check;
 mod step;
 
-pub(crate) use event::{RunSummary, StepStatus};
+pub(crate) use event::{RunSummary, StepStatus, TaskTrace};
 pub(crate) use final_text::FinalText;
 pub(crate) use scheduler::{RunOptions, run_pipeline};

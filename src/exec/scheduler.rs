@@ -135,6 +135,7 @@ impl Sink {
                 reused: done.reused,
                 extracted: done.extracted,
                 corrections: done.corrections,
+                trace: &done.trace,
             };
             if let Err(e) = results.write(&line) {
                 eprintln!("summon: warning: cannot write results.jsonl: {e}");
@@ -391,6 +392,7 @@ pub(crate) fn run_pipeline(
         let effective = crate::sandbox::Sandbox::pick(&[level, (config.sandbox, config.network)]);
         report.set_sandbox(&step.id, effective);
     }
+    let run_started = report.started();
     let sink = Arc::new(Mutex::new(Sink {
         journal,
         results,
@@ -427,6 +429,7 @@ pub(crate) fn run_pipeline(
         retries: Mutex::default(),
         committed,
         run_id: run.run_id.clone(),
+        run_started,
         batch_all: options.batch,
         on_start: {
             // Weak: the sink is taken back whole when the run ends.
@@ -585,9 +588,18 @@ pub(crate) fn run_pipeline(
     }
     // One clock for report.json and the report kept in the run history.
     sink.report.finish();
+    sink.report
+        .set_pipeline(pipeline_graph(&pipeline, &deps, &statuses, &run.run_id));
     if let Some(dir) = &options.out_dir {
-        sink.report
-            .write_json(&env.cwd.join(dir).join("report.json"))?;
+        let dir = env.cwd.join(dir);
+        sink.report.write_json(&dir.join("report.json"))?;
+        // The page is a view of the two files: a problem with it does not change the run.
+        if let Err(e) = crate::output::write_html(&dir) {
+            eprintln!(
+                "summon: warning: cannot write {}: {e}",
+                crate::output::HTML_FILE
+            );
+        }
     }
     if let (Some(junit), Some(path)) = (&sink.junit, &options.junit) {
         junit.write(&env.cwd.join(path))?;
@@ -654,6 +666,34 @@ pub(crate) fn run_pipeline(
         report: sink.report.to_json(),
         summary_line,
     })
+}
+
+/// The `pipeline` key of `report.json`: each step with its kind, the steps it depends on
+/// and how it ended.
+fn pipeline_graph(
+    pipeline: &Pipeline,
+    deps: &[Vec<usize>],
+    statuses: &[Option<(StepStatus, Option<String>)>],
+    run_id: &str,
+) -> Value {
+    let steps: Vec<Value> = pipeline
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let status = statuses
+                .get(i)
+                .and_then(Option::as_ref)
+                .map_or(StepStatus::Skipped, |(s, _)| *s);
+            json!({
+                "id": step.id,
+                "kind": step.kind.name(),
+                "needs": deps[i].iter().map(|d| &pipeline.steps[*d].id).collect::<Vec<_>>(),
+                "status": status.name(),
+            })
+        })
+        .collect();
+    json!({ "name": pipeline.name, "run_id": run_id, "steps": steps })
 }
 
 /// Takes the run for this process. Another live run of the same pipeline refuses it (or,

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::context::{StepData, StepOutputs};
-use super::event::{StepStatus, TaskDone};
+use super::event::{StepStatus, TaskDone, TaskTrace};
 use super::hash::request_hash;
 use crate::diag::Diagnostic;
 use crate::env::Env;
@@ -103,6 +103,10 @@ pub(crate) struct TaskRecord {
     /// Answers sent back for correction.
     #[serde(default)]
     pub(crate) corrections: u32,
+    /// Start time, prompt, tools and waits, from the shard's `results.jsonl` (its start time
+    /// counts from the start of the shard's run).
+    #[serde(skip)]
+    pub(crate) trace: TaskTrace,
 }
 
 impl TaskRecord {
@@ -129,6 +133,7 @@ impl TaskRecord {
             reused: false,
             hash: self.hash.clone(),
             batch_id: self.batch_id.clone(),
+            trace: self.trace.clone(),
         }
     }
 }
@@ -651,6 +656,7 @@ impl LoadedDir {
                     batch_id: task.batch_id.clone(),
                     extracted: line["extracted"].as_bool().unwrap_or_default(),
                     corrections: u32::try_from(number("corrections")).unwrap_or(u32::MAX),
+                    trace: TaskTrace::from_line(&line),
                 });
         }
         if let Some(((step, index), _)) = lines.into_iter().next() {
@@ -1119,6 +1125,7 @@ mod tests {
             batch_id: None,
             extracted: false,
             corrections: 0,
+            trace: TaskTrace::default(),
         }
     }
 

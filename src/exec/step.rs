@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::context::item_context;
-use super::event::TaskDone;
+use super::event::{PROMPT_LIMIT, TaskDone, TaskTrace};
 use super::hash::request_hash;
 use crate::config::Config;
 use crate::delegation::{Request, Resolver, prepare_with};
@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     pub(crate) batch_all: bool,
     /// Told the index of the step whose task is being sent (the display counts it in flight).
     pub(crate) on_start: Box<dyn Fn(usize) + Send + Sync>,
+    /// When the run started: tasks' start times are told from it.
+    pub(crate) run_started: Instant,
 }
 
 /// A task's concurrency slots, held until its result is committed to the journal, so that a
@@ -389,6 +391,7 @@ pub(crate) fn resumed(
         reused,
         hash: hash.to_owned(),
         batch_id: if reused { None } else { row.batch_id.clone() },
+        trace: TaskTrace::default(),
     })
 }
 
@@ -403,10 +406,18 @@ pub(crate) async fn run_task(
     slot: Arc<TaskSlot>,
 ) -> TaskDone {
     let started = Instant::now();
+    let mut trace = TaskTrace {
+        started_ms: Some(
+            u64::try_from(started.duration_since(shared.run_started).as_millis())
+                .unwrap_or(u64::MAX),
+        ),
+        ..TaskTrace::default()
+    };
     let mut attempt = 0;
     loop {
+        trace.attempts += 1;
         let outcome = tokio::select! {
-            outcome = attempt_task(&shared, &step, &rendered, &slot) => outcome,
+            outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace) => outcome,
             () = shared.kill.cancelled() => Err("cancelled".to_owned()),
         };
         let (ok, output, structured, error, turns, usage, model, (extracted, corrections)) =
@@ -442,6 +453,7 @@ pub(crate) async fn run_task(
                 reused: false,
                 hash,
                 batch_id: None,
+                trace,
             };
         }
         attempt += 1;
@@ -465,8 +477,12 @@ async fn attempt_task(
     step: &StepConfig,
     rendered: &Rendered,
     slot: &Arc<TaskSlot>,
+    trace: &mut TaskTrace,
 ) -> Result<Attempt, String> {
     let mut prepared = prepare_task(shared, step, rendered).await?;
+    if trace.prompt.is_none() {
+        trace.prompt = Some(TaskTrace::clip(&prepared.spec.first_message, PROMPT_LIMIT));
+    }
     let (client, limiter) = client_for(shared, &prepared)?;
     prepared.spec.slot = Some(Arc::clone(slot) as Arc<dyn crate::subagent::Slot>);
     for note in &prepared.notes {
@@ -474,10 +490,14 @@ async fn attempt_task(
     }
     let mut observer = |event: crate::subagent::SubagentEvent| match event {
         crate::subagent::SubagentEvent::Warning { message } => warn_once(&step.id, &message),
-        crate::subagent::SubagentEvent::Retry { class, .. } => {
+        crate::subagent::SubagentEvent::Retry { class, delay, .. } => {
+            trace.retry(class, delay);
             if let Ok(mut retries) = shared.retries.lock() {
                 *retries.entry(class).or_default() += 1;
             }
+        }
+        crate::subagent::SubagentEvent::ToolCall { name, ok, summary } => {
+            trace.tool(&name, ok, &summary);
         }
         _ => {}
     };

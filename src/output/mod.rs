@@ -3,6 +3,7 @@
 mod junit;
 mod progress;
 mod report;
+mod report_html;
 mod results;
 mod stdout;
 mod step_summary;
@@ -16,6 +17,7 @@ pub(crate) use progress::{DisplayMode, Progress, resolve as resolve_display};
 pub(crate) use report::{
     REPORT_FILE, Report, fmt_cost, fmt_duration, fmt_tokens, write_atomically,
 };
+pub(crate) use report_html::{HTML_FILE, write_html};
 #[allow(unused_imports)] // used by summon run
 pub(crate) use results::{RESULTS_FILE, ResultLine, ResultsWriter, read_results};
 pub(crate) use stdout::Stdout;

@@ -13,9 +13,16 @@
 //!   "steps": { "areas": STATS, "notes": STATS, "summary": STATS },
 //!   "retries_by_class": { "rate_limited": 3, "server_error": 1, "connection": 0,
 //!                         "timeout": 0, "invalid_response": 0 },
-//!   "sandbox": { "areas": { "policy": "workspace-write", "network": false }, ... }
+//!   "sandbox": { "areas": { "policy": "workspace-write", "network": false }, ... },
+//!   "pipeline": { "name": "release-notes", "run_id": "r-…",
+//!                 "steps": [{ "id": "notes", "kind": "fan_out", "needs": ["areas"],
+//!                             "status": "succeeded" }, ...] }
 //! }
 //! ```
+//!
+//! `pipeline` is the run's step graph, every step in file order with the steps it depends on
+//! and how it ended (`succeeded`, `failed`, `skipped`, `deferred`: left for a merge), so that
+//! `report.html` can draw it from the output directory alone.
 //!
 //! `sandbox` is each step's effective sandbox of the model's `shell` commands (flags over the
 //! step over `settings` over the config file).
@@ -195,6 +202,8 @@ pub(crate) struct Report {
     retries: IndexMap<&'static str, u64>,
     /// Each step's effective sandbox of the model's shell commands.
     sandbox: IndexMap<String, serde_json::Value>,
+    /// The step graph and how each step ended.
+    pipeline: Option<serde_json::Value>,
 }
 
 /// The classes of `retries_by_class`, in their order.
@@ -216,6 +225,8 @@ struct ReportJson<'a> {
     retries_by_class: &'a IndexMap<&'static str, u64>,
     #[serde(skip_serializing_if = "IndexMap::is_empty")]
     sandbox: &'a IndexMap<String, serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pipeline: Option<&'a serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -261,7 +272,13 @@ impl Report {
             total: Stats::default(),
             retries: RETRY_CLASSES.iter().map(|c| (*c, 0)).collect(),
             sandbox: IndexMap::new(),
+            pipeline: None,
         }
+    }
+
+    /// Sets the run's step graph (the `pipeline` key).
+    pub(crate) fn set_pipeline(&mut self, pipeline: serde_json::Value) {
+        self.pipeline = Some(pipeline);
     }
 
     /// Sets the run's provider retries per class (classes outside [`RETRY_CLASSES`] are left
@@ -277,6 +294,11 @@ impl Report {
                 *slot = *n;
             }
         }
+    }
+
+    /// When the run's clock started.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
     }
 
     fn entry(&mut self, step: &str) -> &mut StepEntry {
@@ -419,6 +441,7 @@ impl Report {
                 .collect(),
             retries_by_class: &self.retries,
             sandbox: &self.sandbox,
+            pipeline: self.pipeline.as_ref(),
         }
     }
 

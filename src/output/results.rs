@@ -5,14 +5,23 @@
 //! ```json
 //! {"step":"notes","index":3,"item":"api","status":"completed","output":"…","error":null,
 //!  "turns":2,"input_tokens":1200,"output_tokens":340,"duration_ms":5120,"resumed":false,
-//!  "reused":false,"extracted":false,"corrections":0}
+//!  "reused":false,"extracted":false,"corrections":0,"started_ms":5310,"attempts":1,
+//!  "retries":0,"rate_limited":0,"retry_wait_ms":0,
+//!  "tools":[{"name":"shell","ok":true,"summary":"src/api"}],"prompt":"Write notes for api"}
 //! ```
 //!
 //! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks;
 //! `resumed` marks a task that finished before a `--resume` (its line is written again when
 //! the interruption lost it); `reused`, one whose answer an earlier run gave (`--reuse`); `extracted`, a structured answer
 //! taken from a fenced block or the text around it (not bare JSON); `corrections`, the answers
-//! sent back because they did not validate against the response schema. Lines are buffered and flushed at least every
+//! sent back because they did not validate against the response schema. `started_ms` is when
+//! the task started, in milliseconds from the start of the run (`null` for a task this run did
+//! not send: resumed or reused; after `summon merge`, a shard's task counts from its shard's
+//! start); `attempts`, how many times it ran (a step's `retries`); `retries`, the provider
+//! requests sent again after a transient failure, `rate_limited` those refused by a rate limit,
+//! `retry_wait_ms` the time waited before them; `tools`, the tools called (name, success, the
+//! first line of the answer, shortened); `prompt`, the rendered first message sent to the model
+//! (at most 16 KiB, then `… [N more bytes]`). Lines are buffered and flushed at least every
 //! [`FLUSH_INTERVAL`] (by a small background thread), every [`FLUSH_LINES`] lines, on
 //! [`ResultsWriter::flush`] and on drop, so a crash loses at most the last moments; the run's
 //! journal holds every finished task, and on resume [`read_results`] tells which of them the
@@ -60,6 +69,9 @@ pub(crate) struct ResultLine<'a> {
     pub(crate) extracted: bool,
     /// Answers sent back to the model for correction (they did not validate).
     pub(crate) corrections: u32,
+    /// Start time, attempts, retries, tools and prompt (keys `started_ms` … `prompt`).
+    #[serde(flatten)]
+    pub(crate) trace: &'a crate::exec::TaskTrace,
 }
 
 struct State {
@@ -243,6 +255,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    static TRACE: crate::exec::TaskTrace = crate::exec::TaskTrace {
+        started_ms: Some(7),
+        attempts: 1,
+        retries: 2,
+        rate_limited: 1,
+        retry_wait_ms: 1500,
+        tools: Vec::new(),
+        prompt: None,
+    };
+
     fn line<'a>(step: &'a str, index: u64, item: &'a Value, resumed: bool) -> ResultLine<'a> {
         ResultLine {
             step,
@@ -263,6 +285,7 @@ mod tests {
             reused: false,
             extracted: true,
             corrections: 1,
+            trace: &TRACE,
         }
     }
 
@@ -302,7 +325,14 @@ mod tests {
                 "resumed",
                 "reused",
                 "extracted",
-                "corrections"
+                "corrections",
+                "started_ms",
+                "attempts",
+                "retries",
+                "rate_limited",
+                "retry_wait_ms",
+                "tools",
+                "prompt"
             ]
         );
         assert_eq!(
@@ -310,7 +340,9 @@ mod tests {
             json!({"step": "notes", "index": 0, "item": {"area": "api", "n": 1},
                    "status": "completed", "output": "out \"quoted\"\nline", "error": null,
                    "turns": 2, "input_tokens": 100, "output_tokens": 10, "duration_ms": 1234,
-                   "resumed": false, "reused": false, "extracted": true, "corrections": 1})
+                   "resumed": false, "reused": false, "extracted": true, "corrections": 1,
+                   "started_ms": 7, "attempts": 1, "retries": 2, "rate_limited": 1,
+                   "retry_wait_ms": 1500, "tools": [], "prompt": null})
         );
         assert_eq!(got[1]["status"], "failed");
         assert_eq!(got[1]["error"], "boom");

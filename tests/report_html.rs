@@ -1,0 +1,522 @@
+//! `report.html` in every `--out` directory: written by `summon run` (also when the run fails)
+//! and `summon merge`, built again by `summon report DIR`, and loaded in a real headless
+//! Chromium, where the task count, a failed task's error and the filters are checked through
+//! the DOM and a screenshot is saved under `target/report-html/`.
+//!
+//! A harness of its own (libtest-mimic), so that the browser test shows as *ignored* when no
+//! Chromium is installed (a note says why), instead of passing without having run. With `CI`
+//! set it always runs: CI installs Chromium (`.ci/run`).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use serde_json::{Value, json};
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::Test;
+
+fn main() {
+    let args = Arguments::from_args();
+    let browser = chromium();
+    let skip_browser = browser.is_none() && std::env::var_os("CI").is_none();
+    if skip_browser {
+        eprintln!(
+            "note: report_html: no chromium on PATH (apt-get install chromium, or set \
+             SUMMON_CHROMIUM): the browser test is ignored"
+        );
+    }
+    let trials = vec![
+        trial(
+            "a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retries",
+            a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retries,
+        ),
+        trial(
+            "a_failed_run_still_writes_report_html",
+            a_failed_run_still_writes_report_html,
+        ),
+        trial("merge_writes_report_html", merge_writes_report_html),
+        trial(
+            "summon_report_rebuilds_the_page_and_names_what_is_missing",
+            summon_report_rebuilds_the_page_and_names_what_is_missing,
+        ),
+        trial(
+            "report_html_in_headless_chromium_counts_filters_and_shows_errors",
+            report_html_in_headless_chromium_counts_filters_and_shows_errors,
+        )
+        .with_ignored_flag(skip_browser),
+    ];
+    libtest_mimic::run(&args, trials).exit();
+}
+
+/// A test running on its own multi-threaded runtime (the mock server lives there).
+fn trial<F, Fut>(name: &'static str, test: F) -> Trial
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    Trial::test(name, move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| Failed::from(e.to_string()))?;
+        runtime.block_on(test());
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run.
+
+const KEY: &str = "sk-test-0123456789abcdef";
+
+fn project(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "20")
+}
+
+/// Items of the fan-out: `bad*` fail (HTTP 400), `tool*` call `list_files` once, `busy*` are
+/// refused once by a rate limit (HTTP 429) and then answered.
+const ITEMS: [&str; 8] = [
+    "ok0", "bad1", "ok2", "tool3", "bad4", "busy5", "ok6", "bad7",
+];
+const FAILED: usize = 3;
+
+fn mock() -> MockConfig {
+    let limited = Arc::new(AtomicBool::new(false));
+    MockConfig::new().rule(move |req| {
+        let text = req.last_user_text().unwrap_or_default();
+        let answered_tool = req.body["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if text.starts_with("Check ") && text.contains("bad") {
+            Reply::status(
+                400,
+                r#"{"error":{"message":"this item is bad","type":"invalid_request_error"}}"#,
+            )
+        } else if text.contains("tool") && !answered_tool {
+            Reply::tool_call("list_files", json!({}))
+        } else if text.contains("busy") && !limited.swap(true, Ordering::SeqCst) {
+            Reply::status(
+                429,
+                r#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
+            )
+        } else {
+            Reply::Echo
+        }
+    })
+}
+
+fn pipeline(on_error: &str) -> String {
+    format!(
+        "version: 1
+name: checks
+steps:
+  - id: list
+    decompose:
+      items: [{}]
+  - id: each
+    fan_out:
+      over: list
+      instructions: \"Check {{{{ item }}}} </script> <b>carefully</b>\"
+    on_error: {on_error}
+  - id: sum
+    synthesize:
+      instructions: \"Sum {{% for r in steps.each.results %}}{{{{ r.status }}}} {{% endfor %}}\"
+",
+        ITEMS.join(", ")
+    )
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn results(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The data document a page embeds.
+fn embedded(page: &str) -> Value {
+    let open = "<script type=\"application/json\" id=\"summon-data\">";
+    let start = page.find(open).expect("the data element") + open.len();
+    let end = start + page[start..].find("</script>").expect("its end");
+    serde_json::from_str(&page[start..end]).expect("the data is JSON")
+}
+
+/// Runs the checks pipeline into `out`: every item runs (`on_error: continue`), three fail, and
+/// the run succeeds.
+async fn checked_run() -> (MockServer, support::Output) {
+    let server = MockServer::start(mock()).await;
+    let out = project(&server)
+        .write_raw("p.yaml", &pipeline("continue"))
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    (server, out)
+}
+
+async fn a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retries() {
+    let (_server, out) = checked_run().await;
+    let dir = out.dir.join("out");
+    let lines = results(&dir);
+    assert_eq!(lines.len(), ITEMS.len() + 1);
+    let keys: Vec<&String> = lines[0].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys[keys.len() - 7..],
+        [
+            "started_ms",
+            "attempts",
+            "retries",
+            "rate_limited",
+            "retry_wait_ms",
+            "tools",
+            "prompt"
+        ],
+        "new keys come last: {keys:?}"
+    );
+    let by_item = |item: &str| {
+        lines
+            .iter()
+            .find(|l| l["item"] == item)
+            .unwrap_or_else(|| panic!("no line for {item}"))
+    };
+    let report = read_json(&dir.join("report.json"));
+    let wall = report["wall_ms"].as_u64().unwrap();
+    for line in &lines {
+        let started = line["started_ms"].as_u64().expect("a start time");
+        let duration = line["duration_ms"].as_u64().unwrap();
+        assert!(started + duration <= wall + 5, "{line} within wall {wall}");
+        assert_eq!(line["attempts"], 1, "{line}");
+    }
+    // The synthesis started after every fan-out task ended.
+    let sum = lines.iter().find(|l| l["step"] == "sum").unwrap();
+    for each in lines.iter().filter(|l| l["step"] == "each") {
+        assert!(
+            sum["started_ms"].as_u64().unwrap()
+                >= each["started_ms"].as_u64().unwrap() + each["duration_ms"].as_u64().unwrap(),
+            "{sum} vs {each}"
+        );
+    }
+    assert_eq!(
+        by_item("ok2")["prompt"],
+        "Check ok2 </script> <b>carefully</b>"
+    );
+    assert_eq!(by_item("ok2")["tools"], json!([]));
+    let tools = by_item("tool3")["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0]["name"], "list_files");
+    assert_eq!(tools[0]["ok"], true);
+    assert_eq!(by_item("busy5")["retries"], 1);
+    assert_eq!(by_item("busy5")["rate_limited"], 1);
+    assert!(by_item("busy5")["retry_wait_ms"].as_u64().unwrap() > 0);
+    assert_eq!(by_item("ok0")["retries"], 0);
+
+    // report.json has the step graph.
+    assert_eq!(
+        report["pipeline"]["steps"],
+        json!([
+            {"id": "list", "kind": "decompose", "needs": [], "status": "succeeded"},
+            {"id": "each", "kind": "fan_out", "needs": ["list"], "status": "succeeded"},
+            {"id": "sum", "kind": "synthesize", "needs": ["each"], "status": "succeeded"},
+        ])
+    );
+    assert_eq!(report["pipeline"]["name"], "checks");
+
+    // The page embeds both files whole; the prompt's `</script>` does not end its script.
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    let data = embedded(&page);
+    assert_eq!(data["report"], report);
+    assert_eq!(data["tasks"], Value::Array(lines.clone()));
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+async fn a_failed_run_still_writes_report_html() {
+    let server = MockServer::start(mock()).await;
+    let out = project(&server)
+        .write_raw("p.yaml", &pipeline("fail_fast"))
+        .args([
+            "run",
+            "p.yaml",
+            "--out",
+            "out",
+            "--quiet",
+            "--concurrency",
+            "1",
+        ])
+        .code(2)
+        .run();
+    let page = std::fs::read_to_string(out.dir.join("out/report.html")).unwrap();
+    let data = embedded(&page);
+    let steps = &data["report"]["pipeline"]["steps"];
+    assert_eq!(steps[1]["status"], "failed", "{steps}");
+    assert_eq!(steps[2]["status"], "skipped", "{steps}");
+    let failed: Vec<&Value> = data["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["status"] == "failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "fail_fast stops at the first: {failed:?}");
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("this item is bad"),
+        "{}",
+        failed[0]
+    );
+}
+
+async fn merge_writes_report_html() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline("continue"));
+    for i in 1..=2 {
+        let shard = format!("{i}/2");
+        let dir = format!("s{i}");
+        let ran = t
+            .command()
+            .args(["run", "p.yaml", "--shard", &shard, "--out", &dir, "--quiet"])
+            .output()
+            .unwrap();
+        assert!(ran.status.success(), "{ran:?}");
+        assert!(t.path().join(&dir).join("report.html").is_file());
+    }
+    let merged = t
+        .command()
+        .args(["merge", "p.yaml", "s1", "s2", "--out", "merged", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(merged.status.success(), "{merged:?}");
+    let page = std::fs::read_to_string(t.path().join("merged/report.html")).unwrap();
+    let data = embedded(&page);
+    let tasks = data["tasks"].as_array().unwrap();
+    assert_eq!(
+        tasks.len(),
+        ITEMS.len() + 1,
+        "every shard's tasks and the merge's"
+    );
+    // A shard's task keeps what its shard recorded.
+    for task in tasks {
+        assert!(task["started_ms"].is_u64(), "{task}");
+        assert!(task["prompt"].is_string(), "{task}");
+    }
+    assert_eq!(data["report"]["total"]["tasks"], ITEMS.len() as u64 + 1);
+}
+
+async fn summon_report_rebuilds_the_page_and_names_what_is_missing() {
+    let (_server, out) = checked_run().await;
+    let t = Test::new();
+    let dir = t.path().join("copy");
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["results.jsonl", "report.json"] {
+        std::fs::copy(out.dir.join("out").join(file), dir.join(file)).unwrap();
+    }
+    let run = |args: &[&str]| t.command().args(args).output().unwrap();
+    let built = run(&["report", "copy"]);
+    assert!(built.status.success(), "{built:?}");
+    assert_eq!(String::from_utf8_lossy(&built.stdout), "copy/report.html\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("report.html")).unwrap(),
+        std::fs::read_to_string(out.dir.join("out/report.html")).unwrap(),
+        "the same page as the run wrote"
+    );
+
+    let refused = |args: &[&str], says: &[&str]| {
+        let ran = run(args);
+        let stderr = String::from_utf8_lossy(&ran.stderr).into_owned();
+        assert_eq!(ran.status.code(), Some(1), "{stderr}");
+        for text in says {
+            assert!(stderr.contains(text), "lacks {text:?}: {stderr}");
+        }
+    };
+    refused(&["report", "nowhere"], &["`nowhere` is not a directory"]);
+    // A bad line is named; the old page stays as it was.
+    let before = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    let mut lines = std::fs::read_to_string(dir.join("results.jsonl")).unwrap();
+    lines.insert_str(0, "{\"step\": oops}\n");
+    std::fs::write(dir.join("results.jsonl"), lines).unwrap();
+    refused(
+        &["report", "copy"],
+        &["`copy`", "copy/results.jsonl: line 1: not a JSON line"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("report.html")).unwrap(),
+        before
+    );
+    std::fs::remove_file(dir.join("results.jsonl")).unwrap();
+    refused(&["report", "copy"], &["copy/results.jsonl: missing"]);
+    std::fs::remove_file(dir.join("report.json")).unwrap();
+    refused(&["report", "copy"], &["copy/report.json: missing"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The browser.
+
+/// The Chromium to drive: `SUMMON_CHROMIUM`, else the first of the usual names on PATH.
+fn chromium() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("SUMMON_CHROMIUM") {
+        return Some(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH")?;
+    ["chromium", "chromium-browser", "google-chrome", "chrome"]
+        .iter()
+        .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Runs headless Chromium with `args` (a profile of its own under `profile`) and returns its
+/// stdout. Chromium runs in a process group of its own, killed whole (and only it) when it
+/// takes longer than a minute.
+fn headless(profile: &Path, args: &[String]) -> String {
+    use std::os::unix::process::CommandExt;
+    let browser = chromium().expect("chromium not found: apt-get install chromium");
+    let mut command = Command::new(&browser);
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let child = command.spawn().expect("start chromium");
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match finished.recv_timeout(Duration::from_secs(60)) {
+        Ok(output) => {
+            let output = output.expect("chromium ran");
+            assert!(
+                output.status.success(),
+                "chromium failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8(output.stdout).expect("UTF-8 DOM")
+        }
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &format!("-{pid}")])
+                .status();
+            panic!("chromium did not finish within 60 s");
+        }
+    }
+}
+
+/// The DOM of `page` (a `file://` URL with a fragment) after its script ran.
+fn dom(profile: &Path, url: &str) -> String {
+    headless(
+        profile,
+        &[
+            "--virtual-time-budget=10000".to_owned(),
+            "--dump-dom".to_owned(),
+            url.to_owned(),
+        ],
+    )
+}
+
+/// The `data-status` of each task row of a dumped DOM, in order.
+fn row_statuses(dom: &str) -> Vec<String> {
+    dom.split("<tr class=\"task\" data-status=\"")
+        .skip(1)
+        .map(|rest| rest[..rest.find('"').unwrap()].to_owned())
+        .collect()
+}
+
+/// The text of the element with `id` in a dumped DOM.
+fn text_of(dom: &str, id: &str) -> String {
+    let open = format!("id=\"{id}\"");
+    let at = dom.find(&open).unwrap_or_else(|| panic!("no #{id}"));
+    let start = at + dom[at..].find('>').unwrap() + 1;
+    let end = start + dom[start..].find('<').unwrap();
+    dom[start..end].to_owned()
+}
+
+async fn report_html_in_headless_chromium_counts_filters_and_shows_errors() {
+    let (_server, out) = checked_run().await;
+    let page = out.dir.join("out/report.html");
+    let url = format!("file://{}", page.display());
+    let profile = tempfile::tempdir().unwrap();
+    let total = ITEMS.len() + 1;
+
+    // Everything: the count, failed tasks first, the error text of a failed task.
+    let all = dom(profile.path(), &url);
+    assert_eq!(text_of(&all, "task-count"), total.to_string());
+    assert_eq!(text_of(&all, "failed-count"), FAILED.to_string());
+    let statuses = row_statuses(&all);
+    assert_eq!(statuses.len(), total, "every row fits on the first page");
+    assert!(
+        statuses[..FAILED].iter().all(|s| s == "failed")
+            && statuses[FAILED..].iter().all(|s| s == "completed"),
+        "failed first: {statuses:?}"
+    );
+    assert!(all.contains("this item is bad"), "a failed task's error");
+    assert!(all.contains("data-render-ms="), "the script ran to the end");
+
+    // The status filter, from the URL.
+    let failed = dom(profile.path(), &format!("{url}#status=failed"));
+    assert_eq!(row_statuses(&failed), vec!["failed"; FAILED]);
+    assert_eq!(
+        text_of(&failed, "shown"),
+        format!("{FAILED} of {total} tasks")
+    );
+    assert!(failed.contains(&format!("data-matching=\"{FAILED}\"")));
+
+    // The step filter and the search.
+    let sum = dom(profile.path(), &format!("{url}#step=sum"));
+    assert_eq!(row_statuses(&sum), ["completed"]);
+    assert!(sum.contains("data-step=\"sum\""));
+    let searched = dom(profile.path(), &format!("{url}#q=TOOL3"));
+    assert_eq!(row_statuses(&searched), ["completed"]);
+    assert!(searched.contains(">tool3<"), "the row of tool3");
+    let retried = dom(profile.path(), &format!("{url}#status=retried"));
+    assert_eq!(row_statuses(&retried), ["completed"], "busy5 was retried");
+
+    // A screenshot for a person to look at.
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("report-html");
+    std::fs::create_dir_all(&shots).unwrap();
+    let png = shots.join("report.png");
+    let _ = std::fs::remove_file(&png);
+    headless(
+        profile.path(),
+        &[
+            "--virtual-time-budget=10000".to_owned(),
+            format!("--screenshot={}", png.display()),
+            "--window-size=1280,900".to_owned(),
+            url,
+        ],
+    );
+    let bytes = std::fs::read(&png).expect("the screenshot");
+    assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
+    assert!(bytes.len() > 10_000, "not blank: {} bytes", bytes.len());
+}
