@@ -126,7 +126,7 @@ pub(crate) struct RunArgs {
     /// Global cap on tasks in flight (default: the pipeline's `settings.concurrency`, else 8).
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub(crate) concurrency: Option<u32>,
-    /// Write `results.jsonl` and `report.json` into DIR.
+    /// Write `results.jsonl`, `report.json` and `report.html` into DIR.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
     /// Continue the last run of this pipeline (or RUN_ID), repeating only unfinished tasks.
@@ -184,7 +184,7 @@ pub(crate) struct MergeArgs {
     /// Global cap on tasks in flight for the remaining steps.
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub(crate) concurrency: Option<u32>,
-    /// Write the combined `results.jsonl` and `report.json` into DIR.
+    /// Write the combined `results.jsonl`, `report.json` and `report.html` into DIR.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
     /// Write a JUnit XML report (one test case per task of every shard and of the merge).

@@ -2,7 +2,7 @@
 //! shards of one run (`summon run --shard I/N --out DIR`) of this pipeline with the same
 //! parameters and items, combines their tasks, runs the steps left for the merge, and writes
 //! what `summon run` writes: the final step's text on stdout, `--out DIR` (`results.jsonl`
-//! with every task of every shard and of the merge, `report.json`), `--junit`, and the
+//! with every task of every shard and of the merge, `report.json`, `report.html`), `--junit`, and the
 //! pipeline's `outputs`.
 //!
 //! JSON (`--json`): `{"run_id", "status": "succeeded"|"failed"|"interrupted", "shards": N,
