@@ -36,7 +36,8 @@ pub(crate) struct TaskDone {
 
 /// What `results.jsonl` and `report.html` tell about a task beyond its answer: enough to
 /// draw it on a timeline and to show what it was asked and what it did.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub(crate) struct TaskTrace {
     /// When it started, in milliseconds from the start of the run that ran it; `None` for a
     /// task not run by this process (resumed, reused).

@@ -104,8 +104,8 @@ pub(crate) struct TaskRecord {
     #[serde(default)]
     pub(crate) corrections: u32,
     /// Start time, prompt, tools and waits, from the shard's `results.jsonl` (its start time
-    /// counts from the start of the shard's run).
-    #[serde(skip)]
+    /// counts from the start of the shard's run); kept in a manifest's `records` too.
+    #[serde(default)]
     pub(crate) trace: TaskTrace,
 }
 
