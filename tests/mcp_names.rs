@@ -469,3 +469,144 @@ async fn a_server_that_dies_with_a_stack_trace_is_quoted_from_its_error_line() {
     );
     assert!(out.stderr.contains("Node.js v"), "{}", out.stderr);
 }
+
+/// A recipe whose extension `bad` exits before the handshake (misbehaving.py `exit`).
+fn failing_extension_recipe() -> String {
+    recipe_with(&format!(
+        "  - type: stdio\n    name: bad\n    cmd: python3\n    args: ['{}', 'exit']\n    \
+         timeout: 30\n",
+        fixture("misbehaving.py")
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delegate_json_lists_the_extension_warnings() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::text("did without"))).await;
+    let out = openai(&server)
+        .write_raw("recipes/tools.yaml", &failing_extension_recipe())
+        .args(["delegate", "--source", "tools", "--json"])
+        .run();
+    let json = out.json();
+    assert_eq!(json["status"], "completed");
+    let warnings = json["warnings"].as_array().expect("a warnings list");
+    assert_eq!(warnings.len(), 1, "{json:#}");
+    let warning = warnings[0].as_str().unwrap();
+    assert!(
+        warning.starts_with("extension `bad` did not start:")
+            && warning.contains("cannot start: missing configuration"),
+        "{warning}"
+    );
+}
+
+fn pipeline(on_extension_error: &str) -> String {
+    format!(
+        "version: 1\nname: p\nsettings:\n  concurrency: 1\nsteps:\n  - id: list\n    \
+         decompose:\n      items: [alpha, beta]\n  - id: work\n    fan_out:\n      over: list\n      \
+         source: tools\n{on_extension_error}"
+    )
+}
+
+fn results_lines(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("out/results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipeline_task_whose_extension_failed_says_so_everywhere() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::text("did without"))).await;
+    let out = openai(&server)
+        .write_raw("recipes/tools.yaml", &failing_extension_recipe())
+        .write_raw("p.yaml", &pipeline(""))
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    // The warning names the step and the item.
+    for item in ["alpha", "beta"] {
+        let needle =
+            format!("summon: warning: step `work`, item `{item}`: extension `bad` did not start:");
+        assert!(
+            out.stderr.contains(&needle),
+            "{needle}\n---\n{}",
+            out.stderr
+        );
+    }
+    let text = std::fs::read_to_string(out.dir.join("out/results.jsonl")).unwrap();
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.contains(r#""corrections":0,"warnings":["extension `bad` did not start:"#),
+        "`warnings` comes last: {first}"
+    );
+    let lines = results_lines(&out.dir);
+    assert_eq!(lines.len(), 2);
+    for line in &lines {
+        assert_eq!(line["status"], "completed", "{line}");
+        assert_eq!(line["warnings"].as_array().unwrap().len(), 1, "{line}");
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.dir.join("out/report.json")).unwrap())
+            .unwrap();
+    let warnings = report["warnings"].as_array().expect("report warnings");
+    let mut items: Vec<&str> = warnings
+        .iter()
+        .map(|w| w["item"].as_str().unwrap())
+        .collect();
+    items.sort_unstable();
+    assert_eq!(items, ["alpha", "beta"], "{report:#}");
+    assert!(warnings.iter().all(|w| {
+        w["step"] == "work"
+            && w["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("extension `bad` did not start:")
+    }));
+    assert_eq!(report["total"]["failed"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_extension_error_fail_fails_the_task() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::text("did without"))).await;
+    let out = openai(&server)
+        .write_raw("recipes/tools.yaml", &failing_extension_recipe())
+        .write_raw("p.yaml", &pipeline("    on_extension_error: fail\n"))
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .code(2)
+        .run();
+    // The step fails fast: its first task failed, the second never started.
+    let lines = results_lines(&out.dir);
+    assert_eq!(lines.len(), 1, "{}", out.stderr);
+    for line in &lines {
+        assert_eq!(line["status"], "failed", "{line}");
+        let error = line["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("extension `bad` did not start:")
+                && error.ends_with("(the step sets on_extension_error: fail)"),
+            "{error}"
+        );
+        assert_eq!(line["warnings"].as_array().unwrap().len(), 1, "{line}");
+    }
+}
+
+#[test]
+fn validate_checks_on_extension_error() {
+    let out = Test::new()
+        .write_raw("p.yaml", &pipeline("    on_extension_error: maybe\n"))
+        .write_raw("recipes/tools.yaml", &failing_extension_recipe())
+        .args(["--color", "never", "validate", "p.yaml"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr.contains("p.yaml:13:25: error:") && out.stderr.contains("`maybe`"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("warn") && out.stderr.contains("fail"),
+        "{}",
+        out.stderr
+    );
+}

@@ -372,6 +372,7 @@ impl BatchRun<'_> {
             reused: false,
             hash: task.hash,
             batch_id,
+            warnings: Vec::new(),
         };
         self.done(done);
     }
@@ -395,6 +396,7 @@ impl BatchRun<'_> {
             reused: false,
             hash,
             batch_id: None,
+            warnings: Vec::new(),
         });
     }
 

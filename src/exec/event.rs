@@ -30,6 +30,8 @@ pub(crate) struct TaskDone {
     pub(crate) hash: String,
     /// The provider batch that answered it (`backend: batch`); priced at the batch rate.
     pub(crate) batch_id: Option<String>,
+    /// What went wrong with the task's extensions (MCP servers), one line each.
+    pub(crate) warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

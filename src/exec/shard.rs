@@ -129,6 +129,7 @@ impl TaskRecord {
             reused: false,
             hash: self.hash.clone(),
             batch_id: self.batch_id.clone(),
+            warnings: Vec::new(),
         }
     }
 }

@@ -16,3 +16,9 @@ pub(crate) use names::is_valid_prefix as is_valid_tool_prefix;
 pub(crate) use project::{named_project_servers, project_servers, untrusted_server};
 pub(crate) use server::ServerSpec;
 pub(crate) use session::Session;
+
+/// Whether a task's warning is about one of its extensions: every warning a [`Session`] gives
+/// starts by naming its extension (`` extension `fs` did not start: ... ``).
+pub(crate) fn is_extension_warning(message: &str) -> bool {
+    message.starts_with("extension `")
+}

@@ -13,9 +13,15 @@
 //!   "steps": { "areas": STATS, "notes": STATS, "summary": STATS },
 //!   "retries_by_class": { "rate_limited": 3, "server_error": 1, "connection": 0,
 //!                         "timeout": 0, "invalid_response": 0 },
-//!   "sandbox": { "areas": { "policy": "workspace-write", "network": false }, ... }
+//!   "sandbox": { "areas": { "policy": "workspace-write", "network": false }, ... },
+//!   "warnings": [ { "step": "notes", "index": 3, "item": "api",
+//!                   "message": "extension `fs` did not start: ..." } ]
 //! }
 //! ```
+//!
+//! `warnings` (present when there are some) lists what went wrong with the tasks' extensions
+//! (MCP servers), one entry per warning of a task, in the order the tasks finished; `item` is
+//! the item's label (its `id`, its text, or `#index`).
 //!
 //! `sandbox` is each step's effective sandbox of the model's `shell` commands (flags over the
 //! step over `settings` over the config file).
@@ -195,6 +201,17 @@ pub(crate) struct Report {
     retries: IndexMap<&'static str, u64>,
     /// Each step's effective sandbox of the model's shell commands.
     sandbox: IndexMap<String, serde_json::Value>,
+    /// The tasks' extension warnings.
+    warnings: Vec<TaskWarning>,
+}
+
+/// One extension warning of one task.
+#[derive(Serialize)]
+struct TaskWarning {
+    step: String,
+    index: u64,
+    item: String,
+    message: String,
 }
 
 /// The classes of `retries_by_class`, in their order.
@@ -216,6 +233,8 @@ struct ReportJson<'a> {
     retries_by_class: &'a IndexMap<&'static str, u64>,
     #[serde(skip_serializing_if = "IndexMap::is_empty")]
     sandbox: &'a IndexMap<String, serde_json::Value>,
+    #[serde(skip_serializing_if = "<[TaskWarning]>::is_empty")]
+    warnings: &'a [TaskWarning],
 }
 
 #[derive(Serialize)]
@@ -261,6 +280,7 @@ impl Report {
             total: Stats::default(),
             retries: RETRY_CLASSES.iter().map(|c| (*c, 0)).collect(),
             sandbox: IndexMap::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -269,6 +289,23 @@ impl Report {
     /// Records the sandbox the model's shell commands of step `step` run in.
     pub(crate) fn set_sandbox(&mut self, step: &str, sandbox: crate::sandbox::Sandbox) {
         self.sandbox.insert(step.to_owned(), sandbox.to_json());
+    }
+
+    /// Records the extension warnings of task `index` (item label `item`) of `step`.
+    pub(crate) fn record_warnings(
+        &mut self,
+        step: &str,
+        index: u64,
+        item: &str,
+        warnings: &[String],
+    ) {
+        self.warnings
+            .extend(warnings.iter().map(|message| TaskWarning {
+                step: step.to_owned(),
+                index,
+                item: item.to_owned(),
+                message: message.clone(),
+            }));
     }
 
     pub(crate) fn set_retries(&mut self, counts: &std::collections::BTreeMap<&'static str, u64>) {
@@ -419,6 +456,7 @@ impl Report {
                 .collect(),
             retries_by_class: &self.retries,
             sandbox: &self.sandbox,
+            warnings: &self.warnings,
         }
     }
 
