@@ -217,6 +217,7 @@ pub(crate) fn execute(
         tool_calls: 0,
         usage: Usage::default(),
         duration: Duration::ZERO,
+        warnings: Vec::new(),
     });
     let error = result.error(prepared.spec.max_turns);
     Ok(Outcome {

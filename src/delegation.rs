@@ -390,7 +390,11 @@ pub(crate) fn draft(
         ToolSet::builtin(shell_enabled, plan.narrow.as_deref());
     // An agent's `mcp__server__tool` entries name servers of the project's `.mcp.json`.
     if !wanted_mcp.is_empty() {
-        let project = crate::mcp::project_servers(&env.cwd, env)?;
+        let names: Vec<&str> = wanted_mcp
+            .iter()
+            .map(|(name, _, _)| name.as_str())
+            .collect();
+        let project = crate::mcp::named_project_servers(&env.cwd, env, &names)?;
         let trust = crate::config::trust::project_trust(env);
         if !trust.is_trusted()
             && let Some(server) = wanted_mcp
@@ -406,11 +410,13 @@ pub(crate) fn draft(
                 }
                 continue;
             };
+            let named_as_mcp = raw.starts_with("mcp__");
             match servers
                 .iter_mut()
                 .find(|s: &&mut ServerSpec| s.name == server)
             {
                 Some(existing) => {
+                    existing.mcp_prefix |= named_as_mcp;
                     if let Some(tool) = tool
                         && !existing.allow.is_empty()
                     {
@@ -422,6 +428,7 @@ pub(crate) fn draft(
                 None => {
                     let mut spec = found.clone();
                     spec.allow = tool.into_iter().collect();
+                    spec.mcp_prefix = named_as_mcp;
                     servers.push(spec);
                 }
             }

@@ -569,7 +569,7 @@ async fn goose_builtins_other_than_developer_are_warnings() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_names_mcp_tools_of_the_project_servers() {
     let server = MockServer::start(MockConfig::new().replies([
-        Reply::tool_call("bad__echo", json!({"text": "from the agent"})),
+        Reply::tool_call("mcp__bad__echo", json!({"text": "from the agent"})),
         Reply::text("echoed"),
     ]))
     .await;
@@ -598,7 +598,7 @@ async fn an_agent_names_mcp_tools_of_the_project_servers() {
     assert_eq!(out.stdout, "echoed\n");
     assert_eq!(
         server.requests()[0].tool_names(),
-        ["read_file", "bad__echo"]
+        ["read_file", "mcp__bad__echo"]
     );
     assert_eq!(tool_results(&server.requests()[1]), ["from the agent"]);
     assert!(

@@ -3,9 +3,10 @@
 //!
 //! JSON (`--json`): `{"status": "completed"|"failed", "output", "structured", "error",
 //! "turns", "tool_calls", "tokens": {"input", "output"}, "duration_ms", "provider",
-//! "provider_from", "model", "model_from", "source", "sandbox"}` (`*_from` says where the
+//! "provider_from", "model", "model_from", "source", "sandbox", "warnings"}` (`*_from` says where the
 //! setting came from; `sandbox` is `{"policy", "network"}` of the shell commands, `null`
-//! without the shell). With `--async --json`: `{"task_id", "status": "running"|"queued", "description"}`.
+//! without the shell; `warnings` lists what went wrong with the task's extensions, such as a
+//! server that did not start). With `--async --json`: `{"task_id", "status": "running"|"queued", "description"}`.
 
 use serde_json::json;
 
@@ -73,6 +74,7 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
             "model_from": outcome.model_from,
             "source": args.source,
             "sandbox": outcome.sandbox.map(crate::sandbox::Sandbox::to_json),
+            "warnings": result.warnings,
         }))?;
     } else {
         let text = outcome.final_text();

@@ -378,6 +378,7 @@ impl BatchRun<'_> {
                 prompt: Some(task.prompt),
                 ..self.trace()
             },
+            warnings: Vec::new(),
         };
         self.done(done);
     }
@@ -402,6 +403,7 @@ impl BatchRun<'_> {
             hash,
             batch_id: None,
             trace: self.trace(),
+            warnings: Vec::new(),
         });
     }
 

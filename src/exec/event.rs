@@ -32,6 +32,8 @@ pub(crate) struct TaskDone {
     pub(crate) batch_id: Option<String>,
     /// When it started, what it was asked, the tools it called and the waits it met.
     pub(crate) trace: TaskTrace,
+    /// What went wrong with the task's extensions (MCP servers), one line each.
+    pub(crate) warnings: Vec<String>,
 }
 
 /// What `results.jsonl` and `report.html` tell about a task beyond its answer: enough to

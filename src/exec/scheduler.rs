@@ -136,12 +136,19 @@ impl Sink {
                 extracted: done.extracted,
                 corrections: done.corrections,
                 trace: &done.trace,
+                warnings: &done.warnings,
             };
             if let Err(e) = results.write(&line) {
                 eprintln!("summon: warning: cannot write results.jsonl: {e}");
             }
         }
         crate::env::crash_point("task-recorded");
+        self.report.record_warnings(
+            step,
+            done.index,
+            &item_label(&done.item, done.index),
+            &done.warnings,
+        );
         let cost = if done.reused {
             self.report.record_reused(step);
             Some(0.0)
@@ -214,7 +221,7 @@ impl super::batch::BatchReporter for SinkReporter<'_> {
 
 /// A short label for an item: its `id` (a CSV file's id column, or an `id` key), a short
 /// string item itself, else its index (as in `results.jsonl`, from 0).
-fn item_label(item: &Value, index: u64) -> String {
+pub(super) fn item_label(item: &Value, index: u64) -> String {
     let short = |s: &str| s.chars().count() <= 80;
     match item {
         Value::Object(map) => match map.get("id") {

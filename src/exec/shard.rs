@@ -134,6 +134,7 @@ impl TaskRecord {
             hash: self.hash.clone(),
             batch_id: self.batch_id.clone(),
             trace: self.trace.clone(),
+            warnings: Vec::new(),
         }
     }
 }

@@ -16,7 +16,7 @@ use super::hash::request_hash;
 use crate::config::Config;
 use crate::delegation::{Request, Resolver, prepare_with};
 use crate::env::Env;
-use crate::pipeline::model::{PipelineSettings, Step, TaskTemplate, Template};
+use crate::pipeline::model::{OnExtensionError, PipelineSettings, Step, TaskTemplate, Template};
 use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
 use crate::recipe::ParamInput;
 use crate::recipe::params::Origin;
@@ -291,6 +291,8 @@ pub(crate) struct StepConfig {
     /// The sandbox of the model's shell commands: `--sandbox`/`--network`, the step's, the
     /// settings'.
     pub(crate) sandbox: (Option<crate::sandbox::Policy>, Option<bool>),
+    /// Whether a task whose extension failed counts as failed.
+    pub(crate) on_extension_error: OnExtensionError,
 }
 
 impl StepConfig {
@@ -312,6 +314,7 @@ impl StepConfig {
                 step.sandbox.or(settings.sandbox),
                 step.network.or(settings.network),
             ),
+            on_extension_error: step.on_extension_error,
         }
     }
 
@@ -392,6 +395,7 @@ pub(crate) fn resumed(
         hash: hash.to_owned(),
         batch_id: if reused { None } else { row.batch_id.clone() },
         trace: TaskTrace::default(),
+        warnings: Vec::new(),
     })
 }
 
@@ -414,26 +418,43 @@ pub(crate) async fn run_task(
         ..TaskTrace::default()
     };
     let mut attempt = 0;
+    // Warnings of a fan_out task name its item; a single task is the step's own.
+    let label = (!item.is_null()).then(|| super::scheduler::item_label(&item, index));
     loop {
         trace.attempts += 1;
         let outcome = tokio::select! {
-            outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace) => outcome,
+            outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace, label.as_deref()) => outcome,
             () = shared.kill.cancelled() => Err("cancelled".to_owned()),
         };
-        let (ok, output, structured, error, turns, usage, model, (extracted, corrections)) =
-            match outcome {
-                Ok(done) => done,
-                Err(error) => (
-                    false,
-                    String::new(),
-                    None,
-                    Some(error),
-                    0,
-                    Usage::default(),
-                    None,
-                    (false, 0),
-                ),
-            };
+        let (
+            mut ok,
+            output,
+            structured,
+            mut error,
+            turns,
+            usage,
+            model,
+            (extracted, corrections, warnings),
+        ) = match outcome {
+            Ok(done) => done,
+            Err(error) => (
+                false,
+                String::new(),
+                None,
+                Some(error),
+                0,
+                Usage::default(),
+                None,
+                (false, 0, Vec::new()),
+            ),
+        };
+        if ok && step.on_extension_error == OnExtensionError::Fail && !warnings.is_empty() {
+            ok = false;
+            error = Some(format!(
+                "{} (the step sets on_extension_error: fail)",
+                warnings.join("; ")
+            ));
+        }
         if ok || attempt >= step.retries || shared.kill.is_cancelled() {
             return TaskDone {
                 step: step.index,
@@ -454,6 +475,7 @@ pub(crate) async fn run_task(
                 hash,
                 batch_id: None,
                 trace,
+                warnings,
             };
         }
         attempt += 1;
@@ -468,8 +490,9 @@ type Attempt = (
     u32,
     Usage,
     Option<String>,
-    // Whether the answer was extracted, and the correction requests it took.
-    (bool, u32),
+    // Whether the answer was extracted, the correction requests it took, and the
+    // extension warnings.
+    (bool, u32, Vec<String>),
 );
 
 async fn attempt_task(
@@ -478,6 +501,7 @@ async fn attempt_task(
     rendered: &Rendered,
     slot: &Arc<TaskSlot>,
     trace: &mut TaskTrace,
+    item: Option<&str>,
 ) -> Result<Attempt, String> {
     let mut prepared = prepare_task(shared, step, rendered).await?;
     if trace.prompt.is_none() {
@@ -489,7 +513,15 @@ async fn attempt_task(
         warn_once(&step.id, &note.message);
     }
     let mut observer = |event: crate::subagent::SubagentEvent| match event {
-        crate::subagent::SubagentEvent::Warning { message } => warn_once(&step.id, &message),
+        crate::subagent::SubagentEvent::Warning { message } => match item {
+            Some(item) if crate::mcp::is_extension_warning(&message) => {
+                warn_line(format!(
+                    "summon: warning: step `{}`, item `{item}`: {message}",
+                    step.id
+                ));
+            }
+            _ => warn_once(&step.id, &message),
+        },
         crate::subagent::SubagentEvent::Retry { class, delay, .. } => {
             trace.retry(class, delay);
             if let Ok(mut retries) = shared.retries.lock() {
@@ -527,7 +559,7 @@ async fn attempt_task(
         result.turns,
         result.usage,
         Some(prepared.resolved.model.clone()),
-        (result.extracted, result.corrections),
+        (result.extracted, result.corrections, result.warnings),
     ))
 }
 
@@ -628,9 +660,13 @@ pub(super) fn client_for(
 
 /// Prints a warning about a step once per run, however many of its tasks run into it.
 pub(crate) fn warn_once(step: &str, message: &str) {
+    warn_line(format!("summon: warning: step `{step}`: {message}"));
+}
+
+/// Prints `line` on stderr unless it was printed before in this run.
+fn warn_line(line: String) {
     static SEEN: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> =
         std::sync::OnceLock::new();
-    let line = format!("summon: warning: step `{step}`: {message}");
     let first = SEEN
         .get_or_init(Default::default)
         .lock()

@@ -1,14 +1,24 @@
 //! MCP servers as subagent tools: goose recipe `extensions` of type `stdio` and
 //! `streamable_http` (and the servers of a project's `.mcp.json` that an agent's `tools` list
-//! names), offered to the model as `<extension>__<tool>`.
+//! names), offered to the model as `<extension>__<tool>` (`mcp__<server>__<tool>` when an
+//! agent names them so), made valid and unique for providers by [`names`].
 //!
 //! [`ServerSpec`] is resolved when a delegation is prepared; a [`Session`] lives exactly as
 //! long as the task that uses it.
 
+mod names;
 mod project;
 mod server;
 mod session;
+mod stderr;
 
-pub(crate) use project::{project_servers, untrusted_server};
+pub(crate) use names::is_valid_prefix as is_valid_tool_prefix;
+pub(crate) use project::{named_project_servers, project_servers, untrusted_server};
 pub(crate) use server::ServerSpec;
 pub(crate) use session::Session;
+
+/// Whether a task's warning is about one of its extensions: every warning a [`Session`] gives
+/// starts by naming its extension (`` extension `fs` did not start: ... ``).
+pub(crate) fn is_extension_warning(message: &str) -> bool {
+    message.starts_with("extension `")
+}

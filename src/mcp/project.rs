@@ -9,10 +9,12 @@
 //! ```
 //!
 //! `${VAR}` and `${VAR:-default}` are expanded from the environment, as Claude Code does; a
-//! variable that is not set and has no default is an error naming it.
+//! variable that is not set and has no default is an error naming it, for the servers a task
+//! starts only. `timeout` is in milliseconds, as Claude Code reads it.
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::server::{DEFAULT_TIMEOUT, ServerSpec, Transport};
 use crate::diag::{Diagnostic, Pos, SourceFile, Span};
@@ -24,6 +26,24 @@ pub(crate) const FILE_NAME: &str = ".mcp.json";
 
 /// The servers of `<dir>/.mcp.json`; none when there is no such file.
 pub(crate) fn project_servers(dir: &Path, env: &Env) -> Result<Vec<ServerSpec>, Diagnostic> {
+    servers_of(dir, env, |_| true)
+}
+
+/// The servers of `<dir>/.mcp.json` named in `names`, the only ones a task starts: what the
+/// others need (an unset `${VAR}`, say) is not this task's concern.
+pub(crate) fn named_project_servers(
+    dir: &Path,
+    env: &Env,
+    names: &[&str],
+) -> Result<Vec<ServerSpec>, Diagnostic> {
+    servers_of(dir, env, |name| names.contains(&name))
+}
+
+fn servers_of(
+    dir: &Path,
+    env: &Env,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<ServerSpec>, Diagnostic> {
     let path = dir.join(FILE_NAME);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
@@ -54,7 +74,9 @@ pub(crate) fn project_servers(dir: &Path, env: &Env) -> Result<Vec<ServerSpec>, 
     let mut out = Vec::new();
     for (key, value) in entries {
         let name = key.as_str().unwrap_or_default().to_owned();
-        out.push(server(&name, value, env, &file)?);
+        if wanted(&name) {
+            out.push(server(&name, value, env, &file)?);
+        }
     }
     Ok(out)
 }
@@ -105,6 +127,9 @@ fn server(
             ),
         ));
     }
+    // The values `${VAR}` expanded to: they may be tokens, and are redacted like `env_keys`.
+    let secrets = std::cell::RefCell::new(Vec::new());
+    let expand = |text: &str, env: &Env| expand(text, env, &mut secrets.borrow_mut());
     let text = |key: &str| -> Result<Option<String>, Diagnostic> {
         match node.get(key) {
             None => Ok(None),
@@ -207,17 +232,45 @@ fn server(
             ));
         }
     };
+    let timeout = match node.get("timeout") {
+        None => DEFAULT_TIMEOUT,
+        Some(value) => timeout_of(value).ok_or_else(|| {
+            err(
+                value.pos,
+                format!(
+                    "server `{name}`: `timeout` must be a positive number of milliseconds \
+                     (as in Claude Code), found {}",
+                    value
+                        .as_str()
+                        .map_or_else(|| value.kind_name().to_owned(), |t| format!("`{t}`"))
+                ),
+            )
+        })?,
+    };
     Ok(ServerSpec {
         name: name.to_owned(),
         transport,
-        timeout: DEFAULT_TIMEOUT,
+        timeout,
         allow: Vec::new(),
-        secrets: Vec::new(),
+        secrets: secrets.into_inner(),
+        mcp_prefix: false,
     })
 }
 
-/// Expands `${VAR}` and `${VAR:-default}`.
-fn expand(text: &str, env: &Env) -> Result<String, String> {
+/// A server's `timeout`: milliseconds, as Claude Code reads it (a whole number, or a string
+/// of digits); zero is refused.
+fn timeout_of(node: &Node) -> Option<Duration> {
+    let ms = match node.to_json() {
+        serde_json::Value::Number(n) => n.as_u64()?,
+        serde_json::Value::String(s) => s.trim().parse().ok()?,
+        _ => return None,
+    };
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+/// Expands `${VAR}` and `${VAR:-default}`; the values taken from the environment are added
+/// to `used`.
+fn expand(text: &str, env: &Env, used: &mut Vec<String>) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
@@ -232,7 +285,10 @@ fn expand(text: &str, env: &Env) -> Result<String, String> {
             None => (inner, None),
         };
         match (env.var(var), default) {
-            (Some(value), _) => out.push_str(value),
+            (Some(value), _) => {
+                out.push_str(value);
+                used.push(value.to_owned());
+            }
             (None, Some(default)) => out.push_str(default),
             (None, None) => {
                 return Err(format!(
@@ -253,10 +309,12 @@ mod tests {
     #[test]
     fn expansion() {
         let env = Env::for_test("/", &[("A", "x")]);
-        assert_eq!(expand("${A}-${B:-d}", &env).unwrap(), "x-d");
-        assert!(expand("${B}", &env).unwrap_err().contains("`B`"));
-        assert!(expand("${A", &env).is_err());
-        assert_eq!(expand("plain $A", &env).unwrap(), "plain $A");
+        let mut used = Vec::new();
+        assert_eq!(expand("${A}-${B:-d}", &env, &mut used).unwrap(), "x-d");
+        assert_eq!(used, ["x"], "only values from the environment");
+        assert!(expand("${B}", &env, &mut used).unwrap_err().contains("`B`"));
+        assert!(expand("${A", &env, &mut used).is_err());
+        assert_eq!(expand("plain $A", &env, &mut used).unwrap(), "plain $A");
     }
 
     #[test]

@@ -23,9 +23,12 @@ pub(crate) struct ServerSpec {
     pub(crate) timeout: Duration,
     /// The server's tools to offer (its own names); empty = all of them.
     pub(crate) allow: Vec<String>,
-    /// The values taken from the environment through `env_keys`: secrets, redacted from
-    /// everything the run reports (see `subagent::run`).
+    /// The values taken from the environment through `env_keys` (or `${VAR}` in
+    /// `.mcp.json`): secrets, redacted from everything the run reports (see `subagent::run`).
     pub(crate) secrets: Vec<String>,
+    /// Tools are offered as `mcp__<name>__<tool>`, the form an agent file names them in
+    /// (Claude Code's), rather than goose's `<name>__<tool>`.
+    pub(crate) mcp_prefix: bool,
 }
 
 #[derive(Clone)]
@@ -162,6 +165,7 @@ impl ServerSpec {
                 .map_or(DEFAULT_TIMEOUT, Duration::from_secs),
             allow: ext.available_tools.clone(),
             secrets,
+            mcp_prefix: false,
         }))
     }
 
@@ -172,7 +176,11 @@ impl ServerSpec {
 
     /// The name the model sees for the server's tool `tool`.
     pub(crate) fn exposed_name(&self, tool: &str) -> String {
-        format!("{}__{tool}", self.name)
+        if self.mcp_prefix {
+            format!("mcp__{}__{tool}", self.name)
+        } else {
+            format!("{}__{tool}", self.name)
+        }
     }
 }
 

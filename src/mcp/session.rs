@@ -7,7 +7,6 @@
 //! process group, and the whole group is killed when the session ends or is dropped (a
 //! cancelled task drops it), so no server process outlives its task.
 
-use std::collections::VecDeque;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -22,13 +21,12 @@ use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 
 use super::server::{ServerSpec, Transport};
+use super::stderr::StderrTail;
 use crate::provider::ToolSpec;
 use crate::subagent::tool::ToolOutput;
 
 /// How long a server gets to stop by itself (stdin closed) before its group is killed.
 const STOP_GRACE: Duration = Duration::from_millis(500);
-/// Lines of a server's stderr kept for error messages.
-const STDERR_LINES: usize = 8;
 /// The most text one call returns to the model.
 const MAX_OUTPUT: usize = 100 * 1024;
 
@@ -55,7 +53,7 @@ struct Server {
     /// (exposed name, the server's own name).
     tools: Vec<(String, String)>,
     group: Option<ProcessGroup>,
-    stderr: Arc<Mutex<VecDeque<String>>>,
+    stderr: Arc<Mutex<StderrTail>>,
     /// Why the server can no longer be used.
     broken: Mutex<Option<String>>,
 }
@@ -78,10 +76,26 @@ impl Session {
                 Err(warning) => warnings.push(warning),
             }
         }
+        session.offer_valid_names(&mut tool_specs);
         Started {
             session,
             specs: tool_specs,
             warnings,
+        }
+    }
+
+    /// Renames the tools whose `<extension>__<tool>` name providers would refuse (other
+    /// characters, too long, offered twice): `specs` are the servers' tools in order.
+    fn offer_valid_names(&mut self, specs: &mut [ToolSpec]) {
+        let wanted: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+        let offered = super::names::assign(&wanted, &[]);
+        let exposed = self
+            .servers
+            .iter_mut()
+            .flat_map(|server| server.tools.iter_mut().map(|(exposed, _)| exposed));
+        for ((spec, exposed), name) in specs.iter_mut().zip(exposed).zip(offered) {
+            spec.name.clone_from(&name);
+            *exposed = name;
         }
     }
 
@@ -208,15 +222,7 @@ impl Server {
     }
 
     fn stderr_tail(&self) -> String {
-        let lines = self.stderr.lock().map(|l| l.clone()).unwrap_or_default();
-        if lines.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " (stderr: {})",
-                lines.into_iter().collect::<Vec<_>>().join(" | ")
-            )
-        }
+        self.stderr.lock().map(|t| t.quote()).unwrap_or_default()
     }
 
     async fn stop(self) {
@@ -236,17 +242,9 @@ async fn start_one(
     spec: &ServerSpec,
     workdir: &Path,
 ) -> Result<(Server, Vec<ToolSpec>, Vec<String>), String> {
-    let stderr = Arc::new(Mutex::new(VecDeque::new()));
-    let fail = |reason: String, stderr: &Arc<Mutex<VecDeque<String>>>| {
-        let lines = stderr.lock().map(|l| l.clone()).unwrap_or_default();
-        let tail = if lines.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " (stderr: {})",
-                lines.into_iter().collect::<Vec<_>>().join(" | ")
-            )
-        };
+    let stderr = Arc::new(Mutex::new(StderrTail::default()));
+    let fail = |reason: String, stderr: &Arc<Mutex<StderrTail>>| {
+        let tail = stderr.lock().map(|t| t.quote()).unwrap_or_default();
         format!(
             "extension `{}` did not start: {reason}{tail}; its tools are left out",
             spec.name
@@ -269,6 +267,7 @@ async fn start_one(
                 Ok(Err(e)) => {
                     // Let the stderr reader catch the server's last words.
                     group.wait_gone(Duration::from_millis(200)).await;
+                    wait_closed(&stderr, Duration::from_millis(200)).await;
                     return Err(fail(e.to_string(), &stderr));
                 }
                 Err(_) => {
@@ -365,7 +364,7 @@ fn spawn_stdio(
     envs: &[(String, String)],
     sandbox: crate::sandbox::Sandbox,
     workdir: &Path,
-    tail: &Arc<Mutex<VecDeque<String>>>,
+    tail: &Arc<Mutex<StderrTail>>,
 ) -> std::io::Result<(TokioChildProcess, ProcessGroup)> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut command = crate::sandbox::helper::command(sandbox, &[workdir], cmd, &args)?;
@@ -399,22 +398,25 @@ fn spawn_stdio(
         tokio::spawn(async move {
             let mut lines = tokio::io::BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                let line = line.trim().to_owned();
-                if line.is_empty() {
-                    continue;
-                }
                 if let Ok(mut tail) = tail.lock() {
-                    if tail.len() == STDERR_LINES {
-                        tail.pop_front();
-                    }
-                    let mut line = line;
-                    crate::subagent::tool::truncate_at_boundary(&mut line, 300);
-                    tail.push_back(line);
+                    tail.push(&line);
                 }
+            }
+            if let Ok(mut tail) = tail.lock() {
+                tail.close();
             }
         });
     }
     Ok((transport, group))
+}
+
+/// Waits up to `limit` for the server's stderr to reach its end (the server exited and its
+/// last lines were read).
+async fn wait_closed(tail: &Mutex<StderrTail>, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !tail.lock().is_ok_and(|t| t.is_closed()) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// A server's process group; killed (all of it) when dropped.

@@ -16,9 +16,15 @@
 //!   "sandbox": { "areas": { "policy": "workspace-write", "network": false }, ... },
 //!   "pipeline": { "name": "release-notes", "run_id": "r-…",
 //!                 "steps": [{ "id": "notes", "kind": "fan_out", "needs": ["areas"],
-//!                             "status": "succeeded" }, ...] }
+//!                             "status": "succeeded" }, ...] },
+//!   "warnings": [ { "step": "notes", "index": 3, "item": "api",
+//!                   "message": "extension `fs` did not start: ..." } ]
 //! }
 //! ```
+//!
+//! `warnings` (present when there are some) lists what went wrong with the tasks' extensions
+//! (MCP servers), one entry per warning of a task, in the order the tasks finished; `item` is
+//! the item's label (its `id`, its text, or `#index`).
 //!
 //! `pipeline` is the run's step graph, every step in file order with the steps it depends on
 //! and how it ended (`succeeded`, `failed`, `skipped`, `deferred`: left for a merge), so that
@@ -204,6 +210,17 @@ pub(crate) struct Report {
     sandbox: IndexMap<String, serde_json::Value>,
     /// The step graph and how each step ended.
     pipeline: Option<serde_json::Value>,
+    /// The tasks' extension warnings.
+    warnings: Vec<TaskWarning>,
+}
+
+/// One extension warning of one task.
+#[derive(Serialize)]
+struct TaskWarning {
+    step: String,
+    index: u64,
+    item: String,
+    message: String,
 }
 
 /// The classes of `retries_by_class`, in their order.
@@ -227,6 +244,8 @@ struct ReportJson<'a> {
     sandbox: &'a IndexMap<String, serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pipeline: Option<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "<[TaskWarning]>::is_empty")]
+    warnings: &'a [TaskWarning],
 }
 
 #[derive(Serialize)]
@@ -273,6 +292,7 @@ impl Report {
             retries: RETRY_CLASSES.iter().map(|c| (*c, 0)).collect(),
             sandbox: IndexMap::new(),
             pipeline: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -286,6 +306,23 @@ impl Report {
     /// Records the sandbox the model's shell commands of step `step` run in.
     pub(crate) fn set_sandbox(&mut self, step: &str, sandbox: crate::sandbox::Sandbox) {
         self.sandbox.insert(step.to_owned(), sandbox.to_json());
+    }
+
+    /// Records the extension warnings of task `index` (item label `item`) of `step`.
+    pub(crate) fn record_warnings(
+        &mut self,
+        step: &str,
+        index: u64,
+        item: &str,
+        warnings: &[String],
+    ) {
+        self.warnings
+            .extend(warnings.iter().map(|message| TaskWarning {
+                step: step.to_owned(),
+                index,
+                item: item.to_owned(),
+                message: message.clone(),
+            }));
     }
 
     pub(crate) fn set_retries(&mut self, counts: &std::collections::BTreeMap<&'static str, u64>) {
@@ -442,6 +479,7 @@ impl Report {
             retries_by_class: &self.retries,
             sandbox: &self.sandbox,
             pipeline: self.pipeline.as_ref(),
+            warnings: &self.warnings,
         }
     }
 

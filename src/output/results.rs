@@ -7,7 +7,8 @@
 //!  "turns":2,"input_tokens":1200,"output_tokens":340,"duration_ms":5120,"resumed":false,
 //!  "reused":false,"extracted":false,"corrections":0,"started_ms":5310,"attempts":1,
 //!  "retries":0,"rate_limited":0,"retry_wait_ms":0,
-//!  "tools":[{"name":"shell","ok":true,"summary":"src/api"}],"prompt":"Write notes for api"}
+//!  "tools":[{"name":"shell","ok":true,"summary":"src/api"}],"prompt":"Write notes for api",
+//!  "warnings":[]}
 //! ```
 //!
 //! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks;
@@ -21,7 +22,10 @@
 //! requests sent again after a transient failure, `rate_limited` those refused by a rate limit,
 //! `retry_wait_ms` the time waited before them; `tools`, the tools called (name, success, the
 //! first line of the answer, shortened); `prompt`, the rendered first message sent to the model
-//! (at most 16 KiB, then `… [N more bytes]`). Lines are buffered and flushed at least every
+//! (at most 16 KiB, then `… [N more bytes]`); `warnings`, what went
+//! wrong with the task's extensions (MCP servers), one string each, such as
+//! `` extension `fs` did not start: ... `` (whether that fails the task is the step's
+//! `on_extension_error`). Lines are buffered and flushed at least every
 //! [`FLUSH_INTERVAL`] (by a small background thread), every [`FLUSH_LINES`] lines, on
 //! [`ResultsWriter::flush`] and on drop, so a crash loses at most the last moments; the run's
 //! journal holds every finished task, and on resume [`read_results`] tells which of them the
@@ -72,6 +76,8 @@ pub(crate) struct ResultLine<'a> {
     /// Start time, attempts, retries, tools and prompt (keys `started_ms` … `prompt`).
     #[serde(flatten)]
     pub(crate) trace: &'a crate::exec::TaskTrace,
+    /// What went wrong with the task's extensions, one line each.
+    pub(crate) warnings: &'a [String],
 }
 
 struct State {
@@ -286,6 +292,7 @@ mod tests {
             extracted: true,
             corrections: 1,
             trace: &TRACE,
+            warnings: &[],
         }
     }
 
@@ -332,7 +339,8 @@ mod tests {
                 "rate_limited",
                 "retry_wait_ms",
                 "tools",
-                "prompt"
+                "prompt",
+                "warnings"
             ]
         );
         assert_eq!(
@@ -342,7 +350,8 @@ mod tests {
                    "turns": 2, "input_tokens": 100, "output_tokens": 10, "duration_ms": 1234,
                    "resumed": false, "reused": false, "extracted": true, "corrections": 1,
                    "started_ms": 7, "attempts": 1, "retries": 2, "rate_limited": 1,
-                   "retry_wait_ms": 1500, "tools": [], "prompt": null})
+                   "retry_wait_ms": 1500, "tools": [], "prompt": null,
+                   "warnings": []})
         );
         assert_eq!(got[1]["status"], "failed");
         assert_eq!(got[1]["error"], "boom");

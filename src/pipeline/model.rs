@@ -115,6 +115,8 @@ pub(crate) struct Step {
     /// The sandbox of the model's shell commands, over the settings'.
     pub(crate) sandbox: Option<crate::sandbox::Policy>,
     pub(crate) network: Option<bool>,
+    /// Whether a task whose extension (MCP server) failed counts as failed.
+    pub(crate) on_extension_error: OnExtensionError,
 }
 
 #[derive(Debug, Clone)]
@@ -178,6 +180,17 @@ pub(crate) enum OnError {
     #[default]
     FailFast,
     Continue,
+}
+
+/// `on_extension_error`: what a task whose extension did not start or failed during the task
+/// comes to. Either way the task's result lists the extension's warnings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum OnExtensionError {
+    /// The task keeps the status its answer gives it (the model did without the tools).
+    #[default]
+    Warn,
+    /// The task fails (and is retried under `retries`).
+    Fail,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

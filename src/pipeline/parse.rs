@@ -12,8 +12,8 @@ use indexmap::IndexMap;
 use super::duration::{from_seconds, parse_duration};
 use super::graph::{self, Graph};
 use super::model::{
-    Backend, Decompose, FanOut, MinSuccess, OnError, OutputFile, Pipeline, PipelineSettings, Step,
-    StepKind, TaskTemplate, Template,
+    Backend, Decompose, FanOut, MinSuccess, OnError, OnExtensionError, OutputFile, Pipeline,
+    PipelineSettings, Step, StepKind, TaskTemplate, Template,
 };
 use super::refs;
 use crate::diag::{Diagnostic, Diagnostics, FileDiags, Pos, SourceFile};
@@ -588,6 +588,17 @@ fn read_step(
     let reuse = bool_field(&mut r, "reuse", d).unwrap_or(false);
     let sandbox = sandbox_field(&mut r, d);
     let network = bool_field(&mut r, "network", d);
+    let on_extension_error = choice(
+        &mut r,
+        "on_extension_error",
+        &[
+            ("warn", OnExtensionError::Warn),
+            ("fail", OnExtensionError::Fail),
+        ],
+        d,
+    )
+    .map(|(v, _)| v)
+    .unwrap_or_default();
     r.finish(d);
     Some((
         Step {
@@ -610,6 +621,7 @@ fn read_step(
             reuse,
             sandbox,
             network,
+            on_extension_error,
         },
         kind_known,
     ))

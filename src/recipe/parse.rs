@@ -493,7 +493,7 @@ fn read_extensions(node: &Node, d: &mut FileDiags<'_>) -> Vec<Extension> {
         );
         return Vec::new();
     };
-    let mut out = Vec::new();
+    let mut out: Vec<Extension> = Vec::new();
     for (index, item) in items.iter().enumerate() {
         let path = format!("extensions[{index}]");
         if let Some(name) = item.as_str() {
@@ -530,7 +530,8 @@ fn read_extensions(node: &Node, d: &mut FileDiags<'_>) -> Vec<Extension> {
             );
             continue;
         };
-        let kind = match r.get("type").and_then(Node::as_str) {
+        let type_node = r.get("type");
+        let kind = match type_node.and_then(Node::as_str) {
             Some(kind) => ExtensionKind::from_name(kind),
             None => {
                 d.error(item.pos, format!("`{path}` is missing `type`"));
@@ -543,6 +544,17 @@ fn read_extensions(node: &Node, d: &mut FileDiags<'_>) -> Vec<Extension> {
             continue;
         };
         let pos = name_node.map_or(item.pos, |n| n.pos);
+        check_extension_name(&name, pos, &kind, &out, d);
+        if kind == ExtensionKind::Sse {
+            d.warning(
+                type_node.map_or(item.pos, |n| n.pos),
+                format!(
+                    "extension `{name}`: `type: sse` is MCP's deprecated HTTP+SSE transport, \
+                     which summon does not connect to; the extension is left out (use \
+                     `streamable_http` if the server offers it)"
+                ),
+            );
+        }
         let cmd = string_field(&mut r, "cmd", d);
         let args = r
             .get("args")
@@ -626,6 +638,39 @@ fn read_extensions(node: &Node, d: &mut FileDiags<'_>) -> Vec<Extension> {
         });
     }
     out
+}
+
+/// An extension's name starts the names its tools are offered under (`<name>__<tool>`), so
+/// it must be one providers accept there, and only one extension may have it.
+fn check_extension_name(
+    name: &str,
+    pos: Pos,
+    kind: &ExtensionKind,
+    earlier: &[Extension],
+    d: &mut FileDiags<'_>,
+) {
+    let server = matches!(
+        kind,
+        ExtensionKind::Stdio | ExtensionKind::StreamableHttp | ExtensionKind::Sse
+    );
+    if server && !crate::mcp::is_valid_tool_prefix(name) {
+        d.error(
+            pos,
+            format!(
+                "extension name `{name}` cannot start a tool name: use letters, digits, `_` \
+                 and `-` only, at most 60 of them"
+            ),
+        );
+    }
+    if let Some(first) = earlier.iter().find(|e| e.name == name) {
+        d.error(
+            pos,
+            format!(
+                "extension `{name}` is listed twice (first at line {}): one name per extension",
+                first.pos.line
+            ),
+        );
+    }
 }
 
 fn read_settings(node: &Node, d: &mut FileDiags<'_>) -> Settings {

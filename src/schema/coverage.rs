@@ -41,6 +41,7 @@ steps:
     allow_empty: true
     backend: batch
     reuse: true
+    on_extension_error: fail
   - id: sum
     synthesize: {instructions: "merge", source: r, parameters: {}, context: c, extensions: x}
   - id: one

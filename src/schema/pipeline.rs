@@ -145,7 +145,11 @@ fn step() -> Value {
             },
             "reuse": {"description": "Take the answer of an earlier run to the same request instead of sending it again.", "type": "boolean"},
             "sandbox": sandbox(),
-            "network": network()
+            "network": network(),
+            "on_extension_error": {
+                "description": "A task whose extension (MCP server) did not start or failed: warn (default) keeps the status its answer gives it, fail fails it. Either way its result lists the warnings.",
+                "enum": ["warn", "fail"]
+            }
         },
         "oneOf": kinds.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),
         "additionalProperties": false

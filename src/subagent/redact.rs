@@ -89,6 +89,9 @@ impl Redactor {
         if let Some(value) = &mut result.structured {
             self.value(value);
         }
+        for warning in &mut result.warnings {
+            self.in_place(warning);
+        }
         result
     }
 }
@@ -124,7 +127,9 @@ mod tests {
             tool_calls: 0,
             usage: crate::provider::Usage::default(),
             duration: Duration::ZERO,
+            warnings: vec!["server said tok-123456".into()],
         });
+        assert_eq!(result.warnings, ["server said [redacted]"]);
         assert_eq!(result.text, "said [redacted]");
         assert_eq!(
             result.status,

@@ -61,6 +61,9 @@ pub(crate) struct SubagentResult {
     pub(crate) tool_calls: u32,
     pub(crate) usage: Usage,
     pub(crate) duration: Duration,
+    /// What went wrong with the task's extensions (MCP servers): one that did not start, or
+    /// failed during the task. The task may still have completed without their tools.
+    pub(crate) warnings: Vec<String>,
 }
 
 impl SubagentResult {
@@ -90,8 +93,11 @@ pub(crate) async fn run_subagent(
     let mut total = Totals::default();
     let tools = Tools::start(spec, observer).await;
     let result = run_attempts(client, policy, limiter, spec, &tools, observer, &mut total).await;
+    let warnings = tools.warnings.lock().map(|w| w.clone()).unwrap_or_default();
     tools.session.shutdown().await;
-    redactor.result(total.finish(result, started))
+    let mut result = total.finish(result, started);
+    result.warnings = warnings;
+    redactor.result(result)
 }
 
 /// The tools of one run: the built-in set and the MCP servers' tools.
@@ -103,6 +109,8 @@ struct Tools {
     system: String,
     /// The task's private TMPDIR, removed when the run ends.
     scratch: Scratch,
+    /// The extension warnings so far, for the result.
+    warnings: std::sync::Mutex<Vec<String>>,
 }
 
 impl Tools {
@@ -113,11 +121,14 @@ impl Tools {
                 specs: spec.tools.specs(),
                 system: spec.system.clone(),
                 scratch: Scratch::default(),
+                warnings: std::sync::Mutex::default(),
             };
         }
         let started = Session::start(&spec.extensions, spec.workdir.path()).await;
-        for message in started.warnings {
-            observer(SubagentEvent::Warning { message });
+        for message in &started.warnings {
+            observer(SubagentEvent::Warning {
+                message: message.clone(),
+            });
         }
         let mut system = spec.system.clone();
         if !started.specs.is_empty() {
@@ -139,6 +150,7 @@ impl Tools {
             specs: specs.into(),
             system,
             scratch: Scratch::default(),
+            warnings: std::sync::Mutex::new(started.warnings),
         }
     }
 
@@ -166,6 +178,9 @@ impl Tools {
         }
         let (output, warning) = self.session.call(name, args).await;
         if let Some(message) = warning {
+            if let Ok(mut warnings) = self.warnings.lock() {
+                warnings.push(message.clone());
+            }
             observer(SubagentEvent::Warning { message });
         }
         output
@@ -234,6 +249,7 @@ impl Totals {
             tool_calls: self.tool_calls,
             usage: self.usage,
             duration: started.elapsed(),
+            warnings: Vec::new(),
         }
     }
 }
