@@ -5,9 +5,12 @@
 //! [`ServerSpec`] is resolved when a delegation is prepared; a [`Session`] lives exactly as
 //! long as the task that uses it.
 
+mod observed;
 mod project;
 mod server;
 mod session;
+mod size;
+mod stdio;
 
 pub(crate) use project::{project_servers, untrusted_server};
 pub(crate) use server::ServerSpec;

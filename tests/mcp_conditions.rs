@@ -1,0 +1,249 @@
+//! MCP servers under real conditions: answers too large for the transport, servers that die
+//! or are refused, signals that stop summon mid-call, and what the client tells servers and
+//! the model. The servers are `server-filesystem` from npm and small scripted ones
+//! (tests/fixtures/mcp/conditions.py, stdio); the model is the mock server.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply};
+use support::{Test, unindent};
+
+const KEY: &str = "sk-test-mcp-conditions-0123456789";
+const MIB: u64 = 1024 * 1024;
+
+fn openai(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/mcp")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// A recipe whose only extension is the scripted server `c`, with a call timeout of
+/// `timeout` seconds.
+fn recipe(timeout: u32) -> String {
+    unindent(&format!(
+        "
+        title: Conditions
+        description: uses a scripted MCP server
+        prompt: Use the tools.
+        extensions:
+          - type: stdio
+            name: c
+            cmd: python3
+            args: ['{}']
+            timeout: {timeout}
+        ",
+        fixture("conditions.py")
+    ))
+}
+
+/// What the model was told about each tool call so far (OpenAI `tool` messages).
+fn tool_results(request: &RecordedRequest) -> Vec<String> {
+    request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The `server-filesystem` executable that `.ci/run` installs.
+fn filesystem_server() -> PathBuf {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/mcp-servers/node/node_modules/.bin/mcp-server-filesystem");
+    assert!(
+        bin.exists(),
+        "{} is missing: run .ci/run (or tests/mcp.rs) once to install the MCP servers",
+        bin.display()
+    );
+    bin
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_over_16_mib_reaches_the_model_cut_to_size() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("c__big", json!({"size": 17 * MIB})),
+        Reply::text("read it"),
+    ]))
+    .await;
+    let out = openai(&server)
+        .write("recipes/c.yaml", &recipe(60))
+        .args(["delegate", "--source", "c"])
+        .run();
+    assert_eq!(out.stdout, "read it\n", "{}", out.stderr);
+    let result = &tool_results(&server.requests()[1])[0];
+    assert!(result.starts_with("BEGINxxx"), "{}", &result[..100]);
+    assert!(
+        result.ends_with("\n[output truncated: showed the first 100 KiB of 17 MiB]"),
+        "{}",
+        &result[result.len() - 200..]
+    );
+    assert!(result.len() < 101 * 1024);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_too_large_to_read_fails_its_call_at_once() {
+    // The timeout is long: the call must end because the answer was dropped, not because
+    // the wait ran out. The server stays usable for the next call.
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("c__big", json!({"size": 70 * MIB})),
+        Reply::tool_call("c__big", json!({"size": 20})),
+        Reply::text("carried on"),
+    ]))
+    .await;
+    let out = openai(&server)
+        .write("recipes/c.yaml", &recipe(60))
+        .args(["delegate", "--source", "c"])
+        .run();
+    assert_eq!(out.stdout, "carried on\n", "{}", out.stderr);
+    let requests = server.requests();
+    let first = &tool_results(&requests[1])[0];
+    assert_eq!(
+        first,
+        "Error: extension `c`: its answer is larger than 64 MiB, the most summon reads in one \
+         message, and was dropped"
+    );
+    let second = &tool_results(&requests[2])[1];
+    assert_eq!(second, &format!("BEGIN{}", "x".repeat(15)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_10_mb_file_through_the_filesystem_server_is_shown_in_part() {
+    let bin = filesystem_server();
+    let test = Test::new();
+    let file = test.path().canonicalize().unwrap().join("big.txt");
+    let line = "0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456\n";
+    let mut text = line.repeat(10_000_000 / line.len() + 1);
+    text.truncate(10_000_000);
+    std::fs::write(&file, &text).unwrap();
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call(
+            "fs__read_text_file",
+            json!({"path": file.display().to_string()}),
+        ),
+        Reply::text("read the file"),
+    ]))
+    .await;
+    let out = test
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .write(
+            "recipes/files.yaml",
+            &format!(
+                "
+                title: Files
+                description: reads files through an MCP server
+                prompt: Read big.txt.
+                extensions:
+                  - type: stdio
+                    name: fs
+                    cmd: {}
+                    args: ['.']
+                    timeout: 60
+                ",
+                bin.display()
+            ),
+        )
+        .args(["delegate", "--source", "files"])
+        .run();
+    assert_eq!(out.stdout, "read the file\n", "{}", out.stderr);
+    let result = &tool_results(&server.requests()[1])[0];
+    assert!(result.starts_with(line), "{}", &result[..200]);
+    assert!(
+        result.ends_with("[output truncated: showed the first 100 KiB of 9.5 MiB]"),
+        "{}",
+        &result[result.len() - 200..]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn results_say_sizes_in_bytes_and_empty_errors_in_words() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_calls([
+            ("c__image", json!({"size": 3000})),
+            ("c__empty_error", json!({})),
+        ]),
+        Reply::text("done"),
+    ]))
+    .await;
+    let out = openai(&server)
+        .write("recipes/c.yaml", &recipe(60))
+        .args(["delegate", "--source", "c"])
+        .run();
+    assert_eq!(out.stdout, "done\n", "{}", out.stderr);
+    let requests = server.requests();
+    assert_eq!(
+        tool_results(&requests[1]),
+        [
+            "[image: image/png, 3000 bytes]",
+            "Error: the tool reported an error with no message"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_introduces_itself_as_summon() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("c__whoami", json!({})),
+        Reply::text("done"),
+    ]))
+    .await;
+    let out = openai(&server)
+        .write("recipes/c.yaml", &recipe(60))
+        .args(["delegate", "--source", "c"])
+        .run();
+    assert_eq!(out.stdout, "done\n", "{}", out.stderr);
+    let info: Value = serde_json::from_str(&tool_results(&server.requests()[1])[0]).unwrap();
+    assert_eq!(info["name"], "summon");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_notifications_extend_a_call_past_its_timeout() {
+    // The call takes 3 s with a 1 s timeout, but reports progress every 0.2 s.
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("c__slow", json!({"seconds": 3})),
+        Reply::text("waited"),
+    ]))
+    .await;
+    let out = openai(&server)
+        .write("recipes/c.yaml", &recipe(1))
+        .args(["delegate", "--source", "c"])
+        .run();
+    assert_eq!(out.stdout, "waited\n", "{}", out.stderr);
+    assert_eq!(tool_results(&server.requests()[1]), ["finished"]);
+    assert!(!out.stderr.contains("failed"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_that_run_only_as_tasks_are_not_offered() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let out = openai(&server)
+        .write("recipes/c.yaml", &recipe(60))
+        .args(["delegate", "--source", "c"])
+        .run();
+    let offered = server.requests()[0].tool_names();
+    assert!(offered.contains(&"c__whoami".to_owned()), "{offered:?}");
+    assert!(!offered.contains(&"c__only_task".to_owned()), "{offered:?}");
+    assert!(
+        out.stderr.contains(
+            "extension `c`: tool `only_task` runs only as a task (execution.taskSupport: \
+             required), which summon does not support; it is left out"
+        ),
+        "{}",
+        out.stderr
+    );
+}
