@@ -247,3 +247,32 @@ async fn tools_that_run_only_as_tasks_are_not_offered() {
         out.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tools_of_a_failed_server_are_not_offered_again() {
+    // `hang` outlives its 1 s timeout: the server is stopped, and the next request offers
+    // none of its tools (the built-in ones stay).
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("c__hang", json!({})),
+        Reply::text("without it"),
+    ]))
+    .await;
+    let out = openai(&server)
+        .write("recipes/c.yaml", &recipe(1))
+        .args(["delegate", "--source", "c"])
+        .run();
+    assert_eq!(out.stdout, "without it\n", "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "extension `c` failed: it did not answer within 1s; its tools are no longer offered"
+        ),
+        "{}",
+        out.stderr
+    );
+    let requests = server.requests();
+    let before = requests[0].tool_names();
+    assert!(before.contains(&"c__hang".to_owned()), "{before:?}");
+    let after = requests[1].tool_names();
+    assert!(after.iter().all(|t| !t.starts_with("c__")), "{after:?}");
+    assert!(after.contains(&"read_file".to_owned()), "{after:?}");
+}

@@ -94,6 +94,12 @@ impl Session {
         }
     }
 
+    /// Whether `name` is a tool of a server that failed: it is no longer offered.
+    pub(crate) fn withdrawn(&self, name: &str) -> bool {
+        self.server_of(name)
+            .is_some_and(|(server, _)| server.broken.lock().is_ok_and(|b| b.is_some()))
+    }
+
     /// Whether `name` is a tool of one of the servers.
     pub(crate) fn has(&self, name: &str) -> bool {
         self.server_of(name).is_some()
