@@ -276,3 +276,115 @@ async fn the_tools_of_a_failed_server_are_not_offered_again() {
     assert!(after.iter().all(|t| !t.starts_with("c__")), "{after:?}");
     assert!(after.contains(&"read_file".to_owned()), "{after:?}");
 }
+
+/// A free local port (nothing listens on it once this returns).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The scripted streamable HTTP server, listening once this returns; killed when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl HttpServer {
+    fn start() -> Self {
+        use std::io::BufRead;
+        let port = free_port();
+        let mut child = std::process::Command::new("python3")
+            .arg(fixture("http_conditions.py"))
+            .arg(port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the HTTP server did not start");
+        Self { child, port }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_recipe(uri: &str) -> String {
+    unindent(&format!(
+        "
+        title: Web
+        description: uses an MCP server over HTTP
+        prompt: Use the tools.
+        extensions:
+          - type: streamable_http
+            name: web
+            uri: {uri}
+            timeout: 60
+        "
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_server_that_dies_mid_call_fails_the_call_at_once() {
+    for tool in ["die_midway", "die"] {
+        let web = HttpServer::start();
+        let url = web.url("/mcp");
+        let server = MockServer::start(MockConfig::new().replies([
+            Reply::tool_call("web__echo", json!({"text": "alive"})),
+            Reply::tool_call(format!("web__{tool}"), json!({})),
+            Reply::text("the server is gone"),
+        ]))
+        .await;
+        let out = openai(&server)
+            .write("recipes/web.yaml", &http_recipe(&url))
+            .args(["delegate", "--source", "web"])
+            .run();
+        assert_eq!(out.stdout, "the server is gone\n", "{tool}: {}", out.stderr);
+        let requests = server.requests();
+        assert_eq!(tool_results(&requests[1]), ["alive"], "{tool}");
+        let result = &tool_results(&requests[2])[1];
+        let expected = format!(
+            "extension `web` failed: the connection to {url} closed before the answer came"
+        );
+        assert!(result.contains(&expected), "{tool}: {result}");
+        assert!(out.stderr.contains(&expected), "{tool}: {}", out.stderr);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_server_that_cannot_be_reached_is_named_in_plain_words() {
+    let web = HttpServer::start();
+    let refused = format!("http://127.0.0.1:{}/mcp", free_port());
+    let missing = web.url("/missing");
+    for (uri, expected) in [
+        (refused.clone(), format!("connection refused to {refused}")),
+        (
+            missing.clone(),
+            format!("HTTP 404 from {missing}: 404 Not Found - nothing lives here"),
+        ),
+    ] {
+        let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+        let out = openai(&server)
+            .write("recipes/web.yaml", &http_recipe(&uri))
+            .args(["delegate", "--source", "web"])
+            .run();
+        assert!(
+            out.stderr.contains(&format!(
+                "extension `web` did not start: {expected}; its tools are left out"
+            )),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("<html"), "{}", out.stderr);
+    }
+}

@@ -5,6 +5,7 @@
 //! [`ServerSpec`] is resolved when a delegation is prepared; a [`Session`] lives exactly as
 //! long as the task that uses it.
 
+mod http;
 mod observed;
 mod project;
 mod server;

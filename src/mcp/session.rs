@@ -359,6 +359,7 @@ async fn start_one(
                 .map_err(|e| fail(e.to_string(), &stderr))?;
             let config =
                 StreamableHttpClientTransportConfig::with_uri(uri.as_str()).custom_headers(custom);
+            let http = super::http::WatchedClient::new(http, Arc::clone(&observed));
             let transport = StreamableHttpClientTransport::with_client(http, config);
             let client =
                 match tokio::time::timeout(spec.timeout, client_config().serve(transport)).await {
