@@ -7,6 +7,8 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply};
 use support::{Test, unindent};
@@ -387,4 +389,124 @@ async fn an_http_server_that_cannot_be_reached_is_named_in_plain_words() {
         );
         assert!(!out.stderr.contains("<html"), "{}", out.stderr);
     }
+}
+
+/// Whether `pid` still runs after it had a few seconds to go (a zombie has ended).
+fn still_alive(pid: u32) -> bool {
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state != "Z" && state != "X")
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while alive() {
+        if std::time::Instant::now() >= deadline {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// Waits (at most 60 s) until `path` has a line, and returns the first.
+fn first_line(path: &Path) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(line) = text.lines().next() {
+            return line.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} stayed empty",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts summon with `args` on a task whose server hangs in a call and would outlive the end
+/// of its input, signals summon once the call is under way, and returns summon's exit code,
+/// its stderr and the server's pid.
+async fn signal_mid_call(args: &[&str], signal: &str) -> (Option<i32>, String, u32) {
+    let server = MockServer::start(
+        MockConfig::new().replies([Reply::tool_call("c__hang", json!({})), Reply::text("never")]),
+    )
+    .await;
+    let pid_file = tempfile::NamedTempFile::new().unwrap();
+    let calls = PathBuf::from(format!("{}.calls", pid_file.path().display()));
+    let test = openai(&server)
+        .write("recipes/c.yaml", &recipe(600))
+        .write(
+            "pipelines/p.yaml",
+            "
+            version: 1
+            name: p
+            steps:
+              - id: only
+                delegate:
+                  source: c
+            ",
+        )
+        .env("PID_FILE", &pid_file.path().display().to_string())
+        .env("LINGER", "1")
+        .args(args.iter().copied());
+    let child = test
+        .command()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    first_line(&calls);
+    let pid: u32 = first_line(pid_file.path()).parse().unwrap();
+    let sent = std::process::Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let _ = std::fs::remove_file(&calls);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        pid,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn signals_to_delegate_stop_its_servers() {
+    for (signal, code, line) in [
+        (
+            "-INT",
+            Some(130),
+            "summon: interrupted: stopped the MCP server",
+        ),
+        (
+            "-TERM",
+            Some(143),
+            "summon: terminated (SIGTERM): stopped the MCP server",
+        ),
+    ] {
+        let (exit, stderr, pid) = signal_mid_call(&["delegate", "--source", "c"], signal).await;
+        assert_eq!(exit, code, "{signal}: {stderr}");
+        assert!(stderr.contains(line), "{signal}: {stderr}");
+        assert!(!still_alive(pid), "{signal}: server {pid} outlived summon");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_to_run_stops_its_servers() {
+    let (exit, stderr, pid) =
+        signal_mid_call(&["run", "pipelines/p.yaml", "--out", "out"], "-TERM").await;
+    assert_eq!(exit, Some(143), "{stderr}");
+    assert!(
+        stderr.contains("summon: terminated (SIGTERM): stopped the MCP server"),
+        "{stderr}"
+    );
+    assert!(!still_alive(pid), "server {pid} outlived summon");
 }

@@ -482,6 +482,7 @@ fn spawn_stdio(
         .id()
         .ok_or_else(|| std::io::Error::other("the process exited at once"))?;
     let transport = StdioTransport::new(child, Arc::clone(observed))?;
+    crate::exec::groups::register_server(pid);
     let group = ProcessGroup {
         pgid: pid,
         killed: false.into(),
@@ -530,6 +531,7 @@ impl ProcessGroup {
         if let Some(pid) = self.pid() {
             let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
         }
+        crate::exec::groups::unregister_server(self.pgid);
     }
 
     /// Whether the group's leader (the server itself) still runs (a zombie has ended).
