@@ -8,6 +8,32 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 static LIVE: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+/// The process groups of the MCP servers running now.
+static SERVERS: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+
+/// Notes a running MCP server's process group.
+pub(crate) fn register_server(pgid: u32) {
+    if let Ok(mut live) = SERVERS.lock() {
+        live.insert(pgid);
+    }
+}
+
+/// Forgets an MCP server's process group that was killed.
+pub(crate) fn unregister_server(pgid: u32) {
+    if let Ok(mut live) = SERVERS.lock() {
+        live.remove(&pgid);
+    }
+}
+
+/// Kills every running MCP server's process group; returns how many there were.
+pub(crate) fn kill_servers() -> usize {
+    let live: Vec<u32> = SERVERS
+        .lock()
+        .map(|live| live.iter().copied().collect())
+        .unwrap_or_default();
+    live.iter().copied().for_each(kill);
+    live.len()
+}
 
 /// Notes a running command's process group.
 pub(crate) fn register(pgid: u32) {
@@ -90,12 +116,23 @@ pub(crate) fn exit_on_signals(handled: Handled) {
             }
         });
         let killed = kill_all();
+        let servers = kill_servers();
         let what = match killed {
             0 => String::new(),
             1 => ": killed the running command and every process it started".to_owned(),
             n => format!(": killed the {n} running commands and every process they started"),
         };
-        eprintln!("summon: {name}{what}");
+        let stopped = match servers {
+            0 => String::new(),
+            1 => "; stopped the MCP server".to_owned(),
+            n => format!("; stopped the {n} MCP servers"),
+        };
+        let stopped = if what.is_empty() {
+            stopped.replacen(';', ":", 1)
+        } else {
+            stopped
+        };
+        eprintln!("summon: {name}{what}{stopped}");
         std::process::exit(128 + number);
     });
 }

@@ -6,11 +6,15 @@
 //! [`ServerSpec`] is resolved when a delegation is prepared; a [`Session`] lives exactly as
 //! long as the task that uses it.
 
+mod http;
 mod names;
+mod observed;
 mod project;
 mod server;
 mod session;
+mod size;
 mod stderr;
+mod stdio;
 
 pub(crate) use names::is_valid_prefix as is_valid_tool_prefix;
 pub(crate) use project::{named_project_servers, project_servers, untrusted_server};

@@ -12,16 +12,21 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, ContentBlock};
-use rmcp::service::RunningService;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest,
+    ContentBlock, Implementation, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 
+use super::observed::Observed;
 use super::server::{ServerSpec, Transport};
 use super::stderr::StderrTail;
+use super::stdio::StdioTransport;
 use crate::provider::ToolSpec;
 use crate::subagent::tool::ToolOutput;
 
@@ -29,6 +34,8 @@ use crate::subagent::tool::ToolOutput;
 const STOP_GRACE: Duration = Duration::from_millis(500);
 /// The most text one call returns to the model.
 const MAX_OUTPUT: usize = 100 * 1024;
+/// Progress notifications restart a call's timeout, up to this many times its length in all.
+const PROGRESS_CEILING: u32 = 10;
 
 /// The connected servers of one task.
 #[derive(Default)]
@@ -49,7 +56,9 @@ struct Server {
     name: String,
     timeout: Duration,
     /// `None` once stopped.
-    client: tokio::sync::Mutex<Option<RunningService<RoleClient, ()>>>,
+    client: tokio::sync::Mutex<Option<RunningService<RoleClient, ClientConfig>>>,
+    /// What the transport noticed: a dropped answer or a failed connection ends the call.
+    observed: Arc<Observed>,
     /// (exposed name, the server's own name).
     tools: Vec<(String, String)>,
     group: Option<ProcessGroup>,
@@ -97,6 +106,12 @@ impl Session {
             spec.name.clone_from(&name);
             *exposed = name;
         }
+    }
+
+    /// Whether `name` is a tool of a server that failed: it is no longer offered.
+    pub(crate) fn withdrawn(&self, name: &str) -> bool {
+        self.server_of(name)
+            .is_some_and(|(server, _)| server.broken.lock().is_ok_and(|b| b.is_some()))
     }
 
     /// Whether `name` is a tool of one of the servers.
@@ -167,16 +182,55 @@ impl Server {
                 None,
             );
         };
-        let outcome = tokio::time::timeout(self.timeout, client.call_tool(params)).await;
+        // Progress notifications are a sign of life: each restarts the timeout.
+        let options = PeerRequestOptions::with_timeout(self.timeout)
+            .reset_timeout_on_progress()
+            .with_max_total_timeout(self.timeout * PROGRESS_CEILING);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut alarm = self.observed.listen();
+        let outcome = tokio::select! {
+            biased;
+            message = alarm.next() => Err(message),
+            outcome = async {
+                client
+                    .send_cancellable_request(request, options)
+                    .await?
+                    .await_response()
+                    .await
+            } => Ok(outcome),
+        };
         drop(guard);
         match outcome {
-            Ok(Ok(result)) => (format_result(result), None),
+            Ok(Ok(ServerResult::CallToolResult(result))) => (format_result(result), None),
+            Ok(Ok(ServerResult::EmptyResult(_))) => (ToolOutput::ok(""), None),
+            Ok(Ok(_)) => (
+                ToolOutput::error(format!(
+                    "extension `{}`: the server answered the call with something other than a \
+                     tool result",
+                    self.name
+                )),
+                None,
+            ),
+            Ok(Err(rmcp::ServiceError::Timeout { timeout })) => {
+                let reason = if timeout > self.timeout {
+                    format!(
+                        "it did not finish within {} (its progress notifications extend the \
+                         wait up to that)",
+                        seconds(timeout)
+                    )
+                } else {
+                    format!("it did not answer within {}", seconds(timeout))
+                };
+                self.fail(reason).await
+            }
             Ok(Err(e)) => {
                 let running = self.group.as_ref().is_none_or(ProcessGroup::leader_alive);
-                let reason = if running {
-                    format!("the call failed: {e}")
-                } else {
+                let reason = if !running {
                     format!("the server exited{}", self.stderr_tail())
+                } else if let Some(seen) = self.observed.last() {
+                    seen
+                } else {
+                    format!("the call failed: {e}")
                 };
                 // A protocol-level error from a live server leaves it usable.
                 if running && !matches!(e, rmcp::ServiceError::TransportClosed) {
@@ -187,12 +241,18 @@ impl Server {
                 }
                 self.fail(reason).await
             }
-            Err(_) => {
-                self.fail(format!(
-                    "it did not answer within {}",
-                    seconds(self.timeout)
-                ))
-                .await
+            Err(message) => {
+                // A stdio server whose answer was dropped can still be used; a failed
+                // connection or a server that exited cannot.
+                let usable = self.group.as_ref().is_some_and(ProcessGroup::leader_alive);
+                if usable {
+                    (
+                        ToolOutput::error(format!("extension `{}`: {message}", self.name)),
+                        None,
+                    )
+                } else {
+                    self.fail(message).await
+                }
             }
         }
     }
@@ -243,6 +303,7 @@ async fn start_one(
     workdir: &Path,
 ) -> Result<(Server, Vec<ToolSpec>, Vec<String>), String> {
     let stderr = Arc::new(Mutex::new(StderrTail::default()));
+    let observed = Arc::new(Observed::default());
     let fail = |reason: String, stderr: &Arc<Mutex<StderrTail>>| {
         let tail = stderr.lock().map(|t| t.quote()).unwrap_or_default();
         format!(
@@ -260,23 +321,26 @@ async fn start_one(
             if let Some(refusal) = crate::sandbox::support::refusal(*sandbox) {
                 return Err(fail(refusal, &stderr));
             }
-            let (transport, group) = spawn_stdio(cmd, args, envs, *sandbox, workdir, &stderr)
-                .map_err(|e| fail(format!("cannot run `{cmd}`: {e}"), &stderr))?;
-            let client = match tokio::time::timeout(spec.timeout, ().serve(transport)).await {
-                Ok(Ok(client)) => client,
-                Ok(Err(e)) => {
-                    // Let the stderr reader catch the server's last words.
-                    group.wait_gone(Duration::from_millis(200)).await;
-                    wait_closed(&stderr, Duration::from_millis(200)).await;
-                    return Err(fail(e.to_string(), &stderr));
-                }
-                Err(_) => {
-                    return Err(fail(
-                        format!("no answer within {}", seconds(spec.timeout)),
-                        &stderr,
-                    ));
-                }
-            };
+            let (transport, group) =
+                spawn_stdio(cmd, args, envs, *sandbox, workdir, &stderr, &observed)
+                    .map_err(|e| fail(format!("cannot run `{cmd}`: {e}"), &stderr))?;
+            let client =
+                match tokio::time::timeout(spec.timeout, client_config().serve(transport)).await {
+                    Ok(Ok(client)) => client,
+                    Ok(Err(e)) => {
+                        // Let the stderr reader catch the server's last words.
+                        group.wait_gone(Duration::from_millis(200)).await;
+                        wait_closed(&stderr, Duration::from_millis(200)).await;
+                        let reason = observed.last().unwrap_or_else(|| e.to_string());
+                        return Err(fail(reason, &stderr));
+                    }
+                    Err(_) => {
+                        return Err(fail(
+                            format!("no answer within {}", seconds(spec.timeout)),
+                            &stderr,
+                        ));
+                    }
+                };
             (client, Some(group))
         }
         Transport::Http { uri, headers } => {
@@ -294,17 +358,22 @@ async fn start_one(
                 .map_err(|e| fail(e.to_string(), &stderr))?;
             let config =
                 StreamableHttpClientTransportConfig::with_uri(uri.as_str()).custom_headers(custom);
+            let http = super::http::WatchedClient::new(http, Arc::clone(&observed));
             let transport = StreamableHttpClientTransport::with_client(http, config);
-            let client = match tokio::time::timeout(spec.timeout, ().serve(transport)).await {
-                Ok(Ok(client)) => client,
-                Ok(Err(e)) => return Err(fail(e.to_string(), &stderr)),
-                Err(_) => {
-                    return Err(fail(
-                        format!("no answer within {}", seconds(spec.timeout)),
-                        &stderr,
-                    ));
-                }
-            };
+            let client =
+                match tokio::time::timeout(spec.timeout, client_config().serve(transport)).await {
+                    Ok(Ok(client)) => client,
+                    Ok(Err(e)) => {
+                        let reason = observed.last().unwrap_or_else(|| e.to_string());
+                        return Err(fail(reason, &stderr));
+                    }
+                    Err(_) => {
+                        return Err(fail(
+                            format!("no answer within {}", seconds(spec.timeout)),
+                            &stderr,
+                        ));
+                    }
+                };
             (client, None)
         }
     };
@@ -330,6 +399,14 @@ async fn start_one(
     let mut tools = Vec::new();
     let mut specs = Vec::new();
     for tool in listed.into_iter().filter(|t| spec.allows(&t.name)) {
+        if observed.is_task_only(&tool.name) {
+            warnings.push(format!(
+                "extension `{}`: tool `{}` runs only as a task (execution.taskSupport: \
+                 required), which summon does not support; it is left out",
+                spec.name, tool.name
+            ));
+            continue;
+        }
         let exposed = spec.exposed_name(&tool.name);
         specs.push(ToolSpec {
             name: exposed.clone(),
@@ -347,6 +424,7 @@ async fn start_one(
             name: spec.name.clone(),
             timeout: spec.timeout,
             client: tokio::sync::Mutex::new(Some(client)),
+            observed,
             tools,
             group,
             stderr,
@@ -357,6 +435,14 @@ async fn start_one(
     ))
 }
 
+/// How summon introduces itself to servers.
+fn client_config() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("summon", env!("CARGO_PKG_VERSION")),
+    )
+}
+
 /// Spawns a stdio server as the leader of a new process group, its stderr kept in `tail`.
 fn spawn_stdio(
     cmd: &str,
@@ -365,7 +451,8 @@ fn spawn_stdio(
     sandbox: crate::sandbox::Sandbox,
     workdir: &Path,
     tail: &Arc<Mutex<StderrTail>>,
-) -> std::io::Result<(TokioChildProcess, ProcessGroup)> {
+    observed: &Arc<Observed>,
+) -> std::io::Result<(StdioTransport, ProcessGroup)> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut command = crate::sandbox::helper::command(sandbox, &[workdir], cmd, &args)?;
     command
@@ -383,12 +470,18 @@ fn spawn_stdio(
     command.envs(envs.iter().map(|(k, v)| (k, v)));
     let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
     wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
-    let (transport, stderr) = TokioChildProcess::builder(wrapped)
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let pid = transport
+    wrapped
+        .command_mut()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = wrapped.spawn()?;
+    let stderr = child.inner_mut().stderr().take();
+    let pid = child
         .id()
         .ok_or_else(|| std::io::Error::other("the process exited at once"))?;
+    let transport = StdioTransport::new(child, Arc::clone(observed))?;
+    crate::exec::groups::register_server(pid);
     let group = ProcessGroup {
         pgid: pid,
         killed: false.into(),
@@ -440,6 +533,7 @@ impl ProcessGroup {
         if let Some(pid) = self.pid() {
             let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
         }
+        crate::exec::groups::unregister_server(self.pgid);
     }
 
     /// Whether the group's leader (the server itself) still runs (a zombie has ended).
@@ -462,7 +556,7 @@ impl Drop for ProcessGroup {
     }
 }
 
-/// The result's content as text for the model.
+/// The result's content as text for the model, at most [`MAX_OUTPUT`] of it.
 fn format_result(result: rmcp::model::CallToolResult) -> ToolOutput {
     let mut parts = Vec::new();
     for block in &result.content {
@@ -471,12 +565,12 @@ fn format_result(result: rmcp::model::CallToolResult) -> ToolOutput {
             ContentBlock::Image(image) => parts.push(format!(
                 "[image: {}, {} bytes]",
                 image.mime_type,
-                image.data.len()
+                decoded_len(&image.data)
             )),
             ContentBlock::Audio(audio) => parts.push(format!(
                 "[audio: {}, {} bytes]",
                 audio.mime_type,
-                audio.data.len()
+                decoded_len(&audio.data)
             )),
             other => parts.push(serde_json::to_string(other).unwrap_or_default()),
         }
@@ -487,14 +581,34 @@ fn format_result(result: rmcp::model::CallToolResult) -> ToolOutput {
         parts.push(structured.to_string());
     }
     let mut text = parts.join("\n");
+    let full = text.len();
     if crate::subagent::tool::truncate_at_boundary(&mut text, MAX_OUTPUT) {
-        text.push_str("\n[output truncated]");
+        text.push_str(&format!(
+            "\n[output truncated: showed the first {} of {}]",
+            super::size::human(MAX_OUTPUT),
+            super::size::human(full)
+        ));
     }
     if result.is_error == Some(true) {
+        if text.trim().is_empty() {
+            text = "the tool reported an error with no message".to_owned();
+        }
         ToolOutput::error(text)
     } else {
         ToolOutput::ok(text)
     }
+}
+
+/// The number of bytes base64 `data` stands for.
+fn decoded_len(data: &str) -> usize {
+    let digits = data.bytes().filter(|b| !b.is_ascii_whitespace()).count();
+    let padding = data
+        .trim_end()
+        .bytes()
+        .rev()
+        .take_while(|b| *b == b'=')
+        .count();
+    (digits / 4 * 3 + (digits % 4).saturating_sub(1)).saturating_sub(padding.min(2))
 }
 
 fn kind_of(value: &Value) -> &'static str {
@@ -535,5 +649,15 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(format_result(result), ToolOutput::ok("{\"a\":1}"));
+    }
+
+    #[test]
+    fn base64_lengths_are_bytes() {
+        assert_eq!(decoded_len(""), 0);
+        assert_eq!(decoded_len("YQ=="), 1);
+        assert_eq!(decoded_len("YWI="), 2);
+        assert_eq!(decoded_len("YWJj"), 3);
+        assert_eq!(decoded_len("YWJjZA"), 4);
+        assert_eq!(decoded_len("YWJj\nZGVm\n"), 6);
     }
 }

@@ -154,6 +154,19 @@ impl Tools {
         }
     }
 
+    /// The tools to offer now: all of them but those of servers that failed.
+    fn offered(&self) -> std::sync::Arc<[ToolSpec]> {
+        if self.specs.iter().any(|s| self.session.withdrawn(&s.name)) {
+            self.specs
+                .iter()
+                .filter(|s| !self.session.withdrawn(&s.name))
+                .cloned()
+                .collect()
+        } else {
+            std::sync::Arc::clone(&self.specs)
+        }
+    }
+
     async fn call(
         &self,
         spec: &SubagentSpec,
@@ -326,7 +339,7 @@ async fn run_once(
         model: spec.model.clone(),
         system: tools.system.clone(),
         messages: vec![Message::user(spec.first_message.clone())],
-        tools: std::sync::Arc::clone(&tools.specs),
+        tools: tools.offered(),
         temperature: spec.temperature,
         max_tokens: spec.max_output_tokens,
         // Forced (Anthropic) only when no other tool could be called: the answer of an agent
@@ -456,6 +469,11 @@ async fn run_once(
                 content: output.content,
                 is_error: output.is_error,
             });
+        }
+        // A server that failed during these calls takes its tools with it.
+        let offered = tools.offered();
+        if offered.len() != request.tools.len() {
+            request.tools = offered;
         }
     }
 }
