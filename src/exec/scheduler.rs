@@ -135,6 +135,7 @@ impl Sink {
                 reused: done.reused,
                 extracted: done.extracted,
                 corrections: done.corrections,
+                data: done.structured.as_ref(),
             };
             if let Err(e) = results.write(&line) {
                 eprintln!("summon: warning: cannot write results.jsonl: {e}");
@@ -934,7 +935,7 @@ async fn run_step(
         if keep_results {
             results.push((
                 done.index,
-                json!({"item": done.item, "output": done.output, "status": if done.ok { "completed" } else { "failed" }}),
+                json!({"item": done.item, "output": done.output, "status": if done.ok { "completed" } else { "failed" }, "data": done.structured}),
             ));
         }
         single_output = Some(done.output.clone());
@@ -1164,6 +1165,7 @@ async fn run_step(
                 index,
                 StepData {
                     output: single_output.clone(),
+                    data: single_structured.clone(),
                     ..StepData::default()
                 },
             );

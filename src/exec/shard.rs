@@ -103,6 +103,9 @@ pub(crate) struct TaskRecord {
     /// Answers sent back for correction.
     #[serde(default)]
     pub(crate) corrections: u32,
+    /// The parsed answer of a schema-validated task.
+    #[serde(default)]
+    pub(crate) data: Option<Value>,
 }
 
 impl TaskRecord {
@@ -114,7 +117,7 @@ impl TaskRecord {
             item: self.item.clone(),
             ok: self.status == "completed",
             output: self.output.clone(),
-            structured: None,
+            structured: self.data.clone(),
             extracted: self.extracted,
             corrections: self.corrections,
             error: self.error.clone(),
@@ -651,6 +654,7 @@ impl LoadedDir {
                     batch_id: task.batch_id.clone(),
                     extracted: line["extracted"].as_bool().unwrap_or_default(),
                     corrections: u32::try_from(number("corrections")).unwrap_or(u32::MAX),
+                    data: Some(line["data"].clone()).filter(|d| !d.is_null()),
                 });
         }
         if let Some(((step, index), _)) = lines.into_iter().next() {
@@ -775,13 +779,14 @@ fn step_data(
             results: Some(
                 records
                     .iter()
-                    .map(|r| json!({"item": r.item, "output": r.output, "status": r.status}))
+                    .map(|r| json!({"item": r.item, "output": r.output, "status": r.status, "data": r.data}))
                     .collect(),
             ),
             ..StepData::default()
         },
         StepKind::Synthesize(_) | StepKind::Delegate(_) => StepData {
             output,
+            data: records.first().and_then(|r| r.data.clone()),
             ..StepData::default()
         },
     }
@@ -1119,6 +1124,7 @@ mod tests {
             batch_id: None,
             extracted: false,
             corrections: 0,
+            data: None,
         }
     }
 
