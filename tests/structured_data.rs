@@ -253,3 +253,100 @@ async fn data_survives_a_resume() {
         json!({"category": "cat-ab", "priority": 2})
     );
 }
+
+const INLINE_SCHEMA_PIPELINE: &str = "
+    version: 1
+    name: inline
+    steps:
+      - id: tickets
+        decompose:
+          items: [ab, cde]
+      - id: labels
+        fan_out:
+          over: tickets
+          instructions: 'Classify: {{ item }}'
+          schema:
+            type: object
+            additionalProperties: false
+            required: [category, priority]
+            properties:
+              category: { type: string }
+              priority: { type: integer }
+      - id: summary
+        synthesize:
+          instructions: '{% for r in steps.labels.results %}{{ r.data.category }};{% endfor %}'
+    ";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fan_out_with_an_inline_schema_asks_for_it_and_gives_data() {
+    let server = MockServer::start(classifier()).await;
+    let out = openai(&server)
+        .write("p.yaml", INLINE_SCHEMA_PIPELINE)
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    assert_eq!(out.stdout.trim(), "echo: cat-ab;cat-cde;");
+    let requests = server.requests();
+    let classify = requests
+        .iter()
+        .find(|r| r.last_user_text().unwrap_or_default() == "Classify: ab")
+        .expect("a classification request");
+    assert_eq!(
+        classify.body["response_format"]["json_schema"]["schema"]["required"],
+        json!(["category", "priority"])
+    );
+    assert_eq!(
+        classify.body["response_format"]["json_schema"]["strict"],
+        true
+    );
+    let lines = results(&out.dir.join("out"));
+    assert_eq!(
+        lines[0]["data"],
+        json!({"category": "cat-ab", "priority": 2})
+    );
+}
+
+#[test]
+fn a_bad_inline_schema_is_an_error_at_its_line() {
+    let out = Test::new()
+        .write(
+            "p.yaml",
+            "
+            version: 1
+            name: bad
+            steps:
+              - id: tickets
+                decompose:
+                  items: [a]
+              - id: labels
+                fan_out:
+                  over: tickets
+                  instructions: x
+                  schema:
+                    type: not-a-type
+            ",
+        )
+        .args(["validate", "p.yaml"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr.contains("p.yaml:12:")
+            && out
+                .stderr
+                .contains("`steps[1].fan_out.schema` is not a valid schema"),
+        "{}",
+        out.stderr
+    );
+    let out = Test::new()
+        .write(
+            "p.yaml",
+            "version: 1\nname: bad\nsteps:\n  - id: t\n    decompose: {items: [a]}\n  - id: l\n    fan_out: {over: t, instructions: x, schema: [1]}\n",
+        )
+        .args(["validate", "p.yaml"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr.contains("p.yaml:7:") && out.stderr.contains("must be a JSON Schema object"),
+        "{}",
+        out.stderr
+    );
+}

@@ -257,7 +257,7 @@ impl<'env> Compiled<'env> {
             params,
             context,
             extensions: self.extensions.clone(),
-            schema: None,
+            schema: task.schema.as_deref().cloned(),
         })
     }
 }
@@ -703,7 +703,9 @@ pub(crate) async fn run_tasks(
                 base.clone()
             };
             let mut rendered = compiled.render(task, &ctx)?;
-            rendered.schema.clone_from(&schema);
+            if schema.is_some() {
+                rendered.schema.clone_from(&schema);
+            }
             if let Some(name) = &rendered.source
                 && shared.catalog.get(name).is_none()
             {
