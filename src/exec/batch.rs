@@ -179,7 +179,8 @@ pub(crate) async fn run_batch_tasks(
             if !step.owns(&hash) {
                 continue;
             }
-            match resumed(shared, step, index, &item, &hash) {
+            let data = super::step::expects_data(&shared.catalog, &rendered);
+            match resumed(shared, step, index, &item, &hash, data) {
                 Some(done) => {
                     if !(run.on_done)(done).0 {
                         return Ok(());

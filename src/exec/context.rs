@@ -1,4 +1,4 @@
-//! The template context of a run: parameters, `steps.<id>.output|items|results`, `agents`,
+//! The template context of a run: parameters, `steps.<id>.output|items|results|data`, `agents`,
 //! and per task `item` and `loop`.
 
 use std::sync::Mutex;
@@ -13,8 +13,10 @@ use crate::source::{Catalog, SourceDef};
 pub(crate) struct StepData {
     pub(crate) output: Option<String>,
     pub(crate) items: Option<Vec<Value>>,
-    /// `{item, output, status}` in item order.
+    /// `{item, output, status, data}` in item order.
     pub(crate) results: Option<Vec<Value>>,
+    /// The parsed answer of a one-task step validated against a JSON schema.
+    pub(crate) data: Option<Value>,
     /// Items still in their file, streamed by the fan-out over them (no template reads
     /// `steps.<id>.items`, so they are never held in memory).
     pub(crate) file: Option<std::path::PathBuf>,
@@ -60,7 +62,7 @@ impl StepOutputs {
             .unwrap_or_default()
     }
 
-    /// `{"<id>": {"output", "items", "results"}}` for the finished steps.
+    /// `{"<id>": {"output", "items", "results", "data"}}` for the finished steps.
     pub(crate) fn to_json(&self, pipeline: &Pipeline) -> Value {
         let Ok(all) = self.data.lock() else {
             return json!({});
@@ -69,7 +71,7 @@ impl StepOutputs {
         for (step, data) in pipeline.steps.iter().zip(all.iter()) {
             steps.insert(
                 step.id.clone(),
-                json!({"output": data.output, "items": data.items, "results": data.results}),
+                json!({"output": data.output, "items": data.items, "results": data.results, "data": data.data}),
             );
         }
         Value::Object(steps)

@@ -137,6 +137,7 @@ impl Sink {
                 corrections: done.corrections,
                 trace: &done.trace,
                 warnings: &done.warnings,
+                data: done.structured.as_ref(),
             };
             if let Err(e) = results.write(&line) {
                 eprintln!("summon: warning: cannot write results.jsonl: {e}");
@@ -981,7 +982,7 @@ async fn run_step(
         if keep_results {
             results.push((
                 done.index,
-                json!({"item": done.item, "output": done.output, "status": if done.ok { "completed" } else { "failed" }}),
+                json!({"item": done.item, "output": done.output, "status": if done.ok { "completed" } else { "failed" }, "data": done.structured}),
             ));
         }
         single_output = Some(done.output.clone());
@@ -1211,6 +1212,7 @@ async fn run_step(
                 index,
                 StepData {
                     output: single_output.clone(),
+                    data: single_structured.clone(),
                     ..StepData::default()
                 },
             );

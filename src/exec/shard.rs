@@ -107,6 +107,9 @@ pub(crate) struct TaskRecord {
     /// counts from the start of the shard's run); kept in a manifest's `records` too.
     #[serde(default)]
     pub(crate) trace: TaskTrace,
+    /// The parsed answer of a schema-validated task.
+    #[serde(default)]
+    pub(crate) data: Option<Value>,
 }
 
 impl TaskRecord {
@@ -118,7 +121,7 @@ impl TaskRecord {
             item: self.item.clone(),
             ok: self.status == "completed",
             output: self.output.clone(),
-            structured: None,
+            structured: self.data.clone(),
             extracted: self.extracted,
             corrections: self.corrections,
             error: self.error.clone(),
@@ -658,6 +661,7 @@ impl LoadedDir {
                     extracted: line["extracted"].as_bool().unwrap_or_default(),
                     corrections: u32::try_from(number("corrections")).unwrap_or(u32::MAX),
                     trace: TaskTrace::from_line(&line),
+                    data: Some(line["data"].clone()).filter(|d| !d.is_null()),
                 });
         }
         if let Some(((step, index), _)) = lines.into_iter().next() {
@@ -782,13 +786,14 @@ fn step_data(
             results: Some(
                 records
                     .iter()
-                    .map(|r| json!({"item": r.item, "output": r.output, "status": r.status}))
+                    .map(|r| json!({"item": r.item, "output": r.output, "status": r.status, "data": r.data}))
                     .collect(),
             ),
             ..StepData::default()
         },
         StepKind::Synthesize(_) | StepKind::Delegate(_) => StepData {
             output,
+            data: records.first().and_then(|r| r.data.clone()),
             ..StepData::default()
         },
     }
@@ -1127,6 +1132,7 @@ mod tests {
             extracted: false,
             corrections: 0,
             trace: TaskTrace::default(),
+            data: None,
         }
     }
 

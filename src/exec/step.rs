@@ -259,7 +259,7 @@ impl<'env> Compiled<'env> {
             params,
             context,
             extensions: self.extensions.clone(),
-            schema: None,
+            schema: task.schema.as_deref().cloned(),
         })
     }
 }
@@ -352,14 +352,39 @@ impl StepConfig {
     }
 }
 
+/// Whether a rendered task's answer is validated against a JSON schema (the step's, or its
+/// recipe's `response.json_schema`): its journaled output is then the answer's JSON, parsed
+/// again as its data when the task is taken from the journal.
+pub(crate) fn expects_data(catalog: &Catalog, rendered: &Rendered) -> bool {
+    use crate::source::SourceDef;
+    if rendered.schema.is_some() {
+        return true;
+    }
+    let Some(source) = rendered
+        .source
+        .as_deref()
+        .and_then(|name| catalog.get(name))
+    else {
+        return false;
+    };
+    match &source.def {
+        SourceDef::Recipe(recipe) | SourceDef::Subrecipe { recipe, .. } => {
+            recipe.response_schema.is_some()
+        }
+        SourceDef::Agent(_) => false,
+    }
+}
+
 /// The journaled result of a task whose rendered request has not changed, if any: from an
-/// earlier attempt of this run, else (when the step reuses) from an earlier run.
+/// earlier attempt of this run, else (when the step reuses) from an earlier run. `data`: the
+/// task's answer is schema-validated JSON ([`expects_data`]).
 pub(crate) fn resumed(
     shared: &Shared,
     step: &StepConfig,
     index: u64,
     item: &Value,
     hash: &str,
+    data: bool,
 ) -> Option<TaskDone> {
     let from_this_run = shared
         .finished
@@ -376,7 +401,7 @@ pub(crate) fn resumed(
         index,
         item: item.clone(),
         ok: true,
-        structured: serde_json::from_str(&output).ok().filter(Value::is_array),
+        structured: data.then(|| serde_json::from_str(&output).ok()).flatten(),
         extracted: false,
         corrections: 0,
         output,
@@ -734,7 +759,9 @@ pub(crate) async fn run_tasks(
                 base.clone()
             };
             let mut rendered = compiled.render(task, &ctx)?;
-            rendered.schema.clone_from(&schema);
+            if schema.is_some() {
+                rendered.schema.clone_from(&schema);
+            }
             if let Some(name) = &rendered.source
                 && shared.catalog.get(name).is_none()
             {
@@ -749,7 +776,8 @@ pub(crate) async fn run_tasks(
                 index += 1;
                 continue;
             }
-            if let Some(done) = resumed(shared, step, index, &item, &hash) {
+            let data = expects_data(&shared.catalog, &rendered);
+            if let Some(done) = resumed(shared, step, index, &item, &hash, data) {
                 drop((global, local));
                 index += 1;
                 stop |= !on_done(done).0;

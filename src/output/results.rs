@@ -8,7 +8,7 @@
 //!  "reused":false,"extracted":false,"corrections":0,"started_ms":5310,"attempts":1,
 //!  "retries":0,"rate_limited":0,"retry_wait_ms":0,
 //!  "tools":[{"name":"shell","ok":true,"summary":"src/api"}],"prompt":"Write notes for api",
-//!  "warnings":[]}
+//!  "warnings":[],"data":null}
 //! ```
 //!
 //! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks;
@@ -25,7 +25,8 @@
 //! (at most 16 KiB, then `… [N more bytes]`); `warnings`, what went
 //! wrong with the task's extensions (MCP servers), one string each, such as
 //! `` extension `fs` did not start: ... `` (whether that fails the task is the step's
-//! `on_extension_error`). Lines are buffered and flushed at least every
+//! `on_extension_error`); `data`, the parsed answer of a task validated against a JSON schema
+//! (`null` for a text answer). Lines are buffered and flushed at least every
 //! [`FLUSH_INTERVAL`] (by a small background thread), every [`FLUSH_LINES`] lines, on
 //! [`ResultsWriter::flush`] and on drop, so a crash loses at most the last moments; the run's
 //! journal holds every finished task, and on resume [`read_results`] tells which of them the
@@ -78,6 +79,8 @@ pub(crate) struct ResultLine<'a> {
     pub(crate) trace: &'a crate::exec::TaskTrace,
     /// What went wrong with the task's extensions, one line each.
     pub(crate) warnings: &'a [String],
+    /// The parsed answer of a schema-validated task; `None` (`null`) for a text answer.
+    pub(crate) data: Option<&'a Value>,
 }
 
 struct State {
@@ -293,6 +296,7 @@ mod tests {
             corrections: 1,
             trace: &TRACE,
             warnings: &[],
+            data: None,
         }
     }
 
@@ -340,7 +344,8 @@ mod tests {
                 "retry_wait_ms",
                 "tools",
                 "prompt",
-                "warnings"
+                "warnings",
+                "data"
             ]
         );
         assert_eq!(
@@ -351,7 +356,7 @@ mod tests {
                    "resumed": false, "reused": false, "extracted": true, "corrections": 1,
                    "started_ms": 7, "attempts": 1, "retries": 2, "rate_limited": 1,
                    "retry_wait_ms": 1500, "tools": [], "prompt": null,
-                   "warnings": []})
+                   "warnings": [], "data": null})
         );
         assert_eq!(got[1]["status"], "failed");
         assert_eq!(got[1]["error"], "boom");

@@ -173,6 +173,9 @@ pub(crate) struct TaskTemplate {
     pub(crate) context: Option<Template>,
     /// `None`: the source's own; `Some(empty)`: none.
     pub(crate) extensions: Option<Vec<String>>,
+    /// A fan-out's `schema:`: the JSON Schema every answer must match (as a recipe's
+    /// `response.json_schema`, over the source's own); its answers are then data.
+    pub(crate) schema: Option<Box<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

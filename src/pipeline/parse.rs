@@ -767,7 +767,37 @@ fn read_task(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> TaskTemplate {
         parameters,
         context,
         extensions,
+        schema: None,
     }
+}
+
+/// A fan-out's `schema:`, checked like a recipe's `response.json_schema`: a JSON Schema
+/// object the validator accepts, else an error at its position.
+fn read_schema(
+    r: &mut MapReader<'_>,
+    path: &str,
+    d: &mut FileDiags<'_>,
+) -> Option<serde_json::Value> {
+    let node = r.get("schema")?;
+    let schema = node.to_json();
+    if !schema.is_object() {
+        d.error(
+            node.pos,
+            format!(
+                "`{path}.schema` must be a JSON Schema object, found {}",
+                node.kind_name()
+            ),
+        );
+        return None;
+    }
+    if let Err(error) = jsonschema::validator_for(&schema) {
+        d.error(
+            node.pos,
+            format!("`{path}.schema` is not a valid schema: {error}"),
+        );
+        return None;
+    }
+    Some(schema)
 }
 
 fn read_task_parameters(
@@ -882,6 +912,7 @@ fn read_fan_out(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) -> F
         ),
     }
     fan_out.task = read_task(&mut r, d);
+    fan_out.task.schema = read_schema(&mut r, path, d).map(Box::new);
     r.finish(d);
     require_task(&fan_out.task, key, path, d);
     fan_out

@@ -46,10 +46,17 @@ static TOKEN_PATTERN: LazyLock<Regex> = LazyLock::new(|| {
         .unwrap_or_else(|e| panic!("static redaction pattern must compile: {e}"))
 });
 
-/// Replaces every occurrence of `key` and of anything that looks like an API key by `[redacted]`.
+/// Keys shorter than this are placeholders (`x`, `dummy`, `ollama` for a local server), not
+/// secrets: replacing them would cut every `x` out of a message.
+const MIN_KEY_CHARS: usize = 12;
+
+/// Replaces every occurrence of `key` (when it is long enough to be a real key) and of
+/// anything that looks like an API key by `[redacted]`.
 pub(crate) fn redact(text: &str, key: Option<&Secret>) -> String {
     let mut out = match key {
-        Some(key) if !key.expose().is_empty() => text.replace(key.expose(), "[redacted]"),
+        Some(key) if key.expose().chars().count() >= MIN_KEY_CHARS => {
+            text.replace(key.expose(), "[redacted]")
+        }
         _ => text.to_owned(),
     };
     if TOKEN_PATTERN.is_match(&out) {
@@ -865,6 +872,17 @@ mod tests {
         assert_eq!(
             redact("nothing to hide", Some(&Secret::new(""))),
             "nothing to hide"
+        );
+        // Placeholder keys of local servers are not secrets.
+        for placeholder in ["x", "dummy", "ollama", "eleven-char"] {
+            assert_eq!(
+                redact("maximum context length", Some(&Secret::new(placeholder))),
+                "maximum context length"
+            );
+        }
+        assert_eq!(
+            redact("got twelve-chars", Some(&Secret::new("twelve-chars"))),
+            "got [redacted]"
         );
         assert_eq!(format!("{key:?}"), "Secret([redacted])");
         let endpoint_like = format!("{:?}", Some(key));

@@ -26,7 +26,7 @@ steps:
   - id: from_command
     decompose: {command: "echo a", file: f, glob: "*.md"}
   - id: work
-    fan_out: {over: listed, source: r, instructions: "do {{ item }}", parameters: {a: "1"}, context: c, extensions: []}
+    fan_out: {over: listed, source: r, instructions: "do {{ item }}", parameters: {a: "1"}, context: c, extensions: [], schema: {type: object}}
     needs: [listed]
     concurrency: 2
     on_error: continue

@@ -107,7 +107,16 @@ fn step() -> Value {
             "decompose": decompose(),
             "fan_out": task(
                 "One task per item of the step named in `over`, at most `concurrency` at a time; `{{ item }}` is the item.",
-                &[("over", text("The id of the decompose step whose items to iterate."))],
+                &[
+                    ("over", text("The id of the decompose step whose items to iterate.")),
+                    (
+                        "schema",
+                        json!({
+                            "description": "The JSON Schema every answer must match (as a recipe's `response.json_schema`); the parsed answers are `r.data`.",
+                            "type": "object"
+                        }),
+                    ),
+                ],
                 &["over"],
             ),
             "synthesize": task("One task that reads earlier steps' results (`steps.<id>.results`).", &[], &[]),
