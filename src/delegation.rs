@@ -41,6 +41,9 @@ pub(crate) struct Request {
     /// The sandbox of the model's shell commands, as the caller decided it (flags over step
     /// over settings); what is left undecided falls to the config file, then the defaults.
     pub(crate) sandbox: (Option<crate::sandbox::Policy>, Option<bool>),
+    /// The model's context window, over the config file's and the built-in one (a pipeline
+    /// step's `context_window`).
+    pub(crate) context_window: Option<u64>,
 }
 
 /// A delegation ready to run.
@@ -152,6 +155,9 @@ pub(crate) async fn prepare_with(
     let mut prepared = draft.into_prepared(resolved);
     let limit = &mut prepared.spec.max_output_tokens;
     *limit = limit.or(config.max_output_tokens);
+    prepared.spec.context_window = request
+        .context_window
+        .or_else(|| config.context_window(&prepared.resolved.model));
     Ok(prepared)
 }
 
@@ -238,6 +244,7 @@ impl Draft {
             temperature: self.temperature,
             max_output_tokens: self.max_output_tokens,
             allow_empty: self.allow_empty,
+            context_window: None,
             response_schema: self.response_schema,
             schema_retries: SCHEMA_RETRIES,
             retry: self.retry,

@@ -32,6 +32,8 @@
 //!     base_url: http://localhost:8000/v1    # vLLM, llama.cpp, LM Studio: no key needed
 //! prices:                         # USD per million tokens, for cost estimates
 //!   gpt-4o-mini: { input: 0.15, output: 0.60 }
+//! models:                         # per-model facts over the built-in ones
+//!   my-local-model: { context_window: 32000 }   # tokens of prompt and output per request
 //! store:                          # run history kept per pipeline (default: 20 runs, 7 days)
 //!   keep_runs: 20
 //!   keep_days: 7
@@ -168,6 +170,8 @@ pub(crate) struct Config {
     pub(crate) max_output_tokens: Option<u32>,
     pub(crate) providers: IndexMap<String, ProviderConfig>,
     pub(crate) prices: IndexMap<String, Located<Price>>,
+    /// `models.<id>.context_window`: context windows over the built-in ones, by model id.
+    pub(crate) context_windows: IndexMap<String, u64>,
     /// Whether the project's own settings that send credentials may apply.
     pub(crate) trust: super::trust::Trust,
     /// `store.keep_runs`: the newest runs of each pipeline kept in the run history.
@@ -208,6 +212,7 @@ impl Config {
         }
         self.providers.extend(over.providers);
         self.prices.extend(over.prices);
+        self.context_windows.extend(over.context_windows);
         self.keep_runs = over.keep_runs.or(self.keep_runs);
         self.keep_days = over.keep_days.or(self.keep_days);
         self.sandbox = over.sandbox.or(self.sandbox);
@@ -219,6 +224,14 @@ impl Config {
     #[allow(dead_code)] // read by run reports' cost estimates
     pub(crate) fn price(&self, model: &str) -> Option<Price> {
         self.prices.get(model).map(|p| p.value)
+    }
+
+    /// The context window of `model`: the config file's, else the built-in one.
+    pub(crate) fn context_window(&self, model: &str) -> Option<u64> {
+        self.context_windows
+            .get(model)
+            .copied()
+            .or_else(|| super::windows::built_in(model))
     }
 
     /// The files that were found and read.
@@ -341,6 +354,9 @@ fn parse_inner(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Config {
     }
     if let Some(node) = r.get("prices") {
         config.prices = read_prices(node, &mut d);
+    }
+    if let Some(node) = r.get("models") {
+        config.context_windows = super::windows::read_models(node, &mut d);
     }
     if let Some(node) = r.get("store") {
         read_store_settings(node, &mut config, &mut d);

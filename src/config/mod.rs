@@ -13,6 +13,7 @@ pub(crate) mod presets;
 mod probe;
 pub(crate) mod resolve;
 pub(crate) mod trust;
+pub(crate) mod windows;
 
 pub(crate) use file::{Config, load_config};
 pub(crate) use resolve::{Overrides, Resolved, env_max_turns, resolve};

@@ -23,7 +23,7 @@ use super::context::{StepData, StepOutputs, agents_json, base_context};
 use super::event::{RunSummary, StepStatus, TaskDone};
 use super::final_text::{FinalText, FinalTextBuilder};
 use super::shard::{Plan, TaskRef};
-use super::step::{Shared, StepConfig, run_tasks};
+use super::step::{Shared, StepConfig, TaskContext, run_tasks};
 use crate::config::Config;
 use crate::env::Env;
 use crate::error::{Error, Result};
@@ -72,13 +72,23 @@ struct Sink {
     recorded: u64,
     /// Every task of the run, for a shard's or `--until` run's manifest.
     tasks: Option<Vec<TaskRef>>,
+    /// The tasks of each reducing step's levels so far (its progress total).
+    levels: HashMap<String, u64>,
 }
 
 impl Sink {
     /// Records a finished task everywhere; returns its journal row number (none for a
     /// result taken from the journal).
     fn record(&mut self, done: &TaskDone) -> Option<u64> {
-        let step = &self.step_ids[done.step];
+        self.record_at(done, None)
+    }
+
+    /// [`Self::record`] for a task of a reduction's `level`: journaled and listed in
+    /// `results.jsonl` as `<step>#<level>`, counted in the step's report and progress.
+    fn record_at(&mut self, done: &TaskDone, level: Option<u32>) -> Option<u64> {
+        let step_id = &self.step_ids[done.step];
+        let leveled = level.map(|l| format!("{step_id}#{l}"));
+        let step = leveled.as_ref().unwrap_or(step_id);
         let status = if done.ok { "completed" } else { "failed" };
         if let Some(tasks) = &mut self.tasks {
             tasks.push(TaskRef {
@@ -144,6 +154,10 @@ impl Sink {
             }
         }
         crate::env::crash_point("task-recorded");
+        let step = step_id;
+        if let Some(level) = level {
+            self.report.record_level(step, level, done.ok);
+        }
         self.report.record_warnings(
             step,
             done.index,
@@ -169,6 +183,10 @@ impl Sink {
         };
         if let Some(junit) = &mut self.junit {
             let label = item_label(&done.item, done.index);
+            let label = match level {
+                Some(level) => format!("level {level}, chunk {}", done.index),
+                None => label,
+            };
             let label = if done.reused {
                 format!("{label} (reused)")
             } else {
@@ -176,7 +194,7 @@ impl Sink {
             };
             junit.add_case(
                 step,
-                done.index,
+                level.map_or(done.index, |l| (u64::from(l) << 40) + done.index),
                 &label,
                 done.ok,
                 done.duration,
@@ -190,6 +208,28 @@ impl Sink {
             cost,
         );
         seq
+    }
+}
+
+impl super::reduce::LevelSink for Arc<Mutex<Sink>> {
+    fn level_started(&self, step: &str, level: u32, chunks: usize) {
+        if let Ok(mut sink) = self.lock() {
+            let total = sink.levels.entry(step.to_owned()).or_default();
+            *total += chunks as u64;
+            let total = *total;
+            sink.progress.set_total(step, total);
+            if sink.progress.mode() != DisplayMode::Quiet {
+                sink.progress.println(&format!(
+                    "[summon] {step}: level {level}: {chunks} chunk(s)"
+                ));
+            }
+        }
+    }
+
+    fn record(&self, done: &TaskDone, level: u32) -> Option<u64> {
+        self.lock()
+            .ok()
+            .and_then(|mut sink| sink.record_at(done, Some(level)))
     }
 }
 
@@ -414,6 +454,7 @@ pub(crate) fn run_pipeline(
         already_written,
         recorded: 0,
         tasks: plan.writes_manifest().then(Vec::new),
+        levels: HashMap::new(),
     }));
     let concurrency = options
         .concurrency
@@ -1038,7 +1079,7 @@ async fn run_step(
                         task,
                         &base,
                         &mut *iter,
-                        false,
+                        TaskContext::Shared,
                         Some(schema),
                         Some(1),
                         &env,
@@ -1130,7 +1171,7 @@ async fn run_step(
                     &fan_out.task,
                     &base,
                     &mut *iter,
-                    true,
+                    TaskContext::PerItem,
                     None,
                     step.concurrency,
                     &env,
@@ -1194,6 +1235,30 @@ async fn run_step(
             }
         }
         StepKind::Synthesize(task) | StepKind::Delegate(task) => {
+            if let Some(reduce) = &step.reduce {
+                let reduction = super::reduce::Reduction {
+                    shared,
+                    pipeline,
+                    step,
+                    config: &config,
+                    task,
+                    reduce,
+                    steps: outputs.to_json(pipeline),
+                    params,
+                    agents,
+                    env: &env,
+                };
+                if let Some(output) = reduction.run(sink).await? {
+                    outputs.set(
+                        index,
+                        StepData {
+                            output: Some(output),
+                            ..StepData::default()
+                        },
+                    );
+                    return Ok(());
+                }
+            }
             let mut iter = single(vec![Value::Null]);
             run_tasks(
                 shared,
@@ -1201,7 +1266,7 @@ async fn run_step(
                 task,
                 &base,
                 &mut *iter,
-                false,
+                TaskContext::Shared,
                 None,
                 Some(1),
                 &env,

@@ -293,6 +293,8 @@ pub(crate) struct StepConfig {
     pub(crate) sandbox: (Option<crate::sandbox::Policy>, Option<bool>),
     /// Whether a task whose extension failed counts as failed.
     pub(crate) on_extension_error: OnExtensionError,
+    /// The step's `context_window`, over the model's.
+    pub(crate) context_window: Option<u64>,
 }
 
 impl StepConfig {
@@ -315,6 +317,7 @@ impl StepConfig {
                 step.network.or(settings.network),
             ),
             on_extension_error: step.on_extension_error,
+            context_window: step.context_window,
         }
     }
 
@@ -642,6 +645,7 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         working_dir: None,
         response_schema: rendered.schema.clone(),
         sandbox: step.sandbox,
+        context_window: step.context_window,
     }
 }
 
@@ -702,6 +706,16 @@ fn warn_line(line: String) {
     }
 }
 
+/// The template context of each task of [`run_tasks`].
+pub(crate) enum TaskContext<'a> {
+    /// The step's base context for every task.
+    Shared,
+    /// `item` and `loop` over the base (a fan-out).
+    PerItem,
+    /// A context built from each item (a chunk of a reduction).
+    Built(&'a (dyn Fn(&Value) -> Result<minijinja::Value, String> + Send + Sync)),
+}
+
 /// Renders and spawns the tasks of one step over `items`, at most `cap` at a time, and
 /// hands each finished task to `on_done` (in completion order).
 #[allow(clippy::too_many_arguments)] // the step's whole state, borrowed for one call
@@ -711,7 +725,7 @@ pub(crate) async fn run_tasks(
     task: &TaskTemplate,
     base: &minijinja::Value,
     items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
-    per_item_context: bool,
+    contexts: TaskContext<'_>,
     schema: Option<Value>,
     cap: Option<usize>,
     env: &minijinja::Environment<'_>,
@@ -753,10 +767,10 @@ pub(crate) async fn run_tasks(
                 break;
             };
             let item = next?;
-            let ctx = if per_item_context {
-                item_context(base, &item, index)
-            } else {
-                base.clone()
+            let ctx = match &contexts {
+                TaskContext::Shared => base.clone(),
+                TaskContext::PerItem => item_context(base, &item, index),
+                TaskContext::Built(build) => build(&item)?,
             };
             let mut rendered = compiled.render(task, &ctx)?;
             if schema.is_some() {

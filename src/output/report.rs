@@ -163,6 +163,7 @@ impl Stats {
             cost_usd: self.cost_usd().map(|c| (c * 1e6).round() / 1e6),
             priced: self.unpriced_tasks == 0,
             unpriced_tasks: self.unpriced_tasks,
+            levels: Vec::new(),
         }
     }
 }
@@ -181,6 +182,8 @@ struct Task<'a> {
 #[derive(Debug, Default)]
 struct StepEntry {
     stats: Stats,
+    /// A reducing step's tasks by level: (tasks, completed, failed).
+    levels: std::collections::BTreeMap<u32, (u64, u64, u64)>,
     started: Option<Instant>,
     finished: Option<Instant>,
 }
@@ -265,6 +268,17 @@ struct StatsJson {
     cost_usd: Option<f64>,
     priced: bool,
     unpriced_tasks: u64,
+    /// A reducing synthesize step's levels, from the first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    levels: Vec<LevelJson>,
+}
+
+#[derive(Serialize)]
+struct LevelJson {
+    level: u32,
+    tasks: u64,
+    completed: u64,
+    failed: u64,
 }
 
 #[derive(Serialize)]
@@ -418,6 +432,17 @@ impl Report {
 
     /// Adds a completed task of `step` whose answer an earlier run gave (`--reuse`): it cost
     /// nothing in this run.
+    /// Counts a task of a reduction's `level` (its stats go to the step as usual).
+    pub(crate) fn record_level(&mut self, step: &str, level: u32, ok: bool) {
+        let counts = self.entry(step).levels.entry(level).or_default();
+        counts.0 += 1;
+        if ok {
+            counts.1 += 1;
+        } else {
+            counts.2 += 1;
+        }
+    }
+
     pub(crate) fn record_reused(&mut self, step: &str) {
         let task = Task {
             status: "completed",
@@ -474,7 +499,20 @@ impl Report {
             steps: self
                 .steps
                 .iter()
-                .map(|(id, e)| (id.as_str(), e.stats.json(e.wall(now))))
+                .map(|(id, e)| {
+                    let mut json = e.stats.json(e.wall(now));
+                    json.levels = e
+                        .levels
+                        .iter()
+                        .map(|(&level, &(tasks, completed, failed))| LevelJson {
+                            level,
+                            tasks,
+                            completed,
+                            failed,
+                        })
+                        .collect();
+                    (id.as_str(), json)
+                })
                 .collect(),
             retries_by_class: &self.retries,
             sandbox: &self.sandbox,

@@ -117,6 +117,26 @@ pub(crate) struct Step {
     pub(crate) network: Option<bool>,
     /// Whether a task whose extension (MCP server) failed counts as failed.
     pub(crate) on_extension_error: OnExtensionError,
+    /// The model's context window for this step's requests, over the config file's and the
+    /// built-in one.
+    pub(crate) context_window: Option<u64>,
+    /// A synthesize step's hierarchical reduction, when it has one.
+    pub(crate) reduce: Option<Reduce>,
+}
+
+/// `reduce` / `chunk_tokens` / `reduce_instructions` of a synthesize step: its results are
+/// synthesized in chunks that each fit, then the partial answers likewise, until one answer
+/// remains.
+#[derive(Debug, Clone)]
+pub(crate) struct Reduce {
+    /// `chunk_tokens`: the most tokens of results one chunk holds; `None` (`reduce: auto`):
+    /// as many as fit the model's context window.
+    pub(crate) chunk_tokens: Option<u64>,
+    /// The instructions of the upper levels, over `steps.<id>.partials`; `None`: the step's
+    /// own instructions over the partial answers as its results.
+    pub(crate) instructions: Option<Template>,
+    /// Where the reduction was asked for.
+    pub(crate) pos: Pos,
 }
 
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use super::duration::{from_seconds, parse_duration};
 use super::graph::{self, Graph};
 use super::model::{
     Backend, Decompose, FanOut, MinSuccess, OnError, OnExtensionError, OutputFile, Pipeline,
-    PipelineSettings, Step, StepKind, TaskTemplate, Template,
+    PipelineSettings, Reduce, Step, StepKind, TaskTemplate, Template,
 };
 use super::refs;
 use crate::diag::{Diagnostic, Diagnostics, FileDiags, Pos, SourceFile};
@@ -599,6 +599,9 @@ fn read_step(
     )
     .map(|(v, _)| v)
     .unwrap_or_default();
+    let context_window = count_field(&mut r, "context_window", 1, d);
+    let is_synthesize = !kind_known || matches!(kind, StepKind::Synthesize(_));
+    let reduce = read_reduce(&mut r, is_synthesize, &label, kind.name(), d);
     r.finish(d);
     Some((
         Step {
@@ -622,9 +625,55 @@ fn read_step(
             sandbox,
             network,
             on_extension_error,
+            context_window,
+            reduce,
         },
         kind_known,
     ))
+}
+
+/// `reduce: auto`, `chunk_tokens: N` and `reduce_instructions`: a synthesize step's
+/// hierarchical reduction (`chunk_tokens` alone asks for it too).
+fn read_reduce(
+    r: &mut MapReader<'_>,
+    is_synthesize: bool,
+    label: &str,
+    kind: &str,
+    d: &mut FileDiags<'_>,
+) -> Option<Reduce> {
+    let mut first: Option<Pos> = None;
+    for key in ["reduce", "chunk_tokens", "reduce_instructions"] {
+        if let Some((node, _)) = r.get_entry(key) {
+            if !is_synthesize {
+                d.error(
+                    node.pos,
+                    format!("`{key}` applies only to synthesize steps; {label} is a {kind} step"),
+                );
+            }
+            first = first.or(Some(node.pos));
+        }
+    }
+    let auto = choice(r, "reduce", &[("auto", ())], d);
+    let chunk_tokens = count_field(r, "chunk_tokens", 1, d);
+    let instructions_key = r.get_entry("reduce_instructions").map(|(k, _)| k.pos);
+    let instructions = template_field(r, "reduce_instructions", d);
+    if auto.is_none() && chunk_tokens.is_none() {
+        if let Some(pos) = instructions_key {
+            d.error(
+                pos,
+                format!(
+                    "`reduce_instructions` applies only with `reduce: auto` or `chunk_tokens`; \
+                     {label} does not reduce"
+                ),
+            );
+        }
+        return None;
+    }
+    Some(Reduce {
+        chunk_tokens,
+        instructions,
+        pos: first?,
+    })
 }
 
 /// The step's id and its position (the step's own position when it has no usable id; the
@@ -1079,6 +1128,22 @@ fn check(pipeline: &Pipeline, kinds_known: &[bool], d: &mut FileDiags<'_>) {
         let in_fan_out = matches!(step.kind, StepKind::FanOut(_));
         for t in graph::step_templates(step) {
             checker.check(t, Some(step), in_fan_out, d);
+        }
+        if let (Some(reduce), StepKind::Synthesize(_)) = (&step.reduce, &step.kind) {
+            if crate::exec::reduce::reduced_step(pipeline, step).is_none() {
+                d.error(
+                    reduce.pos,
+                    format!(
+                        "`reduce` chunks the results of one fan_out step: the instructions of \
+                         step `{}` must read `steps.<id>.results` of exactly one fan_out step",
+                        step.id
+                    ),
+                );
+            }
+            // The upper levels read the step's own `steps.<id>.partials`.
+            if let Some(t) = &reduce.instructions {
+                checker.check(t, None, false, d);
+            }
         }
         for (id, pos) in &step.needs {
             if *id == step.id {

@@ -29,6 +29,8 @@ pub(crate) struct SubagentSpec {
     pub(crate) max_output_tokens: Option<u32>,
     /// An empty final answer completes the task instead of failing it.
     pub(crate) allow_empty: bool,
+    /// The model's context window: a request estimated larger is not sent.
+    pub(crate) context_window: Option<u64>,
     pub(crate) response_schema: Option<serde_json::Value>,
     /// How many times a schema-invalid answer is sent back for correction.
     pub(crate) schema_retries: u32,
@@ -316,6 +318,27 @@ impl crate::provider::RetryHook for SlotHook<'_> {
     }
 }
 
+/// Why `request` cannot be sent to a model with the spec's context window: its estimated
+/// prompt and output limit together exceed the window. Checked before every request, so a
+/// request that cannot fit fails at once instead of being refused by the provider.
+fn oversized(
+    spec: &SubagentSpec,
+    request: &ChatRequest,
+    output_limit: Option<u32>,
+) -> Option<String> {
+    let window = spec.context_window?;
+    let output = u64::from(output_limit.unwrap_or(0));
+    let total = estimate_tokens(request) - u64::from(request.max_tokens.unwrap_or(0)) + output;
+    (total > window).then(|| {
+        format!(
+            "the request needs about {total} tokens ({} of prompt, {output} of output limit) \
+             but the context window of `{}` is {window} tokens; it was not sent",
+            total - output,
+            spec.model
+        )
+    })
+}
+
 async fn run_once(
     client: &Client,
     policy: &RetryPolicy,
@@ -360,6 +383,9 @@ async fn run_once(
         turns += 1;
         total.turns += 1;
         observer(SubagentEvent::Turn { turn: turns });
+        if let Some(problem) = oversized(spec, &request, output_limit) {
+            return Outcome::plain(SubagentStatus::Failed(problem), last_text);
+        }
         // Only a token budget needs the estimate (it walks the whole request).
         let estimate = if limiter.is_unlimited() {
             0

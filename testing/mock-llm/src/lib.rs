@@ -25,10 +25,12 @@ mod clock;
 mod faults;
 mod lean;
 mod strict;
+mod window;
 
 pub use batch::{BatchConfig, BatchOutcome, BatchRecord};
 pub use faults::{Fault, FaultPlan};
 pub use lean::{LeanStats, serve_lean};
+pub use window::prompt_tokens;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -193,6 +195,9 @@ pub struct MockConfig {
     /// `response_format` types (`json_schema`, `json_object`) refused with HTTP 400, as by a
     /// server that does not know them; none by default.
     pub refused_formats: Vec<String>,
+    /// Context windows by model: a request whose prompt (and output limit) exceeds its model's
+    /// is refused with HTTP 400 and the provider's message; see the `window` module.
+    pub context_windows: Vec<(String, u64)>,
 }
 
 impl Default for MockConfig {
@@ -212,6 +217,7 @@ impl Default for MockConfig {
             faults: None,
             strict: true,
             refused_formats: Vec::new(),
+            context_windows: Vec::new(),
         }
     }
 }
@@ -230,6 +236,7 @@ impl fmt::Debug for MockConfig {
             .field("faults", &self.faults)
             .field("strict", &self.strict)
             .field("refused_formats", &self.refused_formats)
+            .field("context_windows", &self.context_windows)
             .finish()
     }
 }
@@ -288,6 +295,12 @@ impl MockConfig {
     /// Refuse requests whose `response_format.type` is one of `types` (HTTP 400).
     pub fn refuse_formats<S: Into<String>>(mut self, types: impl IntoIterator<Item = S>) -> Self {
         self.refused_formats = types.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Gives `model` a context window of `tokens`: larger requests are refused (HTTP 400).
+    pub fn context_window(mut self, model: impl Into<String>, tokens: u64) -> Self {
+        self.context_windows.push((model.into(), tokens));
         self
     }
 
@@ -411,6 +424,7 @@ struct Shared {
     faults: Option<FaultPlan>,
     strict: bool,
     refused_formats: Vec<String>,
+    context_windows: Vec<(String, u64)>,
     fault_counts: faults::FaultCounts,
     recorded: Mutex<Vec<RecordedRequest>>,
     count: AtomicU64,
@@ -474,6 +488,7 @@ impl MockServer {
             faults: config.faults,
             strict: config.strict,
             refused_formats: config.refused_formats.clone(),
+            context_windows: config.context_windows.clone(),
             fault_counts: faults::FaultCounts::default(),
             recorded: Mutex::new(Vec::new()),
             count: AtomicU64::new(0),
@@ -696,7 +711,8 @@ async fn handle_chat(
     let inspected = shared.record
         || shared.rule.is_some()
         || shared.strict
-        || !shared.refused_formats.is_empty();
+        || !shared.refused_formats.is_empty()
+        || !shared.context_windows.is_empty();
     let json: Value = if inspected {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     } else {
@@ -714,6 +730,20 @@ async fn handle_chat(
         refused.or_else(|| format_refusal(&shared.refused_formats, &request.body))
     {
         let body = strict::error_body(api, &message);
+        request.refused = Some(message);
+        if shared.record {
+            lock(&shared.recorded).push(request);
+        }
+        return json_response(StatusCode::BAD_REQUEST, &body);
+    }
+    let window = request.model().and_then(|model| {
+        shared
+            .context_windows
+            .iter()
+            .find(|(m, _)| m == model)
+            .map(|(_, w)| *w)
+    });
+    if let Some((message, body)) = window.and_then(|w| window::refusal(api, &request.body, w)) {
         request.refused = Some(message);
         if shared.record {
             lock(&shared.recorded).push(request);

@@ -1,0 +1,364 @@
+//! Hierarchical synthesis (`reduce: auto`, `chunk_tokens`): when a synthesize step's results do
+//! not fit one request, its template is rendered over consecutive chunks of the results that
+//! each fit, one task per chunk; the partial answers are synthesized the same way, level by
+//! level, until one answer remains.
+//!
+//! ```text
+//! results 0..3000 --chunks--> level 1: 30 tasks --partials--> level 2: 2 tasks --> level 3: 1
+//! ```
+//!
+//! Each level's tasks are journaled as `<step>#<level>` with the chunk's index, so `--resume`
+//! repeats only the chunks that did not finish (a chunk's request hash covers its rendered
+//! results).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::context::base_context;
+use super::event::TaskDone;
+use super::step::{Compiled, Rendered, Shared, StepConfig, TaskContext, prepare_task, run_tasks};
+use crate::pipeline::model::{Pipeline, Reduce, Step, StepKind, TaskTemplate};
+use crate::pipeline::refs;
+use crate::provider::{ChatRequest, Message, estimate_tokens};
+
+/// Levels beyond this are a reduction that does not converge.
+const MAX_LEVELS: u32 = 32;
+
+/// Where a reduction's tasks are recorded and shown.
+pub(super) trait LevelSink: Sync {
+    /// A level starts with `chunks` tasks.
+    fn level_started(&self, step: &str, level: u32, chunks: usize);
+    /// Records a finished chunk task; returns its journal row number.
+    fn record(&self, done: &TaskDone, level: u32) -> Option<u64>;
+}
+
+/// The fan_out step whose `results` the synthesize step's templates read: the results a
+/// reduction chunks. `None` when they read none, or several.
+pub(crate) fn reduced_step(pipeline: &Pipeline, step: &Step) -> Option<usize> {
+    let StepKind::Synthesize(task) = &step.kind else {
+        return None;
+    };
+    let mut found: Vec<usize> = Vec::new();
+    for template in task
+        .instructions
+        .iter()
+        .chain(task.context.iter())
+        .chain(task.parameters.values())
+    {
+        for r in refs::step_refs(&template.text) {
+            if r.field.as_deref() != Some("results") {
+                continue;
+            }
+            if let Some(j) = pipeline.steps.iter().position(|s| s.id == r.id)
+                && matches!(pipeline.steps[j].kind, StepKind::FanOut(_))
+                && !found.contains(&j)
+            {
+                found.push(j);
+            }
+        }
+    }
+    match found.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
+}
+
+/// Consecutive chunks of items with `costs` (tokens), each costing at most `budget` (an item
+/// larger than the budget alone makes a chunk of one).
+pub(crate) fn pack(costs: &[u64], budget: u64) -> Vec<Range<usize>> {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    let mut used = 0u64;
+    for (i, &cost) in costs.iter().enumerate() {
+        if i > start && used + cost > budget {
+            chunks.push(start..i);
+            start = i;
+            used = 0;
+        }
+        used += cost;
+    }
+    if start < costs.len() {
+        chunks.push(start..costs.len());
+    }
+    chunks
+}
+
+/// The levels a reduction of `n` items takes when each chunk holds at most `first` items at
+/// the first level and `upper` partial answers above it: the task count of each level.
+#[allow(dead_code)] // read by `--dry-run`
+pub(crate) fn expected_levels(n: usize, first: usize, upper: usize) -> Vec<usize> {
+    let mut levels = Vec::new();
+    let mut count = n.div_ceil(first.max(1));
+    levels.push(count);
+    while count > 1 && levels.len() < MAX_LEVELS as usize {
+        if upper < 2 {
+            break;
+        }
+        count = count.div_ceil(upper);
+        levels.push(count);
+    }
+    levels
+}
+
+/// The bytes of a rendered task that vary with its context.
+fn rendered_bytes(rendered: &Rendered) -> u64 {
+    let params: usize = rendered.params.iter().map(|(_, v)| v.len()).sum();
+    (rendered.instructions.as_deref().map_or(0, str::len)
+        + rendered.context.as_deref().map_or(0, str::len)
+        + params) as u64
+}
+
+/// One level of a reduction: the template and what it is rendered over.
+struct Level<'a> {
+    number: u32,
+    task: &'a TaskTemplate,
+    /// `{item, output, status}` of the fan-out (level 1) or of the partial answers.
+    inputs: Vec<Value>,
+}
+
+/// Everything a reduction of one step reads.
+pub(super) struct Reduction<'a> {
+    pub(super) shared: &'a Arc<Shared>,
+    pub(super) pipeline: &'a Pipeline,
+    pub(super) step: &'a Step,
+    pub(super) config: &'a StepConfig,
+    pub(super) task: &'a TaskTemplate,
+    pub(super) reduce: &'a Reduce,
+    /// The run's `steps` context.
+    pub(super) steps: Value,
+    pub(super) params: &'a indexmap::IndexMap<String, String>,
+    pub(super) agents: &'a Value,
+    pub(super) env: &'a minijinja::Environment<'a>,
+}
+
+impl Reduction<'_> {
+    /// Runs the reduction to one answer; `Ok(None)` when every result fits one request (the
+    /// step then runs as a plain synthesis).
+    pub(super) async fn run(mut self, sink: &dyn LevelSink) -> Result<Option<String>, String> {
+        let over = reduced_step(self.pipeline, self.step).ok_or_else(|| {
+            "`reduce` needs the step to read `steps.<id>.results` of exactly one fan_out step"
+                .to_owned()
+        })?;
+        let over_id = self.pipeline.steps[over].id.clone();
+        let results = match self.steps.get_mut(&over_id).map(|s| s["results"].take()) {
+            Some(Value::Array(results)) => results,
+            _ => Vec::new(),
+        };
+        let upper_task = match &self.reduce.instructions {
+            Some(instructions) => TaskTemplate {
+                instructions: Some(instructions.clone()),
+                ..self.task.clone()
+            },
+            None => self.task.clone(),
+        };
+        let mut level = Level {
+            number: 1,
+            task: self.task,
+            inputs: results,
+        };
+        loop {
+            let chunks = self.chunks(&level, &over_id).await?;
+            if level.number == 1 && chunks.len() <= 1 {
+                return Ok(None);
+            }
+            if level.number > 1 && chunks.len() >= level.inputs.len() {
+                return Err(format!(
+                    "the reduction does not converge: the {} partial answers of level {} do not \
+                     fit together in one chunk; shorten them (max_output_tokens, \
+                     reduce_instructions) or raise chunk_tokens",
+                    level.inputs.len(),
+                    level.number - 1
+                ));
+            }
+            sink.level_started(&self.step.id, level.number, chunks.len());
+            let partials = self.run_level(&level, &chunks, &over_id, sink).await?;
+            if partials.len() == 1 {
+                return Ok(partials.into_iter().next());
+            }
+            if level.number >= MAX_LEVELS {
+                return Err(format!(
+                    "the reduction did not converge in {MAX_LEVELS} levels"
+                ));
+            }
+            level = Level {
+                number: level.number + 1,
+                task: &upper_task,
+                inputs: partials
+                    .iter()
+                    .map(|p| json!({"item": null, "output": p, "status": "completed"}))
+                    .collect(),
+            };
+            // `steps.<id>.partials` is the list of this level's inputs (all of them).
+            if let Some(own) = self.steps.get_mut(&self.step.id) {
+                own["partials"] = json!(partials);
+            }
+        }
+    }
+
+    /// The context of a chunk: the step's `steps`, with the reduced step's results (and
+    /// `steps.<id>.partials` above level 1) only those of the chunk.
+    fn chunk_context(
+        &self,
+        level: &Level<'_>,
+        over_id: &str,
+        range: Range<usize>,
+    ) -> minijinja::Value {
+        let mut steps = self.steps.clone();
+        let slice: Vec<Value> = level.inputs[range].to_vec();
+        if level.number > 1
+            && let Some(own) = steps.get_mut(&self.step.id)
+        {
+            own["partials"] = Value::Array(slice.iter().map(|r| r["output"].clone()).collect());
+        }
+        if let Some(target) = steps.get_mut(over_id) {
+            target["results"] = Value::Array(slice);
+        }
+        base_context(self.params, steps, self.agents)
+    }
+
+    /// The chunks of a level: consecutive inputs whose rendered share fits the budget.
+    async fn chunks(&self, level: &Level<'_>, over_id: &str) -> Result<Vec<Range<usize>>, String> {
+        let compiled = Compiled::new(self.env, level.task)?;
+        let empty = compiled.render(level.task, &self.chunk_context(level, over_id, 0..0))?;
+        let base_bytes = rendered_bytes(&empty);
+        let mut costs = Vec::with_capacity(level.inputs.len());
+        for i in 0..level.inputs.len() {
+            let one = compiled.render(level.task, &self.chunk_context(level, over_id, i..i + 1))?;
+            costs.push(rendered_bytes(&one).saturating_sub(base_bytes).div_ceil(4));
+        }
+        let budget = match self.reduce.chunk_tokens {
+            Some(tokens) => tokens,
+            None => self.auto_budget(&empty).await?,
+        };
+        Ok(pack(&costs, budget))
+    }
+
+    /// `reduce: auto`: the tokens left for results in a request that fits the model's context
+    /// window, once the prompt without results and the output limit are counted.
+    async fn auto_budget(&self, empty: &Rendered) -> Result<u64, String> {
+        let prepared = prepare_task(self.shared, self.config, empty).await?;
+        let spec = &prepared.spec;
+        let window = spec.context_window.ok_or_else(|| {
+            format!(
+                "`reduce: auto` needs the context window of `{}`: set `context_window` on the \
+                 step or under `models` in summon.yaml, or use `chunk_tokens`",
+                spec.model
+            )
+        })?;
+        let request = ChatRequest {
+            model: spec.model.clone(),
+            system: spec.system.clone(),
+            messages: vec![Message::user(spec.first_message.clone())],
+            tools: spec.tools.specs(),
+            temperature: None,
+            max_tokens: prepared
+                .resolved
+                .endpoint
+                .kind
+                .output_limit(spec.max_output_tokens),
+            response_format: None,
+        };
+        let fixed = estimate_tokens(&request);
+        window.checked_sub(fixed).filter(|b| *b > 0).ok_or_else(|| {
+            format!(
+                "the prompt without results already needs about {fixed} tokens, more than the \
+                 context window of `{}` ({window} tokens)",
+                spec.model
+            )
+        })
+    }
+
+    /// Runs one task per chunk; the partial answers in chunk order.
+    async fn run_level(
+        &self,
+        level: &Level<'_>,
+        chunks: &[Range<usize>],
+        over_id: &str,
+        sink: &dyn LevelSink,
+    ) -> Result<Vec<String>, String> {
+        let mut config = self.config.clone();
+        config.id = format!("{}#{}", self.step.id, level.number);
+        let build = |item: &Value| -> Result<minijinja::Value, String> {
+            let first = item["first"].as_u64().unwrap_or(0) as usize;
+            let end = item["end"].as_u64().unwrap_or(0) as usize;
+            Ok(self.chunk_context(level, over_id, first..end.min(level.inputs.len())))
+        };
+        let items: Vec<Value> = chunks
+            .iter()
+            .enumerate()
+            .map(
+                |(c, r)| json!({"level": level.number, "chunk": c, "first": r.start, "end": r.end}),
+            )
+            .collect();
+        let mut iter = items.into_iter().map(Ok);
+        let mut partials: Vec<Option<String>> = vec![None; chunks.len()];
+        let mut failure: Option<String> = None;
+        let mut on_done = |done: TaskDone| -> (bool, Option<u64>) {
+            let seq = sink.record(&done, level.number);
+            let slot = usize::try_from(done.index).ok();
+            if done.ok {
+                if let Some(p) = slot.and_then(|i| partials.get_mut(i)) {
+                    *p = Some(done.output.clone());
+                }
+            } else if failure.is_none() {
+                failure = Some(format!(
+                    "level {}, chunk {} failed: {}",
+                    level.number,
+                    done.index,
+                    done.error.clone().unwrap_or_default()
+                ));
+            }
+            (done.ok, seq)
+        };
+        let base = base_context(self.params, self.steps.clone(), self.agents);
+        run_tasks(
+            self.shared,
+            &config,
+            level.task,
+            &base,
+            &mut iter,
+            TaskContext::Built(&build),
+            None,
+            self.step.concurrency,
+            self.env,
+            &mut on_done,
+        )
+        .await?;
+        if let Some(failure) = failure {
+            return Err(failure);
+        }
+        let done = partials.iter().filter(|p| p.is_some()).count();
+        if done < partials.len() {
+            return Err(format!(
+                "interrupted: {done} of the {} chunks of level {} finished; `--resume` runs the rest",
+                partials.len(),
+                level.number
+            ));
+        }
+        Ok(partials.into_iter().flatten().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_consecutive_and_fill_the_budget() {
+        assert_eq!(pack(&[3, 3, 3, 3, 3], 6), [0..2, 2..4, 4..5]);
+        assert_eq!(pack(&[1, 9, 1], 5), [0..1, 1..2, 2..3]);
+        assert_eq!(pack(&[], 5), Vec::<Range<usize>>::new());
+        assert_eq!(
+            pack(&[2, 2], 100),
+            vec![std::ops::Range { start: 0, end: 2 }]
+        );
+    }
+
+    #[test]
+    fn levels_divide_until_one() {
+        assert_eq!(expected_levels(3000, 100, 20), [30, 2, 1]);
+        assert_eq!(expected_levels(50, 100, 20), [1]);
+    }
+}
