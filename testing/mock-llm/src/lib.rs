@@ -17,10 +17,14 @@
 //! empty, or with a tool call of a type other than `function` ([`Reply::finish`],
 //! [`Reply::Empty`], [`Reply::CustomToolCall`]).
 //!
+//! Prompt caching ([`MockConfig::cache`], on unless switched off) follows the providers'
+//! documented rules and reports cache tokens in `usage`; see the `cache` module.
+//!
 //! [`MockConfig::faults`] injects failures (429, 500/503, dropped connections, stalled and
 //! truncated responses) into a share of chat requests; see the `faults` module.
 
 mod batch;
+pub mod cache;
 mod clock;
 mod faults;
 mod lean;
@@ -193,6 +197,10 @@ pub struct MockConfig {
     /// `response_format` types (`json_schema`, `json_object`) refused with HTTP 400, as by a
     /// server that does not know them; none by default.
     pub refused_formats: Vec<String>,
+    /// Apply the providers' prompt caching rules and report cache tokens; on by default.
+    pub cache: bool,
+    /// How long a cache entry lives after its last use (default: 5 minutes).
+    pub cache_ttl: Duration,
 }
 
 impl Default for MockConfig {
@@ -212,6 +220,8 @@ impl Default for MockConfig {
             faults: None,
             strict: true,
             refused_formats: Vec::new(),
+            cache: true,
+            cache_ttl: cache::DEFAULT_TTL,
         }
     }
 }
@@ -230,6 +240,8 @@ impl fmt::Debug for MockConfig {
             .field("faults", &self.faults)
             .field("strict", &self.strict)
             .field("refused_formats", &self.refused_formats)
+            .field("cache", &self.cache)
+            .field("cache_ttl", &self.cache_ttl)
             .finish()
     }
 }
@@ -293,6 +305,18 @@ impl MockConfig {
 
     pub fn strict(mut self, strict: bool) -> Self {
         self.strict = strict;
+        self
+    }
+
+    /// Whether prompt caching is applied (default: yes).
+    pub fn cache(mut self, cache: bool) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// How long a cache entry lives after its last use.
+    pub fn cache_ttl(mut self, ttl: Duration) -> Self {
+        self.cache_ttl = ttl;
         self
     }
 
@@ -411,6 +435,8 @@ struct Shared {
     faults: Option<FaultPlan>,
     strict: bool,
     refused_formats: Vec<String>,
+    /// The prompt cache, when caching is on.
+    cache: Option<cache::PromptCache>,
     fault_counts: faults::FaultCounts,
     recorded: Mutex<Vec<RecordedRequest>>,
     count: AtomicU64,
@@ -474,6 +500,9 @@ impl MockServer {
             faults: config.faults,
             strict: config.strict,
             refused_formats: config.refused_formats.clone(),
+            cache: config
+                .cache
+                .then(|| cache::PromptCache::new(config.cache_ttl)),
             fault_counts: faults::FaultCounts::default(),
             recorded: Mutex::new(Vec::new()),
             count: AtomicU64::new(0),
@@ -696,7 +725,8 @@ async fn handle_chat(
     let inspected = shared.record
         || shared.rule.is_some()
         || shared.strict
-        || !shared.refused_formats.is_empty();
+        || !shared.refused_formats.is_empty()
+        || shared.cache.is_some();
     let json: Value = if inspected {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     } else {
@@ -710,8 +740,17 @@ async fn handle_chat(
     } else {
         None
     };
-    if let Some(message) =
-        refused.or_else(|| format_refusal(&shared.refused_formats, &request.body))
+    let looked_up = match &shared.cache {
+        Some(cache) => cache.lookup(api, &request.body).map(Some),
+        None => Ok(None),
+    };
+    let (cached, cache_refusal) = match looked_up {
+        Ok(cached) => (cached, None),
+        Err(message) => (None, Some(message)),
+    };
+    if let Some(message) = refused
+        .or(cache_refusal)
+        .or_else(|| format_refusal(&shared.refused_formats, &request.body))
     {
         let body = strict::error_body(api, &message);
         request.refused = Some(message);
@@ -729,7 +768,7 @@ async fn handle_chat(
         (None, Some(rule)) => rule(&request),
         (None, None) => shared.default_reply.clone(),
     };
-    let input_tokens = (body.len() as u64 / 4).max(1);
+    let input_tokens = cache::total_tokens(api, body.len(), &request.body);
     let model = request.model().unwrap_or("mock-model").to_owned();
     let echo = if contains_echo(&reply) {
         Some(format!(
@@ -794,10 +833,12 @@ async fn handle_chat(
             _ => Answer::text(""),
         },
     };
-    json_response(
-        StatusCode::OK,
-        &success_body(api, id, &model, &answer, input_tokens),
-    )
+    let mut body = success_body(api, id, &model, &answer, input_tokens);
+    if let (Some(cache), Some(outcome)) = (&shared.cache, &cached) {
+        cache::report(api, &mut body, outcome, input_tokens);
+        cache.commit(outcome);
+    }
+    json_response(StatusCode::OK, &body)
 }
 
 /// What a successful answer holds.
