@@ -135,6 +135,8 @@ impl Sink {
                 reused: done.reused,
                 extracted: done.extracted,
                 corrections: done.corrections,
+                cache_read_tokens: done.usage.cache_read_tokens,
+                cache_write_tokens: done.usage.cache_write_tokens,
             };
             if let Err(e) = results.write(&line) {
                 eprintln!("summon: warning: cannot write results.jsonl: {e}");
@@ -150,8 +152,7 @@ impl Sink {
                 done.model.as_deref(),
                 status,
                 done.turns,
-                done.usage.input_tokens,
-                done.usage.output_tokens,
+                done.usage,
                 done.duration,
                 done.resumed,
                 done.batch_id.is_some(),
@@ -859,11 +860,11 @@ fn outputs_final(data: &StepData) -> Option<String> {
     })
 }
 
-fn config_prices(config: &Config) -> HashMap<String, (f64, f64)> {
+fn config_prices(config: &Config) -> HashMap<String, crate::config::file::Price> {
     config
         .prices
         .iter()
-        .map(|(model, price)| (model.clone(), (price.value.input, price.value.output)))
+        .map(|(model, price)| (model.clone(), price.value))
         .collect()
 }
 
@@ -891,7 +892,8 @@ async fn run_step(
 ) -> std::result::Result<(), String> {
     let step = &pipeline.steps[index];
     crate::env::step_panic_point(&step.id);
-    let mut config = StepConfig::new(index, step, &shared.settings);
+    let mut config =
+        StepConfig::new(index, step, &shared.settings).with_cache(&shared.config, &pipeline.name);
     config.shard = shard;
     config.reuse |= shared.reuse_all;
     let base = base_context(params, outputs.to_json(pipeline), agents);

@@ -103,6 +103,11 @@ pub(crate) struct TaskRecord {
     /// Answers sent back for correction.
     #[serde(default)]
     pub(crate) corrections: u32,
+    /// Input tokens read from / written to the provider's prompt cache.
+    #[serde(default)]
+    pub(crate) cache_read_tokens: u64,
+    #[serde(default)]
+    pub(crate) cache_write_tokens: u64,
 }
 
 impl TaskRecord {
@@ -122,6 +127,8 @@ impl TaskRecord {
             usage: Usage {
                 input_tokens: self.input_tokens,
                 output_tokens: self.output_tokens,
+                cache_read_tokens: self.cache_read_tokens,
+                cache_write_tokens: self.cache_write_tokens,
             },
             duration: Duration::from_millis(self.duration_ms),
             model: self.model.clone(),
@@ -651,6 +658,8 @@ impl LoadedDir {
                     batch_id: task.batch_id.clone(),
                     extracted: line["extracted"].as_bool().unwrap_or_default(),
                     corrections: u32::try_from(number("corrections")).unwrap_or(u32::MAX),
+                    cache_read_tokens: number("cache_read_tokens"),
+                    cache_write_tokens: number("cache_write_tokens"),
                 });
         }
         if let Some(((step, index), _)) = lines.into_iter().next() {
@@ -1119,6 +1128,8 @@ mod tests {
             batch_id: None,
             extracted: false,
             corrections: 0,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
         }
     }
 

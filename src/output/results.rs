@@ -5,14 +5,17 @@
 //! ```json
 //! {"step":"notes","index":3,"item":"api","status":"completed","output":"…","error":null,
 //!  "turns":2,"input_tokens":1200,"output_tokens":340,"duration_ms":5120,"resumed":false,
-//!  "reused":false,"extracted":false,"corrections":0}
+//!  "reused":false,"extracted":false,"corrections":0,"cache_read_tokens":1000,
+//!  "cache_write_tokens":0}
 //! ```
 //!
 //! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks;
 //! `resumed` marks a task that finished before a `--resume` (its line is written again when
 //! the interruption lost it); `reused`, one whose answer an earlier run gave (`--reuse`); `extracted`, a structured answer
 //! taken from a fenced block or the text around it (not bare JSON); `corrections`, the answers
-//! sent back because they did not validate against the response schema. Lines are buffered and flushed at least every
+//! sent back because they did not validate against the response schema; `cache_read_tokens`
+//! and `cache_write_tokens`, the part of `input_tokens` the provider read from or wrote to its
+//! prompt cache. Lines are buffered and flushed at least every
 //! [`FLUSH_INTERVAL`] (by a small background thread), every [`FLUSH_LINES`] lines, on
 //! [`ResultsWriter::flush`] and on drop, so a crash loses at most the last moments; the run's
 //! journal holds every finished task, and on resume [`read_results`] tells which of them the
@@ -60,6 +63,10 @@ pub(crate) struct ResultLine<'a> {
     pub(crate) extracted: bool,
     /// Answers sent back to the model for correction (they did not validate).
     pub(crate) corrections: u32,
+    /// Input tokens read from / written to the provider's prompt cache (part of
+    /// `input_tokens`).
+    pub(crate) cache_read_tokens: u64,
+    pub(crate) cache_write_tokens: u64,
 }
 
 struct State {
@@ -263,6 +270,8 @@ mod tests {
             reused: false,
             extracted: true,
             corrections: 1,
+            cache_read_tokens: 60,
+            cache_write_tokens: 0,
         }
     }
 
@@ -302,7 +311,9 @@ mod tests {
                 "resumed",
                 "reused",
                 "extracted",
-                "corrections"
+                "corrections",
+                "cache_read_tokens",
+                "cache_write_tokens"
             ]
         );
         assert_eq!(
@@ -310,7 +321,8 @@ mod tests {
             json!({"step": "notes", "index": 0, "item": {"area": "api", "n": 1},
                    "status": "completed", "output": "out \"quoted\"\nline", "error": null,
                    "turns": 2, "input_tokens": 100, "output_tokens": 10, "duration_ms": 1234,
-                   "resumed": false, "reused": false, "extracted": true, "corrections": 1})
+                   "resumed": false, "reused": false, "extracted": true, "corrections": 1,
+                   "cache_read_tokens": 60, "cache_write_tokens": 0})
         );
         assert_eq!(got[1]["status"], "failed");
         assert_eq!(got[1]["error"], "boom");

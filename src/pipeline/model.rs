@@ -115,6 +115,8 @@ pub(crate) struct Step {
     /// The sandbox of the model's shell commands, over the settings'.
     pub(crate) sandbox: Option<crate::sandbox::Policy>,
     pub(crate) network: Option<bool>,
+    /// `cache: false` turns prompt caching off for the step (breakpoints, key, warm-up).
+    pub(crate) cache: Option<bool>,
 }
 
 #[derive(Debug, Clone)]

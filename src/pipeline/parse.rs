@@ -588,6 +588,7 @@ fn read_step(
     let reuse = bool_field(&mut r, "reuse", d).unwrap_or(false);
     let sandbox = sandbox_field(&mut r, d);
     let network = bool_field(&mut r, "network", d);
+    let cache = bool_field(&mut r, "cache", d);
     r.finish(d);
     Some((
         Step {
@@ -610,6 +611,7 @@ fn read_step(
             reuse,
             sandbox,
             network,
+            cache,
         },
         kind_known,
     ))

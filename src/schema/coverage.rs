@@ -41,6 +41,7 @@ steps:
     allow_empty: true
     backend: batch
     reuse: true
+    cache: false
   - id: sum
     synthesize: {instructions: "merge", source: r, parameters: {}, context: c, extensions: x}
   - id: one

@@ -145,7 +145,8 @@ fn step() -> Value {
             },
             "reuse": {"description": "Take the answer of an earlier run to the same request instead of sending it again.", "type": "boolean"},
             "sandbox": sandbox(),
-            "network": network()
+            "network": network(),
+            "cache": {"description": "false: no prompt caching for this step (no cache breakpoints or cache key, no warm-up task).", "type": "boolean"}
         },
         "oneOf": kinds.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),
         "additionalProperties": false
