@@ -394,3 +394,61 @@ async fn a_bad_cache_value_is_an_error_at_its_line() {
         out.stderr
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Accounting: every output counts the cache, every cost prices it.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cache_tokens_reach_every_output_and_the_cost_prices_them() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let out = anthropic_project(&server)
+        .write(
+            "summon.yaml",
+            "prices:\n  claude-sonnet-4-5: { input: 3, output: 15 }\n",
+        )
+        .write_raw("p.yaml", &fan_out(4, "    concurrency: 2\n"))
+        .args([
+            "run",
+            "p.yaml",
+            "--out",
+            "out",
+            "--junit",
+            "junit.xml",
+            "--json",
+        ])
+        .run();
+    let lines = results(&out.dir.join("out"), "each");
+    let sum = |key: &str| lines.iter().map(|l| u(&l[key])).sum::<u64>();
+    let (read, write) = (sum("cache_read_tokens"), sum("cache_write_tokens"));
+    let (input, output) = (sum("input_tokens"), sum("output_tokens"));
+    assert!(read > 0 && write > 0, "{lines:#?}");
+    // Claude's defaults: reads at 0.1×, writes at 1.25× the input price.
+    let expected = ((input - read - write) as f64 * 3.0
+        + read as f64 * 0.3
+        + write as f64 * 3.75
+        + output as f64 * 15.0)
+        / 1e6;
+    let report = report(&out.dir.join("out"));
+    let cost = report["steps"]["each"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - expected).abs() < 2e-6, "{cost} vs {expected}");
+    let uncached = (input + output * 5) as f64 * 3.0 / 1e6;
+    assert!(cost < uncached, "caching is cheaper: {cost} vs {uncached}");
+
+    let json = out.json();
+    assert_eq!(u(&json["cache_read_tokens"]), read);
+    assert_eq!(u(&json["cache_write_tokens"]), write);
+    let junit = std::fs::read_to_string(out.dir.join("junit.xml")).unwrap();
+    assert!(
+        junit.contains(&format!(
+            r#"<property name="cache_read_tokens" value="{read}"/>"#
+        )),
+        "{junit}"
+    );
+    let percent = (read as f64 * 100.0 / u(&report["total"]["input_tokens"]) as f64).round();
+    assert!(
+        out.stderr
+            .contains(&format!("{percent:.0}% of input from cache")),
+        "{}",
+        out.stderr
+    );
+}

@@ -175,6 +175,15 @@ impl Sink {
                 done.error.as_deref(),
             );
         }
+        self.progress
+            .task_input(step, done.usage.input_tokens, done.usage.cache_read_tokens);
+        if let Some(junit) = &mut self.junit {
+            junit.add_cache(
+                step,
+                done.usage.cache_read_tokens,
+                done.usage.cache_write_tokens,
+            );
+        }
         self.progress.task_finished(
             step,
             done.ok,

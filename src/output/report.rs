@@ -459,6 +459,9 @@ impl Report {
             }
         }
         line.push_str(&format!(", {} tokens", fmt_tokens(t.tokens())));
+        if let Some(share) = cache_share(t.input_tokens, t.cache_read_tokens) {
+            line.push_str(&format!(", {share}"));
+        }
         match (t.priced_tasks, t.unpriced_tasks) {
             (0, 0) => {}
             (0, _) => line.push_str(", no price"),
@@ -509,6 +512,14 @@ pub(crate) fn fmt_tokens(n: u64) -> String {
     } else {
         format!("{:.1}M", n as f64 / 1e6)
     }
+}
+
+/// `62% of input from cache`, when some input was read from the provider's prompt cache.
+pub(crate) fn cache_share(input_tokens: u64, cache_read_tokens: u64) -> Option<String> {
+    (cache_read_tokens > 0 && input_tokens > 0).then(|| {
+        let percent = (cache_read_tokens as f64 * 100.0 / input_tokens as f64).round();
+        format!("{percent:.0}% of input from cache")
+    })
 }
 
 /// `$0`, `$0.004`, `$0.21`, `$12.35`; `<$0.001` for a nonzero cost below a tenth of a cent.
@@ -689,6 +700,15 @@ mod tests {
         assert_eq!(
             std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
             1
+        );
+    }
+
+    #[test]
+    fn the_cached_share_of_input_is_shown_when_there_is_one() {
+        assert_eq!(cache_share(1000, 0), None);
+        assert_eq!(
+            cache_share(1000, 620).as_deref(),
+            Some("62% of input from cache")
         );
     }
 
