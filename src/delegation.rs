@@ -250,6 +250,7 @@ impl Draft {
             retry: self.retry,
             extensions: self.servers,
             slot: None,
+            cache: crate::subagent::TaskCache::default(),
         };
         Prepared {
             spec,

@@ -1282,7 +1282,18 @@ async fn json_summary_shape() {
         .run();
     let json = out.json();
     let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["run_id", "status", "steps", "output"]);
+    assert_eq!(
+        keys,
+        [
+            "run_id",
+            "status",
+            "steps",
+            "input_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "output"
+        ]
+    );
     assert!(
         json["run_id"].as_str().is_some_and(|id| !id.is_empty()),
         "{json}"

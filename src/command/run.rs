@@ -1,7 +1,8 @@
 //! `summon run PIPELINE`: the final step's text on stdout, progress on stderr.
 //!
 //! JSON (`--json`): `{"run_id", "status": "succeeded"|"failed"|"interrupted", "steps":
-//! [{"id", "status": "succeeded"|"failed"|"skipped"|"deferred", "error"}], "output"}`;
+//! [{"id", "status": "succeeded"|"failed"|"skipped"|"deferred", "error"}], "input_tokens",
+//! "cache_read_tokens", "cache_write_tokens", "output"}` (the tokens over the whole run);
 //! `deferred`: a step a shard leaves for `summon merge`, or one after `--until STEP`.
 //! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "drafted",
 //! "input_tokens", "model", "prompt", "later", "notes"}], "tasks", "drafted_tasks",
@@ -401,6 +402,10 @@ pub(super) fn print_outcome(
         if let Some(object) = value.as_object_mut() {
             object.extend(extra);
             object.insert("steps".into(), json!(steps));
+            let total = &summary.report["total"];
+            for key in ["input_tokens", "cache_read_tokens", "cache_write_tokens"] {
+                object.insert(key.into(), total[key].clone());
+            }
             let output = summary.final_output.take().map(FinalText::into_string);
             object.insert("output".into(), json!(output.transpose()?));
         }

@@ -32,6 +32,10 @@
 //!     base_url: http://localhost:8000/v1    # vLLM, llama.cpp, LM Studio: no key needed
 //! prices:                         # USD per million tokens, for cost estimates
 //!   gpt-4o-mini: { input: 0.15, output: 0.60 }
+//!   claude-sonnet-4-5: { input: 3, output: 15, cached_input: 0.30, cache_write: 3.75 }
+//!                                 # cached_input / cache_write: optional; by default the
+//!                                 # provider's documented share of `input` for the model
+//! cache: false                    # optional: no prompt caching (default: on)
 //! models:                         # per-model facts over the built-in ones
 //!   my-local-model: { context_window: 32000 }   # tokens of prompt and output per request
 //! store:                          # run history kept per pipeline (default: 20 runs, 7 days)
@@ -157,6 +161,45 @@ impl ProviderConfig {
 pub(crate) struct Price {
     pub(crate) input: f64,
     pub(crate) output: f64,
+    /// Input read from the provider's prompt cache.
+    pub(crate) cached_input: f64,
+    /// Input written to the prompt cache (Anthropic).
+    pub(crate) cache_write: f64,
+}
+
+impl Price {
+    /// `input` and `output` with the cache prices the provider documents for `model`'s family
+    /// (Claude: reads 0.1×, writes 1.25× the input price; OpenAI reads: gpt-5 0.1×, gpt-4.1
+    /// and o3/o4 0.25×, gpt-4o 0.5×); other models get no discount.
+    pub(crate) fn with_cache_defaults(model: &str, input: f64, output: f64) -> Self {
+        let m = model.to_ascii_lowercase();
+        let (read, write) = if m.contains("claude") {
+            (0.1, 1.25)
+        } else if m.starts_with("gpt-5") {
+            (0.1, 1.0)
+        } else if m.starts_with("gpt-4.1") || m.starts_with("o3") || m.starts_with("o4") {
+            (0.25, 1.0)
+        } else if m.starts_with("gpt-4o") {
+            (0.5, 1.0)
+        } else {
+            (1.0, 1.0)
+        };
+        Self {
+            input,
+            output,
+            cached_input: input * read,
+            cache_write: input * write,
+        }
+    }
+
+    /// The cost in USD of `usage`, each part of the input at its own price.
+    pub(crate) fn cost(&self, usage: &crate::provider::Usage) -> f64 {
+        (usage.uncached_input() as f64 * self.input
+            + usage.cache_read_tokens as f64 * self.cached_input
+            + usage.cache_write_tokens as f64 * self.cache_write
+            + usage.output_tokens as f64 * self.output)
+            / 1e6
+    }
 }
 
 /// The merged configuration of both files; every value keeps the file it came from.
@@ -182,6 +225,8 @@ pub(crate) struct Config {
     /// or pipeline setting decides.
     pub(crate) sandbox: Option<crate::sandbox::Policy>,
     pub(crate) network: Option<bool>,
+    /// `cache: false`: no prompt caching (breakpoints, cache key, warm-up) in any step.
+    pub(crate) cache: Option<bool>,
     /// Where a file loosens the sandbox (`sandbox: off`, `network: true`), by key; kept for
     /// the project file only, whose loosening needs trust.
     pub(crate) loosened: Vec<(&'static str, Span)>,
@@ -217,6 +262,7 @@ impl Config {
         self.keep_days = over.keep_days.or(self.keep_days);
         self.sandbox = over.sandbox.or(self.sandbox);
         self.network = over.network.or(self.network);
+        self.cache = over.cache.or(self.cache);
         self.loosened.extend(over.loosened);
     }
 
@@ -382,6 +428,16 @@ fn parse_inner(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Config {
             Some("false") => Some(false),
             _ => {
                 d.error(node.pos, "`network` must be true or false");
+                None
+            }
+        };
+    }
+    if let Some(node) = r.get("cache") {
+        config.cache = match node.as_str() {
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            _ => {
+                d.error(node.pos, "`cache` must be true or false");
                 None
             }
         };
@@ -874,6 +930,12 @@ fn read_prices(node: &Node, d: &mut FileDiags<'_>) -> IndexMap<String, Located<P
         let output = r.get("output");
         let input_value = input.and_then(|n| non_negative(n, &format!("{path}.input"), d));
         let output_value = output.and_then(|n| non_negative(n, &format!("{path}.output"), d));
+        let cached_input = r
+            .get("cached_input")
+            .and_then(|n| non_negative(n, &format!("{path}.cached_input"), d));
+        let cache_write = r
+            .get("cache_write")
+            .and_then(|n| non_negative(n, &format!("{path}.cache_write"), d));
         r.finish(d);
         for (field, node) in [("input", input), ("output", output)] {
             if node.is_none() {
@@ -887,7 +949,14 @@ fn read_prices(node: &Node, d: &mut FileDiags<'_>) -> IndexMap<String, Located<P
             prices.insert(
                 model.to_owned(),
                 Located {
-                    value: Price { input, output },
+                    value: {
+                        let price = Price::with_cache_defaults(model, input, output);
+                        Price {
+                            cached_input: cached_input.unwrap_or(price.cached_input),
+                            cache_write: cache_write.unwrap_or(price.cache_write),
+                            ..price
+                        }
+                    },
                     file: Arc::clone(&d.file),
                     pos: key.pos,
                 },
@@ -994,9 +1063,32 @@ mod tests {
             config.price("gpt-4o-mini"),
             Some(Price {
                 input: 0.15,
-                output: 0.6
+                output: 0.6,
+                cached_input: 0.075,
+                cache_write: 0.15,
             })
         );
+    }
+
+    #[test]
+    fn cache_prices_default_by_model_family_and_can_be_set() {
+        let (config, diags) = parse_text(
+            "prices:\n  claude-sonnet-4-5: { input: 3, output: 15 }\n  local: { input: 1, output: 2, cached_input: 0.5, cache_write: 1.5 }\n",
+        );
+        assert!(diags.items.is_empty(), "{}", rendered(&diags));
+        let claude = config.price("claude-sonnet-4-5").unwrap();
+        assert!((claude.cached_input - 0.3).abs() < 1e-12);
+        assert!((claude.cache_write - 3.75).abs() < 1e-12);
+        let local = config.price("local").unwrap();
+        assert_eq!((local.cached_input, local.cache_write), (0.5, 1.5));
+        let usage = crate::provider::Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 0,
+            cache_read_tokens: 500_000,
+            cache_write_tokens: 250_000,
+        };
+        // 250k uncached at 3, 500k read at 0.3, 250k written at 3.75.
+        assert!((claude.cost(&usage) - (0.75 + 0.15 + 0.9375)).abs() < 1e-9);
     }
 
     #[test]

@@ -289,6 +289,8 @@ fn batch_request(prepared: &Prepared) -> ChatRequest {
             .response_schema
             .as_ref()
             .and_then(|s| crate::provider::ResponseFormat::for_schema(s, true)),
+        // One request per task: only the prefix the batch's requests share can be read.
+        cache: spec.cache.hint(true, false),
     }
 }
 

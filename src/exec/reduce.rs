@@ -259,6 +259,7 @@ impl Reduction<'_> {
                 .kind
                 .output_limit(spec.max_output_tokens),
             response_format: None,
+            cache: Default::default(),
         };
         let fixed = estimate_tokens(&request);
         window.checked_sub(fixed).filter(|b| *b > 0).ok_or_else(|| {

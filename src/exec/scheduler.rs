@@ -148,6 +148,8 @@ impl Sink {
                 trace: &done.trace,
                 warnings: &done.warnings,
                 data: done.structured.as_ref(),
+                cache_read_tokens: done.usage.cache_read_tokens,
+                cache_write_tokens: done.usage.cache_write_tokens,
             };
             if let Err(e) = results.write(&line) {
                 eprintln!("summon: warning: cannot write results.jsonl: {e}");
@@ -173,8 +175,7 @@ impl Sink {
                 done.model.as_deref(),
                 status,
                 done.turns,
-                done.usage.input_tokens,
-                done.usage.output_tokens,
+                done.usage,
                 done.duration,
                 done.resumed,
                 done.batch_id.is_some(),
@@ -199,6 +200,15 @@ impl Sink {
                 done.ok,
                 done.duration,
                 done.error.as_deref(),
+            );
+        }
+        self.progress
+            .task_input(step, done.usage.input_tokens, done.usage.cache_read_tokens);
+        if let Some(junit) = &mut self.junit {
+            junit.add_cache(
+                step,
+                done.usage.cache_read_tokens,
+                done.usage.cache_write_tokens,
             );
         }
         self.progress.task_finished(
@@ -948,11 +958,11 @@ fn outputs_final(data: &StepData) -> Option<String> {
     })
 }
 
-fn config_prices(config: &Config) -> HashMap<String, (f64, f64)> {
+fn config_prices(config: &Config) -> HashMap<String, crate::config::file::Price> {
     config
         .prices
         .iter()
-        .map(|(model, price)| (model.clone(), (price.value.input, price.value.output)))
+        .map(|(model, price)| (model.clone(), price.value))
         .collect()
 }
 
@@ -980,7 +990,8 @@ async fn run_step(
 ) -> std::result::Result<(), String> {
     let step = &pipeline.steps[index];
     crate::env::step_panic_point(&step.id);
-    let mut config = StepConfig::new(index, step, &shared.settings);
+    let mut config =
+        StepConfig::new(index, step, &shared.settings).with_cache(&shared.config, &pipeline.name);
     config.shard = shard;
     config.reuse |= shared.reuse_all;
     let base = base_context(params, outputs.to_json(pipeline), agents);

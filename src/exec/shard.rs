@@ -110,6 +110,11 @@ pub(crate) struct TaskRecord {
     /// The parsed answer of a schema-validated task.
     #[serde(default)]
     pub(crate) data: Option<Value>,
+    /// Input tokens read from / written to the provider's prompt cache.
+    #[serde(default)]
+    pub(crate) cache_read_tokens: u64,
+    #[serde(default)]
+    pub(crate) cache_write_tokens: u64,
 }
 
 impl TaskRecord {
@@ -129,6 +134,8 @@ impl TaskRecord {
             usage: Usage {
                 input_tokens: self.input_tokens,
                 output_tokens: self.output_tokens,
+                cache_read_tokens: self.cache_read_tokens,
+                cache_write_tokens: self.cache_write_tokens,
             },
             duration: Duration::from_millis(self.duration_ms),
             model: self.model.clone(),
@@ -662,6 +669,8 @@ impl LoadedDir {
                     corrections: u32::try_from(number("corrections")).unwrap_or(u32::MAX),
                     trace: TaskTrace::from_line(&line),
                     data: Some(line["data"].clone()).filter(|d| !d.is_null()),
+                    cache_read_tokens: number("cache_read_tokens"),
+                    cache_write_tokens: number("cache_write_tokens"),
                 });
         }
         if let Some(((step, index), _)) = lines.into_iter().next() {
@@ -1133,6 +1142,8 @@ mod tests {
             corrections: 0,
             trace: TaskTrace::default(),
             data: None,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
         }
     }
 

@@ -295,6 +295,14 @@ pub(crate) struct StepConfig {
     pub(crate) on_extension_error: OnExtensionError,
     /// The step's `context_window`, over the model's.
     pub(crate) context_window: Option<u64>,
+    /// Prompt caching: on unless the step or the config file says `cache: false`.
+    pub(crate) cache: bool,
+    /// The step's tasks share their tools and system prompt (a fan-out of more than one).
+    pub(crate) cache_shared: bool,
+    /// OpenAI's `prompt_cache_key`, the same for every request of the step.
+    pub(crate) cache_key: Option<String>,
+    /// Fired by the step's first task once its prefix is in the cache (the warm-up).
+    pub(crate) warm: Option<Arc<crate::subagent::WarmSignal>>,
 }
 
 impl StepConfig {
@@ -318,7 +326,22 @@ impl StepConfig {
             ),
             on_extension_error: step.on_extension_error,
             context_window: step.context_window,
+            cache: step.cache.unwrap_or(true),
+            cache_shared: matches!(step.kind, crate::pipeline::model::StepKind::FanOut(_)),
+            cache_key: None,
+            warm: None,
         }
+    }
+
+    /// Turns caching off when the config file does, and keys the step's cache by the
+    /// pipeline's name and the step's id (stable from run to run, nothing per task).
+    pub(crate) fn with_cache(mut self, config: &crate::config::Config, pipeline: &str) -> Self {
+        self.cache &= config.cache != Some(false);
+        self.cache_key = self.cache.then(|| {
+            let hash = super::hash::request_hash(&[Some(pipeline), Some(&self.id)]);
+            format!("summon-{}", &hash[..16])
+        });
+        self
     }
 
     /// Whether this run sends the task with this request hash (another shard sends it
@@ -598,7 +621,7 @@ pub(super) async fn prepare_task(
     rendered: &Rendered,
 ) -> Result<crate::delegation::Prepared, String> {
     let source = task_source(&shared.catalog, rendered)?;
-    prepare_with(
+    let mut prepared = prepare_with(
         &shared.env,
         &shared.config,
         source,
@@ -606,7 +629,13 @@ pub(super) async fn prepare_task(
         &shared.resolver,
     )
     .await
-    .map_err(prepare_message)
+    .map_err(prepare_message)?;
+    let cache = &mut prepared.spec.cache;
+    cache.on = step.cache;
+    cache.shared = step.cache_shared;
+    cache.key.clone_from(&step.cache_key);
+    cache.warm.clone_from(&step.warm);
+    Ok(prepared)
 }
 
 /// The catalog entry a rendered task names, if it names one.
@@ -716,6 +745,13 @@ pub(crate) enum TaskContext<'a> {
     Built(&'a (dyn Fn(&Value) -> Result<minijinja::Value, String> + Send + Sync)),
 }
 
+/// Waits until the warm-up signal fires (or its task is gone).
+async fn warmed(warming: &mut Option<tokio::sync::watch::Receiver<bool>>) {
+    if let Some(receiver) = warming {
+        let _ = receiver.wait_for(|warm| *warm).await;
+    }
+}
+
 /// Renders and spawns the tasks of one step over `items`, at most `cap` at a time, and
 /// hands each finished task to `on_done` (in completion order).
 #[allow(clippy::too_many_arguments)] // the step's whole state, borrowed for one call
@@ -733,6 +769,14 @@ pub(crate) async fn run_tasks(
 ) -> Result<(), String> {
     // The compiled templates borrow `env` and `task`; render synchronously here.
     let compiled = Compiled::new(env, task)?;
+    let mut items = items.peekable();
+    // The warm-up: while the first task's prefix is not yet in the provider's cache, no other
+    // task starts (they would all miss and all write it).
+    let mut warm_up = step.cache && step.cache_shared;
+    let mut warming: Option<tokio::sync::watch::Receiver<bool>> = None;
+    let gated = |warming: &Option<tokio::sync::watch::Receiver<bool>>| {
+        warming.as_ref().is_some_and(|w| !*w.borrow())
+    };
     let step_cap = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
     let mut running: JoinSet<(TaskDone, Option<Permits>)> = JoinSet::new();
     let mut pending: std::collections::VecDeque<(u64, Option<Permits>)> =
@@ -745,7 +789,7 @@ pub(crate) async fn run_tasks(
     let mut stop = false;
     loop {
         // Launch while there is room and work.
-        while !exhausted && !stop && !shared.drain.is_cancelled() {
+        while !exhausted && !stop && !shared.drain.is_cancelled() && !gated(&warming) {
             let (global, local) = match ready.take() {
                 Some(permits) => permits,
                 None => {
@@ -799,7 +843,18 @@ pub(crate) async fn run_tasks(
             }
             (shared.on_start)(step.index);
             let shared = Arc::clone(shared);
-            let step = step.clone();
+            let mut step = step.clone();
+            if warm_up {
+                warm_up = false;
+                if items.peek().is_some() {
+                    let (signal, receiver) = crate::subagent::WarmSignal::new();
+                    step.warm = Some(signal);
+                    warming = Some(receiver);
+                } else {
+                    // A fan-out of one task shares its prefix with nothing.
+                    step.cache_shared = index > 0;
+                }
+            }
             let this = index;
             let slot = TaskSlot::new(&shared.global, step_cap.as_ref(), (global, local));
             running.spawn(async move {
@@ -839,9 +894,11 @@ pub(crate) async fn run_tasks(
         }
         // Wait for a task to finish, a commit to free held slots, or a slot given back by a
         // task that waits out a rate limit.
-        let can_launch = !exhausted && !stop && !shared.drain.is_cancelled();
+        let is_gated = gated(&warming);
+        let can_launch = !exhausted && !stop && !shared.drain.is_cancelled() && !is_gated;
         let joined = tokio::select! {
             joined = running.join_next() => joined,
+            _ = warmed(&mut warming), if is_gated => continue,
             _ = commits.changed(), if !pending.is_empty() => continue,
             permits = acquire_slot(&shared.global, step_cap.as_ref()), if can_launch => {
                 ready = permits;

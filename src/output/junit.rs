@@ -13,6 +13,9 @@
 //! </testsuites>
 //! ```
 //!
+//! A suite whose tasks read from or wrote to the provider's prompt cache carries
+//! `<properties>` with `cache_read_tokens` and `cache_write_tokens` before its cases.
+//!
 //! A case is named `STEP: LABEL` (the caller's label for the item, cut at [`LABEL_MAX`]
 //! characters), or `STEP` alone for an empty label. Cases are listed in the order they were
 //! added; `time` is the task's duration in seconds, a suite's the sum of its tasks'.
@@ -58,6 +61,9 @@ struct Suite {
     failures: u64,
     skipped: u64,
     time_ms: u64,
+    /// Input tokens read from / written to the provider's prompt cache.
+    cache_read: u64,
+    cache_write: u64,
 }
 
 /// Collects test cases as tasks finish; [`JunitWriter::write`] writes the file at the end.
@@ -91,6 +97,16 @@ impl JunitWriter {
     ) {
         let status = if ok { Status::Passed } else { Status::Failed };
         self.push(step, index, label, status, duration, error);
+    }
+
+    /// Counts a task's prompt cache reads and writes in its step's `<properties>`.
+    pub(crate) fn add_cache(&mut self, step: &str, read: u64, write: u64) {
+        if !self.suites.contains_key(step) {
+            self.suites.insert(step.to_owned(), Suite::default());
+        }
+        let suite = &mut self.suites[step];
+        suite.cache_read += read;
+        suite.cache_write += write;
     }
 
     /// Adds a task of `step` that was skipped.
@@ -180,6 +196,14 @@ impl JunitWriter {
                 suite.skipped,
                 secs(suite.time_ms)
             )?;
+            if suite.cache_read > 0 || suite.cache_write > 0 {
+                writeln!(
+                    out,
+                    "    <properties>\n      <property name=\"cache_read_tokens\" value=\"{}\"/>\n      \
+                     <property name=\"cache_write_tokens\" value=\"{}\"/>\n    </properties>",
+                    suite.cache_read, suite.cache_write
+                )?;
+            }
             let mut cases: Vec<&Case> = suite.cases.iter().collect();
             cases.sort_by_key(|c| c.order);
             for case in cases {

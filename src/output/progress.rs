@@ -22,7 +22,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::report::{fmt_cost, fmt_tokens};
+use super::report::{cache_share, fmt_cost, fmt_tokens};
 
 /// Bar redraws per second, at most.
 pub(crate) const BAR_HZ: u8 = 10;
@@ -57,6 +57,9 @@ struct StepState {
     in_flight: u64,
     failed: u64,
     tokens: u64,
+    /// Input tokens, and those of them read from the provider's prompt cache.
+    input: u64,
+    cache_read: u64,
     cost: f64,
     priced: u64,
     unpriced: u64,
@@ -99,6 +102,10 @@ impl StepState {
             self.failed,
             fmt_tokens(self.tokens)
         ));
+        if let Some(share) = cache_share(self.input, self.cache_read) {
+            line.push_str(", ");
+            line.push_str(&share);
+        }
         if let Some(cost) = self.cost_text() {
             line.push_str(", ");
             line.push_str(&cost);
@@ -114,6 +121,7 @@ impl StepState {
         }
         parts.push(format!("{} failed", self.failed));
         parts.push(format!("{} tokens", fmt_tokens(self.tokens)));
+        parts.extend(cache_share(self.input, self.cache_read));
         if let Some(cost) = self.cost_text() {
             parts.push(cost);
         }
@@ -324,6 +332,15 @@ impl Progress {
                 None => state.unpriced += 1,
             }
             state.dirty = true;
+        }
+    }
+
+    /// Counts a finished task's input and the part of it read from the prompt cache (called
+    /// before [`Progress::task_finished`], which redraws).
+    pub(crate) fn task_input(&self, step: &str, input: u64, cache_read: u64) {
+        if let Some(state) = lock(&self.shared.steps).get_mut(step) {
+            state.input += input;
+            state.cache_read += cache_read;
         }
     }
 

@@ -47,7 +47,8 @@
 //!   "corrections": 2, "turns": 30, "input_tokens": 2900, "output_tokens": 300,
 //!   "duration_ms": { "sum": 120500, "max": 20100 },
 //!   "wall_ms": 41000,
-//!   "cost_usd": 0.004, "priced": true, "unpriced_tasks": 0
+//!   "cost_usd": 0.004, "priced": true, "unpriced_tasks": 0,
+//!   "cache_read_tokens": 2000, "cache_write_tokens": 500
 //! }
 //! ```
 //!
@@ -63,7 +64,11 @@
 //! - `cost_usd` is estimated from the configured prices (USD per million input/output tokens)
 //!   of each task's model. A task that used tokens with a model missing from the price table
 //!   is counted in `unpriced_tasks`, and then `priced` is `false`; `cost_usd` is the sum over
-//!   the priced tasks, or `null` when no task could be priced.
+//!   the priced tasks, or `null` when no task could be priced. Input read from the provider's
+//!   prompt cache is priced at the model's `cached_input`, input written to it at
+//!   `cache_write`, the rest at `input`.
+//! - `cache_read_tokens` / `cache_write_tokens`: the part of `input_tokens` read from /
+//!   written to the provider's prompt cache.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -72,6 +77,9 @@ use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 use serde::Serialize;
+
+use crate::config::file::Price;
+use crate::provider::Usage;
 
 /// The report file name inside the `--out` directory.
 #[allow(dead_code)] // used by summon run
@@ -97,6 +105,9 @@ pub(crate) struct Stats {
     pub(crate) turns: u64,
     pub(crate) input_tokens: u64,
     pub(crate) output_tokens: u64,
+    /// Input tokens read from / written to the provider's prompt cache (part of `input_tokens`).
+    pub(crate) cache_read_tokens: u64,
+    pub(crate) cache_write_tokens: u64,
     pub(crate) duration_sum_ms: u64,
     pub(crate) duration_max_ms: u64,
     /// Over the priced tasks, USD.
@@ -117,8 +128,10 @@ impl Stats {
         self.reused += u64::from(task.reused);
         self.corrections += u64::from(task.corrections);
         self.turns += u64::from(task.turns);
-        self.input_tokens += task.input_tokens;
-        self.output_tokens += task.output_tokens;
+        self.input_tokens += task.usage.input_tokens;
+        self.output_tokens += task.usage.output_tokens;
+        self.cache_read_tokens += task.usage.cache_read_tokens;
+        self.cache_write_tokens += task.usage.cache_write_tokens;
         let ms = millis(task.duration);
         self.duration_sum_ms = self.duration_sum_ms.saturating_add(ms);
         self.duration_max_ms = self.duration_max_ms.max(ms);
@@ -164,6 +177,8 @@ impl Stats {
             priced: self.unpriced_tasks == 0,
             unpriced_tasks: self.unpriced_tasks,
             levels: Vec::new(),
+            cache_read_tokens: self.cache_read_tokens,
+            cache_write_tokens: self.cache_write_tokens,
         }
     }
 }
@@ -171,8 +186,7 @@ impl Stats {
 struct Task<'a> {
     status: &'a str,
     turns: u32,
-    input_tokens: u64,
-    output_tokens: u64,
+    usage: Usage,
     duration: Duration,
     resumed: bool,
     reused: bool,
@@ -202,7 +216,7 @@ impl StepEntry {
 /// The run's aggregate, fed one task at a time.
 #[allow(dead_code)] // used by summon run
 pub(crate) struct Report {
-    prices: HashMap<String, (f64, f64)>,
+    prices: HashMap<String, Price>,
     started_at: jiff::Timestamp,
     started: Instant,
     finished: Option<Instant>,
@@ -268,6 +282,8 @@ struct StatsJson {
     cost_usd: Option<f64>,
     priced: bool,
     unpriced_tasks: u64,
+    cache_read_tokens: u64,
+    cache_write_tokens: u64,
     /// A reducing synthesize step's levels, from the first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     levels: Vec<LevelJson>,
@@ -292,10 +308,10 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl Report {
-    /// An empty report; `prices` maps a model to USD per million (input, output) tokens.
+    /// An empty report; `prices` maps a model to its USD per million tokens.
     /// The run's wall time starts now.
     #[allow(dead_code)] // used by summon run
-    pub(crate) fn new(prices: HashMap<String, (f64, f64)>) -> Self {
+    pub(crate) fn new(prices: HashMap<String, Price>) -> Self {
         Self {
             prices,
             started_at: jiff::Timestamp::now(),
@@ -376,17 +392,11 @@ impl Report {
     /// The estimated cost of a task: `Some(0.0)` when it used no tokens, `None` when its model
     /// has no price.
     #[allow(dead_code)] // used by summon run
-    pub(crate) fn task_cost(
-        &self,
-        model: Option<&str>,
-        input_tokens: u64,
-        output_tokens: u64,
-    ) -> Option<f64> {
-        if input_tokens == 0 && output_tokens == 0 {
+    pub(crate) fn task_cost(&self, model: Option<&str>, usage: &Usage) -> Option<f64> {
+        if usage.total() == 0 {
             return Some(0.0);
         }
-        let (input, output) = self.prices.get(model?)?;
-        Some((input_tokens as f64 * input + output_tokens as f64 * output) / 1e6)
+        Some(self.prices.get(model?)?.cost(usage))
     }
 
     /// Adds one finished task of `step`, run by `model` (for its price), with `status`
@@ -400,8 +410,7 @@ impl Report {
         model: Option<&str>,
         status: &str,
         turns: u32,
-        input_tokens: u64,
-        output_tokens: u64,
+        usage: Usage,
         duration: Duration,
         resumed: bool,
         batch: bool,
@@ -412,14 +421,11 @@ impl Report {
             matches!(status, "completed" | "failed" | "skipped"),
             "unknown task status {status:?}"
         );
-        let cost = self
-            .task_cost(model, input_tokens, output_tokens)
-            .map(|c| c * price_factor);
+        let cost = self.task_cost(model, &usage).map(|c| c * price_factor);
         let task = Task {
             status,
             turns,
-            input_tokens,
-            output_tokens,
+            usage,
             duration,
             resumed,
             reused: false,
@@ -447,8 +453,7 @@ impl Report {
         let task = Task {
             status: "completed",
             turns: 0,
-            input_tokens: 0,
-            output_tokens: 0,
+            usage: Usage::default(),
             duration: Duration::ZERO,
             resumed: false,
             reused: true,
@@ -553,6 +558,9 @@ impl Report {
             }
         }
         line.push_str(&format!(", {} tokens", fmt_tokens(t.tokens())));
+        if let Some(share) = cache_share(t.input_tokens, t.cache_read_tokens) {
+            line.push_str(&format!(", {share}"));
+        }
         match (t.priced_tasks, t.unpriced_tasks) {
             (0, 0) => {}
             (0, _) => line.push_str(", no price"),
@@ -605,6 +613,14 @@ pub(crate) fn fmt_tokens(n: u64) -> String {
     }
 }
 
+/// `62% of input from cache`, when some input was read from the provider's prompt cache.
+pub(crate) fn cache_share(input_tokens: u64, cache_read_tokens: u64) -> Option<String> {
+    (cache_read_tokens > 0 && input_tokens > 0).then(|| {
+        let percent = (cache_read_tokens as f64 * 100.0 / input_tokens as f64).round();
+        format!("{percent:.0}% of input from cache")
+    })
+}
+
 /// `$0`, `$0.004`, `$0.21`, `$12.35`; `<$0.001` for a nonzero cost below a tenth of a cent.
 pub(crate) fn fmt_cost(usd: f64) -> String {
     if usd <= 0.0 {
@@ -644,8 +660,7 @@ mod tests {
             Some(model),
             status,
             2,
-            1000,
-            100,
+            usage(1000, 100),
             Duration::from_millis(ms),
             false,
             false,
@@ -653,8 +668,19 @@ mod tests {
         );
     }
 
-    fn prices() -> HashMap<String, (f64, f64)> {
-        HashMap::from([("cheap".to_owned(), (0.15, 0.60))])
+    fn prices() -> HashMap<String, Price> {
+        HashMap::from([(
+            "cheap".to_owned(),
+            Price::with_cache_defaults("cheap", 0.15, 0.60),
+        )])
+    }
+
+    fn usage(input: u64, output: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            ..Usage::default()
+        }
     }
 
     fn keys(value: &Value) -> Vec<&str> {
@@ -679,8 +705,7 @@ mod tests {
             Some("cheap"),
             "failed",
             2,
-            1000,
-            100,
+            usage(1000, 100),
             Duration::from_millis(200),
             true,
             false,
@@ -692,8 +717,7 @@ mod tests {
             Some("unknown"),
             "skipped",
             0,
-            0,
-            0,
+            Usage::default(),
             Duration::ZERO,
             false,
             false,
@@ -742,6 +766,8 @@ mod tests {
             "cost_usd",
             "priced",
             "unpriced_tasks",
+            "cache_read_tokens",
+            "cache_write_tokens",
         ];
         assert_eq!(keys(&doc["total"]), stats_keys);
         assert_eq!(keys(&doc["steps"]["notes"]), stats_keys);
@@ -756,7 +782,8 @@ mod tests {
                 "tasks": 3, "completed": 1, "failed": 1, "skipped": 1, "resumed": 1,
                 "reused": 0, "corrections": 0, "turns": 4, "input_tokens": 2000, "output_tokens": 200,
                 "duration_ms": {"sum": 500, "max": 300}, "wall_ms": 0,
-                "cost_usd": 0.00042, "priced": true, "unpriced_tasks": 0
+                "cost_usd": 0.00042, "priced": true, "unpriced_tasks": 0,
+                "cache_read_tokens": 0, "cache_write_tokens": 0
             })
         );
         let other = &doc["steps"]["other"];
@@ -772,6 +799,15 @@ mod tests {
         assert_eq!(
             std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
             1
+        );
+    }
+
+    #[test]
+    fn the_cached_share_of_input_is_shown_when_there_is_one() {
+        assert_eq!(cache_share(1000, 0), None);
+        assert_eq!(
+            cache_share(1000, 620).as_deref(),
+            Some("62% of input from cache")
         );
     }
 

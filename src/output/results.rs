@@ -8,7 +8,8 @@
 //!  "reused":false,"extracted":false,"corrections":0,"started_ms":5310,"attempts":1,
 //!  "retries":0,"rate_limited":0,"retry_wait_ms":0,
 //!  "tools":[{"name":"shell","ok":true,"summary":"src/api"}],"prompt":"Write notes for api",
-//!  "warnings":[],"data":null}
+//!  "warnings":[],"data":null,
+//!  "cache_read_tokens":1000,"cache_write_tokens":0}
 //! ```
 //!
 //! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks;
@@ -26,7 +27,9 @@
 //! wrong with the task's extensions (MCP servers), one string each, such as
 //! `` extension `fs` did not start: ... `` (whether that fails the task is the step's
 //! `on_extension_error`); `data`, the parsed answer of a task validated against a JSON schema
-//! (`null` for a text answer). Lines are buffered and flushed at least every
+//! (`null` for a text answer); `cache_read_tokens`
+//! and `cache_write_tokens`, the part of `input_tokens` the provider read from or wrote to its
+//! prompt cache. Lines are buffered and flushed at least every
 //! [`FLUSH_INTERVAL`] (by a small background thread), every [`FLUSH_LINES`] lines, on
 //! [`ResultsWriter::flush`] and on drop, so a crash loses at most the last moments; the run's
 //! journal holds every finished task, and on resume [`read_results`] tells which of them the
@@ -81,6 +84,10 @@ pub(crate) struct ResultLine<'a> {
     pub(crate) warnings: &'a [String],
     /// The parsed answer of a schema-validated task; `None` (`null`) for a text answer.
     pub(crate) data: Option<&'a Value>,
+    /// Input tokens read from / written to the provider's prompt cache (part of
+    /// `input_tokens`).
+    pub(crate) cache_read_tokens: u64,
+    pub(crate) cache_write_tokens: u64,
 }
 
 struct State {
@@ -297,6 +304,8 @@ mod tests {
             trace: &TRACE,
             warnings: &[],
             data: None,
+            cache_read_tokens: 60,
+            cache_write_tokens: 0,
         }
     }
 
@@ -345,7 +354,9 @@ mod tests {
                 "tools",
                 "prompt",
                 "warnings",
-                "data"
+                "data",
+                "cache_read_tokens",
+                "cache_write_tokens"
             ]
         );
         assert_eq!(
@@ -356,7 +367,8 @@ mod tests {
                    "resumed": false, "reused": false, "extracted": true, "corrections": 1,
                    "started_ms": 7, "attempts": 1, "retries": 2, "rate_limited": 1,
                    "retry_wait_ms": 1500, "tools": [], "prompt": null,
-                   "warnings": [], "data": null})
+                   "warnings": [], "data": null,
+                   "cache_read_tokens": 60, "cache_write_tokens": 0})
         );
         assert_eq!(got[1]["status"], "failed");
         assert_eq!(got[1]["error"], "boom");

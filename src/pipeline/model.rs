@@ -115,6 +115,8 @@ pub(crate) struct Step {
     /// The sandbox of the model's shell commands, over the settings'.
     pub(crate) sandbox: Option<crate::sandbox::Policy>,
     pub(crate) network: Option<bool>,
+    /// `cache: false` turns prompt caching off for the step (breakpoints, key, warm-up).
+    pub(crate) cache: Option<bool>,
     /// Whether a task whose extension (MCP server) failed counts as failed.
     pub(crate) on_extension_error: OnExtensionError,
     /// The model's context window for this step's requests, over the config file's and the

@@ -602,6 +602,7 @@ fn read_step(
     let context_window = count_field(&mut r, "context_window", 1, d);
     let is_synthesize = !kind_known || matches!(kind, StepKind::Synthesize(_));
     let reduce = read_reduce(&mut r, is_synthesize, &label, kind.name(), d);
+    let cache = bool_field(&mut r, "cache", d);
     r.finish(d);
     Some((
         Step {
@@ -627,6 +628,7 @@ fn read_step(
             on_extension_error,
             context_window,
             reduce,
+            cache,
         },
         kind_known,
     ))

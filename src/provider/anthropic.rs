@@ -107,6 +107,7 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     if let Some(temperature) = req.temperature {
         body.insert("temperature".into(), json!(temperature));
     }
+    super::cache::mark_anthropic(&mut body, &req.cache);
     Value::Object(body)
 }
 
@@ -176,6 +177,8 @@ pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, ProviderError
                 + count("cache_creation_input_tokens")
                 + count("cache_read_input_tokens"),
             output_tokens: count("output_tokens"),
+            cache_read_tokens: count("cache_read_input_tokens"),
+            cache_write_tokens: count("cache_creation_input_tokens"),
         },
         stop_reason: body
             .get("stop_reason")
@@ -312,7 +315,9 @@ mod tests {
             response.usage,
             Usage {
                 input_tokens: 125,
-                output_tokens: 30
+                output_tokens: 30,
+                cache_read_tokens: 20,
+                cache_write_tokens: 5,
             }
         );
         assert_eq!(response.tool_calls.len(), 2);

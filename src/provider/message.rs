@@ -23,6 +23,9 @@ pub(crate) struct ChatRequest {
     /// A structured answer asked of the provider's own mechanism.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) response_format: Option<super::structured::ResponseFormat>,
+    /// What the request asks of the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "super::cache::CacheHint::is_off")]
+    pub(crate) cache: super::cache::CacheHint,
 }
 
 /// One turn of a conversation.
@@ -120,8 +123,19 @@ pub(crate) struct ChatResponse {
 /// Token usage of one or more requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub(crate) struct Usage {
+    /// All input tokens, those read from and written to the provider's prompt cache included.
     pub(crate) input_tokens: u64,
     pub(crate) output_tokens: u64,
+    /// Input tokens read from the prompt cache (billed at the `cached_input` price).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) cache_read_tokens: u64,
+    /// Input tokens written to the prompt cache (Anthropic; billed at the `cache_write` price).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) cache_write_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -129,6 +143,19 @@ impl Usage {
     pub(crate) fn add(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
+    }
+
+    /// Input tokens billed at the full input price: neither read from nor written to the cache.
+    pub(crate) fn uncached_input(&self) -> u64 {
+        self.input_tokens
+            .saturating_sub(self.cache_read_tokens)
+            .saturating_sub(self.cache_write_tokens)
     }
 
     pub(crate) fn total(&self) -> u64 {
@@ -182,6 +209,7 @@ pub(crate) fn sample_request() -> ChatRequest {
         temperature: Some(0.2),
         max_tokens: Some(1000),
         response_format: None,
+        cache: Default::default(),
     }
 }
 
@@ -218,22 +246,26 @@ mod tests {
         total.add(Usage {
             input_tokens: 10,
             output_tokens: 5,
+            ..Usage::default()
         });
         total.add(Usage {
             input_tokens: 1,
             output_tokens: 2,
+            ..Usage::default()
         });
         assert_eq!(
             total,
             Usage {
                 input_tokens: 11,
-                output_tokens: 7
+                output_tokens: 7,
+                ..Usage::default()
             }
         );
         assert_eq!(total.total(), 18);
         total.add(Usage {
             input_tokens: u64::MAX,
             output_tokens: 0,
+            ..Usage::default()
         });
         assert_eq!(total.input_tokens, u64::MAX);
     }

@@ -7,6 +7,7 @@ mod anthropic;
 mod batch;
 mod batch_anthropic;
 mod batch_openai;
+mod cache;
 mod client;
 mod error;
 mod limiter;
@@ -16,6 +17,7 @@ mod retry;
 mod structured;
 
 pub(crate) use batch::{BatchCounts, BatchLine, BatchState, BatchStatus, LineResult};
+pub(crate) use cache::{CacheHint, OPENAI_MIN_TOKENS, anthropic_min_tokens};
 pub(crate) use client::{Client, ProviderEndpoint, ProviderKind, install_crypto_provider};
 pub(crate) use error::{ProviderError, Secret, redact};
 pub(crate) use limiter::{RateLimiter, RateLimits, estimate_tokens, tool_chars};

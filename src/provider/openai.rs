@@ -49,6 +49,9 @@ struct Body<'a> {
     max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<Value>,
+    /// Routes the requests that share a prefix to the same prompt cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -145,6 +148,7 @@ impl<'a> Body<'a> {
                 .response_format
                 .as_ref()
                 .and_then(|f| openai_response_format(f, format)),
+            prompt_cache_key: req.cache.key.as_deref(),
         }
     }
 }
@@ -249,6 +253,12 @@ pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, ProviderError
         usage: Usage {
             input_tokens: count("prompt_tokens"),
             output_tokens: count("completion_tokens"),
+            cache_read_tokens: usage
+                .and_then(|u| u.get("prompt_tokens_details"))
+                .and_then(|d| d.get("cached_tokens"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            cache_write_tokens: 0,
         },
         stop_reason: choice
             .get("finish_reason")
@@ -294,6 +304,11 @@ pub(crate) fn parse_response_fast(body: &[u8]) -> Option<ChatResponse> {
         usage: Usage {
             input_tokens: usage.prompt_tokens.unwrap_or(0),
             output_tokens: usage.completion_tokens.unwrap_or(0),
+            cache_read_tokens: usage
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0),
+            cache_write_tokens: 0,
         },
         stop_reason: choice.finish_reason.map(Cow::into_owned),
     })
@@ -345,6 +360,14 @@ struct FastUsage {
     prompt_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<FastPromptDetails>,
+}
+
+#[derive(Deserialize, Default)]
+struct FastPromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 fn content_text(content: Option<&Value>) -> Option<String> {
@@ -517,7 +540,8 @@ mod tests {
             response.usage,
             Usage {
                 input_tokens: 12,
-                output_tokens: 3
+                output_tokens: 3,
+                ..Usage::default()
             }
         );
         assert_eq!(response.stop_reason.as_deref(), Some("stop"));

@@ -42,6 +42,7 @@ steps:
     backend: batch
     reuse: true
     on_extension_error: fail
+    cache: false
   - id: sum
     synthesize: {instructions: "merge", source: r, parameters: {}, context: c, extensions: x}
   - id: one

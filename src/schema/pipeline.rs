@@ -158,7 +158,8 @@ fn step() -> Value {
             "on_extension_error": {
                 "description": "A task whose extension (MCP server) did not start or failed: warn (default) keeps the status its answer gives it, fail fails it. Either way its result lists the warnings.",
                 "enum": ["warn", "fail"]
-            }
+            },
+            "cache": {"description": "false: no prompt caching for this step (no cache breakpoints or cache key, no warm-up task).", "type": "boolean"}
         },
         "oneOf": kinds.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),
         "additionalProperties": false

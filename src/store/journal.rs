@@ -316,6 +316,7 @@ pub(super) fn result_row(row: &Row<'_>) -> rusqlite::Result<TaskResultRow> {
         tokens: Usage {
             input_tokens: uint(row.get(7)?),
             output_tokens: uint(row.get(8)?),
+            ..Usage::default()
         },
         duration_ms: uint(row.get(9)?),
         error: row.get(10)?,
@@ -716,6 +717,7 @@ mod tests {
             tokens: Usage {
                 input_tokens: 100 + index,
                 output_tokens: 20,
+                ..Usage::default()
             },
             duration_ms: 1234,
             error: None,

@@ -230,6 +230,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
         tokens: Usage {
             input_tokens: uint(row.get(17)?),
             output_tokens: uint(row.get(18)?),
+            ..Usage::default()
         },
         provider: row.get(19)?,
         model: row.get(20)?,
@@ -712,6 +713,7 @@ mod tests {
         Usage {
             input_tokens: input,
             output_tokens: output,
+            ..Usage::default()
         }
     }
 

@@ -53,6 +53,7 @@ mod tests {
             usage: Usage {
                 input_tokens: 10,
                 output_tokens: 77,
+                ..Usage::default()
             },
             stop_reason: Some(stop.to_owned()),
         }

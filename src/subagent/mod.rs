@@ -1,5 +1,6 @@
 //! Subagents: one agent loop, its prompt and its tools.
 
+mod cache;
 mod checks;
 mod ending;
 mod event;
@@ -13,6 +14,7 @@ mod slot;
 mod structured;
 pub(crate) mod tool;
 
+pub(crate) use cache::{TaskCache, WarmSignal};
 pub(crate) use ending::answer_problem;
 pub(crate) use event::SubagentEvent;
 pub(crate) use nesting::{NESTED_ENV, inside_subagent};

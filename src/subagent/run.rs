@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::cache::prefix_is_cacheable;
 use super::checks::{run_checks, run_on_failure};
 use super::ending::answer_problem;
 use super::event::SubagentEvent;
@@ -11,8 +12,8 @@ use super::structured::check_answer;
 use super::tool::{Scratch, ToolOutput, ToolSet, WorkDir};
 use crate::mcp::Session;
 use crate::provider::{
-    ChatRequest, Client, Message, ProviderError, RateLimiter, ResponseFormat, RetryPolicy,
-    ToolSpec, Usage, estimate_tokens, send_with_retry,
+    CacheHint, ChatRequest, Client, Message, ProviderError, RateLimiter, ResponseFormat,
+    RetryPolicy, ToolSpec, Usage, estimate_tokens, send_with_retry,
 };
 use crate::recipe::RetryConfig;
 
@@ -39,6 +40,8 @@ pub(crate) struct SubagentSpec {
     pub(crate) extensions: Vec<crate::mcp::ServerSpec>,
     /// The concurrency slot the task holds, given back while it waits out a rate limit.
     pub(crate) slot: Option<std::sync::Arc<dyn super::slot::Slot>>,
+    /// How the task uses the provider's prompt cache.
+    pub(crate) cache: super::cache::TaskCache,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -371,7 +374,12 @@ async fn run_once(
             .response_schema
             .as_ref()
             .and_then(|s| ResponseFormat::for_schema(s, tools.specs.is_empty())),
+        cache: CacheHint::default(),
     };
+    if !spec.cache.on || !prefix_is_cacheable(client.endpoint().kind, &request) {
+        // Nothing the other tasks could read: they need not wait for this one.
+        spec.cache.fire_warm();
+    }
     let output_limit = client.endpoint().kind.output_limit(request.max_tokens);
     let mut last_text = String::new();
     let mut schema_asks = 0;
@@ -386,6 +394,10 @@ async fn run_once(
         if let Some(problem) = oversized(spec, &request, output_limit) {
             return Outcome::plain(SubagentStatus::Failed(problem), last_text);
         }
+        request.cache = spec.cache.hint(
+            request.messages.len() == 1,
+            turns < spec.max_turns && !request.tools.is_empty(),
+        );
         // Only a token budget needs the estimate (it walks the whole request).
         let estimate = if limiter.is_unlimited() {
             0
@@ -405,6 +417,8 @@ async fn run_once(
             slot: spec.slot.clone(),
         };
         let sent = send_with_retry(client, &request, policy, &mut hook).await;
+        // The prefix is in the cache once an answer has arrived (or the request failed).
+        spec.cache.fire_warm();
         if let Some(message) = client.take_notice() {
             observer(SubagentEvent::Warning { message });
         }

@@ -17,10 +17,14 @@
 //! empty, or with a tool call of a type other than `function` ([`Reply::finish`],
 //! [`Reply::Empty`], [`Reply::CustomToolCall`]).
 //!
+//! Prompt caching ([`MockConfig::cache`], on unless switched off) follows the providers'
+//! documented rules and reports cache tokens in `usage`; see the `cache` module.
+//!
 //! [`MockConfig::faults`] injects failures (429, 500/503, dropped connections, stalled and
 //! truncated responses) into a share of chat requests; see the `faults` module.
 
 mod batch;
+pub mod cache;
 mod clock;
 mod faults;
 mod lean;
@@ -198,6 +202,10 @@ pub struct MockConfig {
     /// Context windows by model: a request whose prompt (and output limit) exceeds its model's
     /// is refused with HTTP 400 and the provider's message; see the `window` module.
     pub context_windows: Vec<(String, u64)>,
+    /// Apply the providers' prompt caching rules and report cache tokens; on by default.
+    pub cache: bool,
+    /// How long a cache entry lives after its last use (default: 5 minutes).
+    pub cache_ttl: Duration,
 }
 
 impl Default for MockConfig {
@@ -218,6 +226,8 @@ impl Default for MockConfig {
             strict: true,
             refused_formats: Vec::new(),
             context_windows: Vec::new(),
+            cache: true,
+            cache_ttl: cache::DEFAULT_TTL,
         }
     }
 }
@@ -237,6 +247,8 @@ impl fmt::Debug for MockConfig {
             .field("strict", &self.strict)
             .field("refused_formats", &self.refused_formats)
             .field("context_windows", &self.context_windows)
+            .field("cache", &self.cache)
+            .field("cache_ttl", &self.cache_ttl)
             .finish()
     }
 }
@@ -306,6 +318,18 @@ impl MockConfig {
 
     pub fn strict(mut self, strict: bool) -> Self {
         self.strict = strict;
+        self
+    }
+
+    /// Whether prompt caching is applied (default: yes).
+    pub fn cache(mut self, cache: bool) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// How long a cache entry lives after its last use.
+    pub fn cache_ttl(mut self, ttl: Duration) -> Self {
+        self.cache_ttl = ttl;
         self
     }
 
@@ -425,6 +449,8 @@ struct Shared {
     strict: bool,
     refused_formats: Vec<String>,
     context_windows: Vec<(String, u64)>,
+    /// The prompt cache, when caching is on.
+    cache: Option<cache::PromptCache>,
     fault_counts: faults::FaultCounts,
     recorded: Mutex<Vec<RecordedRequest>>,
     count: AtomicU64,
@@ -489,6 +515,9 @@ impl MockServer {
             strict: config.strict,
             refused_formats: config.refused_formats.clone(),
             context_windows: config.context_windows.clone(),
+            cache: config
+                .cache
+                .then(|| cache::PromptCache::new(config.cache_ttl)),
             fault_counts: faults::FaultCounts::default(),
             recorded: Mutex::new(Vec::new()),
             count: AtomicU64::new(0),
@@ -712,7 +741,8 @@ async fn handle_chat(
         || shared.rule.is_some()
         || shared.strict
         || !shared.refused_formats.is_empty()
-        || !shared.context_windows.is_empty();
+        || !shared.context_windows.is_empty()
+        || shared.cache.is_some();
     let json: Value = if inspected {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     } else {
@@ -726,8 +756,17 @@ async fn handle_chat(
     } else {
         None
     };
-    if let Some(message) =
-        refused.or_else(|| format_refusal(&shared.refused_formats, &request.body))
+    let looked_up = match &shared.cache {
+        Some(cache) => cache.lookup(api, &request.body).map(Some),
+        None => Ok(None),
+    };
+    let (cached, cache_refusal) = match looked_up {
+        Ok(cached) => (cached, None),
+        Err(message) => (None, Some(message)),
+    };
+    if let Some(message) = refused
+        .or(cache_refusal)
+        .or_else(|| format_refusal(&shared.refused_formats, &request.body))
     {
         let body = strict::error_body(api, &message);
         request.refused = Some(message);
@@ -759,7 +798,7 @@ async fn handle_chat(
         (None, Some(rule)) => rule(&request),
         (None, None) => shared.default_reply.clone(),
     };
-    let input_tokens = (body.len() as u64 / 4).max(1);
+    let input_tokens = cache::total_tokens(api, body.len(), &request.body);
     let model = request.model().unwrap_or("mock-model").to_owned();
     let echo = if contains_echo(&reply) {
         Some(format!(
@@ -824,10 +863,12 @@ async fn handle_chat(
             _ => Answer::text(""),
         },
     };
-    json_response(
-        StatusCode::OK,
-        &success_body(api, id, &model, &answer, input_tokens),
-    )
+    let mut body = success_body(api, id, &model, &answer, input_tokens);
+    if let (Some(cache), Some(outcome)) = (&shared.cache, &cached) {
+        cache::report(api, &mut body, outcome, input_tokens);
+        cache.commit(outcome);
+    }
+    json_response(StatusCode::OK, &body)
 }
 
 /// What a successful answer holds.

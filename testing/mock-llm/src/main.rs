@@ -13,7 +13,7 @@ use summon_mock_llm::{Fault, FaultPlan, LeanStats, MockConfig, MockServer, Reply
 
 const USAGE: &str = "\
 usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-seconds S]
-                       [--lean] [--record] [--strict] [--no-stdin] [--fault-rate R] [--fault-CLASS R]...
+                       [--lean] [--record] [--strict] [--cache] [--no-stdin] [--fault-rate R] [--fault-CLASS R]...
                        [--fault-seed N] [--retry-after-ms MS] [--stall-ms MS]
 
   --port N         port on 127.0.0.1 (default 0: a free port, printed on the first line)
@@ -26,6 +26,8 @@ usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-se
   --record         keep every request in memory (off by default: benchmarks)
   --strict         refuse (HTTP 400) requests the real APIs refuse, as the test suite's
                    mock does (off by default: benchmarks read only what they answer)
+  --cache          apply the providers' prompt caching rules and report cache tokens in
+                   usage, as the test suite's mock does (off by default)
   --no-stdin       do not stop at end of standard input (use when stdin is /dev/null,
                    e.g. when started in the background by a script)
 
@@ -48,6 +50,7 @@ struct Args {
     faults: Option<FaultPlan>,
     lean: bool,
     strict: bool,
+    cache: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -61,6 +64,7 @@ fn parse_args() -> Result<Args, String> {
         faults: None,
         lean: false,
         strict: false,
+        cache: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -129,13 +133,14 @@ fn parse_args() -> Result<Args, String> {
             }
             "--record" => args.record = true,
             "--strict" => args.strict = true,
+            "--cache" => args.cache = true,
             "--lean" => args.lean = true,
             "--no-stdin" => args.watch_stdin = false,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument: {other}")),
         }
     }
-    if args.lean && (args.record || args.strict || args.faults.is_some()) {
+    if args.lean && (args.record || args.strict || args.cache || args.faults.is_some()) {
         return Err("--lean records nothing, refuses nothing and injects no faults".into());
     }
     if let Some(plan) = &args.faults {
@@ -200,7 +205,8 @@ async fn serve(args: Args) -> ExitCode {
         .latency(args.latency)
         .exact_latency(!args.latency.is_zero())
         .record(args.record)
-        .strict(args.strict);
+        .strict(args.strict)
+        .cache(args.cache);
     if let Some(plan) = args.faults {
         config = config.faults(plan);
     }
