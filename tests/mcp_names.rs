@@ -537,8 +537,8 @@ async fn a_pipeline_task_whose_extension_failed_says_so_everywhere() {
     let text = std::fs::read_to_string(out.dir.join("out/results.jsonl")).unwrap();
     let first = text.lines().next().unwrap();
     assert!(
-        first.contains(r#""corrections":0,"warnings":["extension `bad` did not start:"#),
-        "`warnings` comes last: {first}"
+        first.contains(r#""prompt":"Use the tools.","warnings":["extension `bad` did not start:"#),
+        "`warnings` follows the task's trace: {first}"
     );
     let lines = results_lines(&out.dir);
     assert_eq!(lines.len(), 2);

@@ -174,8 +174,9 @@ async fn a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retri
     let lines = results(&dir);
     assert_eq!(lines.len(), ITEMS.len() + 1);
     let keys: Vec<&String> = lines[0].as_object().unwrap().keys().collect();
+    let after = keys.iter().position(|k| *k == "corrections").unwrap() + 1;
     assert_eq!(
-        keys[keys.len() - 7..],
+        keys[after..after + 7],
         [
             "started_ms",
             "attempts",
@@ -185,7 +186,7 @@ async fn a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retri
             "tools",
             "prompt"
         ],
-        "new keys come last: {keys:?}"
+        "the trace follows `corrections`: {keys:?}"
     );
     let by_item = |item: &str| {
         lines

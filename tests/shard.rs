@@ -137,7 +137,13 @@ fn result_set(dir: &Path) -> BTreeSet<String> {
             let l = l.as_object_mut().unwrap();
             // Timing, and how much of the input the provider's cache held (which depends on
             // what was sent before), are not part of a task's result.
-            for key in ["duration_ms", "cache_read_tokens", "cache_write_tokens", "started_ms", "retry_wait_ms"] {
+            for key in [
+                "duration_ms",
+                "cache_read_tokens",
+                "cache_write_tokens",
+                "started_ms",
+                "retry_wait_ms",
+            ] {
                 l.remove(key);
             }
             serde_json::Value::Object(l.clone()).to_string()

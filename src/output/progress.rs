@@ -113,7 +113,7 @@ impl StepState {
         line
     }
 
-    /// The bar's message: `16 in flight, 3 failed, 52.1k tokens, $0.21`.
+    /// The bar's message: `16 in flight, 3 failed, 52.1k tokens, 62% cached, $0.21`.
     fn message(&self) -> String {
         let mut parts = Vec::new();
         if !self.finished {
@@ -121,7 +121,11 @@ impl StepState {
         }
         parts.push(format!("{} failed", self.failed));
         parts.push(format!("{} tokens", fmt_tokens(self.tokens)));
-        parts.extend(cache_share(self.input, self.cache_read));
+        // Short on the bar, which must fit a terminal line with its ETA.
+        if self.cache_read > 0 && self.input > 0 {
+            let percent = (self.cache_read as f64 * 100.0 / self.input as f64).round();
+            parts.push(format!("{percent:.0}% cached"));
+        }
         if let Some(cost) = self.cost_text() {
             parts.push(cost);
         }

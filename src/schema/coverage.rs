@@ -43,8 +43,12 @@ steps:
     reuse: true
     on_extension_error: fail
     cache: false
+    context_window: 32000
   - id: sum
     synthesize: {instructions: "merge", source: r, parameters: {}, context: c, extensions: x}
+    reduce: auto
+    chunk_tokens: 4000
+    reduce_instructions: "merge {{ steps.sum.partials }}"
   - id: one
     delegate: {instructions: "one", source: r, parameters: {}, context: c, extensions: x}
 outputs:

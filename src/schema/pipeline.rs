@@ -159,7 +159,14 @@ fn step() -> Value {
                 "description": "A task whose extension (MCP server) did not start or failed: warn (default) keeps the status its answer gives it, fail fails it. Either way its result lists the warnings.",
                 "enum": ["warn", "fail"]
             },
-            "cache": {"description": "false: no prompt caching for this step (no cache breakpoints or cache key, no warm-up task).", "type": "boolean"}
+            "cache": {"description": "false: no prompt caching for this step (no cache breakpoints or cache key, no warm-up task).", "type": "boolean"},
+            "context_window": whole("The model's context window in tokens for this step's requests, over the config file's `models` and the built-in one; a request that cannot fit fails before it is sent.", 1),
+            "reduce": {
+                "description": "synthesize: auto reduces the results hierarchically, in chunks that each fit the context window, then the partial answers the same way, until one answer remains.",
+                "enum": ["auto"]
+            },
+            "chunk_tokens": whole("synthesize: reduce hierarchically with at most this many tokens of results per chunk.", 1),
+            "reduce_instructions": text("synthesize with reduce: the instructions of the upper levels, over `steps.<id>.partials` (default: the step's own instructions over the partial answers).")
         },
         "oneOf": kinds.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),
         "additionalProperties": false
