@@ -110,6 +110,7 @@ impl DelegationRequest {
             working_dir: self.working_dir.clone(),
             response_schema: None,
             sandbox: (self.sandbox, self.network),
+            tools: None,
         }
     }
 }

@@ -289,6 +289,8 @@ pub(crate) struct StepConfig {
     /// The sandbox of the model's shell commands: `--sandbox`/`--network`, the step's, the
     /// settings'.
     pub(crate) sandbox: (Option<crate::sandbox::Policy>, Option<bool>),
+    /// The step's `tools:`: the subset of its tasks' tools they are sent (`None`: all).
+    pub(crate) tools: Option<Vec<String>>,
 }
 
 impl StepConfig {
@@ -310,6 +312,10 @@ impl StepConfig {
                 step.sandbox.or(settings.sandbox),
                 step.network.or(settings.network),
             ),
+            tools: step
+                .tools
+                .as_ref()
+                .map(|list| list.iter().map(|(name, _)| name.clone()).collect()),
         }
     }
 
@@ -342,6 +348,13 @@ impl StepConfig {
             .map(|l| format!("max_output_tokens={l}"));
         if limit.is_some() {
             parts.push(limit.as_deref());
+        }
+        let tools = self
+            .tools
+            .as_ref()
+            .map(|list| format!("tools={}", list.join(",")));
+        if tools.is_some() {
+            parts.push(tools.as_deref());
         }
         request_hash(&parts)
     }
@@ -565,6 +578,7 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         working_dir: None,
         response_schema: rendered.schema.clone(),
         sandbox: step.sandbox,
+        tools: step.tools.clone(),
     }
 }
 

@@ -588,6 +588,9 @@ fn read_step(
     let reuse = bool_field(&mut r, "reuse", d).unwrap_or(false);
     let sandbox = sandbox_field(&mut r, d);
     let network = bool_field(&mut r, "network", d);
+    let tools = r
+        .get("tools")
+        .map(|t| read_step_tools(t, &format!("{path}.tools"), d));
     r.finish(d);
     Some((
         Step {
@@ -610,6 +613,7 @@ fn read_step(
             reuse,
             sandbox,
             network,
+            tools,
         },
         kind_known,
     ))
@@ -816,6 +820,36 @@ fn read_extension_names(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Vec<S
             .collect(),
         None => scalar_text(node, path, d).into_iter().collect(),
     }
+}
+
+/// A step's `tools:`: a list of tool or extension names (`[]` or null: none). An entry that
+/// names no tool is an error at the entry; whether the task has it is checked against the
+/// catalog (`exec::source_check`).
+fn read_step_tools(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Vec<(String, Pos)> {
+    if node.is_null() {
+        return Vec::new();
+    }
+    let Some(items) = node.as_seq() else {
+        d.error(
+            node.pos,
+            format!(
+                "`{path}` must be a list of tool names, found {}",
+                node.kind_name()
+            ),
+        );
+        return Vec::new();
+    };
+    let mut tools = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Some(name) = scalar_text(item, &format!("{path}[{i}]"), d) else {
+            continue;
+        };
+        match crate::subagent::tool::StepTool::parse(&name) {
+            Ok(_) => tools.push((name.trim().to_owned(), item.pos)),
+            Err(why) => d.error(item.pos, format!("unknown tool in `{path}`: {why}")),
+        }
+    }
+    tools
 }
 
 fn has_task(task: &TaskTemplate) -> bool {

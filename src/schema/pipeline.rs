@@ -145,7 +145,12 @@ fn step() -> Value {
             },
             "reuse": {"description": "Take the answer of an earlier run to the same request instead of sending it again.", "type": "boolean"},
             "sandbox": sandbox(),
-            "network": network()
+            "network": network(),
+            "tools": {
+                "description": "The tools this step's tasks are sent, a subset of what they have: names as the model sees them (read_file, write_file, edit_file, list_files, search, shell, EXT__TOOL) or whole extensions (developer, an MCP extension's name). [] sends none.",
+                "type": ["array", "null"],
+                "items": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"}
+            }
         },
         "oneOf": kinds.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),
         "additionalProperties": false
