@@ -111,6 +111,7 @@ impl DelegationRequest {
             response_schema: None,
             sandbox: (self.sandbox, self.network),
             context_window: None,
+            tools: None,
         }
     }
 }

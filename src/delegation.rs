@@ -44,6 +44,8 @@ pub(crate) struct Request {
     /// The model's context window, over the config file's and the built-in one (a pipeline
     /// step's `context_window`).
     pub(crate) context_window: Option<u64>,
+    /// A pipeline step's `tools:`: the subset of the task's tools it sends (`None`: all).
+    pub(crate) tools: Option<Vec<String>>,
 }
 
 /// A delegation ready to run.
@@ -394,7 +396,7 @@ pub(crate) fn draft(
             ))),
         }
     }
-    let (tools, mut unavailable, wanted_mcp) =
+    let (mut tools, mut unavailable, wanted_mcp) =
         ToolSet::builtin(shell_enabled, plan.narrow.as_deref());
     // An agent's `mcp__server__tool` entries name servers of the project's `.mcp.json`.
     if !wanted_mcp.is_empty() {
@@ -453,6 +455,15 @@ pub(crate) fn draft(
         .or(plan.max_turns)
         .or(env_turns)
         .unwrap_or(DEFAULT_MAX_TURNS);
+    if let Some(listed) = &request.tools {
+        let granted: Vec<String> = chosen.iter().map(|e| e.name.clone()).collect();
+        tools = narrow_to_step(listed, &granted, tools, &mut servers)?;
+    }
+    // One request leaves no turn to use a tool's result: such a task is sent no tools.
+    if max_turns <= 1 {
+        tools = tools.keep_only(|_| false);
+        servers.clear();
+    }
     let schema = request.response_schema.clone().or(plan.schema);
     let first_message = plan.first.text();
     if first_message.trim().is_empty() || plan.first.task_is_blank() {
@@ -491,6 +502,25 @@ pub(crate) fn draft(
         recipe_model: plan.settings_model,
         recipe_origin: plan.origin,
     })
+}
+
+/// Applies a pipeline step's `tools:` to the task's built-in tools and MCP servers; an entry
+/// naming a tool the task does not have is an error.
+fn narrow_to_step(
+    listed: &[String],
+    granted: &[String],
+    tools: ToolSet,
+    servers: &mut Vec<ServerSpec>,
+) -> Result<ToolSet, PrepareError> {
+    let subset = crate::subagent::tool::Subset::parse(listed).map_err(Diagnostic::error)?;
+    // An agent's `mcp__server` entries start servers beyond the granted extensions.
+    let mut extensions = granted.to_vec();
+    extensions.extend(servers.iter().map(|s| s.name.clone()));
+    if let Some((_, message)) = subset.problem(listed, &extensions) {
+        return Err(Diagnostic::error(message).into());
+    }
+    subset.narrow_servers(servers);
+    Ok(tools.keep_only(|tool| subset.keeps_builtin(tool)))
 }
 
 /// The parts of a delegation that depend on its source.

@@ -539,15 +539,12 @@ async fn tasks_that_need_tools_run_live_with_a_warning() {
     let lines = results(&t.path().join("out"));
     assert_eq!(lines.len(), 3);
     assert!(lines.values().all(|l| l["status"] == "completed"));
-    // The batch prompt offers no tools.
+    // The batch prompt says nothing about tools.
     let system = match &batches[0].lines[0]["messages"][0] {
         m if m["role"] == "system" => m["content"].as_str().unwrap().to_owned(),
         other => panic!("{other}"),
     };
-    assert!(
-        system.contains("You have no tools for this task."),
-        "{system}"
-    );
+    assert!(!system.to_lowercase().contains("tool"), "{system}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -235,6 +235,11 @@ fn count(n: usize, what: &str) -> String {
 /// Why a prepared task cannot be answered by one request, if it cannot.
 fn needs_tools(shared: &Shared, rendered: &Rendered, prepared: &Prepared) -> Option<String> {
     let spec = &prepared.spec;
+    let checks = spec.retry.as_ref().is_some_and(|r| !r.checks.is_empty());
+    // Left with no tool (the step's `tools: []`, `max_turns: 1`): one request answers it.
+    if spec.tools.names().is_empty() && spec.extensions.is_empty() && !checks {
+        return None;
+    }
     if rendered.extensions.as_ref().is_some_and(|e| !e.is_empty()) {
         return Some("the step lists extensions".to_owned());
     }
@@ -258,24 +263,21 @@ fn needs_tools(shared: &Shared, rendered: &Rendered, prepared: &Prepared) -> Opt
     if spec.tools.contains("shell") {
         return Some("the developer extension is enabled".to_owned());
     }
-    if spec.retry.as_ref().is_some_and(|r| !r.checks.is_empty()) {
+    if checks {
         return Some("its recipe has retry checks, which need another run".to_owned());
     }
     None
 }
 
-/// The one request that answers a task: no tools, and a system prompt that says so.
+/// The one request that answers a task: no tools, and nothing about them in the system prompt.
 fn batch_request(prepared: &Prepared) -> ChatRequest {
     let spec = &prepared.spec;
     let names = spec.tools.names();
     let system = if names.is_empty() {
         spec.system.clone()
     } else {
-        spec.system.replacen(
-            &format!("Your tools: {}.\n", names.join(", ")),
-            "You have no tools for this task.\n",
-            1,
-        )
+        let section = crate::subagent::tools_section(spec.workdir.path(), &names);
+        spec.system.replacen(&section, "", 1)
     };
     ChatRequest {
         model: spec.model.clone(),

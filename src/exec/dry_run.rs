@@ -216,7 +216,8 @@ pub(crate) fn plan(
         // A source the catalog lacks is told at its `source:` value, before what drafting
         // made of it.
         let over_items = over.and_then(|o| known[o].as_ref());
-        let named = source_problem(&tenv, catalog, step, &base, reads_known, over_items);
+        let named = source_problem(&tenv, catalog, step, &base, reads_known, over_items)
+            .or_else(|| super::tool_check::check_step(step, catalog));
         match (named, outcome) {
             (Some((pos, message)), _) => {
                 errors.push((pos, format!("step `{}`: {message}", step.id)))

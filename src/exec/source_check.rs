@@ -120,6 +120,7 @@ pub(crate) fn check_pipeline(
             problems.push(problem);
         }
     }
+    problems.extend(super::tool_check::check_step_tools(pipeline, catalog));
     problems
 }
 

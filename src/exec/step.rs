@@ -303,6 +303,8 @@ pub(crate) struct StepConfig {
     pub(crate) cache_key: Option<String>,
     /// Fired by the step's first task once its prefix is in the cache (the warm-up).
     pub(crate) warm: Option<Arc<crate::subagent::WarmSignal>>,
+    /// The step's `tools:`: the subset of its tasks' tools they are sent (`None`: all).
+    pub(crate) tools: Option<Vec<String>>,
 }
 
 impl StepConfig {
@@ -330,6 +332,10 @@ impl StepConfig {
             cache_shared: matches!(step.kind, crate::pipeline::model::StepKind::FanOut(_)),
             cache_key: None,
             warm: None,
+            tools: step
+                .tools
+                .as_ref()
+                .map(|list| list.iter().map(|(name, _)| name.clone()).collect()),
         }
     }
 
@@ -373,6 +379,13 @@ impl StepConfig {
             .map(|l| format!("max_output_tokens={l}"));
         if limit.is_some() {
             parts.push(limit.as_deref());
+        }
+        let tools = self
+            .tools
+            .as_ref()
+            .map(|list| format!("tools={}", list.join(",")));
+        if tools.is_some() {
+            parts.push(tools.as_deref());
         }
         request_hash(&parts)
     }
@@ -675,6 +688,7 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         response_schema: rendered.schema.clone(),
         sandbox: step.sandbox,
         context_window: step.context_window,
+        tools: step.tools.clone(),
     }
 }
 

@@ -115,6 +115,9 @@ pub(crate) struct Step {
     /// The sandbox of the model's shell commands, over the settings'.
     pub(crate) sandbox: Option<crate::sandbox::Policy>,
     pub(crate) network: Option<bool>,
+    /// `tools:`: the subset of its tasks' tools the step sends, each entry where it is
+    /// written (`None`: all of them; empty: none).
+    pub(crate) tools: Option<Vec<(String, Pos)>>,
     /// `cache: false` turns prompt caching off for the step (breakpoints, key, warm-up).
     pub(crate) cache: Option<bool>,
     /// Whether a task whose extension (MCP server) failed counts as failed.

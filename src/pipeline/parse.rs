@@ -603,6 +603,9 @@ fn read_step(
     let is_synthesize = !kind_known || matches!(kind, StepKind::Synthesize(_));
     let reduce = read_reduce(&mut r, is_synthesize, &label, kind.name(), d);
     let cache = bool_field(&mut r, "cache", d);
+    let tools = r
+        .get("tools")
+        .map(|t| read_step_tools(t, &format!("{path}.tools"), d));
     r.finish(d);
     Some((
         Step {
@@ -629,6 +632,7 @@ fn read_step(
             context_window,
             reduce,
             cache,
+            tools,
         },
         kind_known,
     ))
@@ -909,6 +913,36 @@ fn read_extension_names(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Vec<S
             .collect(),
         None => scalar_text(node, path, d).into_iter().collect(),
     }
+}
+
+/// A step's `tools:`: a list of tool or extension names (`[]` or null: none). An entry that
+/// names no tool is an error at the entry; whether the task has it is checked against the
+/// catalog (`exec::source_check`).
+fn read_step_tools(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Vec<(String, Pos)> {
+    if node.is_null() {
+        return Vec::new();
+    }
+    let Some(items) = node.as_seq() else {
+        d.error(
+            node.pos,
+            format!(
+                "`{path}` must be a list of tool names, found {}",
+                node.kind_name()
+            ),
+        );
+        return Vec::new();
+    };
+    let mut tools = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Some(name) = scalar_text(item, &format!("{path}[{i}]"), d) else {
+            continue;
+        };
+        match crate::subagent::tool::StepTool::parse(&name) {
+            Ok(_) => tools.push((name.trim().to_owned(), item.pos)),
+            Err(why) => d.error(item.pos, format!("unknown tool in `{path}`: {why}")),
+        }
+    }
+    tools
 }
 
 fn has_task(task: &TaskTemplate) -> bool {

@@ -44,6 +44,7 @@ steps:
     on_extension_error: fail
     cache: false
     context_window: 32000
+    tools: [read_file]
   - id: sum
     synthesize: {instructions: "merge", source: r, parameters: {}, context: c, extensions: x}
     reduce: auto

@@ -166,7 +166,12 @@ fn step() -> Value {
                 "enum": ["auto"]
             },
             "chunk_tokens": whole("synthesize: reduce hierarchically with at most this many tokens of results per chunk.", 1),
-            "reduce_instructions": text("synthesize with reduce: the instructions of the upper levels, over `steps.<id>.partials` (default: the step's own instructions over the partial answers).")
+            "reduce_instructions": text("synthesize with reduce: the instructions of the upper levels, over `steps.<id>.partials` (default: the step's own instructions over the partial answers)."),
+            "tools": {
+                "description": "The tools this step's tasks are sent, a subset of what they have: names as the model sees them (read_file, write_file, edit_file, list_files, search, shell, EXT__TOOL) or whole extensions (developer, an MCP extension's name). [] sends none.",
+                "type": ["array", "null"],
+                "items": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"}
+            }
         },
         "oneOf": kinds.iter().map(|k| json!({"required": [k]})).collect::<Vec<_>>(),
         "additionalProperties": false

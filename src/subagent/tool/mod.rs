@@ -11,10 +11,12 @@ mod fs;
 mod search;
 mod set;
 mod shell;
+mod subset;
 mod workdir;
 
 pub(crate) use set::ToolSet;
 pub(crate) use shell::{Scratch, is_secret_name};
+pub(crate) use subset::{StepTool, Subset};
 pub(crate) use workdir::WorkDir;
 
 /// The result of one tool call, as it goes back to the model.

@@ -142,6 +142,15 @@ impl ToolSet {
         )
     }
 
+    /// The set without the built-in tools `keep` refuses (a step's `tools:`, or none at all
+    /// for a task that cannot call one).
+    pub(crate) fn keep_only(mut self, keep: impl Fn(BuiltinTool) -> bool) -> Self {
+        self.tools.retain(|tool| match tool {
+            Tool::Builtin(builtin) => keep(*builtin),
+        });
+        self
+    }
+
     /// The set with `shell` commands run in `sandbox`.
     pub(crate) fn with_sandbox(mut self, sandbox: Sandbox) -> Self {
         self.sandbox = sandbox;
