@@ -12,6 +12,7 @@ mod scheduler;
 pub(crate) mod shard;
 pub(crate) mod source_check;
 mod step;
+mod step_error;
 
 pub(crate) use event::{RunSummary, StepStatus};
 pub(crate) use final_text::FinalText;
