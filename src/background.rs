@@ -257,14 +257,14 @@ fn max_tasks(env: &Env) -> Result<usize> {
 /// Opens the project's store, creating it in the working directory when there is none above
 /// it, and brings it up to date: dead workers failed, old results dropped.
 pub(crate) fn open_store(env: &Env) -> Result<Store> {
-    let store = Store::open_for(&env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    let store = Store::open_for(&env.cwd)?;
     refresh(env, store)
 }
 
 /// [`open_store`] for commands that only read: `None` when the project has no store, and
 /// none is created.
 pub(crate) fn open_existing_store(env: &Env) -> Result<Option<Store>> {
-    match Store::open_existing(&env.cwd).map_err(|e| Error::usage(e.to_string()))? {
+    match Store::open_existing(&env.cwd)? {
         Some(store) => refresh(env, store).map(Some),
         None => Ok(None),
     }
@@ -273,12 +273,8 @@ pub(crate) fn open_existing_store(env: &Env) -> Result<Option<Store>> {
 /// Fails the tasks whose worker is gone and drops results past their TTL.
 fn refresh(env: &Env, store: Store) -> Result<Store> {
     let ttl = env_number(env, "SUMMON_COMPLETED_TASK_TTL_SECS", DEFAULT_TTL_SECS)?;
-    store
-        .mark_dead_workers(worker_alive, Duration::ZERO)
-        .map_err(|e| Error::usage(e.to_string()))?;
-    store
-        .expire(Duration::from_secs(ttl))
-        .map_err(|e| Error::usage(e.to_string()))?;
+    store.mark_dead_workers(worker_alive, Duration::ZERO)?;
+    store.expire(Duration::from_secs(ttl))?;
     Ok(store)
 }
 
@@ -323,16 +319,15 @@ pub(crate) fn start(
     let cap = max_tasks(&ctx.env)?;
     let store = open_store(&ctx.env)?;
     let description = request.description();
-    let request_json = serde_json::to_string(&request).map_err(|e| Error::usage(e.to_string()))?;
-    let task = store
-        .create_task(
-            &description,
-            request.source.as_deref(),
-            &request_json,
-            cap,
-            queue,
-        )
-        .map_err(|e| Error::usage(e.to_string()))?;
+    let request_json = serde_json::to_string(&request)
+        .map_err(|e| Error::internal(format!("cannot encode the task request: {e}")))?;
+    let task = store.create_task(
+        &description,
+        request.source.as_deref(),
+        &request_json,
+        cap,
+        queue,
+    )?;
     let pid = match spawn_worker(&store, &task.id, ctx) {
         Ok(pid) => pid,
         Err(e) => {
@@ -403,7 +398,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         .parse()
         .map_err(|_| Error::usage(format!("not a task id: `{id_text}`")))?;
     // The store its caller created or found; the worker runs in the caller's directory.
-    let store = Store::open_for(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    let store = Store::open_for(&ctx.env.cwd)?;
     let project = store.project_dir().to_path_buf();
     let fail = |store: &Store, message: &str| {
         let _ = store.finish(
@@ -415,7 +410,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
             0,
         );
     };
-    let Some(task) = store.get(&id).map_err(|e| Error::usage(e.to_string()))? else {
+    let Some(task) = store.get(&id)? else {
         return Err(Error::usage(format!("Task '{id}' not found")));
     };
     let _ = store.set_pid(&id, std::process::id());
@@ -428,7 +423,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
                 Ok(Claim::Gone(_)) => return Ok(()),
                 Err(e) => {
                     fail(&store, &e.to_string());
-                    return Err(Error::usage(e.to_string()));
+                    return Err(e.into());
                 }
             }
             // Slots held by dead workers are given back.
@@ -448,7 +443,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
     let (done, heartbeat) = start_heartbeat(project.clone(), id, cancel.clone());
     let last_text = Arc::new(Mutex::new(String::new()));
     let progress = Progress {
-        store: Store::open(&project).map_err(|e| Error::usage(e.to_string()))?,
+        store: Store::open(&project)?,
         id,
         turns: 0,
         tokens: Usage::default(),
@@ -495,9 +490,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
             } else {
                 outcome.result.turns
             };
-            store
-                .finish(&id, status, Some(&text), error.as_deref(), tokens, turns)
-                .map_err(|e| Error::usage(e.to_string()))?;
+            store.finish(&id, status, Some(&text), error.as_deref(), tokens, turns)?;
             for note in &outcome.notes {
                 eprintln!("{}", note.message);
             }
@@ -511,6 +504,8 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
                     .collect::<Vec<_>>()
                     .join("\n"),
                 Error::Failed(message) => message.clone(),
+                Error::Store(e) => e.to_string(),
+                Error::Internal(message) => format!("internal error: {message}"),
                 other => format!("{other:?}"),
             };
             let _ = store.finish(&id, TaskStatus::Failed, None, Some(&message), tokens, turns);

@@ -1,15 +1,23 @@
 //! The top-level error: what went wrong, how it is shown, and the exit code it means.
 
 use crate::diag::{Diagnostic, Diagnostics};
+use crate::store::StoreError;
 
-/// Exit codes, in one place (documented in the README).
+/// Exit codes, in one place (documented in the README). A run stopped by SIGTERM or SIGHUP
+/// exits 128 + the signal number (143, 129), from the signal handler in `exec::groups`.
 pub(crate) mod exit {
     pub(crate) const OK: i32 = 0;
     /// Usage, configuration or validation error.
     pub(crate) const USAGE: i32 = 1;
     /// The task or a pipeline step failed.
     pub(crate) const FAILED: i32 = 2;
-    /// Another run of the same pipeline is live (as sysexits' EX_TEMPFAIL: try again later).
+    /// summon itself reached a state it should never be in (as sysexits' EX_SOFTWARE).
+    pub(crate) const INTERNAL: i32 = 70;
+    /// The project's `.summon/` store could not be read or written: corrupt, unreadable, or on
+    /// a full disk (as sysexits' EX_IOERR).
+    pub(crate) const STORE: i32 = 74;
+    /// Another run of the same pipeline is live, or the store stayed locked by other summon
+    /// processes (as sysexits' EX_TEMPFAIL: try again later).
     pub(crate) const BUSY: i32 = 75;
     /// `summon load ID` stopped waiting while the task still runs (as timeout(1) exits).
     pub(crate) const STILL_RUNNING: i32 = 124;
@@ -29,6 +37,11 @@ pub(crate) enum Error {
     StillRunning,
     /// Interrupted by the user.
     Interrupted,
+    /// The `.summon/` store failed (exit 74; 75 when it stayed locked, 1 when it refused a task
+    /// over the background limit). Its message names the database file.
+    Store(StoreError),
+    /// summon reached a state it should never be in (exit 70): a bug, not the user's input.
+    Internal(String),
     /// An I/O problem writing output; a closed pipe is not an error.
     Io(std::io::Error),
 }
@@ -41,9 +54,18 @@ impl Error {
             Self::Busy(_) => exit::BUSY,
             Self::StillRunning => exit::STILL_RUNNING,
             Self::Interrupted => exit::INTERRUPTED,
+            Self::Store(StoreError::Busy { .. }) => exit::BUSY,
+            Self::Store(StoreError::TooManyTasks { .. }) => exit::USAGE,
+            Self::Store(_) => exit::STORE,
+            Self::Internal(_) => exit::INTERNAL,
             Self::Io(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
             Self::Io(_) => exit::USAGE,
         }
+    }
+
+    /// An impossible state in summon itself.
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::Internal(message.into())
     }
 
     /// A single usage or input error.
@@ -63,6 +85,12 @@ impl From<Diagnostic> for Error {
 impl From<Diagnostics> for Error {
     fn from(diags: Diagnostics) -> Self {
         Self::Input(diags)
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error)
     }
 }
 

@@ -99,6 +99,12 @@ where
                 error::Error::Io(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
                     let _ = writeln!(std::io::stderr(), "summon: error: {e}");
                 }
+                error::Error::Store(e) => {
+                    let _ = writeln!(std::io::stderr(), "summon: error: {e}");
+                }
+                error::Error::Internal(message) => {
+                    let _ = writeln!(std::io::stderr(), "summon: internal error: {message}");
+                }
                 _ => {}
             }
             error.exit_code()

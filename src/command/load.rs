@@ -132,9 +132,7 @@ fn list_tasks(json: bool, ctx: &mut Ctx) -> Result<()> {
     let Some(store) = crate::background::open_existing_store(&ctx.env)? else {
         return Ok(());
     };
-    let done = store
-        .list(crate::store::TaskFilter::Finished)
-        .map_err(|e| Error::usage(e.to_string()))?;
+    let done = store.list(crate::store::TaskFilter::Finished)?;
     if done.is_empty() {
         return Ok(());
     }

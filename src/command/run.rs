@@ -212,9 +212,7 @@ fn resumed_setup(
     shown: &str,
     ctx: &Ctx,
 ) -> Result<Option<Setup>> {
-    let Some(store) = crate::store::Store::open_existing(&ctx.env.cwd)
-        .map_err(|e| Error::usage(e.to_string()))?
-    else {
+    let Some(store) = crate::store::Store::open_existing(&ctx.env.cwd)? else {
         return Ok(None);
     };
     let run = if id.is_empty() {
@@ -242,8 +240,7 @@ fn resumed_setup(
         store.last_run_of_shard(&path.display().to_string(), plan.journal_tag().as_deref())
     } else {
         store.get_run(id)
-    }
-    .map_err(|e| Error::usage(e.to_string()))?;
+    }?;
     let Some(run) = run else {
         return Ok(None);
     };

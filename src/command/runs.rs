@@ -37,7 +37,7 @@ pub(crate) fn run(args: &RunsArgs, ctx: &mut Ctx) -> Result<()> {
 /// The project's store, found like git finds `.git`; `None` when there is none (listing and
 /// showing never create one).
 fn existing_store(ctx: &Ctx) -> Result<Option<Store>> {
-    Store::open_existing(&ctx.env.cwd).map_err(|e| Error::usage(e.to_string()))
+    Store::open_existing(&ctx.env.cwd).map_err(Error::from)
 }
 
 /// The pipeline path as runs record it (canonical).
@@ -54,9 +54,7 @@ fn list(args: &RunsArgs, ctx: &mut Ctx) -> Result<()> {
         .transpose()?;
     let pipeline = args.pipeline.as_deref().map(|p| pipeline_key(p, ctx));
     let runs = match existing_store(ctx)? {
-        Some(store) => store
-            .list_runs(pipeline.as_deref(), status)
-            .map_err(|e| Error::usage(e.to_string()))?,
+        Some(store) => store.list_runs(pipeline.as_deref(), status)?,
         None => Vec::new(),
     };
     if args.output.json {
@@ -93,9 +91,7 @@ fn list(args: &RunsArgs, ctx: &mut Ctx) -> Result<()> {
 
 fn show(run_id: &str, json: bool, ctx: &mut Ctx) -> Result<()> {
     let listing = match existing_store(ctx)? {
-        Some(store) => store
-            .run_listing(run_id)
-            .map_err(|e| Error::usage(e.to_string()))?,
+        Some(store) => store.run_listing(run_id)?,
         None => None,
     };
     let Some(listing) = listing else {
@@ -168,13 +164,9 @@ fn prune(
         ctx.out.line("No runs recorded here: nothing to prune.")?;
         return Ok(());
     };
-    let pruned = store
-        .prune_runs(pipeline.as_deref(), retention, None)
-        .map_err(|e| Error::usage(e.to_string()))?;
+    let pruned = store.prune_runs(pipeline.as_deref(), retention, None)?;
     if pruned.runs > 0 {
-        store
-            .reclaim_space()
-            .map_err(|e| Error::usage(e.to_string()))?;
+        store.reclaim_space()?;
     }
     if json {
         ctx.out

@@ -66,7 +66,7 @@ pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
 }
 
 fn find(store: &Store, id: &TaskId) -> Result<TaskRecord> {
-    match store.lookup(id).map_err(|e| Error::usage(e.to_string()))? {
+    match store.lookup(id)? {
         TaskLookup::Found(task) => Ok(*task),
         TaskLookup::Expired => Err(Error::usage(format!("Task '{id}' not found (expired)"))),
         TaskLookup::NotFound => Err(not_found(id)),
@@ -131,9 +131,7 @@ fn cancel(store: &Store, task: &TaskRecord) -> Result<TaskRecord> {
     if task.status.is_terminal() {
         return Ok(task.clone());
     }
-    store
-        .request_cancel(&task.id)
-        .map_err(|e| Error::usage(e.to_string()))?;
+    store.request_cancel(&task.id)?;
     let deadline = Instant::now() + CANCEL_GRACE;
     loop {
         let current = find(store, &task.id)?;
@@ -148,9 +146,7 @@ fn cancel(store: &Store, task: &TaskRecord) -> Result<TaskRecord> {
                     .stderr(std::process::Stdio::null())
                     .status();
             }
-            store
-                .cancel(&task.id)
-                .map_err(|e| Error::usage(e.to_string()))?;
+            store.cancel(&task.id)?;
             return find(store, &task.id);
         }
         std::thread::sleep(POLL);

@@ -9,14 +9,12 @@ use serde_json::json;
 use super::Ctx;
 use crate::background::open_existing_store;
 use crate::cli::TasksArgs;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::{TaskFilter, TaskRecord};
 
 pub(crate) fn run(args: &TasksArgs, ctx: &mut Ctx) -> Result<()> {
     let tasks = match open_existing_store(&ctx.env)? {
-        Some(store) => store
-            .list(TaskFilter::All)
-            .map_err(|e| Error::usage(e.to_string()))?,
+        Some(store) => store.list(TaskFilter::All)?,
         None => Vec::new(),
     };
     if args.output.json {

@@ -13,6 +13,7 @@ mod scheduler;
 pub(crate) mod shard;
 pub(crate) mod source_check;
 mod step;
+mod step_error;
 pub(crate) mod tool_check;
 
 pub(crate) use event::{RunSummary, StepStatus, TaskTrace};

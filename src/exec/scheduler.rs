@@ -24,6 +24,7 @@ use super::event::{RunSummary, StepStatus, TaskDone};
 use super::final_text::{FinalText, FinalTextBuilder};
 use super::shard::{Plan, TaskRef};
 use super::step::{Shared, StepConfig, TaskContext, run_tasks};
+use super::step_error::StepError;
 use crate::config::Config;
 use crate::env::Env;
 use crate::error::{Error, Result};
@@ -294,7 +295,7 @@ pub(crate) fn run_pipeline(
     options: RunOptions,
 ) -> Result<RunSummary> {
     let pipeline = Arc::new(options.pipeline);
-    let store = Store::open_for(&env.cwd).map_err(|e| Error::usage(e.to_string()))?;
+    let store = Store::open_for(&env.cwd)?;
     let pipeline_path = pipeline
         .file
         .path()
@@ -308,23 +309,19 @@ pub(crate) fn run_pipeline(
     let (run, finished, catalog) = match &options.resume {
         None => {
             // The catalog is frozen into the journal for `--resume`.
-            let run = store
-                .create_run(
-                    &path_text,
-                    &pipeline_hash,
-                    &params_json,
-                    &crate::source::freeze(&catalog).to_string(),
-                    journal_tag.as_deref(),
-                )
-                .map_err(|e| Error::usage(e.to_string()))?;
+            let run = store.create_run(
+                &path_text,
+                &pipeline_hash,
+                &params_json,
+                &crate::source::freeze(&catalog).to_string(),
+                journal_tag.as_deref(),
+            )?;
             (run, HashMap::new(), catalog)
         }
         Some(wanted) => {
             let run = match wanted {
-                Some(id) => store.get_run(id).map_err(|e| Error::usage(e.to_string()))?,
-                None => store
-                    .last_run_of_shard(&path_text, journal_tag.as_deref())
-                    .map_err(|e| Error::usage(e.to_string()))?,
+                Some(id) => store.get_run(id)?,
+                None => store.last_run_of_shard(&path_text, journal_tag.as_deref())?,
             };
             let Some(run) = run else {
                 return Err(Error::usage(match wanted {
@@ -355,12 +352,8 @@ pub(crate) fn run_pipeline(
                     describe(journal_tag.as_deref())
                 )));
             }
-            store
-                .set_run_status(&run.run_id, RunStatus::Running)
-                .map_err(|e| Error::usage(e.to_string()))?;
-            let finished = store
-                .finished(&run.run_id)
-                .map_err(|e| Error::usage(e.to_string()))?;
+            store.set_run_status(&run.run_id, RunStatus::Running)?;
+            let finished = store.finished(&run.run_id)?;
             // The run's own catalog, not a new scan.
             let frozen: Value = serde_json::from_str(&run.catalog_json).unwrap_or(Value::Null);
             let catalog = if frozen.is_array() {
@@ -382,20 +375,16 @@ pub(crate) fn run_pipeline(
         "junit": options.junit.as_ref().map(|j| j.display().to_string()),
         "concurrency": options.concurrency,
     });
-    store
-        .set_run_setup(
-            &run.run_id,
-            out_text.as_deref(),
-            &setup.to_string(),
-            &defaults,
-        )
-        .map_err(|e| Error::usage(e.to_string()))?;
+    store.set_run_setup(
+        &run.run_id,
+        out_text.as_deref(),
+        &setup.to_string(),
+        &defaults,
+    )?;
     hold(&store, &run, options.resume.is_none(), options.wait)?;
     let reuse_any = options.reuse || pipeline.steps.iter().any(|s| s.reuse);
     let reusable = if reuse_any {
-        store
-            .reusable(&path_text, &run.run_id, &defaults)
-            .map_err(|e| Error::usage(e.to_string()))?
+        store.reusable(&path_text, &run.run_id, &defaults)?
     } else {
         HashMap::new()
     };
@@ -411,9 +400,7 @@ pub(crate) fn run_pipeline(
         max_delay: Duration::ZERO,
         on_commit: Some(hook),
     };
-    let journal = store
-        .journal_writer(&run.run_id, writer_options)
-        .map_err(|e| Error::usage(e.to_string()))?;
+    let journal = store.journal_writer(&run.run_id, writer_options)?;
     let resuming = options.resume.is_some();
     let (results, already_written) = match &options.out_dir {
         Some(dir) => {
@@ -628,13 +615,11 @@ pub(crate) fn run_pipeline(
     let mut sink = match Arc::try_unwrap(sink) {
         Ok(sink) => sink
             .into_inner()
-            .map_err(|_| Error::usage("internal error: output sink"))?,
-        Err(_) => return Err(Error::usage("internal error: output sink still in use")),
+            .map_err(|_| Error::internal("output sink"))?,
+        Err(_) => return Err(Error::internal("output sink still in use")),
     };
     sink.progress.finish();
-    sink.journal
-        .flush()
-        .map_err(|e| Error::usage(e.to_string()))?;
+    sink.journal.flush()?;
     if let Some(results) = &mut sink.results {
         results.flush()?;
     }
@@ -700,9 +685,7 @@ pub(crate) fn run_pipeline(
     } else {
         RunStatus::Failed
     };
-    store
-        .set_run_status(&run.run_id, run_status)
-        .map_err(|e| Error::usage(e.to_string()))?;
+    store.set_run_status(&run.run_id, run_status)?;
     if let Err(e) = store.set_run_report(&run.run_id, &sink.report.to_json()) {
         eprintln!("summon: warning: cannot record the run's report: {e}");
     }
@@ -761,14 +744,12 @@ fn hold(store: &Store, run: &crate::store::RunRecord, fresh: bool, wait: bool) -
     let pid = std::process::id();
     let mut told = false;
     loop {
-        let held = store
-            .hold_run(
-                &run.run_id,
-                pid,
-                fresh && !wait,
-                crate::background::pid_alive,
-            )
-            .map_err(|e| Error::usage(e.to_string()))?;
+        let held = store.hold_run(
+            &run.run_id,
+            pid,
+            fresh && !wait,
+            crate::background::pid_alive,
+        )?;
         let Some(held) = held else {
             return Ok(());
         };
@@ -867,7 +848,7 @@ fn prune(store: &Store, config: &Config, pipeline: &str, run_id: &str) {
 /// (its dependents are skipped like those of any failed step), never one left without a status.
 fn step_outcome(
     joined: std::result::Result<
-        (tokio::task::Id, std::result::Result<(), String>),
+        (tokio::task::Id, std::result::Result<(), StepError>),
         tokio::task::JoinError,
     >,
     step_of: &HashMap<tokio::task::Id, usize>,
@@ -877,15 +858,12 @@ fn step_outcome(
             step_of.get(&id).copied(),
             match result {
                 Ok(()) => (StepStatus::Succeeded, None),
-                Err(message) => (StepStatus::Failed, Some(message)),
+                Err(error) => (StepStatus::Failed, Some(error.to_string())),
             },
         ),
         Err(error) => (
             step_of.get(&error.id()).copied(),
-            (
-                StepStatus::Failed,
-                Some("internal error: step panicked".to_owned()),
-            ),
+            (StepStatus::Failed, Some(StepError::Panicked.to_string())),
         ),
     }
 }
@@ -987,7 +965,7 @@ async fn run_step(
     agents: &Value,
     sink: &Arc<Mutex<Sink>>,
     shard: Option<crate::pipeline::shard::Shard>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), StepError> {
     let step = &pipeline.steps[index];
     crate::env::step_panic_point(&step.id);
     let mut config =
@@ -1098,14 +1076,14 @@ async fn run_step(
                     )
                     .await?;
                     if failures > 0 {
-                        return Err(first_error.unwrap_or_default());
+                        return Err(first_error.unwrap_or_default().into());
                     }
                     match single_structured.take() {
                         Some(Value::Array(items)) => items,
                         _ => {
-                            return Err(
-                                "the decompose subagent did not answer with a JSON array".into()
-                            );
+                            return Err(StepError::Failed(
+                                "the decompose subagent did not answer with a JSON array".into(),
+                            ));
                         }
                     }
                 }
@@ -1214,10 +1192,7 @@ async fn run_step(
                     && failures > 0);
             // No template reads the text of this step (it keeps its results when one
             // does): it is only printed, from where it is.
-            if let Some(text) = final_text
-                .finish()
-                .map_err(|e| format!("cannot keep the step's text: {e}"))?
-            {
+            if let Some(text) = final_text.finish().map_err(StepError::KeepText)? {
                 outputs.set_final(text);
             }
             outputs.set(
@@ -1230,19 +1205,20 @@ async fn run_step(
             if ok && !shared.drain.is_cancelled() {
                 Ok(())
             } else if shared.drain.is_cancelled() && failures == 0 {
-                Err("interrupted".into())
+                Err(StepError::interrupted())
             } else if shared.drain.is_cancelled() {
                 // `min_success` is for the whole step: not judged on the part that ran.
-                Err(format!(
-                    "interrupted: {successes} of the {total} tasks that ran succeeded; \
-                     `--resume` runs the rest. {}",
-                    first_error.unwrap_or_default()
-                ))
+                Err(StepError::Interrupted {
+                    ran: Some((successes, total)),
+                    first_error: first_error.unwrap_or_default(),
+                })
             } else {
-                Err(format!(
-                    "{successes} of {total} tasks succeeded (needed {needed}); {}",
-                    first_error.unwrap_or_default()
-                ))
+                Err(StepError::TooFewSucceeded {
+                    succeeded: successes,
+                    total,
+                    needed,
+                    first_error: first_error.unwrap_or_default(),
+                })
             }
         }
         StepKind::Synthesize(task) | StepKind::Delegate(task) => {
@@ -1293,9 +1269,9 @@ async fn run_step(
                 },
             );
             if failures > 0 {
-                Err(first_error.unwrap_or_default())
+                Err(first_error.unwrap_or_default().into())
             } else if single_output.is_none() {
-                Err("interrupted".into())
+                Err(StepError::interrupted())
             } else {
                 Ok(())
             }

@@ -336,10 +336,10 @@ impl Client {
         let key = self.endpoint.api_key.as_ref();
         serde_json::from_slice(body).map_err(|err| {
             ProviderError::network(
+                super::error::NetworkKind::InvalidResponse,
                 format!(
-                    "the response of provider `{}` {} ({err}); it may have been cut off",
+                    "the response of provider `{}` is not valid JSON ({err}); it may have been cut off",
                     self.endpoint.name,
-                    super::error::NOT_JSON
                 ),
                 key,
             )

@@ -65,11 +65,33 @@ pub(crate) fn redact(text: &str, key: Option<&Secret>) -> String {
     out
 }
 
-/// How a [`ProviderError::Network`] message of a request timeout starts.
-const TIMED_OUT: &str = "request timed out";
+/// What kind of network trouble a [`ProviderError::Network`] is: decided where the error is
+/// made (from reqwest's own classification), so nothing downstream reads its message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NetworkKind {
+    /// No complete answer within the request timeout.
+    Timeout,
+    /// The connection could not be made (refused, DNS, TLS handshake).
+    Connect,
+    /// The answer started but its body could not be read (reset mid-way).
+    Body,
+    /// A success whose body is not JSON, e.g. cut off by a proxy.
+    InvalidResponse,
+    /// Any other transport failure, or the provider's own HTTP 408.
+    Other,
+}
 
-/// What a [`ProviderError::Network`] message of a success with an unreadable body says.
-pub(crate) const NOT_JSON: &str = "is not valid JSON";
+impl NetworkKind {
+    /// What the message of this kind starts with.
+    fn headline(self) -> &'static str {
+        match self {
+            Self::Timeout => "request timed out",
+            Self::Connect => "cannot connect",
+            Self::Body => "cannot read the response",
+            Self::InvalidResponse | Self::Other => "request failed",
+        }
+    }
+}
 
 /// Why a provider request failed.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,7 +108,7 @@ pub(crate) enum ProviderError {
         message: String,
     },
     /// Connect failure, timeout, reset, unreadable body: retried.
-    Network { message: String },
+    Network { kind: NetworkKind, message: String },
     /// HTTP 401/403; `env_var` names the variable that holds the key, when there is one.
     Auth {
         status: u16,
@@ -159,31 +181,39 @@ impl ProviderError {
         match self {
             Self::RateLimited { .. } => Some("rate_limited"),
             Self::Overloaded { .. } => Some("server_error"),
-            Self::Network { message } if message.starts_with(TIMED_OUT) => Some("timeout"),
-            Self::Network { message } if message.contains(NOT_JSON) => Some("invalid_response"),
-            Self::Network { .. } => Some("connection"),
+            Self::Network { kind, .. } => Some(match kind {
+                NetworkKind::Timeout => "timeout",
+                NetworkKind::InvalidResponse => "invalid_response",
+                NetworkKind::Connect | NetworkKind::Body | NetworkKind::Other => "connection",
+            }),
             _ => None,
         }
     }
 
-    /// A network-class error with a (redacted) message.
-    pub(crate) fn network(message: impl AsRef<str>, key: Option<&Secret>) -> Self {
+    /// A network-class error of `kind` with a (redacted) message.
+    pub(crate) fn network(
+        kind: NetworkKind,
+        message: impl AsRef<str>,
+        key: Option<&Secret>,
+    ) -> Self {
         Self::Network {
+            kind,
             message: redact(message.as_ref(), key),
         }
     }
 
     /// Maps a transport error from reqwest (connect, timeout, reset, body) to [`Self::Network`].
     pub(crate) fn from_transport(err: reqwest::Error, key: Option<&Secret>) -> Self {
-        let what = if err.is_timeout() {
-            TIMED_OUT
+        let kind = if err.is_timeout() {
+            NetworkKind::Timeout
         } else if err.is_connect() {
-            "cannot connect"
+            NetworkKind::Connect
         } else if err.is_body() || err.is_decode() {
-            "cannot read the response"
+            NetworkKind::Body
         } else {
-            "request failed"
+            NetworkKind::Other
         };
+        let what = kind.headline();
         let url = err.url().map(|url| {
             let mut url = url.clone();
             // Credentials in a base URL must not be shown either.
@@ -205,7 +235,7 @@ impl ProviderError {
         if let Some(url) = url {
             text.push_str(&format!(" ({url})"));
         }
-        Self::network(text, key)
+        Self::network(kind, text, key)
     }
 }
 
@@ -228,7 +258,7 @@ impl fmt::Display for ProviderError {
                 write!(f, "provider overloaded or failing (HTTP {status})")?;
                 quote(f, message)
             }
-            Self::Network { message } => write!(f, "network error: {message}"),
+            Self::Network { message, .. } => write!(f, "network error: {message}"),
             Self::Auth {
                 status,
                 env_var,
@@ -344,6 +374,7 @@ pub(crate) fn classify_at(
             message,
         },
         408 => ProviderError::Network {
+            kind: NetworkKind::Other,
             message: format!(
                 "the provider timed out waiting for the request (HTTP 408){}",
                 {
@@ -594,6 +625,19 @@ pub(crate) fn parse_go_duration(text: &str) -> Option<Duration> {
 mod tests {
     use super::*;
     use reqwest::header::{HeaderName, HeaderValue};
+
+    #[test]
+    fn retry_class_follows_the_network_kind_not_the_message() {
+        let class = |kind| ProviderError::network(kind, "request timed out", None).retry_class();
+        assert_eq!(class(NetworkKind::Timeout), Some("timeout"));
+        assert_eq!(
+            class(NetworkKind::InvalidResponse),
+            Some("invalid_response")
+        );
+        assert_eq!(class(NetworkKind::Connect), Some("connection"));
+        assert_eq!(class(NetworkKind::Body), Some("connection"));
+        assert_eq!(class(NetworkKind::Other), Some("connection"));
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();

@@ -356,6 +356,7 @@ mod tests {
             assert_eq!(Backoff::new(&policy).next_delay(&err), None, "{err:?}");
         }
         let network = ProviderError::Network {
+            kind: super::super::error::NetworkKind::Body,
             message: "reset".into(),
         };
         assert!(Backoff::new(&policy).next_delay(&network).is_some());
