@@ -224,6 +224,13 @@ impl Server {
                 self.fail(reason).await
             }
             Ok(Err(e)) => {
+                // A closed transport usually means the server is exiting: give it a moment to
+                // be seen gone, so that the message says so.
+                if matches!(e, rmcp::ServiceError::TransportClosed)
+                    && let Some(group) = &self.group
+                {
+                    group.wait_gone(Duration::from_millis(500)).await;
+                }
                 let running = self.group.as_ref().is_none_or(ProcessGroup::leader_alive);
                 let reason = if !running {
                     format!("the server exited{}", self.stderr_tail())
