@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply};
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::mcp::{filesystem_server, fixture, still_alive, tool_results};
 use support::{Test, unindent};
 
 const KEY: &str = "sk-test-mcp-conditions-0123456789";
@@ -21,14 +22,6 @@ fn openai(server: &MockServer) -> Test {
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", KEY)
         .env("SUMMON_MODEL", "mock-model")
-}
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/mcp")
-        .join(name)
-        .display()
-        .to_string()
 }
 
 /// A recipe whose only extension is the scripted server `c`, with a call timeout of
@@ -48,29 +41,6 @@ fn recipe(timeout: u32) -> String {
         ",
         fixture("conditions.py")
     ))
-}
-
-/// What the model was told about each tool call so far (OpenAI `tool` messages).
-fn tool_results(request: &RecordedRequest) -> Vec<String> {
-    request.body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
-/// The `server-filesystem` executable that `.ci/run` installs.
-fn filesystem_server() -> PathBuf {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/mcp-servers/node/node_modules/.bin/mcp-server-filesystem");
-    assert!(
-        bin.exists(),
-        "{} is missing: run .ci/run (or tests/mcp.rs) once to install the MCP servers",
-        bin.display()
-    );
-    bin
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -389,25 +359,6 @@ async fn an_http_server_that_cannot_be_reached_is_named_in_plain_words() {
         );
         assert!(!out.stderr.contains("<html"), "{}", out.stderr);
     }
-}
-
-/// Whether `pid` still runs after it had a few seconds to go (a zombie has ended).
-fn still_alive(pid: u32) -> bool {
-    let alive = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                .is_some_and(|state| state != "Z" && state != "X")
-        })
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while alive() {
-        if std::time::Instant::now() >= deadline {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
 }
 
 /// Waits (at most 60 s) until `path` has a line, and returns the first.

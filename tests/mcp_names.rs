@@ -7,62 +7,20 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::json;
-use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply};
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::mcp::{filesystem_server, fixture, tool_results};
 use support::{Test, unindent};
 
 const KEY: &str = "sk-test-mcp-names-0123456789";
-const FS_SERVER: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 
 fn openai(server: &MockServer) -> Test {
     Test::new()
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", KEY)
         .env("SUMMON_MODEL", "mock-model")
-}
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/mcp")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-/// The `mcp-server-filesystem` executable from npm (installed once, as tests/mcp.rs does).
-fn filesystem_server() -> PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/mcp-servers");
-    let bin = root.join("node/node_modules/.bin/mcp-server-filesystem");
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !bin.exists() {
-        std::fs::create_dir_all(&root).unwrap();
-        let output = std::process::Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--prefix"])
-            .arg(root.join("node"))
-            .arg(FS_SERVER)
-            .output()
-            .expect("run npm");
-        assert!(
-            output.status.success() && bin.exists(),
-            "installing {FS_SERVER} failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    bin
-}
-
-/// What the model was told about its tool calls (OpenAI format: `tool` messages).
-fn tool_results(request: &RecordedRequest) -> Vec<String> {
-    request.body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
 }
 
 /// A stdio extension entry of a recipe running tests/fixtures/mcp/named.py.

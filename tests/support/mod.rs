@@ -2,6 +2,7 @@
 
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
+pub mod mcp;
 pub mod test;
 
 pub use test::{Output, Test};
