@@ -85,23 +85,6 @@ pub(crate) fn pack(costs: &[u64], budget: u64) -> Vec<Range<usize>> {
     chunks
 }
 
-/// The levels a reduction of `n` items takes when each chunk holds at most `first` items at
-/// the first level and `upper` partial answers above it: the task count of each level.
-#[allow(dead_code)] // read by `--dry-run`
-pub(crate) fn expected_levels(n: usize, first: usize, upper: usize) -> Vec<usize> {
-    let mut levels = Vec::new();
-    let mut count = n.div_ceil(first.max(1));
-    levels.push(count);
-    while count > 1 && levels.len() < MAX_LEVELS as usize {
-        if upper < 2 {
-            break;
-        }
-        count = count.div_ceil(upper);
-        levels.push(count);
-    }
-    levels
-}
-
 /// The bytes of a rendered task that vary with its context.
 fn rendered_bytes(rendered: &Rendered) -> u64 {
     let params: usize = rendered.params.iter().map(|(_, v)| v.len()).sum();
@@ -355,11 +338,5 @@ mod tests {
             pack(&[2, 2], 100),
             vec![std::ops::Range { start: 0, end: 2 }]
         );
-    }
-
-    #[test]
-    fn levels_divide_until_one() {
-        assert_eq!(expected_levels(3000, 100, 20), [30, 2, 1]);
-        assert_eq!(expected_levels(50, 100, 20), [1]);
     }
 }
