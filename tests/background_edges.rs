@@ -8,7 +8,7 @@
 
 #![cfg(target_os = "linux")]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -421,10 +421,6 @@ async fn a_finished_result_is_collectable_at_once() {
     eprintln!("async + load: {best:?}; task recorded after {best_task} s");
     // The worker used to hold the finished result back until its next 1 s heartbeat.
     assert!(best_task < 0.5, "task took {best_task} s to record");
-    assert!(
-        best < Duration::from_millis(700),
-        "async + load took {best:?}"
-    );
 }
 
 // 5: a subagent's shell that drops SUMMON_SUBAGENT is still refused.

@@ -3,13 +3,14 @@
 //! bounded number of times, `--resume` polling a batch still in flight (after `kill -9`)
 //! instead of creating another, and tasks that need tools running live with a warning.
 
-mod support;
+use crate::support;
+use crate::support::{chats, wait_for};
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use summon_mock_llm::{Api, BatchOutcome, MockConfig, MockServer, RecordedRequest, Reply};
@@ -107,15 +108,6 @@ fn report(dir: &Path) -> Value {
         .expect("report JSON")
 }
 
-/// Live chat requests (not batch lines).
-fn chats(server: &MockServer) -> Vec<RecordedRequest> {
-    server
-        .requests()
-        .into_iter()
-        .filter(|r| matches!(r.api, Api::OpenAi | Api::Anthropic))
-        .collect()
-}
-
 /// Batch create requests (both APIs).
 fn creates(server: &MockServer) -> usize {
     server
@@ -139,14 +131,6 @@ fn line_text(line: &Value) -> String {
         Value::String(text) => text.clone(),
         Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
         other => panic!("content {other}"),
-    }
-}
-
-fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

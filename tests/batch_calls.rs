@@ -2,7 +2,7 @@
 //! again, retries shown and counted like live ones, an abandoned batch's upload deleted, and
 //! the provider's credentials kept off a results URL on another host.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

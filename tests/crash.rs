@@ -14,13 +14,15 @@
 
 #![cfg(target_os = "linux")]
 
-mod support;
+use crate::support;
+use crate::support::figure;
+use crate::support::wait_for;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use summon_mock_llm::{Api, MockConfig, MockServer, Reply};
@@ -121,15 +123,6 @@ fn kill_9(pid: u32) {
         .status()
         .expect("kill");
     assert!(status.success(), "kill -KILL -- {pid} failed");
-}
-
-/// Polls `cond` every millisecond; panics after `limit`.
-fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 fn db(dir: &Path) -> rusqlite::Connection {
@@ -359,20 +352,6 @@ async fn crash_and_resume(label: &str, at: KillAt, again: Option<&'static str>) 
         "repeated": repeated.len(),
         "results_lost": 0,
     })
-}
-
-fn figure(line: Value) {
-    let Ok(path) = std::env::var("SUMMON_FIGURES") else {
-        return;
-    };
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open the figures file");
-    file.write_all(format!("{line}\n").as_bytes())
-        .expect("write figures");
 }
 
 macro_rules! kill_point {

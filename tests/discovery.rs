@@ -1,7 +1,7 @@
 //! Discovery (SPEC §1): directories, precedence, shadowing, the lenient working directory,
 //! one level deep, symlinks, size limit, agent identity and the `.agents/agents/` rules.
 
-mod support;
+use crate::support;
 use support::*;
 
 fn recipe(description: &str) -> String {

@@ -2,7 +2,7 @@
 //! the mock server (the key never shown), a dead port, config file problems at file:line,
 //! shadowed sources, the store, `--json` and the exit code.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -171,13 +171,7 @@ async fn json_output_has_the_provider_model_and_every_check() {
 #[test]
 fn a_dead_port_is_an_error_with_the_fix_and_exit_1() {
     let base = format!("http://127.0.0.1:{}/v1", dead_port());
-    let start = Instant::now();
     let out = openai(&base).args(["doctor"]).code(1).run();
-    assert!(
-        start.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        start.elapsed()
-    );
     assert!(
         out.stdout
             .contains("  error    the provider does not answer: "),

@@ -5,7 +5,7 @@
 //! the `.stderr` files from the current output (review the diff before keeping it).
 //! Files in subfolders are helpers (for example the target of a sub-recipe), not cases.
 
-mod support;
+use crate::support;
 use support::*;
 
 use std::path::{Path, PathBuf};

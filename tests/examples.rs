@@ -1,6 +1,6 @@
 //! The example recipes, agents and pipelines shipped in the repository all validate and load.
 
-mod support;
+use crate::support;
 use support::*;
 
 use std::path::{Path, PathBuf};

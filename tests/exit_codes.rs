@@ -1,7 +1,7 @@
 //! Exit codes of failures that are not the user's input: a corrupt `.summon/` store exits 74
 //! with a message naming the database file, never 1 like a typo.
 
-mod support;
+use crate::support;
 
 use summon_mock_llm::{MockConfig, MockServer};
 use support::Test;

@@ -7,7 +7,8 @@
 //! With `SUMMON_FIGURES=FILE`, each scenario appends one JSON line of figures to FILE (read
 //! by `benches/reliability.py`).
 
-mod support;
+use crate::support;
+use crate::support::figure;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -55,21 +56,6 @@ fn read_jsonl(path: &Path) -> Vec<Value> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line ({e}): {l}")))
         .collect()
-}
-
-/// Appends one line of figures to `$SUMMON_FIGURES`, when set.
-fn figure(line: Value) {
-    let Ok(path) = std::env::var("SUMMON_FIGURES") else {
-        return;
-    };
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open the figures file");
-    file.write_all(format!("{line}\n").as_bytes())
-        .expect("write figures");
 }
 
 /// The report class a fault is retried under.

@@ -2,7 +2,7 @@
 //! `run`, a column that is not there, a missing items file in a dry run, and the messages
 //! around them.
 
-mod support;
+use crate::support;
 
 use support::Test;
 

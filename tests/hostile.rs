@@ -7,10 +7,9 @@
 //! With `SUMMON_FIGURES=FILE`, each case appends `{"kind":"hostile","case":...,"passed":...}`
 //! to FILE (read by `benches/reliability.py`).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply};
@@ -169,16 +168,15 @@ async fn path_escapes_are_refused_by_every_file_tool() {
 
     server.push_reply(Reply::tool_calls(calls.clone()));
     server.push_reply(Reply::text("done"));
-    let out = t
-        .args([
-            "delegate",
-            "--instructions",
-            "escape",
-            "--working-dir",
-            "work",
-        ])
-        .run();
-    assert_eq!(out.stdout, "done\n");
+    t.args([
+        "delegate",
+        "--instructions",
+        "escape",
+        "--working-dir",
+        "work",
+    ])
+    .stdout("done\n")
+    .run();
 
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
@@ -372,8 +370,8 @@ async fn tools_outside_the_list_run_nothing() {
             "--working-dir",
             "work",
         ])
+        .stdout("done\n")
         .run();
-    assert_eq!(out.stdout, "done\n");
     let results = tool_results(&server.requests()[1]);
     assert_eq!(results.len(), 7);
     for (content, is_error) in &results[..6] {
@@ -415,8 +413,8 @@ async fn malformed_tool_arguments_are_tool_errors() {
     .await;
     let out = sandbox(project(&server))
         .args(["delegate", "--instructions", "x", "--working-dir", "work"])
+        .stdout("survived\n")
         .run();
-    assert_eq!(out.stdout, "survived\n");
     let results = tool_results(&server.requests()[1]);
     assert_eq!(results.len(), 11);
     let expect = [
@@ -459,11 +457,9 @@ async fn a_thousand_tool_calls_in_one_turn_all_run_and_the_run_ends() {
         MockConfig::new().replies([Reply::tool_calls(calls), Reply::text("wrote them all")]),
     )
     .await;
-    let started = Instant::now();
     let out = project(&server)
         .args(["delegate", "--instructions", "write", "--json"])
         .run();
-    assert!(started.elapsed() < Duration::from_secs(60));
     let json = out.json();
     assert_eq!(json["status"], "completed", "{json}");
     assert_eq!(server.request_count(), 2);

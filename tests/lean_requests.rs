@@ -3,10 +3,11 @@
 //! about tools; a step's `tools:` subset is all it is offered; unknown names in `tools:` are
 //! errors at their line; the dry run and `report.json` show the per-task overhead.
 
-mod support;
+use crate::support;
+use crate::support::chats;
 
 use serde_json::{Value, json};
-use summon_mock_llm::{Api, MockConfig, MockServer, RecordedRequest, Reply};
+use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::Test;
 
 const KEY: &str = "sk-test-0123456789abcdefLEAN";
@@ -35,15 +36,6 @@ fn fan_out(step_keys: &str) -> String {
         "version: 1\nname: p\nsteps:\n  - id: rows\n    decompose:\n      items: [alpha, beta]\n  \
          - id: each\n    fan_out:\n      over: rows\n      instructions: \"Classify {{{{ item }}}}.\"\n{step_keys}"
     )
-}
-
-/// The chat requests the mock received (not batch calls).
-fn chats(server: &MockServer) -> Vec<RecordedRequest> {
-    server
-        .requests()
-        .into_iter()
-        .filter(|r| matches!(r.api, Api::OpenAi | Api::Anthropic))
-        .collect()
 }
 
 /// The system prompt of a request body, in either API's format.
@@ -124,7 +116,7 @@ async fn a_single_turn_task_is_sent_no_tools_and_a_short_prompt() {
 #[tokio::test(flavor = "multi_thread")]
 async fn delegate_with_one_turn_sends_no_tools() {
     let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
-    let out = openai(&server)
+    openai(&server)
         .args([
             "delegate",
             "--instructions",
@@ -134,8 +126,8 @@ async fn delegate_with_one_turn_sends_no_tools() {
             "--extensions",
             "developer",
         ])
+        .stdout("ok\n")
         .run();
-    assert_eq!(out.stdout, "ok\n");
     let requests = chats(&server);
     assert_eq!(requests.len(), 1);
     assert_tool_free(&requests[0].body);

@@ -3,7 +3,7 @@
 //! the model. The servers are `server-filesystem` from npm and small scripted ones
 //! (tests/fixtures/mcp/conditions.py, stdio); the model is the mock server.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,7 @@
 //! `summon new agent|recipe|pipeline NAME`: the files written, that they validate and load,
 //! the messages, and every refusal (existing file, clash, bad name, bad flags, invalid text).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

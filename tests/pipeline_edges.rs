@@ -1,7 +1,7 @@
 //! Pipeline edges: a step that crashes fails the run (never skipped, never a hang), and source
 //! names are checked against the catalog at the `source:` value before anything runs.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::sync::mpsc;

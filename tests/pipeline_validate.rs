@@ -6,7 +6,7 @@
 //! `SUMMON_BLESS=1 cargo test --test pipeline_validate` writes the `.stderr` files from the
 //! current output (review the diff before keeping it).
 
-mod support;
+use crate::support;
 use support::*;
 
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! agent loop, OpenAI's stable prefix and `prompt_cache_key`, the warm-up of a fan-out, `cache:
 //! false`, and the cache tokens and their cost in every output.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,10 +2,11 @@
 //! not count as success: against the strict mock (the default), which refuses with HTTP 400
 //! what the providers refuse and can end answers the way real ones end badly.
 
-mod support;
+use crate::support;
+use crate::support::{chats, results};
 
 use serde_json::{Value, json};
-use summon_mock_llm::{Api, MockConfig, MockServer, RecordedRequest, Reply};
+use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::Test;
 
 const KEY: &str = "sk-test-0123456789abcdefSECRET";
@@ -27,15 +28,6 @@ fn anthropic(server: &MockServer) -> Test {
         .env("SUMMON_MODEL", "claude-mock")
 }
 
-/// The chat requests the mock received, in arrival order.
-fn chats(server: &MockServer) -> Vec<RecordedRequest> {
-    server
-        .requests()
-        .into_iter()
-        .filter(|r| matches!(r.api, Api::OpenAi | Api::Anthropic))
-        .collect()
-}
-
 /// Asserts that the mock refused none of the requests.
 #[track_caller]
 fn none_refused(server: &MockServer) {
@@ -53,15 +45,6 @@ fn delegate_json(t: Test, task: &str, extra: &[&str], code: i32) -> Value {
         .json()
 }
 
-/// The lines of `results.jsonl` in the project's output directory.
-fn results(dir: &std::path::Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(dir.join("results.jsonl")).unwrap_or_default();
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Requests the real API refuses
 
@@ -75,11 +58,11 @@ async fn anthropic_whitespace_text_beside_a_tool_call_is_not_sent_back() {
         Reply::text("Two files."),
     ]))
     .await;
-    let out = anthropic(&server)
+    anthropic(&server)
         .write("a.txt", "a")
         .args(["delegate", "--instructions", "Count the files."])
+        .stdout("Two files.\n")
         .run();
-    assert_eq!(out.stdout, "Two files.\n");
     none_refused(&server);
     let requests = chats(&server);
     assert_eq!(requests.len(), 2);
@@ -358,10 +341,10 @@ async fn a_custom_tool_call_is_answered_with_an_error_naming_its_type() {
         Reply::text("Understood."),
     ]))
     .await;
-    let out = openai(&server)
+    openai(&server)
         .args(["delegate", "--instructions", "Find the needle."])
+        .stdout("Understood.\n")
         .run();
-    assert_eq!(out.stdout, "Understood.\n");
     none_refused(&server);
     let requests = chats(&server);
     assert_eq!(requests.len(), 2);

@@ -3,7 +3,7 @@
 //! retry validation, placeholders that are not expressions kept as text, and block scalars
 //! at the end of a file read as goose's YAML parser reads them.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use summon_mock_llm::{Api, MockConfig, MockServer, RecordedRequest, Reply};
@@ -224,7 +224,7 @@ fn include_in_a_value_outside_the_recipe_folder_fails_validate() {
 #[tokio::test(flavor = "multi_thread")]
 async fn inherited_recipe_delegates_with_the_parent_structure() {
     let server = MockServer::start(MockConfig::new().reply(Reply::text("Berlin."))).await;
-    let out = inheritance(openai(&server))
+    inheritance(openai(&server))
         .args([
             "delegate",
             "--source",
@@ -234,8 +234,8 @@ async fn inherited_recipe_delegates_with_the_parent_structure() {
             "--param",
             "is_enabled=true",
         ])
+        .stdout("Berlin.\n")
         .run();
-    assert_eq!(out.stdout, "Berlin.\n");
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
     assert_eq!(first_user(&requests[0]), CHILD_PROMPT);

@@ -3,13 +3,14 @@
 //! reduces its results level by level (journaled, resumable, shown in the report, JUnit and
 //! `--dry-run`). The mock refuses, as the providers do, what exceeds its context window.
 
-mod support;
+use crate::support;
+use crate::support::{chats, read_json};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
-use summon_mock_llm::{Api, MockConfig, MockServer, RecordedRequest, Reply, prompt_tokens};
+use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply, prompt_tokens};
 use support::Test;
 
 const KEY: &str = "sk-test-0123456789abcdefSECRET";
@@ -31,17 +32,6 @@ fn summon(t: &Test, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
-}
-
-/// The chat requests the mock received, in arrival order.
-fn chats(server: &MockServer) -> Vec<RecordedRequest> {
-    let mut requests: Vec<_> = server
-        .requests()
-        .into_iter()
-        .filter(|r| r.api == Api::OpenAi)
-        .collect();
-    requests.sort_by_key(|r| r.seq);
-    requests
 }
 
 /// The chat requests whose last user message starts with `prefix`.
@@ -90,11 +80,6 @@ fn pipeline(extra: &str) -> String {
     format!(
         "version: 1\nname: notes\nsettings:\n  max_output_tokens: 2000\nsteps:\n  - id: notes\n    decompose:\n      file: notes.jsonl\n  - id: each\n    fan_out:\n      over: notes\n      instructions: \"{{{{ item }}}}\"\n  - id: summary\n    synthesize:\n      instructions: |\n        Summarize:\n        {{% for r in steps.each.results %}}{{{{ r.output }}}}\n        {{% endfor %}}\n{extra}"
     )
-}
-
-fn read_json(path: &std::path::Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"))
 }
 
 fn results_lines(dir: &std::path::Path) -> Vec<Value> {

@@ -1,7 +1,7 @@
 //! `summon render` and `summon explain`: typed parameters, `--params`, injection safety,
 //! templated structure, `extends`/`include` confinement, and the `--json` shapes.
 
-mod support;
+use crate::support;
 use support::*;
 
 use serde::Deserialize;
@@ -570,7 +570,10 @@ fn yaml_output_shows_the_rendered_recipe() {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
+#[expect(
+    dead_code,
+    reason = "a mirror of the JSON output: its fields pin the shape, not all are read"
+)]
 struct Rendered {
     source: String,
     kind: String,
@@ -601,7 +604,6 @@ struct RenderedAgent {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct RenderedSettings {
     provider: Option<String>,
     model: Option<String>,

@@ -3,11 +3,11 @@
 //! Chromium, where the task count, a failed task's error and the filters are checked through
 //! the DOM and a screenshot is saved under `target/report-html/`.
 //!
-//! A harness of its own (libtest-mimic), so that the browser test shows as *ignored* when no
-//! Chromium is installed (a note says why), instead of passing without having run. With `CI`
-//! set it always runs: CI installs Chromium (`.ci/run`).
+//! The browser test is ignored unless asked for (`-- --include-ignored`, as CI does after
+//! installing Chromium); asked for without a Chromium, it fails.
 
-mod support;
+use crate::support;
+use crate::support::{read_json, results};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -15,60 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::{Value, json};
 use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::Test;
-
-fn main() {
-    let args = Arguments::from_args();
-    let browser = chromium();
-    let skip_browser = browser.is_none() && std::env::var_os("CI").is_none();
-    if skip_browser {
-        eprintln!(
-            "note: report_html: no chromium on PATH (apt-get install chromium, or set \
-             SUMMON_CHROMIUM): the browser test is ignored"
-        );
-    }
-    let trials = vec![
-        trial(
-            "a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retries",
-            a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retries,
-        ),
-        trial(
-            "a_failed_run_still_writes_report_html",
-            a_failed_run_still_writes_report_html,
-        ),
-        trial("merge_writes_report_html", merge_writes_report_html),
-        trial(
-            "summon_report_rebuilds_the_page_and_names_what_is_missing",
-            summon_report_rebuilds_the_page_and_names_what_is_missing,
-        ),
-        trial(
-            "report_html_in_headless_chromium_counts_filters_and_shows_errors",
-            report_html_in_headless_chromium_counts_filters_and_shows_errors,
-        )
-        .with_ignored_flag(skip_browser),
-    ];
-    libtest_mimic::run(&args, trials).exit();
-}
-
-/// A test running on its own multi-threaded runtime (the mock server lives there).
-fn trial<F, Fut>(name: &'static str, test: F) -> Trial
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()>,
-{
-    Trial::test(name, move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| Failed::from(e.to_string()))?;
-        runtime.block_on(test());
-        Ok(())
-    })
-}
 
 // ---------------------------------------------------------------------------------------------
 // The run.
@@ -136,19 +85,6 @@ steps:
     )
 }
 
-fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn results(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// The data document a page embeds.
 fn embedded(page: &str) -> Value {
     let open = "<script type=\"application/json\" id=\"summon-data\">";
@@ -168,6 +104,7 @@ async fn checked_run() -> (MockServer, support::Output) {
     (server, out)
 }
 
+#[tokio::test(flavor = "multi_thread")]
 async fn a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retries() {
     let (_server, out) = checked_run().await;
     let dir = out.dir.join("out");
@@ -250,6 +187,7 @@ async fn a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retri
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
 async fn a_failed_run_still_writes_report_html() {
     let server = MockServer::start(mock()).await;
     let out = project(&server)
@@ -287,6 +225,7 @@ async fn a_failed_run_still_writes_report_html() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
 async fn merge_writes_report_html() {
     let server = MockServer::start(MockConfig::new()).await;
     let t = project(&server).write_raw("p.yaml", &pipeline("continue"));
@@ -323,6 +262,7 @@ async fn merge_writes_report_html() {
     assert_eq!(data["report"]["total"]["tasks"], ITEMS.len() as u64 + 1);
 }
 
+#[tokio::test(flavor = "multi_thread")]
 async fn summon_report_rebuilds_the_page_and_names_what_is_missing() {
     let (_server, out) = checked_run().await;
     let t = Test::new();
@@ -460,6 +400,8 @@ fn text_of(dom: &str, id: &str) -> String {
     dom[start..end].to_owned()
 }
 
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs Chromium (apt-get install chromium); run with --include-ignored"]
 async fn report_html_in_headless_chromium_counts_filters_and_shows_errors() {
     let (_server, out) = checked_run().await;
     let page = out.dir.join("out/report.html");

@@ -1,7 +1,7 @@
 //! Agent roles as seed 004 has them: a definition only narrows the tools its invocation
 //! grants, and a role with no text adds nothing around the task.
 
-mod support;
+use crate::support;
 
 use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply};
 use support::Test;
@@ -53,8 +53,8 @@ async fn an_agent_listing_bash_gets_no_shell_without_the_developer_grant() {
     let server = MockServer::start(MockConfig::new().reply(Reply::text("ok"))).await;
     let out = project(&server)
         .args(["delegate", "--source", "runner", "--instructions", "test"])
+        .stdout("ok\n")
         .run();
-    assert_eq!(out.stdout, "ok\n");
     assert!(
         out.stderr.contains(
             "Listed tools not available, left out: Bash — grant it with --extensions developer"
@@ -140,7 +140,7 @@ async fn a_pipeline_step_grants_the_shell_with_its_extensions() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_empty_role_sends_the_task_alone() {
     let server = MockServer::start(MockConfig::new().reply(Reply::text("ok"))).await;
-    let out = project(&server)
+    project(&server)
         .args([
             "delegate",
             "--source",
@@ -148,8 +148,8 @@ async fn an_empty_role_sends_the_task_alone() {
             "--instructions",
             "Find the parser.",
         ])
+        .stdout("ok\n")
         .run();
-    assert_eq!(out.stdout, "ok\n");
     let request = &server.requests()[0];
     assert_eq!(first_user_of(request), "Find the parser.");
     assert!(!system_of(request).contains(ROLE_SENTENCE));

@@ -3,17 +3,17 @@
 //! of a real process), `--dry-run`, and the outputs (`results.jsonl`, `report.json`,
 //! `--junit`, `outputs`, `--json`).
 
-mod support;
+use crate::support;
+use crate::support::{chats, results, wait_for};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use summon_mock_llm::{Api, MockConfig, MockServer, RecordedRequest, Reply};
+use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply};
 use support::Test;
 
 const KEY: &str = "sk-test-0123456789abcdefSECRET";
@@ -62,30 +62,8 @@ fn summon(t: &Test, args: &[&str]) -> Ran {
     }
 }
 
-/// The lines of `DIR/results.jsonl` (none when it does not exist).
-fn results(dir: &Path) -> Vec<Value> {
-    let Ok(text) = std::fs::read_to_string(dir.join("results.jsonl")) else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line ({e}): {l}")))
-        .collect()
-}
-
 fn step_lines<'a>(lines: &'a [Value], step: &str) -> Vec<&'a Value> {
     lines.iter().filter(|l| l["step"] == step).collect()
-}
-
-/// The chat requests the mock received, in arrival order.
-fn chats(server: &MockServer) -> Vec<RecordedRequest> {
-    let mut requests: Vec<_> = server
-        .requests()
-        .into_iter()
-        .filter(|r| r.api == Api::OpenAi)
-        .collect();
-    requests.sort_by_key(|r| r.seq);
-    requests
 }
 
 /// The first user message of a request (after the system prompt).
@@ -176,8 +154,8 @@ async fn every_item_appears_exactly_once_in_results_and_in_the_synthesis() {
             "8",
             "--quiet",
         ])
+        .stdout("the synthesis\n")
         .run();
-    assert_eq!(out.stdout, "the synthesis\n");
 
     let lines = results(&out.dir.join("out"));
     let each = step_lines(&lines, "each");
@@ -386,8 +364,8 @@ async fn on_error_continue_below_a_min_success_percentage_fails_the_step() {
         .write_raw("p.yaml", &pipeline)
         .args(["run", "p.yaml", "--out", "out", "--quiet"])
         .code(2)
+        .stderr_has("step `each` failed")
         .run();
-    assert!(out.stderr.contains("step `each` failed"), "{}", out.stderr);
     assert!(out.stderr.contains("7 of 10"), "{}", out.stderr);
     assert_eq!(out.stdout, "", "no final text for a failed run");
     // on_error: continue ran every item despite the failures.
@@ -428,15 +406,6 @@ async fn fail_fast_stops_the_step_and_skips_what_follows() {
 
 // ---------------------------------------------------------------------------------------------
 // 4. Journal and resume.
-
-/// Waits until `cond` holds, polling; panics after `limit`.
-fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// Fan-out requests per item (`Process ITEM`).
 fn requests_per_item(server: &MockServer) -> BTreeMap<String, usize> {

@@ -1,10 +1,11 @@
 //! Scheduled runs: the run history (`summon runs`), retention that keeps the store bounded,
 //! `--reuse` that pays only for new requests, and overlapping runs of one pipeline.
 
-mod support;
+use crate::support;
+use crate::support::wait_for;
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use summon_mock_llm::{MockConfig, MockServer, Reply};
@@ -266,14 +267,6 @@ fn spawn_run(t: &Test, extra: &[&str]) -> Child {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     command.spawn().expect("spawn summon run")
-}
-
-fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

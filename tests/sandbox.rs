@@ -5,7 +5,7 @@
 
 #![cfg(target_os = "linux")]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -61,22 +61,19 @@ impl Project {
     }
 }
 
-/// Whether this kernel can confine a command; says so on stderr when it cannot, so a skipped
-/// test is visible in the output.
-fn landlock_or_skip(test: &str) -> bool {
+/// Fails the test unless this kernel can confine a command (Landlock, Linux 5.13+): the
+/// sandbox tests are the product's promise and never pass without having run.
+fn require_landlock() {
     let status = Command::new(env!("CARGO_BIN_EXE_summon"))
         .args(["__sandbox", "--policy", "read-only", "--", "true"])
         .stderr(Stdio::piped())
         .output()
         .expect("run summon __sandbox");
-    if status.status.success() {
-        return true;
-    }
-    eprintln!(
-        "SKIPPED {test}: this kernel cannot confine commands (no Landlock): {}",
+    assert!(
+        status.status.success(),
+        "this kernel cannot confine commands (no Landlock): {}",
         String::from_utf8_lossy(&status.stderr)
     );
-    false
 }
 
 /// Runs one delegation whose model calls `shell` once per command (in one turn), and
@@ -119,9 +116,7 @@ fn unique(name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn workspace_write_allows_the_working_directory_only() {
-    if !landlock_or_skip("workspace_write_allows_the_working_directory_only") {
-        return;
-    }
+    require_landlock();
     let outside = tempfile::tempdir().expect("outside");
     let in_tmp = std::env::temp_dir().join(unique("summon-sandbox-outside"));
     let link_target = outside.path().to_owned();
@@ -168,9 +163,7 @@ async fn workspace_write_allows_the_working_directory_only() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn read_only_refuses_writes_even_in_the_working_directory() {
-    if !landlock_or_skip("read_only_refuses_writes_even_in_the_working_directory") {
-        return;
-    }
+    require_landlock();
     let results = shell_results(
         &[
             "touch inside.txt".to_owned(),
@@ -212,9 +205,7 @@ fn connect(port: u16) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn network_is_refused_unless_granted() {
-    if !landlock_or_skip("network_is_refused_unless_granted") {
-        return;
-    }
+    require_landlock();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
     let port = listener.local_addr().expect("addr").port();
     let denied = shell_results(&[connect(port)], &[], |_| {}).await;
@@ -232,9 +223,7 @@ async fn network_is_refused_unless_granted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn everyday_tools_work_under_the_default() {
-    if !landlock_or_skip("everyday_tools_work_under_the_default") {
-        return;
-    }
+    require_landlock();
     // The test's HOME is empty: rustup finds its toolchains where the user's are.
     let real_home = PathBuf::from(std::env::var_os("HOME").expect("HOME"));
     let rustup = std::env::var_os("RUSTUP_HOME").map_or(real_home.join(".rustup"), PathBuf::from);
@@ -478,13 +467,12 @@ fn doctor_says_whether_commands_are_sandboxed() {
         sandbox["default"],
         json!({"policy": "workspace-write", "network": false})
     );
-    if landlock_or_skip("doctor_says_whether_commands_are_sandboxed") {
-        assert_eq!(sandbox["sandboxed"], true, "{sandbox}");
-        assert!(
-            sandbox["landlock_abi"].as_u64().unwrap_or(0) >= 1,
-            "{sandbox}"
-        );
-    }
+    require_landlock();
+    assert_eq!(sandbox["sandboxed"], true, "{sandbox}");
+    assert!(
+        sandbox["landlock_abi"].as_u64().unwrap_or(0) >= 1,
+        "{sandbox}"
+    );
     let without = Test::new()
         .env("SUMMON_TEST_NO_LANDLOCK", "1")
         .args(["doctor", "--offline"])
@@ -707,9 +695,7 @@ async fn server_confinement(extra: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_mcp_server_is_sandboxed_only_when_its_extension_asks() {
-    if !landlock_or_skip("an_mcp_server_is_sandboxed_only_when_its_extension_asks") {
-        return;
-    }
+    require_landlock();
     assert_eq!(
         server_confinement("    sandbox: workspace-write\n").await,
         "NoNewPrivs: 1, Seccomp: 2"

@@ -8,7 +8,7 @@
 //! With `SUMMON_FIGURES=FILE`, the test appends `{"kind":"secrets","files_checked":N,
 //! "leaks":N}` to FILE (read by `benches/reliability.py`).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

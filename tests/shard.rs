@@ -4,7 +4,8 @@
 //! variables select the shard, `--until`/`--items-from` carry a model-made item list to
 //! every shard, and bad input is refused before anything is sent or written.
 
-mod support;
+use crate::support;
+use crate::support::results;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -114,17 +115,6 @@ fn run_shards(t: &Test, n: u32, extra: &[&str]) {
             result.stderr
         );
     }
-}
-
-/// The lines of `DIR/results.jsonl`.
-fn results(dir: &Path) -> Vec<Value> {
-    let Ok(text) = std::fs::read_to_string(dir.join("results.jsonl")) else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line ({e}): {l}")))
-        .collect()
 }
 
 /// The results as a set, without what depends on timing.

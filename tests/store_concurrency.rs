@@ -7,7 +7,7 @@
 
 #![cfg(target_os = "linux")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::process::{Output, Stdio};

@@ -2,9 +2,8 @@
 //! sentence is taken without a correction request; only an answer with no usable value (or
 //! several different ones) is sent back. What each request asks the provider for.
 
-mod support;
-
-use std::path::Path;
+use crate::support;
+use crate::support::{read_json, results};
 
 use serde_json::{Value, json};
 use summon_mock_llm::{MockConfig, MockServer, Reply};
@@ -34,19 +33,6 @@ const SCORE_RECIPE: &str = "
 
 /// A one-step pipeline whose model-made item list is the run's output.
 const DECOMPOSE: &str = "version: 1\nname: p\nsteps:\n  - id: list\n    decompose:\n      instructions: List the areas.\n";
-
-fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn results(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fenced_answer_after_a_sentence_is_taken_without_a_correction() {

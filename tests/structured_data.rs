@@ -2,9 +2,9 @@
 //! JSON (`r.data`, `data` in results.jsonl), tables of a fan-out's results are written as CSV
 //! or JSONL, and a short placeholder key does not garble what summon prints.
 
-mod support;
+use crate::support;
+use crate::support::results;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -60,16 +60,6 @@ const KEY: &str = "sk-test-0123456789abcdefSECRET";
 /// A project wired to the mock as an OpenAI-compatible provider.
 fn openai(server: &MockServer) -> Test {
     openai_with_key(server, KEY)
-}
-
-fn results(dir: &Path) -> Vec<Value> {
-    let mut lines: Vec<Value> = std::fs::read_to_string(dir.join("results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    lines.sort_by_key(|l| (l["step"].as_str().unwrap().to_owned(), l["index"].as_u64()));
-    lines
 }
 
 const CLASSIFY_RECIPE: &str = "

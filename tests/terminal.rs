@@ -3,11 +3,13 @@
 //!
 //! Needs tmux (`.ci/run` installs it); without it the tests say so and do nothing.
 
-mod support;
+use crate::support;
+use crate::support::require;
+use crate::support::wait_for;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use summon_mock_llm::{MockConfig, MockServer};
 use support::Test;
@@ -26,14 +28,6 @@ steps:
     synthesize:
       instructions: "Summarise {{ steps.labels.results | length }} labels"
 "#;
-
-fn tmux_missing() -> bool {
-    let missing = Command::new("tmux").arg("-V").output().is_err();
-    if missing {
-        eprintln!("SKIPPED: tmux is not installed, the terminal display is not tested");
-    }
-    missing
-}
 
 /// A tmux session running `summon run` in `dir`; killed on drop.
 struct Pane {
@@ -97,14 +91,6 @@ impl Drop for Pane {
     }
 }
 
-fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn project() -> Test {
     let mut rows = "id,text\n".to_owned();
     for i in 0..60 {
@@ -116,10 +102,9 @@ fn project() -> Test {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs tmux; runs with --include-ignored"]
 async fn bars_show_the_run_and_are_cleared_at_the_end() {
-    if tmux_missing() {
-        return;
-    }
+    require("tmux");
     // 60 tasks, 4 at a time, 300 ms each: about 4.5 s, room for a capture mid-run.
     let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(300))).await;
     let t = project();
@@ -178,10 +163,9 @@ async fn bars_show_the_run_and_are_cleared_at_the_end() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs tmux; runs with --include-ignored"]
 async fn ctrl_c_leaves_one_display_not_two() {
-    if tmux_missing() {
-        return;
-    }
+    require("tmux");
     let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(300))).await;
     let t = project();
     let pane = Pane::start(

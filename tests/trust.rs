@@ -1,7 +1,7 @@
 //! A cloned repository cannot take the user's keys: a project's `summon.yaml` may send a
 //! credential somewhere, and its `.mcp.json` start a server, only once the project is trusted.
 
-mod support;
+use crate::support;
 
 use summon_mock_llm::{MockConfig, MockServer};
 use support::Test;

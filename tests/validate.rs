@@ -1,6 +1,6 @@
 //! `summon validate`: the compiler-style report, exit codes, `--json`, and one case per rule.
 
-mod support;
+use crate::support;
 use support::*;
 
 use serde::Deserialize;

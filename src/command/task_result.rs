@@ -20,7 +20,8 @@ use crate::cli::LoadArgs;
 use crate::error::{Error, Result};
 use crate::store::{Store, TaskId, TaskLookup, TaskRecord, TaskStatus};
 
-/// How long a cancelled worker gets to stop by itself before it is killed.
+/// How long a cancelled worker gets to stop by itself before it is killed, unless
+/// `SUMMON_CANCEL_GRACE_MS` says otherwise.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(100);
 /// How often a waiting `load` checks that the task's worker is still alive.
@@ -42,7 +43,14 @@ pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
         return peek(&task, args.output.json, ctx);
     }
     if args.cancel {
-        let task = cancel(&store, &task)?;
+        let grace = cancel_grace(&ctx.env)?;
+        let (task, killed) = cancel(&store, &task, grace)?;
+        if killed {
+            ctx.note(&format!(
+                "the worker did not stop within {} and was killed",
+                format_grace(grace)
+            ));
+        }
         return show(&task, false, args.output.json, ctx);
     }
     let started = Instant::now();
@@ -126,20 +134,42 @@ fn peek(task: &TaskRecord, json: bool, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-/// Asks the worker to stop, waits for it, and kills it when it does not stop in time.
-fn cancel(store: &Store, task: &TaskRecord) -> Result<TaskRecord> {
+/// The grace a cancelled worker gets: `SUMMON_CANCEL_GRACE_MS` or 5 s.
+fn cancel_grace(env: &crate::env::Env) -> Result<Duration> {
+    match env.var("SUMMON_CANCEL_GRACE_MS") {
+        None => Ok(CANCEL_GRACE),
+        Some(text) => text.parse().map(Duration::from_millis).map_err(|_| {
+            Error::usage(format!(
+                "SUMMON_CANCEL_GRACE_MS must be a number of milliseconds, found `{text}`"
+            ))
+        }),
+    }
+}
+
+fn format_grace(grace: Duration) -> String {
+    if grace.subsec_millis() == 0 {
+        format!("{} s", grace.as_secs())
+    } else {
+        format!("{} ms", grace.as_millis())
+    }
+}
+
+/// Asks the worker to stop, waits for it, and kills it when it does not stop within
+/// `grace`; says whether it had to be killed.
+fn cancel(store: &Store, task: &TaskRecord, grace: Duration) -> Result<(TaskRecord, bool)> {
     if task.status.is_terminal() {
-        return Ok(task.clone());
+        return Ok((task.clone(), false));
     }
     store.request_cancel(&task.id)?;
-    let deadline = Instant::now() + CANCEL_GRACE;
+    let deadline = Instant::now() + grace;
     loop {
         let current = find(store, &task.id)?;
         if current.status.is_terminal() {
-            return Ok(current);
+            return Ok((current, false));
         }
         if Instant::now() >= deadline {
-            if let Some(pid) = current.pid.filter(|pid| pid_alive(*pid)) {
+            let pid = current.pid.filter(|pid| pid_alive(*pid));
+            if let Some(pid) = pid {
                 // The worker leads its own process group: stop it and its children.
                 let _ = std::process::Command::new("kill")
                     .args(["-KILL", "--", &format!("-{pid}")])
@@ -147,7 +177,7 @@ fn cancel(store: &Store, task: &TaskRecord) -> Result<TaskRecord> {
                     .status();
             }
             store.cancel(&task.id)?;
-            return find(store, &task.id);
+            return Ok((find(store, &task.id)?, pid.is_some()));
         }
         std::thread::sleep(POLL);
     }

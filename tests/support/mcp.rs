@@ -8,9 +8,9 @@ use std::time::Duration;
 use summon_mock_llm::RecordedRequest;
 
 /// The npm filesystem server the tests (and `.ci/run`) install.
-pub const FS_SERVER: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
+pub(crate) const FS_SERVER: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 /// The PyPI time server the tests (and `.ci/run`) install.
-pub const TIME_SERVER: &str = "mcp-server-time==2026.10.19";
+pub(crate) const TIME_SERVER: &str = "mcp-server-time==2026.10.19";
 
 /// Where the third-party servers are installed (once, shared by every test and by CI).
 fn servers_root() -> PathBuf {
@@ -39,7 +39,7 @@ fn install_once(ready: &Path, what: &str, install: impl FnOnce(&Path) -> std::pr
 }
 
 /// The `mcp-server-filesystem` executable from npm.
-pub fn filesystem_server() -> PathBuf {
+pub(crate) fn filesystem_server() -> PathBuf {
     let bin = servers_root().join("node/node_modules/.bin/mcp-server-filesystem");
     install_once(&bin, FS_SERVER, |root| {
         let mut cmd = std::process::Command::new("npm");
@@ -52,7 +52,7 @@ pub fn filesystem_server() -> PathBuf {
 }
 
 /// A directory with `mcp-server-time` (and the Python MCP SDK) from PyPI, for PYTHONPATH.
-pub fn python_packages() -> PathBuf {
+pub(crate) fn python_packages() -> PathBuf {
     let dir = servers_root().join("py");
     install_once(&dir.join("mcp_server_time"), TIME_SERVER, |root| {
         let mut cmd = std::process::Command::new("python3");
@@ -72,7 +72,7 @@ pub fn python_packages() -> PathBuf {
 }
 
 /// The path of a scripted server in tests/fixtures/mcp.
-pub fn fixture(name: &str) -> String {
+pub(crate) fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/mcp")
         .join(name)
@@ -81,7 +81,7 @@ pub fn fixture(name: &str) -> String {
 }
 
 /// What the model was told about its tool calls so far (OpenAI format: `tool` messages).
-pub fn tool_results(request: &RecordedRequest) -> Vec<String> {
+pub(crate) fn tool_results(request: &RecordedRequest) -> Vec<String> {
     request.body["messages"]
         .as_array()
         .unwrap()
@@ -95,7 +95,7 @@ pub fn tool_results(request: &RecordedRequest) -> Vec<String> {
 /// Whether `pid` is still there after it had a moment to die: a SIGKILLed process goes within
 /// milliseconds, but on a loaded machine not always before the next line runs. A process that
 /// survives stays alive through the whole wait, so this still fails the test.
-pub fn still_alive(pid: u32) -> bool {
+pub(crate) fn still_alive(pid: u32) -> bool {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while alive(pid) {
         if std::time::Instant::now() >= deadline {
@@ -106,7 +106,7 @@ pub fn still_alive(pid: u32) -> bool {
     false
 }
 
-pub fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         stat.rsplit_once(')')
             .and_then(|(_, rest)| rest.split_whitespace().next())

@@ -9,18 +9,26 @@ use std::process::Command;
 use super::unindent;
 
 #[must_use]
-pub struct Test {
+pub(crate) struct Test {
     dir: tempfile::TempDir,
     cwd: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
-    stdin: Option<String>,
     expected_code: i32,
+    expected: Vec<Expect>,
+}
+
+/// What a run's output must show, checked by [`Test::run`] besides the exit code.
+enum Expect {
+    Stdout(String),
+    StdoutHas(String),
+    Stderr(String),
+    StderrHas(String),
 }
 
 /// What a run printed.
 #[derive(Debug)]
-pub struct Output {
+pub(crate) struct Output {
     pub stdout: String,
     pub stderr: String,
     pub code: i32,
@@ -29,7 +37,7 @@ pub struct Output {
 }
 
 impl Output {
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
     }
@@ -42,7 +50,7 @@ impl Default for Test {
 }
 
 impl Test {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let cwd = dir.path().to_path_buf();
         Self {
@@ -50,44 +58,44 @@ impl Test {
             cwd,
             args: Vec::new(),
             env: Vec::new(),
-            stdin: None,
             expected_code: 0,
+            expected: Vec::new(),
         }
     }
 
     /// The temp project directory.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// Writes a file (text unindented), creating folders.
     #[track_caller]
-    pub fn write(self, path: &str, content: &str) -> Self {
+    pub(crate) fn write(self, path: &str, content: &str) -> Self {
         self.write_raw(path, &unindent(content))
     }
 
     /// Writes a file exactly as given.
     #[track_caller]
-    pub fn write_raw(self, path: &str, content: &str) -> Self {
+    pub(crate) fn write_raw(self, path: &str, content: &str) -> Self {
         let full = self.dir.path().join(path);
         std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
         std::fs::write(&full, content).expect("write");
         self
     }
 
-    pub fn mkdir(self, path: &str) -> Self {
+    pub(crate) fn mkdir(self, path: &str) -> Self {
         std::fs::create_dir_all(self.dir.path().join(path)).expect("mkdir");
         self
     }
 
     /// Runs in a subdirectory of the project.
-    pub fn current_dir(mut self, sub: &str) -> Self {
+    pub(crate) fn current_dir(mut self, sub: &str) -> Self {
         self.cwd = self.dir.path().join(sub);
         std::fs::create_dir_all(&self.cwd).expect("mkdir");
         self
     }
 
-    pub fn args<I, S>(mut self, args: I) -> Self
+    pub(crate) fn args<I, S>(mut self, args: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -96,14 +104,14 @@ impl Test {
         self
     }
 
-    pub fn env(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
         self
     }
 
     /// Sets `key` to the absolute path of `rel` inside the project; `:`-separated lists work
     /// (`.env_path("SUMMON_RECIPE_PATH", "p1:p2")`).
-    pub fn env_path(self, key: &str, rel: &str) -> Self {
+    pub(crate) fn env_path(self, key: &str, rel: &str) -> Self {
         let value = rel
             .split(':')
             .map(|part| self.dir.path().join(part).to_string_lossy().into_owned())
@@ -112,33 +120,78 @@ impl Test {
         self.env(key, &value)
     }
 
-    pub fn stdin(mut self, text: &str) -> Self {
-        self.stdin = Some(text.into());
-        self
-    }
-
     /// The exit code expected (default 0).
-    pub fn code(mut self, code: i32) -> Self {
+    pub(crate) fn code(mut self, code: i32) -> Self {
         self.expected_code = code;
         self
     }
 
-    /// Runs the binary and checks the exit code; returns the output for more checks.
+    /// stdout must be exactly `text`.
+    pub(crate) fn stdout(mut self, text: &str) -> Self {
+        self.expected.push(Expect::Stdout(text.into()));
+        self
+    }
+
+    /// stdout must contain `text`.
+    pub(crate) fn stdout_has(mut self, text: &str) -> Self {
+        self.expected.push(Expect::StdoutHas(text.into()));
+        self
+    }
+
+    /// stderr must be exactly `text`.
+    pub(crate) fn stderr(mut self, text: &str) -> Self {
+        self.expected.push(Expect::Stderr(text.into()));
+        self
+    }
+
+    /// stderr must contain `text`.
+    pub(crate) fn stderr_has(mut self, text: &str) -> Self {
+        self.expected.push(Expect::StderrHas(text.into()));
+        self
+    }
+
+    /// Runs the binary and checks the exit code, the expected output, and that nothing
+    /// panicked; returns the output for more checks.
     #[track_caller]
-    pub fn run(self) -> Output {
+    pub(crate) fn run(self) -> Output {
         let mut output = self.output();
-        assert_eq!(
-            output.code, self.expected_code,
-            "unexpected exit code for {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        let context = format!(
+            "{:?}\n--- stdout\n{}\n--- stderr\n{}",
             self.args, output.stdout, output.stderr
         );
+        assert_eq!(
+            output.code, self.expected_code,
+            "unexpected exit code for {context}"
+        );
+        assert!(
+            !output.stderr.contains("panicked at"),
+            "summon panicked: {context}"
+        );
+        for expect in &self.expected {
+            match expect {
+                Expect::Stdout(text) => assert_eq!(&output.stdout, text, "stdout of {context}"),
+                Expect::StdoutHas(text) => {
+                    assert!(
+                        output.stdout.contains(text),
+                        "stdout lacks {text:?}: {context}"
+                    )
+                }
+                Expect::Stderr(text) => assert_eq!(&output.stderr, text, "stderr of {context}"),
+                Expect::StderrHas(text) => {
+                    assert!(
+                        output.stderr.contains(text),
+                        "stderr lacks {text:?}: {context}"
+                    )
+                }
+            }
+        }
         output._keep = Some(self.dir);
         output
     }
 
     /// The configured command (arguments, working directory, clean environment), not yet
     /// started: for tests that drive the process themselves (pipes, signals).
-    pub fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_summon"));
         command
             .args(&self.args)
@@ -153,26 +206,8 @@ impl Test {
     }
 
     /// Runs the binary and returns what happened, whatever the exit code.
-    pub fn output(&self) -> Output {
-        let mut command = self.command();
-        let output = match &self.stdin {
-            Some(input) => {
-                use std::io::Write;
-                command
-                    .stdin(std::process::Stdio::piped())
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped());
-                let mut child = command.spawn().expect("spawn summon");
-                child
-                    .stdin
-                    .take()
-                    .expect("stdin")
-                    .write_all(input.as_bytes())
-                    .expect("write stdin");
-                child.wait_with_output().expect("wait")
-            }
-            None => command.output().expect("run summon"),
-        };
+    pub(crate) fn output(&self) -> Output {
+        let output = self.command().output().expect("run summon");
         Output {
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),

@@ -1,0 +1,56 @@
+//! The integration suite, one test binary: each module drives the built `summon` binary
+//! (`CARGO_BIN_EXE_summon`) in a temporary project, most of them against the test mock LLM
+//! server (`summon_mock_llm`) on 127.0.0.1. Shared helpers live once in `support`.
+//!
+//! Tests that need something from outside the project (zsh, fish, tmux, Chromium, Landlock,
+//! `../shared/corpus`) are `#[ignore]`d with the reason, so a plain `cargo test` shows them
+//! as ignored rather than passing without having run; `cargo test -- --include-ignored` (what
+//! CI runs, after `.ci/run` installs them) runs them and fails when the thing is missing.
+
+mod support;
+
+mod background_edges;
+mod batch;
+mod batch_calls;
+mod completions;
+mod corpus;
+mod crash;
+mod delegate;
+mod discovery;
+mod doctor;
+mod error_messages;
+mod examples;
+mod exit_codes;
+mod faults;
+mod first_hour;
+mod fuzz_regressions;
+mod hostile;
+mod lean_requests;
+mod load;
+mod mcp;
+mod mcp_conditions;
+mod mcp_names;
+mod new;
+mod pipeline_edges;
+mod pipeline_validate;
+mod prompt_cache;
+mod provider_errors;
+mod provider_fidelity;
+mod recipe_rules;
+mod reduce;
+mod render;
+mod report_html;
+mod roles;
+mod run;
+mod runs;
+mod sandbox;
+mod schemas;
+mod secrets;
+mod shard;
+mod store_concurrency;
+mod structured_answers;
+mod structured_data;
+mod tasks;
+mod terminal;
+mod trust;
+mod validate;
