@@ -25,6 +25,7 @@ mod faults;
 mod first_hour;
 mod fuzz_regressions;
 mod hostile;
+mod json_outputs;
 mod lean_requests;
 mod load;
 mod mcp;
