@@ -37,7 +37,7 @@ fn first_user_of(request: &summon_mock_llm::RecordedRequest) -> String {
 async fn ad_hoc_instructions_are_the_first_message_verbatim() {
     let server = MockServer::start(MockConfig::new().reply(Reply::text("All done."))).await;
     let task = "Count the files.\n  Keep {{ braces }} and: colons";
-    openai(&server)
+    let _out = openai(&server)
         .args(["delegate", "--instructions", task])
         .stdout("All done.\n")
         .run();
@@ -68,7 +68,7 @@ async fn ad_hoc_instructions_are_the_first_message_verbatim() {
 #[tokio::test(flavor = "multi_thread")]
 async fn recipe_instructions_go_to_the_system_prompt_and_prompt_to_the_user() {
     let server = MockServer::start(MockConfig::new().reply(Reply::text("notes"))).await;
-    openai(&server)
+    let _out = openai(&server)
         .write(
             "recipes/notes.yaml",
             "
@@ -292,7 +292,7 @@ async fn rate_limit_is_retried_after_retry_after() {
         Reply::text("ok"),
     ]))
     .await;
-    openai(&server)
+    let _out = openai(&server)
         .args(["delegate", "--instructions", "x"])
         .stdout("ok\n")
         .run();
@@ -509,7 +509,7 @@ async fn a_subagent_shell_cannot_delegate() {
         Reply::text("done"),
     ]))
     .await;
-    openai(&server)
+    let _out = openai(&server)
         .args([
             "delegate",
             "--instructions",

@@ -168,15 +168,16 @@ async fn path_escapes_are_refused_by_every_file_tool() {
 
     server.push_reply(Reply::tool_calls(calls.clone()));
     server.push_reply(Reply::text("done"));
-    t.args([
-        "delegate",
-        "--instructions",
-        "escape",
-        "--working-dir",
-        "work",
-    ])
-    .stdout("done\n")
-    .run();
+    let _out = t
+        .args([
+            "delegate",
+            "--instructions",
+            "escape",
+            "--working-dir",
+            "work",
+        ])
+        .stdout("done\n")
+        .run();
 
     let requests = server.requests();
     assert_eq!(requests.len(), 2);

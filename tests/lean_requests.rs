@@ -116,7 +116,7 @@ async fn a_single_turn_task_is_sent_no_tools_and_a_short_prompt() {
 #[tokio::test(flavor = "multi_thread")]
 async fn delegate_with_one_turn_sends_no_tools() {
     let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
-    openai(&server)
+    let _out = openai(&server)
         .args([
             "delegate",
             "--instructions",

@@ -519,7 +519,7 @@ fn desktop_form_and_json_recipes_load() {
             ("y", "yml form")
         ]
     );
-    Test::new()
+    let _out = Test::new()
         .write(
             "recipes/desk.yaml",
             "recipe:\n  title: Desk\n  description: desktop form\n  instructions: wrapped",

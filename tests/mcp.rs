@@ -223,7 +223,7 @@ async fn env_keys_are_passed_and_other_secrets_are_not() {
         30,
         "    env_keys: [SERVICE_TOKEN]\n    envs:\n      FIXED: from-recipe\n",
     );
-    openai(&server)
+    let _out = openai(&server)
         .write("recipes/tools.yaml", &recipe)
         .env("SERVICE_TOKEN", "tok-123")
         .args(["delegate", "--source", "tools"])
@@ -368,7 +368,7 @@ async fn no_server_process_outlives_its_task() {
     )
     .await;
     let pid_file = tempfile::NamedTempFile::new().unwrap();
-    openai(&server)
+    let _out = openai(&server)
         .write(
             "recipes/tools.yaml",
             &misbehaving_recipe("stubborn", 30, ""),

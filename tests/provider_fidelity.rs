@@ -58,7 +58,7 @@ async fn anthropic_whitespace_text_beside_a_tool_call_is_not_sent_back() {
         Reply::text("Two files."),
     ]))
     .await;
-    anthropic(&server)
+    let _out = anthropic(&server)
         .write("a.txt", "a")
         .args(["delegate", "--instructions", "Count the files."])
         .stdout("Two files.\n")
@@ -341,7 +341,7 @@ async fn a_custom_tool_call_is_answered_with_an_error_naming_its_type() {
         Reply::text("Understood."),
     ]))
     .await;
-    openai(&server)
+    let _out = openai(&server)
         .args(["delegate", "--instructions", "Find the needle."])
         .stdout("Understood.\n")
         .run();

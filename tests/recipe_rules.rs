@@ -224,7 +224,7 @@ fn include_in_a_value_outside_the_recipe_folder_fails_validate() {
 #[tokio::test(flavor = "multi_thread")]
 async fn inherited_recipe_delegates_with_the_parent_structure() {
     let server = MockServer::start(MockConfig::new().reply(Reply::text("Berlin."))).await;
-    inheritance(openai(&server))
+    let _out = inheritance(openai(&server))
         .args([
             "delegate",
             "--source",

@@ -140,7 +140,7 @@ async fn a_pipeline_step_grants_the_shell_with_its_extensions() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_empty_role_sends_the_task_alone() {
     let server = MockServer::start(MockConfig::new().reply(Reply::text("ok"))).await;
-    project(&server)
+    let _out = project(&server)
         .args([
             "delegate",
             "--source",

@@ -3,7 +3,6 @@
 //! or JSONL, and a short placeholder key does not garble what summon prints.
 
 use crate::support;
-use crate::support::results;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -60,6 +59,13 @@ const KEY: &str = "sk-test-0123456789abcdefSECRET";
 /// A project wired to the mock as an OpenAI-compatible provider.
 fn openai(server: &MockServer) -> Test {
     openai_with_key(server, KEY)
+}
+
+/// The lines of `results.jsonl`, by step and item.
+fn results(dir: &std::path::Path) -> Vec<Value> {
+    let mut lines = support::results(dir);
+    lines.sort_by_key(|l| (l["step"].as_str().unwrap().to_owned(), l["index"].as_u64()));
+    lines
 }
 
 const CLASSIFY_RECIPE: &str = "
