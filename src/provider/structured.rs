@@ -309,4 +309,29 @@ mod tests {
             json!({"items": 1})
         );
     }
+
+    #[test]
+    fn the_mechanism_says_when_a_schema_is_wrapped_and_when_it_cannot_be() {
+        use super::super::ProviderKind;
+        let array = json!({"type": "array", "items": {"type": "string"}});
+        assert_eq!(
+            mechanism(&array, ProviderKind::OpenAi, OpenAiFormat::JsonSchema),
+            "response_format json_schema (strict); the schema's root is not an object, so it \
+             is wrapped as an object's `items` and the answer unwrapped"
+        );
+        assert!(
+            mechanism(&array, ProviderKind::OpenAi, OpenAiFormat::JsonObject)
+                .starts_with("the prompt and lenient extraction (json_object cannot")
+        );
+        let format = ResponseFormat::for_schema(&array, false).unwrap();
+        assert_eq!(
+            openai_response_format(&format, OpenAiFormat::JsonObject),
+            None
+        );
+        let object = json!({"type": "object"});
+        assert_eq!(
+            mechanism(&object, ProviderKind::OpenAi, OpenAiFormat::JsonObject),
+            "response_format json_object"
+        );
+    }
 }
