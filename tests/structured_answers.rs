@@ -1,12 +1,13 @@
 //! Structured answers the way models really give them: JSON in a fenced block or after a
 //! sentence is taken without a correction request; only an answer with no usable value (or
-//! several different ones) is sent back. What each request asks the provider for.
+//! several different ones) is sent back. What each request asks the provider for, also for a
+//! schema whose root is not an object (sent wrapped in an object, the answer unwrapped).
 
 use crate::support;
 use crate::support::{read_json, results};
 
 use serde_json::{Value, json};
-use summon_mock_llm::{MockConfig, MockServer, Reply};
+use summon_mock_llm::{Api, MockConfig, MockServer, Reply};
 use support::Test;
 
 const KEY: &str = "sk-test-0123456789abcdefSECRET";
@@ -57,15 +58,271 @@ async fn a_fenced_answer_after_a_sentence_is_taken_without_a_correction() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_bare_answer_is_not_marked_extracted() {
+async fn a_bare_array_is_accepted_though_it_was_asked_wrapped_and_is_not_marked_extracted() {
     let server =
         MockServer::start(MockConfig::new().replies([Reply::text("[\"api\", \"cli\"]")])).await;
     let out = openai(&server)
         .write_raw("p.yaml", DECOMPOSE)
         .args(["run", "p.yaml", "--out", "out", "--quiet"])
         .run();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "{}", out.stderr);
+    assert_eq!(
+        requests[0].body["response_format"]["json_schema"]["schema"]["required"],
+        json!(["items"])
+    );
     let lines = results(&out.dir.join("out"));
+    assert_eq!(lines[0]["output"], "[\"api\",\"cli\"]", "{:#}", lines[0]);
     assert_eq!(lines[0]["extracted"], false, "{:#}", lines[0]);
+    assert_eq!(lines[0]["corrections"], 0);
+}
+
+/// A model-made list of areas, then one task per area.
+const DECOMPOSE_THEN_FAN_OUT: &str = "version: 1\nname: p\nsteps:\n  - id: list\n    decompose:\n      instructions: List the areas.\n  - id: each\n    fan_out:\n      over: list\n      instructions: 'Describe {{ item }}'\n";
+
+/// The decompose schema as the providers' mechanisms are sent it.
+fn wrapped_array() -> Value {
+    json!({"type": "object", "properties": {"items": {"type": "array"}},
+        "required": ["items"], "additionalProperties": false})
+}
+
+/// The first user texts of the requests after the first, sorted.
+fn fan_out_texts(server: &MockServer) -> Vec<String> {
+    let mut texts: Vec<String> = server.requests()[1..]
+        .iter()
+        .map(|r| r.last_user_text().unwrap_or_default())
+        .collect();
+    texts.sort();
+    texts
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn decompose_by_model_on_openai_asks_for_the_array_wrapped_and_fans_out_its_items() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([Reply::text("{\"items\": [\"api\", \"cli\", \"docs\"]}")])
+            .default_reply(Reply::text("described")),
+    )
+    .await;
+    let out = openai(&server)
+        .write_raw("p.yaml", DECOMPOSE_THEN_FAN_OUT)
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    let requests = server.requests();
+    // `{"type": "array"}` says nothing of its items: strict mode refuses it.
+    assert_eq!(
+        requests[0].body["response_format"],
+        json!({"type": "json_schema", "json_schema": {
+            "name": "structured_answer", "schema": wrapped_array(), "strict": false}}),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        fan_out_texts(&server),
+        ["Describe api", "Describe cli", "Describe docs"]
+    );
+    let lines = results(&out.dir.join("out"));
+    let list = lines.iter().find(|l| l["step"] == "list").unwrap();
+    assert_eq!(list["output"], "[\"api\",\"cli\",\"docs\"]", "{list:#}");
+    assert_eq!(list["extracted"], false);
+    assert_eq!(list["corrections"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn decompose_by_model_on_anthropic_gets_its_items_from_the_answer_tool() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([Reply::tool_call(
+                "structured_answer",
+                json!({"items": ["api", "cli"]}),
+            )])
+            .default_reply(Reply::text("described")),
+    )
+    .await;
+    let out = Test::new()
+        .env("ANTHROPIC_BASE_URL", &server.url_anthropic())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("SUMMON_PROVIDER", "anthropic")
+        .env("SUMMON_MODEL", "claude-test")
+        .write_raw("p.yaml", DECOMPOSE_THEN_FAN_OUT)
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{}", out.stderr);
+    let first = &requests[0].body;
+    let answer = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "structured_answer")
+        .unwrap_or_else(|| panic!("no answer tool: {first}"));
+    assert_eq!(answer["input_schema"], wrapped_array());
+    // The task has tools: the answer tool is offered beside them, not forced.
+    assert!(first["tools"].as_array().unwrap().len() > 1, "{first}");
+    assert_eq!(first.get("tool_choice"), None, "{first}");
+    assert_eq!(fan_out_texts(&server), ["Describe api", "Describe cli"]);
+    let lines = results(&out.dir.join("out"));
+    let list = lines.iter().find(|l| l["step"] == "list").unwrap();
+    assert_eq!(list["output"], "[\"api\",\"cli\"]", "{list:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scalar_schema_is_wrapped_as_answer_and_r_data_is_the_bare_value() {
+    let server = MockServer::start(MockConfig::new().rule(|req| {
+        match req.last_user_text().unwrap_or_default().as_str() {
+            // One model follows the mechanism, one answers the bare value in a fenced block.
+            "Count: ab" => Reply::text("{\"answer\": 2}"),
+            _ => Reply::text("It has three letters:\n```json\n3\n```"),
+        }
+    }))
+    .await;
+    let out = openai(&server)
+        .write(
+            "p.yaml",
+            "
+            version: 1
+            name: p
+            steps:
+              - id: words
+                decompose: {items: [ab, cde]}
+              - id: count
+                fan_out:
+                  over: words
+                  instructions: 'Count: {{ item }}'
+                  schema: {type: integer}
+              - id: sum
+                synthesize:
+                  instructions: '{% for r in steps.count.results %}{{ r.data + 1 }};{% endfor %}'
+            ",
+        )
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    let requests = server.requests();
+    let count = requests
+        .iter()
+        .find(|r| r.last_user_text().unwrap_or_default() == "Count: ab")
+        .unwrap();
+    assert_eq!(
+        count.body["response_format"]["json_schema"],
+        json!({"name": "structured_answer", "strict": true, "schema": {"type": "object",
+            "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+            "additionalProperties": false}})
+    );
+    let last = requests.last().unwrap().last_user_text().unwrap();
+    assert_eq!(last, "3;4;", "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_object_cannot_carry_a_wrapped_schema_so_the_prompt_asks_for_it() {
+    let server =
+        MockServer::start(MockConfig::new().replies([Reply::text("[\"api\", \"cli\"]")])).await;
+    let out = openai(&server)
+        .write(
+            "summon.yaml",
+            "providers:\n  openai:\n    structured_output: json_object\n",
+        )
+        .write_raw("p.yaml", DECOMPOSE)
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    let requests = server.requests();
+    assert_eq!(requests[0].body.get("response_format"), None);
+    let lines = results(&out.dir.join("out"));
+    assert_eq!(lines[0]["output"], "[\"api\",\"cli\"]", "{}", out.stderr);
+}
+
+/// Two words counted in one batch; the answers follow the mechanism or not.
+fn batch_project(server: &MockServer, anthropic: bool) -> Test {
+    let t = if anthropic {
+        Test::new()
+            .env("ANTHROPIC_BASE_URL", &server.url_anthropic())
+            .env("ANTHROPIC_API_KEY", KEY)
+            .env("SUMMON_PROVIDER", "anthropic")
+    } else {
+        Test::new()
+            .env("OPENAI_BASE_URL", &server.url_openai())
+            .env("OPENAI_API_KEY", KEY)
+    };
+    t.env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_BATCH_POLL_MS", "5")
+        .write(
+            "p.yaml",
+            "
+            version: 1
+            name: p
+            steps:
+              - id: words
+                decompose: {items: [ab, cde]}
+              - id: letters
+                backend: batch
+                fan_out:
+                  over: words
+                  instructions: 'Letters: {{ item }}'
+                  schema: {type: array, items: {type: string}}
+            ",
+        )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn batch_lines_carry_the_wrapped_schema_and_answers_are_unwrapped() {
+    for anthropic in [false, true] {
+        let server = MockServer::start(MockConfig::new().rule(move |req| {
+            let text = req.last_user_text().unwrap_or_default();
+            match (text.as_str(), anthropic) {
+                ("Letters: ab", true) => {
+                    Reply::tool_call("structured_answer", json!({"items": ["a", "b"]}))
+                }
+                ("Letters: ab", false) => Reply::text("{\"items\": [\"a\", \"b\"]}"),
+                // The bare value is taken too.
+                _ => Reply::text("[\"c\", \"d\", \"e\"]"),
+            }
+        }))
+        .await;
+        let out = batch_project(&server, anthropic)
+            .args(["run", "p.yaml", "--out", "out", "--quiet"])
+            .run();
+        let batches = server.batches();
+        assert_eq!(batches.len(), 1, "{}", out.stderr);
+        assert_eq!(batches[0].lines.len(), 2);
+        let wrapped = json!({"type": "object",
+            "properties": {"items": {"type": "array", "items": {"type": "string"}}},
+            "required": ["items"], "additionalProperties": false});
+        for line in &batches[0].lines {
+            if anthropic {
+                assert_eq!(batches[0].api, Api::Anthropic);
+                assert_eq!(line["tools"][0]["input_schema"], wrapped, "{line}");
+                assert_eq!(
+                    line["tool_choice"],
+                    json!({"type": "tool", "name": "structured_answer"})
+                );
+            } else {
+                assert_eq!(
+                    line["response_format"],
+                    json!({"type": "json_schema", "json_schema": {
+                        "name": "structured_answer", "schema": wrapped, "strict": true}}),
+                    "{line}"
+                );
+            }
+        }
+        let mut outputs: Vec<(String, String)> = results(&out.dir.join("out"))
+            .iter()
+            .filter(|l| l["step"] == "letters")
+            .map(|l| {
+                (
+                    l["item"].as_str().unwrap().to_owned(),
+                    l["output"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        outputs.sort();
+        assert_eq!(
+            outputs,
+            [
+                ("ab".to_owned(), "[\"a\",\"b\"]".to_owned()),
+                ("cde".to_owned(), "[\"c\",\"d\",\"e\"]".to_owned())
+            ],
+            "anthropic: {anthropic}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -305,16 +562,21 @@ async fn a_provider_setting_picks_the_mechanism_before_any_refusal() {
 #[test]
 fn the_dry_run_says_how_each_step_asks_for_its_structured_answer() {
     let pipeline = "version: 1\nname: x\nsteps:\n  - id: a\n    delegate:\n      source: score\n  - id: list\n    decompose:\n      instructions: List the areas.\n";
-    for (provider, key, want) in [
+    let wrapped = "; the schema's root is not an object, so it is wrapped as an object's `items` and the answer unwrapped";
+    for (provider, key, want, list_want) in [
         (
             "openai",
             "OPENAI_API_KEY",
             "note: structured answers: response_format json_schema (not strict: the schema does not meet strict mode's rules)",
+            format!(
+                "response_format json_schema (not strict: the schema does not meet strict mode's rules){wrapped}"
+            ),
         ),
         (
             "anthropic",
             "ANTHROPIC_API_KEY",
             "note: structured answers: a `structured_answer` tool whose input is the answer",
+            format!("a `structured_answer` tool whose input is the answer{wrapped}"),
         ),
     ] {
         let out = Test::new()
@@ -326,10 +588,10 @@ fn the_dry_run_says_how_each_step_asks_for_its_structured_answer() {
             .args(["run", "p.yaml", "--dry-run"])
             .run();
         assert!(out.stdout.contains(want), "{provider}:\n{}", out.stdout);
-        // A model-made list is an array: no native mechanism carries it.
+        // A model-made list is an array: it is sent wrapped in an object.
         assert!(
             out.stdout
-                .contains("note: structured answers: the prompt and lenient extraction"),
+                .contains(&format!("note: structured answers: {}", list_want)),
             "{}",
             out.stdout
         );

@@ -901,7 +901,7 @@ impl BatchRun<'_> {
             return self.finish(task, true, answer, None, None, Some(batch_id.to_owned()));
         };
         let checked = match jsonschema::validator_for(&schema) {
-            Ok(validator) => crate::subagent::check_answer(&validator, &answer),
+            Ok(validator) => crate::subagent::check_answer(&validator, &schema, &answer),
             Err(e) => {
                 let error = format!("invalid response schema: {e}");
                 return self.finish(

@@ -24,5 +24,5 @@ pub(crate) use limiter::{RateLimiter, RateLimits, estimate_tokens, tool_chars};
 pub(crate) use message::{ChatRequest, ChatResponse, Message, ToolCall, ToolSpec, Usage};
 pub(crate) use retry::{Backoff, Jitter, RetryHook, RetryPolicy, retry_transient, send_with_retry};
 pub(crate) use structured::{
-    ANSWER_TOOL, OpenAiFormat, ResponseFormat, mechanism as structured_mechanism,
+    ANSWER_TOOL, OpenAiFormat, ResponseFormat, mechanism as structured_mechanism, unwrap_answer,
 };

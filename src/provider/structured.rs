@@ -17,16 +17,71 @@ pub(crate) struct ResponseFormat {
     /// on every turn of a task without tools, else on correction turns only (before, it is
     /// offered beside the task's tools).
     pub(crate) force: bool,
+    /// `schema` is the original schema wrapped in an object (its root is not an object).
+    #[serde(default)]
+    pub(crate) wrapped: bool,
 }
 
 impl ResponseFormat {
-    /// The format for `schema`, when a provider mechanism can carry it: both want an object
-    /// at the root. Other schemas rely on the prompt and lenient extraction.
+    /// The format for `schema`. Both mechanisms want an object at the root: any other schema
+    /// (an array, a scalar) is sent wrapped in an object with one property (see [`wrap`]),
+    /// and the answer is unwrapped before it is validated (see [`unwrap_answer`]).
     pub(crate) fn for_schema(schema: &Value, force: bool) -> Option<Self> {
-        (schema.get("type").and_then(Value::as_str) == Some("object")).then(|| Self {
-            schema: schema.clone(),
+        Some(Self {
+            schema: wrap(schema),
             force,
+            wrapped: wrapper_key(schema).is_some(),
         })
+    }
+}
+
+/// Whether `schema` has an object at its root (`type: object`, alone or among its types).
+fn root_is_object(schema: &Value) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(types)) => types.len() == 1 && types[0] == "object",
+        _ => false,
+    }
+}
+
+/// The property a schema whose root is not an object is wrapped in: `items` for an array,
+/// `answer` for anything else; `None` for an object, which is sent as it is.
+pub(crate) fn wrapper_key(schema: &Value) -> Option<&'static str> {
+    if root_is_object(schema) {
+        None
+    } else if schema.get("type").and_then(Value::as_str) == Some("array") {
+        Some("items")
+    } else {
+        Some("answer")
+    }
+}
+
+/// `schema` as the providers' mechanisms can carry it: an object schema as it is, any other
+/// wrapped as the one required property of a closed object.
+pub(crate) fn wrap(schema: &Value) -> Value {
+    match wrapper_key(schema) {
+        None => schema.clone(),
+        Some(key) => json!({
+            "type": "object",
+            "properties": {key: schema},
+            "required": [key],
+            "additionalProperties": false,
+        }),
+    }
+}
+
+/// The answer to `schema` out of `value`: the wrapped property when `value` is the wrapping
+/// object (one property, the wrapper's), else `value` itself (a model, or a server that
+/// ignored the mechanism, may answer the bare value).
+pub(crate) fn unwrap_answer(schema: &Value, value: Value) -> Value {
+    let Some(key) = wrapper_key(schema) else {
+        return value;
+    };
+    match value {
+        Value::Object(mut map) if map.len() == 1 && map.contains_key(key) => {
+            map.remove(key).unwrap_or_default()
+        }
+        other => other,
     }
 }
 
@@ -56,25 +111,33 @@ impl OpenAiFormat {
 /// How a structured answer with `schema` is asked of a provider of `kind` that is sent
 /// `level` first: what `summon run --dry-run` shows.
 pub(crate) fn mechanism(schema: &Value, kind: super::ProviderKind, level: OpenAiFormat) -> String {
-    if ResponseFormat::for_schema(schema, false).is_none() {
-        return "the prompt and lenient extraction (a schema whose root is not an object has \
-                no native mechanism)"
-            .to_owned();
-    }
-    match (kind, level) {
+    let sent = wrap(schema);
+    let native = match (kind, level) {
         (super::ProviderKind::Anthropic, _) => {
             format!("a `{ANSWER_TOOL}` tool whose input is the answer")
         }
         (_, OpenAiFormat::JsonSchema) => format!(
             "response_format json_schema ({})",
-            if strict_allowed(schema) {
+            if strict_allowed(&sent) {
                 "strict"
             } else {
                 "not strict: the schema does not meet strict mode's rules"
             }
         ),
+        (_, OpenAiFormat::JsonObject) if wrapper_key(schema).is_some() => {
+            return "the prompt and lenient extraction (json_object cannot say which property \
+                    to wrap a schema whose root is not an object in)"
+                .to_owned();
+        }
         (_, OpenAiFormat::JsonObject) => "response_format json_object".to_owned(),
-        (_, OpenAiFormat::None) => "the prompt and lenient extraction".to_owned(),
+        (_, OpenAiFormat::None) => return "the prompt and lenient extraction".to_owned(),
+    };
+    match wrapper_key(schema) {
+        None => native,
+        Some(key) => format!(
+            "{native}; the schema's root is not an object, so it is wrapped as an object's \
+             `{key}` and the answer unwrapped"
+        ),
     }
 }
 
@@ -92,6 +155,9 @@ pub(crate) fn openai_response_format(
                 "strict": strict_allowed(&format.schema),
             },
         })),
+        // The prompt asks for the bare value, and json_object cannot say which property of
+        // the object to put it in: a wrapped schema relies on the prompt here.
+        OpenAiFormat::JsonObject if format.wrapped => None,
         OpenAiFormat::JsonObject => Some(json!({"type": "json_object"})),
         OpenAiFormat::None => None,
     }
@@ -142,7 +208,8 @@ const UNSUPPORTED: [&str; 12] = [
 ];
 
 /// Whether `schema` meets OpenAI's strict-mode rules: every object lists all its properties
-/// as required and sets `additionalProperties: false`, and no unsupported keyword is used.
+/// as required and sets `additionalProperties: false`, every array says what its `items`
+/// are, and no unsupported keyword is used.
 pub(crate) fn strict_allowed(schema: &Value) -> bool {
     let Value::Object(map) = schema else {
         return schema.is_boolean();
@@ -168,6 +235,14 @@ pub(crate) fn strict_allowed(schema: &Value) -> bool {
         if properties.is_some_and(|p| p.keys().any(|k| !required.contains(&k.as_str()))) {
             return false;
         }
+    }
+    let is_array = match map.get("type") {
+        Some(Value::String(t)) => t == "array",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "array"),
+        _ => false,
+    };
+    if is_array && !map.contains_key("items") {
+        return false;
     }
     let nested = ["properties", "$defs", "definitions"]
         .iter()
@@ -200,6 +275,63 @@ mod tests {
         let unsupported = json!({"type": "object", "additionalProperties": false,
             "properties": {}, "patternProperties": {}});
         assert!(!strict_allowed(&unsupported));
-        assert!(ResponseFormat::for_schema(&json!({"type": "array"}), true).is_none());
+        let any_items = json!({"type": "array"});
+        assert!(!strict_allowed(&any_items));
+        assert!(strict_allowed(
+            &json!({"type": "array", "items": {"type": "string"}})
+        ));
+    }
+
+    #[test]
+    fn a_root_that_is_not_an_object_is_wrapped_and_unwrapped() {
+        let array = json!({"type": "array", "items": {"type": "string"}});
+        let format = ResponseFormat::for_schema(&array, true).unwrap();
+        assert_eq!(
+            format.schema,
+            json!({"type": "object", "properties": {"items": array}, "required": ["items"],
+                "additionalProperties": false})
+        );
+        assert!(strict_allowed(&format.schema));
+        let scalar = json!({"type": "integer"});
+        assert_eq!(wrap(&scalar)["properties"]["answer"], scalar);
+        let object = json!({"type": "object", "properties": {"items": {}}});
+        assert_eq!(wrap(&object), object);
+        // Unwrapped when wrapped; the bare value as it is; an object root never unwrapped.
+        assert_eq!(unwrap_answer(&array, json!({"items": ["a"]})), json!(["a"]));
+        assert_eq!(unwrap_answer(&array, json!(["a"])), json!(["a"]));
+        assert_eq!(
+            unwrap_answer(&array, json!({"items": ["a"], "more": 1})),
+            json!({"items": ["a"], "more": 1})
+        );
+        assert_eq!(unwrap_answer(&scalar, json!({"answer": 3})), json!(3));
+        assert_eq!(
+            unwrap_answer(&object, json!({"items": 1})),
+            json!({"items": 1})
+        );
+    }
+
+    #[test]
+    fn the_mechanism_says_when_a_schema_is_wrapped_and_when_it_cannot_be() {
+        use super::super::ProviderKind;
+        let array = json!({"type": "array", "items": {"type": "string"}});
+        assert_eq!(
+            mechanism(&array, ProviderKind::OpenAi, OpenAiFormat::JsonSchema),
+            "response_format json_schema (strict); the schema's root is not an object, so it \
+             is wrapped as an object's `items` and the answer unwrapped"
+        );
+        assert!(
+            mechanism(&array, ProviderKind::OpenAi, OpenAiFormat::JsonObject)
+                .starts_with("the prompt and lenient extraction (json_object cannot")
+        );
+        let format = ResponseFormat::for_schema(&array, false).unwrap();
+        assert_eq!(
+            openai_response_format(&format, OpenAiFormat::JsonObject),
+            None
+        );
+        let object = json!({"type": "object"});
+        assert_eq!(
+            mechanism(&object, ProviderKind::OpenAi, OpenAiFormat::JsonObject),
+            "response_format json_object"
+        );
     }
 }

@@ -351,7 +351,11 @@ async fn run_once(
     observer: &mut (dyn FnMut(SubagentEvent) + Send),
     total: &mut Totals,
 ) -> Outcome {
-    let validator = match spec.response_schema.as_ref().map(jsonschema::validator_for) {
+    let validator = match spec
+        .response_schema
+        .as_ref()
+        .map(|s| jsonschema::validator_for(s).map(|v| (v, s)))
+    {
         Some(Ok(v)) => Some(v),
         Some(Err(e)) => {
             return Outcome::plain(
@@ -442,10 +446,10 @@ async fn run_once(
         }
         if response.tool_calls.is_empty() {
             let answer = response.text.unwrap_or_default();
-            let Some(validator) = &validator else {
+            let Some((validator, schema)) = &validator else {
                 return Outcome::plain(SubagentStatus::Completed, answer);
             };
-            match check_answer(validator, &answer) {
+            match check_answer(validator, schema, &answer) {
                 Ok(checked) => {
                     return Outcome {
                         status: SubagentStatus::Completed,

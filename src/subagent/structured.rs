@@ -10,10 +10,13 @@ pub(crate) struct Checked {
     pub(crate) extracted: bool,
 }
 
-/// Finds the answer's JSON (bare, in a fenced block, or the single value in the text) and
-/// validates it. Returns the value, or the errors to send back to the model.
+/// Finds the answer's JSON (bare, in a fenced block, or the single value in the text), takes
+/// it out of the object it was asked in when `schema`'s root is not an object, and validates
+/// it against `validator` (of `schema`). Returns the value, or the errors to send back to the
+/// model.
 pub(crate) fn check_answer(
     validator: &jsonschema::Validator,
+    schema: &serde_json::Value,
     answer: &str,
 ) -> Result<Checked, String> {
     let (value, extracted) = match find_json(answer) {
@@ -26,6 +29,7 @@ pub(crate) fn check_answer(
         }
         Found::Nothing(error) => return Err(format!("the answer is not valid JSON: {error}")),
     };
+    let value = crate::provider::unwrap_answer(schema, value);
     let errors = schema_errors(validator, &value);
     if errors.is_empty() {
         Ok(Checked { value, extracted })
@@ -58,30 +62,50 @@ mod tests {
     fn validates_and_explains() {
         let schema = serde_json::json!({"type": "object", "required": ["score"], "properties": {"score": {"type": "integer"}}});
         let validator = jsonschema::validator_for(&schema).unwrap();
-        let bare = check_answer(&validator, "{\"score\": 3}").unwrap();
+        let check_answer = |answer: &str| check_answer(&validator, &schema, answer);
+        let bare = check_answer("{\"score\": 3}").unwrap();
         assert_eq!(
             (bare.value["score"].as_i64(), bare.extracted),
             (Some(3), false)
         );
-        let fenced = check_answer(&validator, "```json\n{\"score\": 4}\n```").unwrap();
+        let fenced = check_answer("```json\n{\"score\": 4}\n```").unwrap();
         assert_eq!(
             (fenced.value["score"].as_i64(), fenced.extracted),
             (Some(4), true)
         );
         assert!(
-            check_answer(&validator, "{\"score\": \"x\"}")
+            check_answer("{\"score\": \"x\"}")
                 .unwrap_err()
                 .contains("/score")
         );
+        assert!(check_answer("nope").unwrap_err().contains("not valid JSON"));
         assert!(
-            check_answer(&validator, "nope")
-                .unwrap_err()
-                .contains("not valid JSON")
-        );
-        assert!(
-            check_answer(&validator, "{\"score\": 1} {\"score\": 2}")
+            check_answer("{\"score\": 1} {\"score\": 2}")
                 .unwrap_err()
                 .contains("2 different JSON values")
+        );
+    }
+
+    #[test]
+    fn an_array_is_taken_wrapped_or_bare() {
+        let schema = serde_json::json!({"type": "array", "items": {"type": "string"}});
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let want = serde_json::json!(["a", "b"]);
+        for answer in [
+            "{\"items\": [\"a\", \"b\"]}",
+            "[\"a\", \"b\"]",
+            "Here:\n```json\n{\"items\": [\"a\", \"b\"]}\n```",
+        ] {
+            assert_eq!(
+                check_answer(&validator, &schema, answer).unwrap().value,
+                want,
+                "{answer}"
+            );
+        }
+        assert!(
+            check_answer(&validator, &schema, "{\"items\": [1]}")
+                .unwrap_err()
+                .contains("/0")
         );
     }
 }

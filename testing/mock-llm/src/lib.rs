@@ -27,12 +27,14 @@ mod batch;
 pub mod cache;
 mod clock;
 mod faults;
+mod fence;
 mod lean;
 mod strict;
 mod window;
 
 pub use batch::{BatchConfig, BatchOutcome, BatchRecord};
 pub use faults::{Fault, FaultPlan};
+pub use fence::{FencePlan, FenceStats};
 pub use lean::{LeanStats, serve_lean};
 pub use window::prompt_tokens;
 

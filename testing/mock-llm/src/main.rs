@@ -9,12 +9,15 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use summon_mock_llm::{Fault, FaultPlan, LeanStats, MockConfig, MockServer, Reply};
+use summon_mock_llm::{
+    Fault, FaultPlan, FencePlan, FenceStats, LeanStats, MockConfig, MockServer, Reply,
+};
 
 const USAGE: &str = "\
 usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-seconds S]
                        [--lean] [--record] [--strict] [--cache] [--no-stdin] [--fault-rate R] [--fault-CLASS R]...
                        [--fault-seed N] [--retry-after-ms MS] [--stall-ms MS]
+                       [--fence-rate R] [--fence-seed N] [--fence-broken]
 
   --port N         port on 127.0.0.1 (default 0: a free port, printed on the first line)
   --latency-ms L   answer L ms after each request arrived, by the system clock (default 0)
@@ -38,7 +41,13 @@ usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-se
                        the share of one class (after --fault-rate, which they override)
   --fault-seed N       seed of the fault draw (default 0)
   --retry-after-ms MS  the wait a Retry-After 429 asks for (default 1000)
-  --stall-ms MS        how long a stalled response hangs before closing (default 30000)";
+  --stall-ms MS        how long a stalled response hangs before closing (default 30000)
+
+  --fence-rate R       answer a share R (0..1) of first answers (--reply TEXT, a JSON text) as
+                       a sentence and a ```json block; correction turns are answered bare.
+                       Which tasks is drawn from a hash of the seed and the last user message
+  --fence-seed N       seed of the fence draw (default 0)
+  --fence-broken       write the fenced JSON with single quotes, so no parser reads it";
 
 struct Args {
     port: u16,
@@ -51,6 +60,7 @@ struct Args {
     lean: bool,
     strict: bool,
     cache: bool,
+    fence: Option<FencePlan>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -65,6 +75,7 @@ fn parse_args() -> Result<Args, String> {
         lean: false,
         strict: false,
         cache: false,
+        fence: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -131,6 +142,17 @@ fn parse_args() -> Result<Args, String> {
                     _ => plan.stall_for = Duration::from_millis(n),
                 }
             }
+            "--fence-rate" => {
+                let rate = rate_value(&flag, value(&flag)?)?;
+                args.fence.get_or_insert_with(FencePlan::default).rate = rate;
+            }
+            "--fence-seed" => {
+                let v = value(&flag)?;
+                args.fence.get_or_insert_with(FencePlan::default).seed = v
+                    .parse()
+                    .map_err(|_| format!("{flag}: not a number: {v}"))?;
+            }
+            "--fence-broken" => args.fence.get_or_insert_with(FencePlan::default).broken = true,
             "--record" => args.record = true,
             "--strict" => args.strict = true,
             "--cache" => args.cache = true,
@@ -142,6 +164,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if args.lean && (args.record || args.strict || args.cache || args.faults.is_some()) {
         return Err("--lean records nothing, refuses nothing and injects no faults".into());
+    }
+    if args.fence.is_some() && (args.lean || matches!(args.reply, Reply::Echo)) {
+        return Err("--fence-* needs --reply TEXT (a JSON text) and no --lean".into());
     }
     if let Some(plan) = &args.faults {
         let sum = plan.rate_429
@@ -210,6 +235,10 @@ async fn serve(args: Args) -> ExitCode {
     if let Some(plan) = args.faults {
         config = config.faults(plan);
     }
+    let fenced = std::sync::Arc::new(FenceStats::default());
+    if let (Some(plan), Reply::Text(answer)) = (args.fence, &config.default_reply) {
+        config.rule = Some(plan.rule(answer.clone(), std::sync::Arc::clone(&fenced)));
+    }
     let server = match MockServer::start_on_port(config, args.port).await {
         Ok(server) => server,
         Err(err) => {
@@ -227,6 +256,15 @@ async fn serve(args: Args) -> ExitCode {
         server.request_count(),
         server.peak_in_flight()
     );
+    if args.fence.is_some() {
+        use std::sync::atomic::Ordering::Relaxed;
+        eprintln!(
+            "summon-mock-llm: first answers {}, fenced {}, correction turns {}",
+            fenced.first.load(Relaxed),
+            fenced.fenced.load(Relaxed),
+            fenced.corrections.load(Relaxed)
+        );
+    }
     let injected = server.faults_injected();
     if injected.values().any(|n| *n > 0) {
         let list: Vec<String> = Fault::ALL
