@@ -461,3 +461,17 @@ async fn sigterm_to_run_stops_its_servers() {
     );
     assert!(!still_alive(pid), "server {pid} outlived summon");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn servers_die_with_a_summon_killed_without_warning() {
+    // SIGKILL leaves summon no moment to stop its servers, and `LINGER` keeps the server
+    // running after its input ends: only the parent-death signal can end it.
+    for args in [
+        &["delegate", "--source", "c"][..],
+        &["run", "pipelines/p.yaml", "--out", "out"][..],
+    ] {
+        let (exit, stderr, pid) = signal_mid_call(args, "-KILL").await;
+        assert_eq!(exit, None, "{args:?}: {stderr}");
+        assert!(!still_alive(pid), "{args:?}: server {pid} outlived summon");
+    }
+}

@@ -13,6 +13,7 @@ mod project;
 mod server;
 mod session;
 mod size;
+mod spawn;
 mod stderr;
 mod stdio;
 

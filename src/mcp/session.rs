@@ -330,6 +330,7 @@ async fn start_one(
             }
             let (transport, group) =
                 spawn_stdio(cmd, args, envs, *sandbox, workdir, &stderr, &observed)
+                    .await
                     .map_err(|e| fail(format!("cannot run `{cmd}`: {e}"), &stderr))?;
             let client =
                 match tokio::time::timeout(spec.timeout, client_config().serve(transport)).await {
@@ -451,7 +452,8 @@ fn client_config() -> ClientConfig {
 }
 
 /// Spawns a stdio server as the leader of a new process group, its stderr kept in `tail`.
-fn spawn_stdio(
+/// On Linux the server dies with summon (see [`super::spawn`]).
+async fn spawn_stdio(
     cmd: &str,
     args: &[String],
     envs: &[(String, String)],
@@ -460,8 +462,14 @@ fn spawn_stdio(
     tail: &Arc<Mutex<StderrTail>>,
     observed: &Arc<Observed>,
 ) -> std::io::Result<(StdioTransport, ProcessGroup)> {
+    let path = envs
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| std::ffi::OsString::from(v))
+        .or_else(|| std::env::var_os("PATH"));
+    crate::sandbox::helper::check_program(cmd, workdir, path.as_deref())?;
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut command = crate::sandbox::helper::command(sandbox, &[workdir], cmd, &args)?;
+    let mut command = crate::sandbox::helper::server_command(sandbox, &[workdir], cmd, &args)?;
     command
         .current_dir(workdir)
         .env(crate::command::NESTED_ENV, "1");
@@ -482,7 +490,7 @@ fn spawn_stdio(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = wrapped.spawn()?;
+    let mut child = super::spawn::spawn(wrapped).await?;
     let stderr = child.inner_mut().stderr().take();
     let pid = child
         .id()
