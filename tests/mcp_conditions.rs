@@ -263,11 +263,17 @@ struct HttpServer {
 
 impl HttpServer {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With `["sse"]`, the server answers with event streams.
+    fn start_with(options: &[&str]) -> Self {
         use std::io::BufRead;
         let port = free_port();
         let mut child = std::process::Command::new("python3")
             .arg(fixture("http_conditions.py"))
             .arg(port.to_string())
+            .args(options)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -358,6 +364,44 @@ async fn an_http_server_that_cannot_be_reached_is_named_in_plain_words() {
             out.stderr
         );
         assert!(!out.stderr.contains("<html"), "{}", out.stderr);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_tools_that_run_only_as_tasks_are_not_offered() {
+    // The answer to tools/list comes as JSON, then as an event stream with a notification
+    // before it.
+    for options in [&[][..], &["sse"][..]] {
+        let web = HttpServer::start_with(options);
+        let server = MockServer::start(MockConfig::new().replies([
+            Reply::tool_call("web__echo", json!({"text": "listed"})),
+            Reply::text("done"),
+        ]))
+        .await;
+        let out = openai(&server)
+            .write("recipes/web.yaml", &http_recipe(&web.url("/mcp")))
+            .args(["delegate", "--source", "web"])
+            .run();
+        assert_eq!(out.stdout, "done\n", "{options:?}: {}", out.stderr);
+        let requests = server.requests();
+        let offered = requests[0].tool_names();
+        assert!(
+            offered.contains(&"web__echo".to_owned()),
+            "{options:?}: {offered:?}"
+        );
+        assert!(
+            !offered.contains(&"web__only_task".to_owned()),
+            "{options:?}: {offered:?}"
+        );
+        assert_eq!(tool_results(&requests[1]), ["listed"], "{options:?}");
+        assert!(
+            out.stderr.contains(
+                "extension `web`: tool `only_task` runs only as a task (execution.taskSupport: \
+                 required), which summon does not support; it is left out"
+            ),
+            "{options:?}: {}",
+            out.stderr
+        );
     }
 }
 
