@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use summon_mock_llm::{MockConfig, MockServer, Reply};
-use support::mcp::{filesystem_server, fixture, still_alive, tool_results};
+use support::mcp::{alive, filesystem_server, fixture, still_alive, tool_results};
 use support::{Test, unindent};
 
 const KEY: &str = "sk-test-mcp-conditions-0123456789";
@@ -518,4 +518,75 @@ async fn servers_die_with_a_summon_killed_without_warning() {
         assert_eq!(exit, None, "{args:?}: {stderr}");
         assert!(!still_alive(pid), "{args:?}: server {pid} outlived summon");
     }
+}
+
+/// The parent of a process, from /proc.
+fn parent_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    rest.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_background_worker_has_its_servers_stopped_by_the_next_command() {
+    // The server starts a process of its own that ignores SIGTERM and the end of its input:
+    // the parent-death signal ends the server with its worker, but not that one. The next
+    // command that finds the worker dead stops the server's whole process group.
+    let server = MockServer::start(
+        MockConfig::new().replies([Reply::tool_call("c__hang", json!({})), Reply::text("never")]),
+    )
+    .await;
+    let pid_file = tempfile::NamedTempFile::new().unwrap();
+    let calls = PathBuf::from(format!("{}.calls", pid_file.path().display()));
+    let child_file = PathBuf::from(format!("{}.child", pid_file.path().display()));
+    let test = openai(&server)
+        .write("recipes/c.yaml", &recipe(600))
+        .env("PID_FILE", &pid_file.path().display().to_string())
+        .env("LINGER", "1")
+        .env("CHILD", "1");
+    let started = test
+        .command()
+        .args(["delegate", "--async", "--json", "--source", "c"])
+        .output()
+        .unwrap();
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&started.stdout).unwrap();
+    let id = answer["task_id"].as_str().unwrap().to_owned();
+    first_line(&calls);
+    let server_pid: u32 = first_line(pid_file.path()).parse().unwrap();
+    let child_pid: u32 = first_line(&child_file).parse().unwrap();
+    let worker = parent_of(server_pid);
+    let cmdline = std::fs::read_to_string(format!("/proc/{worker}/cmdline")).unwrap();
+    assert!(cmdline.contains("__worker"), "{cmdline:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &worker.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(!still_alive(worker), "the worker {worker} survived SIGKILL");
+    assert!(
+        !still_alive(server_pid),
+        "server {server_pid} outlived its worker"
+    );
+    assert!(
+        alive(child_pid),
+        "the server's own process ended before any command ran"
+    );
+    let tasks = test.command().args(["tasks"]).output().unwrap();
+    let _ = std::fs::remove_file(&calls);
+    let _ = std::fs::remove_file(&child_file);
+    let listed = String::from_utf8_lossy(&tasks.stdout);
+    assert!(
+        listed.contains(&id) && listed.contains("failed"),
+        "{listed}\n{}",
+        String::from_utf8_lossy(&tasks.stderr)
+    );
+    assert!(
+        !still_alive(child_pid),
+        "the server's process {child_pid} outlived the command that found its worker dead"
+    );
 }

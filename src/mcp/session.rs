@@ -497,6 +497,7 @@ async fn spawn_stdio(
         .ok_or_else(|| std::io::Error::other("the process exited at once"))?;
     let transport = StdioTransport::new(child, Arc::clone(observed))?;
     crate::exec::groups::register_server(pid);
+    super::record::started(pid);
     let group = ProcessGroup {
         pgid: pid,
         killed: false.into(),
@@ -549,6 +550,7 @@ impl ProcessGroup {
             let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
         }
         crate::exec::groups::unregister_server(self.pgid);
+        super::record::stopped(self.pgid);
     }
 
     /// Whether the group's leader (the server itself) still runs (a zombie has ended).
