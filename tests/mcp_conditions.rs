@@ -527,6 +527,21 @@ fn parent_of(pid: u32) -> u32 {
     rest.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// Kills the scripted server's own process when the test ends, however it ends, if it is
+/// still that process (its command line names the fixture's loop).
+struct StrayChild(u32);
+
+impl Drop for StrayChild {
+    fn drop(&mut self) {
+        let cmdline = std::fs::read_to_string(format!("/proc/{}/cmdline", self.0));
+        if cmdline.is_ok_and(|c| c.contains("SIGTERM, signal.SIG_IGN")) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &self.0.to_string()])
+                .status();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_background_worker_has_its_servers_stopped_by_the_next_command() {
     // The server starts a process of its own that ignores SIGTERM and the end of its input:
@@ -559,6 +574,7 @@ async fn a_killed_background_worker_has_its_servers_stopped_by_the_next_command(
     first_line(&calls);
     let server_pid: u32 = first_line(pid_file.path()).parse().unwrap();
     let child_pid: u32 = first_line(&child_file).parse().unwrap();
+    let _stray = StrayChild(child_pid);
     let worker = parent_of(server_pid);
     let cmdline = std::fs::read_to_string(format!("/proc/{worker}/cmdline")).unwrap();
     assert!(cmdline.contains("__worker"), "{cmdline:?}");
