@@ -185,14 +185,14 @@ async fn the_client_introduces_itself_as_summon() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn progress_notifications_extend_a_call_past_its_timeout() {
-    // The call takes 3 s with a 1 s timeout, but reports progress every 0.2 s.
+    // The call takes 5 s with a 2 s timeout, but reports progress every 0.2 s.
     let server = MockServer::start(MockConfig::new().replies([
-        Reply::tool_call("c__slow", json!({"seconds": 3})),
+        Reply::tool_call("c__slow", json!({"seconds": 5})),
         Reply::text("waited"),
     ]))
     .await;
     let out = openai(&server)
-        .write("recipes/c.yaml", &recipe(1))
+        .write("recipes/c.yaml", &recipe(2))
         .args(["delegate", "--source", "c"])
         .run();
     assert_eq!(out.stdout, "waited\n", "{}", out.stderr);
@@ -222,7 +222,7 @@ async fn tools_that_run_only_as_tasks_are_not_offered() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_tools_of_a_failed_server_are_not_offered_again() {
-    // `hang` outlives its 1 s timeout: the server is stopped, and the next request offers
+    // `hang` outlives its 2 s timeout: the server is stopped, and the next request offers
     // none of its tools (the built-in ones stay).
     let server = MockServer::start(MockConfig::new().replies([
         Reply::tool_call("c__hang", json!({})),
@@ -230,13 +230,13 @@ async fn the_tools_of_a_failed_server_are_not_offered_again() {
     ]))
     .await;
     let out = openai(&server)
-        .write("recipes/c.yaml", &recipe(1))
+        .write("recipes/c.yaml", &recipe(2))
         .args(["delegate", "--source", "c"])
         .run();
     assert_eq!(out.stdout, "without it\n", "{}", out.stderr);
     assert!(
         out.stderr.contains(
-            "extension `c` failed: it did not answer within 1s; its tools are no longer offered"
+            "extension `c` failed: it did not answer within 2s; its tools are no longer offered"
         ),
         "{}",
         out.stderr
