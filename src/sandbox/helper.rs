@@ -300,3 +300,45 @@ fn confine(_policy: Policy, _network: bool, _writable: &[PathBuf]) -> Result<(),
         std::env::consts::OS
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn only_the_arguments_summon_writes_take_the_early_path() {
+        // Each of these is left to the argument parser (which runs or refuses it); none runs
+        // a command here.
+        for list in [
+            &["summon", "run", "p.yaml"][..],
+            &["summon"],
+            &["summon", SUBCOMMAND, "--help"],
+            &["summon", SUBCOMMAND, "--policy", "nowhere", "--", "true"],
+            &[
+                "summon", SUBCOMMAND, "--parent", "x", "--policy", "off", "--", "true",
+            ],
+            &["summon", SUBCOMMAND, "--policy", "off", "--"],
+            &["summon", SUBCOMMAND, "--network", "--", "true"],
+            &["summon", SUBCOMMAND, "--policy", "off", "true"],
+        ] {
+            assert_eq!(early(&args(list)), None, "{list:?}");
+        }
+    }
+
+    #[test]
+    fn a_missing_program_fails_like_a_direct_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = std::env::var_os("PATH");
+        assert!(check_program("sh", dir.path(), path.as_deref()).is_ok());
+        let missing =
+            check_program("no-such-server-anywhere", dir.path(), path.as_deref()).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        std::fs::write(dir.path().join("data.txt"), "x").unwrap();
+        let not_runnable = check_program("./data.txt", dir.path(), path.as_deref()).unwrap_err();
+        assert_eq!(not_runnable.kind(), std::io::ErrorKind::PermissionDenied);
+    }
+}
