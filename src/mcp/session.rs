@@ -5,7 +5,9 @@
 //! `timeout`; a server that fails to start, crashes or stops answering becomes a warning
 //! naming the extension and a tool error the model reads. A stdio server runs in its own
 //! process group, and the whole group is killed when the session ends or is dropped (a
-//! cancelled task drops it), so no server process outlives its task.
+//! cancelled task drops it), so no server process outlives its task. A summon killed without a
+//! chance to stop them takes its servers along all the same: see [`super::spawn`] (the
+//! parent-death signal) and [`super::record`] (a background worker's servers in the store).
 
 use std::path::Path;
 use std::process::Stdio;
