@@ -273,9 +273,23 @@ pub(crate) fn open_existing_store(env: &Env) -> Result<Option<Store>> {
 /// Fails the tasks whose worker is gone and drops results past their TTL.
 fn refresh(env: &Env, store: Store) -> Result<Store> {
     let ttl = env_number(env, "SUMMON_COMPLETED_TASK_TTL_SECS", DEFAULT_TTL_SECS)?;
-    store.mark_dead_workers(worker_alive, Duration::ZERO)?;
+    fail_dead_workers(&store)?;
     store.expire(Duration::from_secs(ttl))?;
     Ok(store)
+}
+
+/// Fails the tasks whose worker is gone, and stops the MCP servers those workers left
+/// running (a worker killed with SIGKILL could not stop them).
+fn fail_dead_workers(store: &Store) -> Result<()> {
+    for id in store.mark_dead_workers(worker_alive, Duration::ZERO)? {
+        let worker = store.get(&id)?.and_then(|task| task.pid);
+        for (pgid, started) in store.take_servers(&id)? {
+            if let Some(worker) = worker {
+                crate::mcp::stop_recorded(pgid, started, worker);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether a task's worker is still there: its pid runs and its heartbeat is recent. A task
@@ -427,7 +441,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
                 }
             }
             // Slots held by dead workers are given back.
-            let _ = store.mark_dead_workers(worker_alive, Duration::ZERO);
+            let _ = fail_dead_workers(&store);
         }
     } else if task.status.is_terminal() {
         return Ok(());
@@ -439,6 +453,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
             return Ok(());
         }
     };
+    record_servers(&project, id)?;
     let cancel = CancellationToken::new();
     let (done, heartbeat) = start_heartbeat(project.clone(), id, cancel.clone());
     let last_text = Arc::new(Mutex::new(String::new()));
@@ -511,6 +526,23 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
             let _ = store.finish(&id, TaskStatus::Failed, None, Some(&message), tokens, turns);
         }
     }
+    Ok(())
+}
+
+/// Records in the store each MCP server the task starts and stops, for [`fail_dead_workers`].
+fn record_servers(project: &std::path::Path, id: TaskId) -> Result<()> {
+    let store = Mutex::new(Store::open(project)?);
+    crate::mcp::on_server_change(Box::new(move |change| {
+        let Ok(store) = store.lock() else {
+            return;
+        };
+        let _ = match change {
+            crate::mcp::ServerChange::Started { pgid, started } => {
+                store.add_server(&id, pgid, started)
+            }
+            crate::mcp::ServerChange::Stopped { pgid } => store.remove_server(&id, pgid),
+        };
+    }));
     Ok(())
 }
 

@@ -90,6 +90,9 @@ pub(crate) struct SandboxHelperArgs {
     pub(crate) policy: crate::sandbox::Policy,
     #[arg(long)]
     pub(crate) network: bool,
+    /// Kill the command when this process (the summon that started it) ends.
+    #[arg(long, value_name = "PID")]
+    pub(crate) parent: Option<u32>,
     /// A directory the command may write in (with workspace-write).
     #[arg(long, value_name = "DIR")]
     pub(crate) write: Vec<PathBuf>,

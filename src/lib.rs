@@ -51,6 +51,10 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    // The helper that starts MCP servers and sandboxed commands runs before anything else.
+    if let Some(code) = sandbox::helper::early(&args) {
+        return code;
+    }
     let env = env::Env::from_process();
     if let Ok(env) = &env
         && let Some(code) = command::completions::complete_request(&args, env)

@@ -295,19 +295,19 @@ async fn a_hanging_server_is_bounded_by_its_timeout_and_killed() {
     .await;
     let pid_file = tempfile::NamedTempFile::new().unwrap();
     let out = openai(&server)
-        .write("recipes/tools.yaml", &misbehaving_recipe("hang", 1, ""))
+        .write("recipes/tools.yaml", &misbehaving_recipe("hang", 2, ""))
         .env("PID_FILE", &pid_file.path().display().to_string())
         .args(["delegate", "--source", "tools"])
         .stdout("Gave up on it.\n")
         .run();
     assert!(
         out.stderr
-            .contains("extension `bad` failed: it did not answer within 1s"),
+            .contains("extension `bad` failed: it did not answer within 2s"),
         "{}",
         out.stderr
     );
     let result = &tool_results(&server.requests()[1])[0];
-    assert!(result.contains("did not answer within 1s"), "{result}");
+    assert!(result.contains("did not answer within 2s"), "{result}");
     let pids = pids(pid_file.path());
     assert_eq!(pids.len(), 1);
     assert!(!still_alive(pids[0]), "the hung server still runs");
@@ -317,12 +317,12 @@ async fn a_hanging_server_is_bounded_by_its_timeout_and_killed() {
 async fn servers_that_do_not_start_are_left_out_with_a_warning() {
     for (mode, expected) in [
         ("exit", "cannot start: missing configuration"),
-        ("silent", "no answer within 1s"),
+        ("silent", "no answer within 2s"),
     ] {
         let server = MockServer::start(MockConfig::new().default_reply(Reply::text("fine"))).await;
         let pid_file = tempfile::NamedTempFile::new().unwrap();
         let out = openai(&server)
-            .write("recipes/tools.yaml", &misbehaving_recipe(mode, 1, ""))
+            .write("recipes/tools.yaml", &misbehaving_recipe(mode, 2, ""))
             .env("PID_FILE", &pid_file.path().display().to_string())
             .args(["delegate", "--source", "tools"])
             .run();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use summon_mock_llm::{MockConfig, MockServer, Reply};
-use support::mcp::{filesystem_server, fixture, still_alive, tool_results};
+use support::mcp::{alive, filesystem_server, fixture, still_alive, tool_results};
 use support::{Test, unindent};
 
 const KEY: &str = "sk-test-mcp-conditions-0123456789";
@@ -185,14 +185,14 @@ async fn the_client_introduces_itself_as_summon() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn progress_notifications_extend_a_call_past_its_timeout() {
-    // The call takes 3 s with a 1 s timeout, but reports progress every 0.2 s.
+    // The call takes 5 s with a 2 s timeout, but reports progress every 0.2 s.
     let server = MockServer::start(MockConfig::new().replies([
-        Reply::tool_call("c__slow", json!({"seconds": 3})),
+        Reply::tool_call("c__slow", json!({"seconds": 5})),
         Reply::text("waited"),
     ]))
     .await;
     let out = openai(&server)
-        .write("recipes/c.yaml", &recipe(1))
+        .write("recipes/c.yaml", &recipe(2))
         .args(["delegate", "--source", "c"])
         .run();
     assert_eq!(out.stdout, "waited\n", "{}", out.stderr);
@@ -222,7 +222,7 @@ async fn tools_that_run_only_as_tasks_are_not_offered() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_tools_of_a_failed_server_are_not_offered_again() {
-    // `hang` outlives its 1 s timeout: the server is stopped, and the next request offers
+    // `hang` outlives its 2 s timeout: the server is stopped, and the next request offers
     // none of its tools (the built-in ones stay).
     let server = MockServer::start(MockConfig::new().replies([
         Reply::tool_call("c__hang", json!({})),
@@ -230,13 +230,13 @@ async fn the_tools_of_a_failed_server_are_not_offered_again() {
     ]))
     .await;
     let out = openai(&server)
-        .write("recipes/c.yaml", &recipe(1))
+        .write("recipes/c.yaml", &recipe(2))
         .args(["delegate", "--source", "c"])
         .run();
     assert_eq!(out.stdout, "without it\n", "{}", out.stderr);
     assert!(
         out.stderr.contains(
-            "extension `c` failed: it did not answer within 1s; its tools are no longer offered"
+            "extension `c` failed: it did not answer within 2s; its tools are no longer offered"
         ),
         "{}",
         out.stderr
@@ -263,11 +263,17 @@ struct HttpServer {
 
 impl HttpServer {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With `["sse"]`, the server answers with event streams.
+    fn start_with(options: &[&str]) -> Self {
         use std::io::BufRead;
         let port = free_port();
         let mut child = std::process::Command::new("python3")
             .arg(fixture("http_conditions.py"))
             .arg(port.to_string())
+            .args(options)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -358,6 +364,44 @@ async fn an_http_server_that_cannot_be_reached_is_named_in_plain_words() {
             out.stderr
         );
         assert!(!out.stderr.contains("<html"), "{}", out.stderr);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_tools_that_run_only_as_tasks_are_not_offered() {
+    // The answer to tools/list comes as JSON, then as an event stream with a notification
+    // before it.
+    for options in [&[][..], &["sse"][..]] {
+        let web = HttpServer::start_with(options);
+        let server = MockServer::start(MockConfig::new().replies([
+            Reply::tool_call("web__echo", json!({"text": "listed"})),
+            Reply::text("done"),
+        ]))
+        .await;
+        let out = openai(&server)
+            .write("recipes/web.yaml", &http_recipe(&web.url("/mcp")))
+            .args(["delegate", "--source", "web"])
+            .run();
+        assert_eq!(out.stdout, "done\n", "{options:?}: {}", out.stderr);
+        let requests = server.requests();
+        let offered = requests[0].tool_names();
+        assert!(
+            offered.contains(&"web__echo".to_owned()),
+            "{options:?}: {offered:?}"
+        );
+        assert!(
+            !offered.contains(&"web__only_task".to_owned()),
+            "{options:?}: {offered:?}"
+        );
+        assert_eq!(tool_results(&requests[1]), ["listed"], "{options:?}");
+        assert!(
+            out.stderr.contains(
+                "extension `web`: tool `only_task` runs only as a task (execution.taskSupport: \
+                 required), which summon does not support; it is left out"
+            ),
+            "{options:?}: {}",
+            out.stderr
+        );
     }
 }
 
@@ -460,4 +504,105 @@ async fn sigterm_to_run_stops_its_servers() {
         "{stderr}"
     );
     assert!(!still_alive(pid), "server {pid} outlived summon");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn servers_die_with_a_summon_killed_without_warning() {
+    // SIGKILL leaves summon no moment to stop its servers, and `LINGER` keeps the server
+    // running after its input ends: only the parent-death signal can end it.
+    for args in [
+        &["delegate", "--source", "c"][..],
+        &["run", "pipelines/p.yaml", "--out", "out"][..],
+    ] {
+        let (exit, stderr, pid) = signal_mid_call(args, "-KILL").await;
+        assert_eq!(exit, None, "{args:?}: {stderr}");
+        assert!(!still_alive(pid), "{args:?}: server {pid} outlived summon");
+    }
+}
+
+/// The parent of a process, from /proc.
+fn parent_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    rest.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Kills the scripted server's own process when the test ends, however it ends, if it is
+/// still that process (its command line names the fixture's loop).
+struct StrayChild(u32);
+
+impl Drop for StrayChild {
+    fn drop(&mut self) {
+        let cmdline = std::fs::read_to_string(format!("/proc/{}/cmdline", self.0));
+        if cmdline.is_ok_and(|c| c.contains("SIGTERM, signal.SIG_IGN")) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &self.0.to_string()])
+                .status();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_background_worker_has_its_servers_stopped_by_the_next_command() {
+    // The server starts a process of its own that ignores SIGTERM and the end of its input:
+    // the parent-death signal ends the server with its worker, but not that one. The next
+    // command that finds the worker dead stops the server's whole process group.
+    let server = MockServer::start(
+        MockConfig::new().replies([Reply::tool_call("c__hang", json!({})), Reply::text("never")]),
+    )
+    .await;
+    let pid_file = tempfile::NamedTempFile::new().unwrap();
+    let calls = PathBuf::from(format!("{}.calls", pid_file.path().display()));
+    let child_file = PathBuf::from(format!("{}.child", pid_file.path().display()));
+    let test = openai(&server)
+        .write("recipes/c.yaml", &recipe(600))
+        .env("PID_FILE", &pid_file.path().display().to_string())
+        .env("LINGER", "1")
+        .env("CHILD", "1");
+    let started = test
+        .command()
+        .args(["delegate", "--async", "--json", "--source", "c"])
+        .output()
+        .unwrap();
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&started.stdout).unwrap();
+    let id = answer["task_id"].as_str().unwrap().to_owned();
+    first_line(&calls);
+    let server_pid: u32 = first_line(pid_file.path()).parse().unwrap();
+    let child_pid: u32 = first_line(&child_file).parse().unwrap();
+    let _stray = StrayChild(child_pid);
+    let worker = parent_of(server_pid);
+    let cmdline = std::fs::read_to_string(format!("/proc/{worker}/cmdline")).unwrap();
+    assert!(cmdline.contains("__worker"), "{cmdline:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &worker.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(!still_alive(worker), "the worker {worker} survived SIGKILL");
+    assert!(
+        !still_alive(server_pid),
+        "server {server_pid} outlived its worker"
+    );
+    assert!(
+        alive(child_pid),
+        "the server's own process ended before any command ran"
+    );
+    let tasks = test.command().args(["tasks"]).output().unwrap();
+    let _ = std::fs::remove_file(&calls);
+    let _ = std::fs::remove_file(&child_file);
+    let listed = String::from_utf8_lossy(&tasks.stdout);
+    assert!(
+        listed.contains(&id) && listed.contains("failed"),
+        "{listed}\n{}",
+        String::from_utf8_lossy(&tasks.stderr)
+    );
+    assert!(
+        !still_alive(child_pid),
+        "the server's process {child_pid} outlived the command that found its worker dead"
+    );
 }

@@ -58,6 +58,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Sandbox(args) => std::process::exit(crate::sandbox::helper::run(
             args.policy,
             args.network,
+            args.parent,
             &args.write,
             &args.command,
         )),

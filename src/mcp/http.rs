@@ -85,17 +85,21 @@ impl StreamableHttpClient for WatchedClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, Error> {
-        let posted = self
-            .inner
-            .post_message_with_response_limits(
-                Arc::clone(&uri),
-                message,
-                session_id,
-                auth_header,
-                custom_headers,
-                limits,
-            )
-            .await;
+        let posted = if is_tools_list(&message) {
+            self.list_tools(&uri, &message, session_id, auth_header, custom_headers)
+                .await
+        } else {
+            self.inner
+                .post_message_with_response_limits(
+                    Arc::clone(&uri),
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    limits,
+                )
+                .await
+        };
         match posted {
             Err(e) => {
                 if let Some(problem) = problem(&uri, &e) {
@@ -135,6 +139,85 @@ impl StreamableHttpClient for WatchedClient {
 }
 
 impl WatchedClient {
+    /// Posts a `tools/list` request and reads its answer here rather than in the library,
+    /// whose types leave out a tool's `execution`: the tools that only run as tasks are noted
+    /// from the raw answer, a JSON body or the event of an event stream that carries it
+    /// (returned as a JSON answer; other events of that stream are not needed).
+    async fn list_tools(
+        &self,
+        uri: &str,
+        message: &ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, Error> {
+        use reqwest::header::{ACCEPT, CONTENT_TYPE};
+        let id = serde_json::to_value(message)?
+            .get("id")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let mut request = self
+            .inner
+            .post(uri)
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(message)?);
+        if let Some(token) = auth_header {
+            request = request.bearer_auth(token);
+        }
+        for (name, value) in custom_headers {
+            request = request.header(name, value);
+        }
+        let session_was_attached = session_id.is_some();
+        if let Some(session) = session_id {
+            request = request.header(SESSION_HEADER, session.as_ref());
+        }
+        let mut response = request.send().await.map_err(Error::Client)?;
+        let status = response.status();
+        let session = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let kind = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.to_ascii_lowercase());
+        let is = |wanted: &str| {
+            kind.as_deref()
+                .is_some_and(|k| k.split(';').next().is_some_and(|k| k.trim() == wanted))
+        };
+        if !status.is_success() {
+            if status == reqwest::StatusCode::NOT_FOUND && session_was_attached {
+                return Err(Error::SessionExpired);
+            }
+            let body = read_body(&mut response, ERROR_BODY_LIMIT).await?;
+            if is("application/json")
+                && let Ok(error @ rmcp::model::JsonRpcMessage::Error(_)) =
+                    serde_json::from_slice(&body)
+            {
+                return Ok(StreamableHttpPostResponse::Json(error, session));
+            }
+            return Err(Error::UnexpectedServerResponse(
+                format!("HTTP {status}: {}", String::from_utf8_lossy(&body)).into(),
+            ));
+        }
+        let answer: Value = if is("application/json") {
+            let body = read_body(&mut response, super::stdio::MAX_MESSAGE).await?;
+            serde_json::from_slice(&body)?
+        } else if is("text/event-stream") {
+            answer_in_stream(&mut response, &id).await?
+        } else {
+            return Err(Error::UnexpectedContentType(kind));
+        };
+        self.observed.note_task_only_tools(&answer);
+        Ok(StreamableHttpPostResponse::Json(
+            serde_json::from_value(answer)?,
+            session,
+        ))
+    }
+
     /// Passes the events of an answer's stream on, and reports a stream that breaks or ends
     /// before the answer came. (A stream whose events have ids can be resumed: the library
     /// reconnects, so its end is no failure.)
@@ -160,6 +243,82 @@ impl WatchedClient {
         })
         .filter_map(|()| futures::future::ready(None));
         events.chain(end).boxed()
+    }
+}
+
+/// The header of a streamable HTTP session.
+const SESSION_HEADER: &str = "Mcp-Session-Id";
+/// The most of an error page read.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+fn is_tools_list(message: &ClientJsonRpcMessage) -> bool {
+    matches!(
+        message,
+        ClientJsonRpcMessage::Request(request)
+            if matches!(request.request, rmcp::model::ClientRequest::ListToolsRequest(_))
+    )
+}
+
+/// Up to `limit` bytes of a response's body; a longer JSON answer is an error.
+async fn read_body(response: &mut reqwest::Response, limit: usize) -> Result<Vec<u8>, Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Error::Client)? {
+        let room = limit - body.len();
+        if chunk.len() > room {
+            if limit == ERROR_BODY_LIMIT {
+                body.extend_from_slice(&chunk[..room]);
+                break;
+            }
+            return Err(Error::ResponseBodyTooLarge { max_size: limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Reads an event stream until the event whose data answers the request `id`.
+async fn answer_in_stream(response: &mut reqwest::Response, id: &Value) -> Result<Value, Error> {
+    let mut line = Vec::new();
+    let mut data = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Error::Client)? {
+        for byte in chunk {
+            if byte != b'\n' {
+                line.push(byte);
+                if line.len() > super::stdio::MAX_MESSAGE {
+                    return Err(Error::ResponseBodyTooLarge {
+                        max_size: super::stdio::MAX_MESSAGE,
+                    });
+                }
+                continue;
+            }
+            let text = line.strip_suffix(b"\r").unwrap_or(&line);
+            if text.is_empty() {
+                // The end of an event.
+                if let Ok(message) = serde_json::from_slice::<Value>(&data)
+                    && message.get("id") == Some(id)
+                    && (message.get("result").is_some() || message.get("error").is_some())
+                {
+                    return Ok(message);
+                }
+                data.clear();
+            } else if let Some(value) = text.strip_prefix(b"data:") {
+                if !data.is_empty() {
+                    data.push(b'\n');
+                }
+                data.extend_from_slice(value.strip_prefix(b" ").unwrap_or(value));
+                if data.len() > super::stdio::MAX_MESSAGE {
+                    return Err(Error::ResponseBodyTooLarge {
+                        max_size: super::stdio::MAX_MESSAGE,
+                    });
+                }
+            }
+            line.clear();
+        }
+    }
+    // A last event the stream ended without closing.
+    match serde_json::from_slice::<Value>(&data) {
+        Ok(message) if message.get("id") == Some(id) => Ok(message),
+        _ => Err(Error::UnexpectedEndOfStream),
     }
 }
 

@@ -10,14 +10,17 @@ mod http;
 mod names;
 mod observed;
 mod project;
+mod record;
 mod server;
 mod session;
 mod size;
+mod spawn;
 mod stderr;
 mod stdio;
 
 pub(crate) use names::is_valid_prefix as is_valid_tool_prefix;
 pub(crate) use project::{named_project_servers, project_servers, untrusted_server};
+pub(crate) use record::{ServerChange, on_server_change, stop_recorded};
 pub(crate) use server::ServerSpec;
 pub(crate) use session::Session;
 

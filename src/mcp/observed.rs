@@ -42,7 +42,26 @@ impl Observed {
         Listener(self.alarm.subscribe())
     }
 
-    pub(crate) fn note_task_only(&self, tool: String) {
+    /// Notes the tools that only run as tasks in a raw JSON-RPC message, if it is a
+    /// `tools/list` answer (the library's types leave out a tool's `execution`).
+    pub(crate) fn note_task_only_tools(&self, message: &serde_json::Value) {
+        let Some(tools) = message
+            .get("result")
+            .and_then(|r| r.get("tools"))
+            .and_then(serde_json::Value::as_array)
+        else {
+            return;
+        };
+        for tool in tools {
+            if tool["execution"]["taskSupport"] == "required"
+                && let Some(name) = tool["name"].as_str()
+            {
+                self.note_task_only(name.to_owned());
+            }
+        }
+    }
+
+    fn note_task_only(&self, tool: String) {
         if let Ok(mut names) = self.task_only.lock() {
             names.insert(tool);
         }

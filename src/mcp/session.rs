@@ -5,7 +5,9 @@
 //! `timeout`; a server that fails to start, crashes or stops answering becomes a warning
 //! naming the extension and a tool error the model reads. A stdio server runs in its own
 //! process group, and the whole group is killed when the session ends or is dropped (a
-//! cancelled task drops it), so no server process outlives its task.
+//! cancelled task drops it), so no server process outlives its task. A summon killed without a
+//! chance to stop them takes its servers along all the same: see [`super::spawn`] (the
+//! parent-death signal) and [`super::record`] (a background worker's servers in the store).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -330,6 +332,7 @@ async fn start_one(
             }
             let (transport, group) =
                 spawn_stdio(cmd, args, envs, *sandbox, workdir, &stderr, &observed)
+                    .await
                     .map_err(|e| fail(format!("cannot run `{cmd}`: {e}"), &stderr))?;
             let client =
                 match tokio::time::timeout(spec.timeout, client_config().serve(transport)).await {
@@ -451,7 +454,8 @@ fn client_config() -> ClientConfig {
 }
 
 /// Spawns a stdio server as the leader of a new process group, its stderr kept in `tail`.
-fn spawn_stdio(
+/// On Linux the server dies with summon (see [`super::spawn`]).
+async fn spawn_stdio(
     cmd: &str,
     args: &[String],
     envs: &[(String, String)],
@@ -460,8 +464,14 @@ fn spawn_stdio(
     tail: &Arc<Mutex<StderrTail>>,
     observed: &Arc<Observed>,
 ) -> std::io::Result<(StdioTransport, ProcessGroup)> {
+    let path = envs
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| std::ffi::OsString::from(v))
+        .or_else(|| std::env::var_os("PATH"));
+    crate::sandbox::helper::check_program(cmd, workdir, path.as_deref())?;
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut command = crate::sandbox::helper::command(sandbox, &[workdir], cmd, &args)?;
+    let mut command = crate::sandbox::helper::server_command(sandbox, &[workdir], cmd, &args)?;
     command
         .current_dir(workdir)
         .env(crate::command::NESTED_ENV, "1");
@@ -482,13 +492,14 @@ fn spawn_stdio(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = wrapped.spawn()?;
+    let mut child = super::spawn::spawn(wrapped).await?;
     let stderr = child.inner_mut().stderr().take();
     let pid = child
         .id()
         .ok_or_else(|| std::io::Error::other("the process exited at once"))?;
     let transport = StdioTransport::new(child, Arc::clone(observed))?;
     crate::exec::groups::register_server(pid);
+    super::record::started(pid);
     let group = ProcessGroup {
         pgid: pid,
         killed: false.into(),
@@ -541,6 +552,7 @@ impl ProcessGroup {
             let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
         }
         crate::exec::groups::unregister_server(self.pgid);
+        super::record::stopped(self.pgid);
     }
 
     /// Whether the group's leader (the server itself) still runs (a zombie has ended).

@@ -105,7 +105,7 @@ impl StdioTransport {
     fn parse(&self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
         let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
         let value: Value = serde_json::from_slice(line).ok()?;
-        self.note_task_only_tools(&value);
+        self.observed.note_task_only_tools(&value);
         let has_id = value.get("id").is_some_and(|id| !id.is_null());
         match serde_json::from_value(value) {
             Ok(message) => Some(message),
@@ -116,23 +116,6 @@ impl StdioTransport {
                         .raise(format!("it sent an answer summon cannot read: {e}"));
                 }
                 None
-            }
-        }
-    }
-
-    fn note_task_only_tools(&self, value: &Value) {
-        let Some(tools) = value
-            .get("result")
-            .and_then(|r| r.get("tools"))
-            .and_then(Value::as_array)
-        else {
-            return;
-        };
-        for tool in tools {
-            if tool["execution"]["taskSupport"] == "required"
-                && let Some(name) = tool["name"].as_str()
-            {
-                self.observed.note_task_only(name.to_owned());
             }
         }
     }

@@ -4,6 +4,12 @@
 //! Running the restrictions in a separate exec of summon keeps them off summon's own threads
 //! and needs no unsafe code: the `landlock` and `seccompiler` crates apply them to the calling
 //! thread, and `exec` replaces the process with the command.
+//!
+//! MCP servers go through it too, with `--parent PID`: on Linux it first asks the kernel for
+//! SIGKILL when its parent goes (`PR_SET_PDEATHSIG`, kept across `exec`), so a server does not
+//! outlive a summon killed with no chance to clean up (`kill -9`). Servers start often and
+//! with a bounded start-up, so [`early`] runs this before anything else in `main`: no
+//! argument parser, no runtime, no configuration.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -42,13 +48,117 @@ pub(crate) fn command(
     Ok(cmd)
 }
 
+/// Like [`command`] for an MCP server: on Linux always through the helper, with `--parent`,
+/// so that the server is killed when summon goes, however it goes. The caller must spawn it
+/// from a thread that lives as long as summon: the kernel's "parent" is the thread that forks.
+pub(crate) fn server_command(
+    sandbox: Sandbox,
+    writable: &[&Path],
+    program: &str,
+    args: &[&str],
+) -> std::io::Result<tokio::process::Command> {
+    if !cfg!(target_os = "linux") {
+        return command(sandbox, writable, program, args);
+    }
+    let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
+    cmd.arg(SUBCOMMAND)
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        .arg("--policy")
+        .arg(sandbox.policy.name());
+    if sandbox.network {
+        cmd.arg("--network");
+    }
+    if sandbox.policy != Policy::Off {
+        for dir in writable {
+            cmd.arg("--write").arg(dir);
+        }
+    }
+    cmd.arg("--").arg(program).args(args);
+    Ok(cmd)
+}
+
+/// Fails as starting `program` directly would when it cannot be run (not found, not
+/// executable), with the same error: through the helper, that failure would come only after
+/// the helper started. `dir` is the working directory it starts in, `path` its `PATH`.
+pub(crate) fn check_program(
+    program: &str,
+    dir: &Path,
+    path: Option<&std::ffi::OsStr>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |candidate: &Path| {
+        std::fs::metadata(candidate)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let found = if program.contains('/') {
+        let candidate = dir.join(program);
+        if candidate.exists() && !runnable(&candidate) {
+            return Err(std::io::Error::from_raw_os_error(libc::EACCES));
+        }
+        runnable(&candidate)
+    } else {
+        path.is_some_and(|path| {
+            std::env::split_paths(path).any(|d| runnable(&dir.join(d).join(program)))
+        })
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(libc::ENOENT))
+    }
+}
+
+/// The helper's arguments, read without the argument parser: `args` are summon's (the
+/// program name first). `None` when this is not the helper or the arguments are not the ones
+/// [`command`] and [`server_command`] write; the full parser then says what is wrong.
+pub(crate) fn early(args: &[OsString]) -> Option<i32> {
+    if args.get(1).is_none_or(|a| a != SUBCOMMAND) {
+        return None;
+    }
+    let mut policy = None;
+    let mut network = false;
+    let mut parent = None;
+    let mut writable = Vec::new();
+    let mut rest = args[2..].iter();
+    loop {
+        let arg = rest.next()?.to_str()?;
+        match arg {
+            "--policy" => policy = Some(Policy::parse(rest.next()?.to_str()?)?),
+            "--network" => network = true,
+            "--parent" => parent = Some(rest.next()?.to_str()?.parse().ok()?),
+            "--write" => writable.push(PathBuf::from(rest.next()?)),
+            "--" => break,
+            _ => return None,
+        }
+    }
+    let argv: Vec<OsString> = rest.cloned().collect();
+    if argv.is_empty() {
+        return None;
+    }
+    Some(run(policy?, network, parent, &writable, &argv))
+}
+
 /// Confines this process as asked and executes `argv`; returns only on failure, with the exit
-/// code after saying why on stderr.
-pub(crate) fn run(policy: Policy, network: bool, writable: &[PathBuf], argv: &[OsString]) -> i32 {
+/// code after saying why on stderr. With `parent`, the command is killed when that process
+/// (the summon that started this one) ends; if it has already ended, nothing runs.
+pub(crate) fn run(
+    policy: Policy,
+    network: bool,
+    parent: Option<u32>,
+    writable: &[PathBuf],
+    argv: &[OsString],
+) -> i32 {
     let Some((program, args)) = argv.split_first() else {
         eprintln!("summon: sandbox: no command given");
         return SETUP_FAILED;
     };
+    if let Some(parent) = parent
+        && let Err(message) = die_with(parent)
+    {
+        eprintln!("summon: sandbox: {message}");
+        return SETUP_FAILED;
+    }
     if policy != Policy::Off
         && let Err(message) = confine(policy, network, writable)
     {
@@ -66,6 +176,23 @@ pub(crate) fn run(policy: Policy, network: bool, writable: &[PathBuf], argv: &[O
     } else {
         126
     }
+}
+
+/// Asks for SIGKILL when the parent ends, then checks that the parent is still `parent`: had it
+/// ended before the request, the signal would never come (the process was already adopted).
+#[cfg(target_os = "linux")]
+fn die_with(parent: u32) -> Result<(), String> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("cannot ask for a parent-death signal: {e}"))?;
+    if std::os::unix::process::parent_id() != parent {
+        return Err(format!("summon (pid {parent}) has already ended"));
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with(_parent: u32) -> Result<(), String> {
+    Ok(())
 }
 
 /// Devices every policy may write: sinks, sources and the terminal.
@@ -172,4 +299,46 @@ fn confine(_policy: Policy, _network: bool, _writable: &[PathBuf]) -> Result<(),
         "sandboxing needs Linux, and this is {}",
         std::env::consts::OS
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn only_the_arguments_summon_writes_take_the_early_path() {
+        // Each of these is left to the argument parser (which runs or refuses it); none runs
+        // a command here.
+        for list in [
+            &["summon", "run", "p.yaml"][..],
+            &["summon"],
+            &["summon", SUBCOMMAND, "--help"],
+            &["summon", SUBCOMMAND, "--policy", "nowhere", "--", "true"],
+            &[
+                "summon", SUBCOMMAND, "--parent", "x", "--policy", "off", "--", "true",
+            ],
+            &["summon", SUBCOMMAND, "--policy", "off", "--"],
+            &["summon", SUBCOMMAND, "--network", "--", "true"],
+            &["summon", SUBCOMMAND, "--policy", "off", "true"],
+        ] {
+            assert_eq!(early(&args(list)), None, "{list:?}");
+        }
+    }
+
+    #[test]
+    fn a_missing_program_fails_like_a_direct_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = std::env::var_os("PATH");
+        assert!(check_program("sh", dir.path(), path.as_deref()).is_ok());
+        let missing =
+            check_program("no-such-server-anywhere", dir.path(), path.as_deref()).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        std::fs::write(dir.path().join("data.txt"), "x").unwrap();
+        let not_runnable = check_program("./data.txt", dir.path(), path.as_deref()).unwrap_err();
+        assert_eq!(not_runnable.kind(), std::io::ErrorKind::PermissionDenied);
+    }
 }

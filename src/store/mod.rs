@@ -13,6 +13,7 @@
 //! | `task_counters` | one per UTC day: the last task sequence number handed out | `create_task` |
 //! | `tasks` | background tasks (`delegate --async`) | the caller (create), the worker (pid, heartbeat, progress, finish), `load --cancel` (cancel), any process (dead-worker sweep, expiry) |
 //! | `expired_tasks` | ids of tasks deleted by expiry, kept 7 days | `expire` |
+//! | `task_servers` | the MCP servers a worker runs: process group and leader's start time | the worker (as it starts and stops them), the dead-worker sweep's caller (takes them to stop them), `expire` |
 //! | `runs` | pipeline runs (`summon run`) | the runner |
 //! | `run_tasks` | one finished task of a run, keyed by (run, step, item index) | the runner's [`JournalWriter`] |
 //! | `run_batches` | provider batches of a run in flight | the batch backend |

@@ -144,8 +144,20 @@ CREATE TABLE pruned_runs (
 CREATE INDEX run_tasks_by_output ON run_tasks (output_hash) WHERE output_hash IS NOT NULL;
 "#;
 
+/// Version 4: the MCP servers a background task's worker started, so that the command that
+/// finds the worker dead (killed, with no chance to stop them) also stops them.
+const V4: &str = r#"
+CREATE TABLE task_servers (
+    task_id TEXT    NOT NULL,          -- tasks.id
+    pgid    INTEGER NOT NULL,          -- the server's process group: its leader's pid
+    started INTEGER NOT NULL,          -- the leader's start time (clock ticks after boot, as in
+                                       -- /proc/PID/stat), so a reused pid is never signalled
+    PRIMARY KEY (task_id, pgid)
+) STRICT, WITHOUT ROWID;
+"#;
+
 /// Every migration, in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this summon writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -224,6 +236,7 @@ mod tests {
                 "run_tasks",
                 "runs",
                 "task_counters",
+                "task_servers",
                 "tasks"
             ]
         );
@@ -238,6 +251,32 @@ mod tests {
             again.get(&task.id).unwrap().is_some(),
             "data survives reopen"
         );
+    }
+
+    #[test]
+    fn a_version_3_store_gains_the_task_servers_and_keeps_its_tasks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join(super::super::DIR_NAME);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(super::super::DB_FILE);
+        let conn = Connection::open(&path).unwrap();
+        migrate_with(&conn, &path, &MIGRATIONS[..3]).unwrap();
+        conn.execute(
+            "INSERT INTO tasks (id, status, description, request, created_at, heartbeat_at)
+             VALUES ('20260101_1', 'running', 'old', '{}', 1, 1)",
+            [],
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(tmp.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        let id = "20260101_1".parse().unwrap();
+        assert!(store.get(&id).unwrap().is_some(), "the old task is kept");
+        store.add_server(&id, 4242, 77).unwrap();
+        store.add_server(&id, 4243, 78).unwrap();
+        store.remove_server(&id, 4243).unwrap();
+        assert_eq!(store.take_servers(&id).unwrap(), [(4242, 77)]);
+        assert_eq!(store.take_servers(&id).unwrap(), []);
     }
 
     #[test]

@@ -380,6 +380,49 @@ impl Store {
         })
     }
 
+    /// Records an MCP server the task's worker started: its process group and its leader's
+    /// start time.
+    pub(crate) fn add_server(
+        &self,
+        id: &TaskId,
+        pgid: u32,
+        started: u64,
+    ) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO task_servers (task_id, pgid, started) VALUES (?1, ?2, ?3)",
+                params![id, pgid, started as i64],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Forgets an MCP server the task's worker stopped.
+    pub(crate) fn remove_server(&self, id: &TaskId, pgid: u32) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "DELETE FROM task_servers WHERE task_id = ?1 AND pgid = ?2",
+                params![id, pgid],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Takes (returns and forgets) the MCP servers recorded for a task: `(pgid, started)`.
+    pub(crate) fn take_servers(&self, id: &TaskId) -> Result<Vec<(u32, u64)>, StoreError> {
+        self.write(|tx| {
+            let servers = tx
+                .prepare_cached(
+                    "DELETE FROM task_servers WHERE task_id = ?1 RETURNING pgid, started",
+                )?
+                .query_map([id], |r| {
+                    Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)? as u64))
+                })?
+                .collect::<Result<_, _>>()?;
+            Ok(servers)
+        })
+    }
+
     /// Records the provider and model the worker resolved. Returns whether the task exists.
     pub(crate) fn set_model(
         &self,
@@ -682,8 +725,10 @@ impl Store {
             let mut remember = tx.prepare_cached(
                 "INSERT OR REPLACE INTO expired_tasks (id, expired_at) VALUES (?1, ?2)",
             )?;
+            let mut servers = tx.prepare_cached("DELETE FROM task_servers WHERE task_id = ?1")?;
             for id in &ids {
                 remember.execute(params![id, now])?;
+                servers.execute([id])?;
             }
             tx.execute("DELETE FROM expired_tasks WHERE expired_at < ?1", [forget])?;
             Ok(ids)
