@@ -56,6 +56,17 @@ pub(crate) fn system_prompt(
     text
 }
 
+/// The bytes of [`system_prompt`] that are the task's own instructions and context (what
+/// the sections hold, not their headings).
+pub(crate) fn content_len(instructions: Option<&str>, context: Option<&str>) -> usize {
+    [instructions, context]
+        .into_iter()
+        .flatten()
+        .filter(|text| !text.trim().is_empty())
+        .map(|text| text.trim_end().len())
+        .sum()
+}
+
 /// What the system prompt says about the task's tools: nothing when it has none; a request
 /// sent without its tools (a batch line) takes this text out again.
 pub(crate) fn tools_section(workdir: &Path, tool_names: &[&str]) -> String {
@@ -98,6 +109,24 @@ impl FirstMessage {
     /// Whether the task given to an agent role is blank (the role text alone is no task).
     pub(crate) fn task_is_blank(&self) -> bool {
         matches!(self, Self::Role { task, .. } if task.trim().is_empty())
+    }
+
+    /// The bytes of [`Self::text`] that are the task's own (instructions, prompt, role text,
+    /// task), not summon's labels around them.
+    pub(crate) fn content_len(&self) -> usize {
+        match self {
+            Self::AdHoc { instructions } => instructions.len(),
+            Self::Recipe { prompt, extra } => match extra {
+                Some(extra) if !extra.trim().is_empty() => {
+                    prompt.trim_end().len() + extra.trim().len()
+                }
+                _ => prompt.len(),
+            },
+            Self::Role { task, .. } if !self.has_role() => task.len(),
+            Self::Role {
+                role_text, task, ..
+            } => role_text.trim().len() + task.trim().len(),
+        }
     }
 
     pub(crate) fn text(&self) -> String {
