@@ -13,7 +13,8 @@ use summon_mock_llm::{Fault, FaultPlan, LeanStats, MockConfig, MockServer, Reply
 
 const USAGE: &str = "\
 usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-seconds S]
-                       [--lean] [--record] [--strict] [--cache] [--no-stdin] [--fault-rate R] [--fault-CLASS R]...
+                       [--lean] [--record] [--strict] [--cache] [--tool-turns N] [--no-stdin]
+                       [--fault-rate R] [--fault-CLASS R]...
                        [--fault-seed N] [--retry-after-ms MS] [--stall-ms MS]
 
   --port N         port on 127.0.0.1 (default 0: a free port, printed on the first line)
@@ -28,6 +29,9 @@ usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-se
                    mock does (off by default: benchmarks read only what they answer)
   --cache          apply the providers' prompt caching rules and report cache tokens in
                    usage, as the test suite's mock does (off by default)
+  --tool-turns N   answer a conversation with a `list_files` tool call (arguments `{}`) while
+                   it holds fewer than N tool results, then with --reply: an agent loop of
+                   N + 1 turns per task (default 0: never call a tool)
   --no-stdin       do not stop at end of standard input (use when stdin is /dev/null,
                    e.g. when started in the background by a script)
 
@@ -51,6 +55,7 @@ struct Args {
     lean: bool,
     strict: bool,
     cache: bool,
+    tool_turns: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -65,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
         lean: false,
         strict: false,
         cache: false,
+        tool_turns: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -88,6 +94,12 @@ fn parse_args() -> Result<Args, String> {
                 } else {
                     Reply::Text(v)
                 };
+            }
+            "--tool-turns" => {
+                let v = value("--tool-turns")?;
+                args.tool_turns = v
+                    .parse()
+                    .map_err(|_| format!("--tool-turns: not a number: {v}"))?;
             }
             "--max-seconds" => {
                 let v = value("--max-seconds")?;
@@ -140,8 +152,16 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument: {other}")),
         }
     }
-    if args.lean && (args.record || args.strict || args.cache || args.faults.is_some()) {
-        return Err("--lean records nothing, refuses nothing and injects no faults".into());
+    if args.lean
+        && (args.record
+            || args.strict
+            || args.cache
+            || args.faults.is_some()
+            || args.tool_turns > 0)
+    {
+        return Err(
+            "--lean records nothing, refuses nothing, calls no tools and injects no faults".into(),
+        );
     }
     if let Some(plan) = &args.faults {
         let sum = plan.rate_429
@@ -201,7 +221,7 @@ async fn serve(args: Args) -> ExitCode {
         return serve_lean(args).await;
     }
     let mut config = MockConfig::new()
-        .default_reply(args.reply)
+        .default_reply(args.reply.clone())
         .latency(args.latency)
         .exact_latency(!args.latency.is_zero())
         .record(args.record)
@@ -209,6 +229,16 @@ async fn serve(args: Args) -> ExitCode {
         .cache(args.cache);
     if let Some(plan) = args.faults {
         config = config.faults(plan);
+    }
+    if args.tool_turns > 0 {
+        let (turns, reply) = (args.tool_turns, args.reply);
+        config = config.rule(move |request| {
+            if tool_results(&request.body) < turns {
+                Reply::tool_call("list_files", serde_json::json!({}))
+            } else {
+                reply.clone()
+            }
+        });
     }
     let server = match MockServer::start_on_port(config, args.port).await {
         Ok(server) => server,
@@ -268,6 +298,25 @@ async fn serve_lean(args: Args) -> ExitCode {
         stats.requests()
     );
     ExitCode::SUCCESS
+}
+
+/// The tool results a chat request carries: OpenAI `tool` messages, Anthropic `tool_result`
+/// blocks.
+fn tool_results(body: &serde_json::Value) -> usize {
+    let Some(messages) = body["messages"].as_array() else {
+        return 0;
+    };
+    messages
+        .iter()
+        .map(|m| {
+            if m["role"] == "tool" {
+                return 1;
+            }
+            m["content"].as_array().map_or(0, |blocks| {
+                blocks.iter().filter(|b| b["type"] == "tool_result").count()
+            })
+        })
+        .sum()
 }
 
 /// The first line of stdout, which scripts wait for.
