@@ -253,7 +253,7 @@ async fn agent_loop_reads_its_conversation(step_keys: &str) {
 async fn openai_requests_share_a_stable_prefix_and_a_cache_key_per_step() {
     let server = MockServer::start(MockConfig::new()).await;
     let pipeline = format!(
-        "{}  - id: again\n    fan_out:\n      over: list\n      instructions: \"Rate {{{{ item }}}}\"\n      context: {}\n    concurrency: 2\n",
+        "{}  - id: again\n    needs: [each]\n    fan_out:\n      over: list\n      instructions: \"Rate {{{{ item }}}}\"\n      context: {}\n    concurrency: 2\n",
         fan_out(4, "    concurrency: 2\n"),
         serde_json::to_string(&shared_context()).unwrap(),
     );
