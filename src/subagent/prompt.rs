@@ -205,6 +205,46 @@ mod tests {
     }
 
     #[test]
+    fn content_is_the_task_text_without_labels() {
+        let role = FirstMessage::Role {
+            name: "explorer".into(),
+            path: "a.md".into(),
+            role_text: "You explore.\n".into(),
+            task: "Find it.".into(),
+        };
+        let label = "Subagent role \"explorer\", defined by this project in a.md:\n\n\n\nTask:\n";
+        assert_eq!(role.content_len(), "You explore.Find it.".len());
+        assert_eq!(role.text().len() - role.content_len(), label.len());
+        let recipe = FirstMessage::Recipe {
+            prompt: "Do it.\n".into(),
+            extra: Some(" Also this. ".into()),
+        };
+        assert_eq!(recipe.content_len(), "Do it.Also this.".len());
+        assert_eq!(recipe.text().len() - recipe.content_len(), 2);
+        let system = system_prompt(
+            false,
+            Path::new("/w"),
+            Some("Do X.\n"),
+            Some("Ctx."),
+            &[],
+            None,
+        );
+        assert_eq!(
+            content_len(Some("Do X.\n"), Some("Ctx.")),
+            "Do X.Ctx.".len()
+        );
+        assert_eq!(
+            system.len() - content_len(Some("Do X.\n"), Some("Ctx.")),
+            format!("{PREAMBLE}\n\n# Instructions\n\n\n\n# Reference Context\n\n\n").len()
+        );
+        assert_eq!(
+            content_len(Some("  "), None),
+            0,
+            "a blank section is not sent"
+        );
+    }
+
+    #[test]
     fn ad_hoc_is_verbatim() {
         let text = "  exactly this\n{{ not a template }}\n";
         assert_eq!(
