@@ -312,15 +312,35 @@ async fn unknown_tool_names_are_errors_at_their_line() {
 #[tokio::test(flavor = "multi_thread")]
 async fn batch_lines_carry_no_tools_and_no_tool_text() {
     let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
-    openai(&server)
+    let out = openai(&server)
         .write_raw("p.yaml", &fan_out("    backend: batch\n"))
-        .args(["run", "p.yaml", "--quiet"])
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
         .run();
     let batches = server.batches();
     assert_eq!(batches.len(), 1);
     assert_eq!(batches[0].lines.len(), 2);
     for line in &batches[0].lines {
         assert_tool_free(line);
+    }
+    // A batch line's overhead: its system prompt and model name (the task's text is all of
+    // its user message), no tool definitions.
+    let results = std::fs::read_to_string(out.dir.join("out/results.jsonl")).unwrap();
+    for result in results
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    {
+        let body = batches[0]
+            .lines
+            .iter()
+            .find(|b| first_user(b) == result["prompt"].as_str().unwrap())
+            .expect("the task's batch line");
+        let framing = system_of(body).len() + body["model"].as_str().unwrap().len();
+        assert_eq!(
+            result["overhead_tokens"],
+            framing.div_ceil(4) as u64,
+            "{result}"
+        );
+        assert_eq!(result["tool_tokens"], 0, "{result}");
     }
 
     // A recipe with the developer extension whose step sends no tools stays in the batch.
