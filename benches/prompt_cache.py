@@ -17,11 +17,11 @@ OpenAI uncached + (cached_input / input, from the prices below) x reads. `billed
 that divided by the input tokens of the `cache: false` run at the full input price. OpenAI
 caches long prefixes by itself, so its `cache: false` run is billed below plain too: the
 `off` column shows that run's own billed share; the lines under the table give the OpenAI
-ratios at other models' cached prices (gpt-4.1, configured here, bills reads at 0.25x). Wall times are medians of R runs; `+L` is
-the difference (caching on minus off) in units of the mock latency L, and `+first` in units
+ratios at other models' cached prices (gpt-4.1, configured here, bills reads at 0.25x).
+Wall times are medians of R runs of the debug build; `+L` is the difference (caching on minus off) in units of the mock latency L, and `+first` in units
 of the warm-up task's own duration (L plus what summon and the mock spend on one request).
-The per-task overhead row is the fan-out step's `report.json` `overhead` (tokens beyond
-the task's instructions and context, tool definitions included), checked against the dry run.
+The per-task overhead lines give the fan-out step's `report.json` `overhead` (tokens beyond
+the task's instructions and context, tool definitions included) beside the dry run's.
 
     benches/prompt_cache.py            # L = 200 ms, R = 3
     benches/prompt_cache.py L_MS R
