@@ -587,7 +587,7 @@ impl Progress {
         let line = match &event {
             // A turn counts once its reply has arrived (until then the task is still
             // initialising, as far as `--peek` is concerned).
-            SubagentEvent::Turn { .. } => return,
+            SubagentEvent::Turn { .. } | SubagentEvent::Framing { .. } => return,
             SubagentEvent::Tokens { total } => {
                 self.tokens = *total;
                 self.turns += 1;

@@ -56,6 +56,8 @@ pub(crate) struct Prepared {
     pub(crate) notes: Vec<Diagnostic>,
     /// A short label for progress lines: the source name, or `task`.
     pub(crate) label: String,
+    /// The bytes of the system prompt and first message that are the task's own text.
+    pub(crate) content_len: usize,
 }
 
 /// A failure to prepare: bad input (exit 1) or a task failure such as an unreadable role
@@ -202,6 +204,9 @@ pub(crate) struct Draft {
     /// MCP servers the task would start (their tools join the built-in ones).
     pub(crate) servers: Vec<ServerSpec>,
     pub(crate) notes: Vec<Diagnostic>,
+    /// The bytes of `system` and `first_message` that are the task's own instructions,
+    /// context, prompt and role text; the rest is framing (see `crate::exec::overhead`).
+    pub(crate) content_len: usize,
     workdir: WorkDir,
     max_turns: u32,
     temperature: Option<f64>,
@@ -259,6 +264,7 @@ impl Draft {
             resolved,
             notes,
             label: self.label,
+            content_len: self.content_len,
         }
     }
 }
@@ -482,6 +488,10 @@ pub(crate) fn draft(
         &names,
         schema.as_ref(),
     );
+    let content_len = crate::subagent::prompt_content_len(
+        plan.instructions.as_deref(),
+        request.context.as_deref(),
+    ) + plan.first.content_len();
     Ok(Draft {
         label,
         system,
@@ -489,6 +499,7 @@ pub(crate) fn draft(
         tools,
         servers,
         notes,
+        content_len,
         workdir,
         max_turns,
         temperature: request.temperature.or(plan.temperature),

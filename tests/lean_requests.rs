@@ -304,15 +304,35 @@ async fn unknown_tool_names_are_errors_at_their_line() {
 #[tokio::test(flavor = "multi_thread")]
 async fn batch_lines_carry_no_tools_and_no_tool_text() {
     let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
-    openai(&server)
+    let out = openai(&server)
         .write_raw("p.yaml", &fan_out("    backend: batch\n"))
-        .args(["run", "p.yaml", "--quiet"])
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
         .run();
     let batches = server.batches();
     assert_eq!(batches.len(), 1);
     assert_eq!(batches[0].lines.len(), 2);
     for line in &batches[0].lines {
         assert_tool_free(line);
+    }
+    // A batch line's overhead: its system prompt and model name (the task's text is all of
+    // its user message), no tool definitions.
+    let results = std::fs::read_to_string(out.dir.join("out/results.jsonl")).unwrap();
+    for result in results
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    {
+        let body = batches[0]
+            .lines
+            .iter()
+            .find(|b| first_user(b) == result["prompt"].as_str().unwrap())
+            .expect("the task's batch line");
+        let framing = system_of(body).len() + body["model"].as_str().unwrap().len();
+        assert_eq!(
+            result["overhead_tokens"],
+            framing.div_ceil(4) as u64,
+            "{result}"
+        );
+        assert_eq!(result["tool_tokens"], 0, "{result}");
     }
 
     // A recipe with the developer extension whose step sends no tools stays in the batch.
@@ -345,4 +365,139 @@ async fn batch_lines_carry_no_tools_and_no_tool_text() {
     for line in &batches[0].lines {
         assert_tool_free(line);
     }
+}
+
+/// The bytes summon's estimator counts for a request's tool definitions: name, description
+/// and the compact parameter schema of each (OpenAI format).
+fn tool_bytes(body: &Value) -> usize {
+    body["tools"].as_array().map_or(0, |tools| {
+        tools
+            .iter()
+            .map(|t| {
+                let f = &t["function"];
+                f["name"].as_str().unwrap().len()
+                    + f["description"].as_str().unwrap().len()
+                    + f["parameters"].to_string().len()
+            })
+            .sum()
+    })
+}
+
+/// The first user message of an OpenAI-format request.
+fn first_user(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap()
+        .to_owned()
+}
+
+/// A count as the dry run prints it: `1,047`.
+fn thousands(n: &Value) -> String {
+    let digits = n.as_u64().unwrap().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A fan-out over three items with a shared context; `extra` is more of the task's keys.
+fn overhead_pipeline(context: &str, extra: &str) -> String {
+    format!(
+        "version: 1\nname: p\nsteps:\n  - id: rows\n    decompose:\n      items: [alpha, beta, gamma]\n  \
+         - id: each\n    fan_out:\n      over: rows\n      instructions: \"Classify {{{{ item }}}}.\"\n      \
+         context: \"{context}\"\n{extra}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dry_run_and_report_show_the_per_task_overhead() {
+    let context = "Sentiment labels: positive, negative, neutral. ".repeat(40);
+    let cases = [
+        // A single-turn task: no tool definitions, the short standard prompt and labels.
+        ("    max_turns: 1\n", false),
+        // With the developer extension every tool definition is paid for by every task.
+        ("      extensions: [developer]\n    max_turns: 2\n", true),
+    ];
+    let mut per_task = Vec::new();
+    for (extra, tools) in cases {
+        let yaml = overhead_pipeline(context.trim_end(), extra);
+        let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+        let plan = openai(&server)
+            .write_raw("p.yaml", &yaml)
+            .args(["run", "p.yaml", "--dry-run", "--json"])
+            .run()
+            .json();
+        let planned = &plan["steps"][1]["overhead"];
+        assert_eq!(planned["tasks"], 3, "{plan:#}");
+        let text = openai(&server)
+            .write_raw("p.yaml", &yaml)
+            .args(["run", "p.yaml", "--dry-run"])
+            .run()
+            .stdout;
+        let line = format!(
+            "overhead: ~{} tokens per task beyond its instructions, context and role ({} of them tool definitions)",
+            thousands(&planned["per_task_max"]),
+            thousands(&planned["tool_tokens_per_task_max"])
+        );
+        assert!(text.contains(&line), "{line}\n{text}");
+        assert!(server.requests().is_empty(), "a dry run sends nothing");
+
+        let out = openai(&server)
+            .write_raw("p.yaml", &yaml)
+            .args(["run", "p.yaml", "--out", "out", "--quiet"])
+            .run();
+        let requests = chats(&server);
+        assert_eq!(requests.len(), 3, "{}", out.stderr);
+        let results = std::fs::read_to_string(out.dir.join("out/results.jsonl")).unwrap();
+        let lines: Vec<Value> = results
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        for request in &requests {
+            let body = &request.body;
+            let user = first_user(body);
+            let line = lines
+                .iter()
+                .find(|l| l["prompt"] == user.as_str())
+                .expect("a results line per request");
+            // Everything sent but the task's own text, as the estimator counts it.
+            let own = user.len() + context.trim_end().len();
+            let framing =
+                system_of(body).len() + user.len() + body["model"].as_str().unwrap().len() - own;
+            let tool_bytes = tool_bytes(body);
+            assert_eq!(
+                line["tool_tokens"],
+                tool_bytes.div_ceil(4) as u64,
+                "{body:#}"
+            );
+            assert_eq!(
+                line["overhead_tokens"],
+                (framing + tool_bytes).div_ceil(4) as u64,
+                "{body:#}"
+            );
+            assert_eq!(tool_bytes > 0, tools, "{body:#}");
+        }
+        let report: Value = serde_json::from_str(
+            &std::fs::read_to_string(out.dir.join("out/report.json")).unwrap(),
+        )
+        .unwrap();
+        let measured = &report["steps"]["each"]["overhead"];
+        assert_eq!(measured, planned, "the dry run and the run count alike");
+        assert_eq!(report["total"]["overhead"], *measured);
+        per_task.push((
+            measured["per_task_max"].as_u64().unwrap(),
+            measured["tool_tokens_per_task_max"].as_u64().unwrap(),
+        ));
+    }
+    let (single, with_tools) = (per_task[0], per_task[1]);
+    assert_eq!(single.1, 0);
+    assert!(single.0 > 0 && single.0 <= 100, "{single:?}");
+    assert!(with_tools.1 > 300, "{with_tools:?}");
+    assert!(with_tools.0 >= single.0 + with_tools.1, "{per_task:?}");
 }

@@ -492,8 +492,16 @@ async fn a_pipeline_task_whose_extension_failed_says_so_everywhere() {
     }
     let text = std::fs::read_to_string(out.dir.join("out/results.jsonl")).unwrap();
     let first = text.lines().next().unwrap();
+    // The trace ends with the task's overhead (`prompt`, `overhead_tokens`, `tool_tokens`).
+    let trace_end = first
+        .find(r#""prompt":"Use the tools.","overhead_tokens":"#)
+        .and_then(|at| first[at..].find(r#","tool_tokens":"#).map(|t| at + t))
+        .expect("the trace");
+    let after = first[trace_end..]
+        .trim_start_matches(r#","tool_tokens":"#)
+        .trim_start_matches(|c: char| c.is_ascii_digit());
     assert!(
-        first.contains(r#""prompt":"Use the tools.","warnings":["extension `bad` did not start:"#),
+        after.starts_with(r#","warnings":["extension `bad` did not start:"#),
         "`warnings` follows the task's trace: {first}"
     );
     let lines = results_lines(&out.dir);
@@ -564,5 +572,62 @@ fn validate_checks_on_extension_error() {
         out.stderr.contains("warn") && out.stderr.contains("fail"),
         "{}",
         out.stderr
+    );
+}
+
+/// The per-task overhead counts the MCP tools a task was offered, as sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_per_task_overhead_counts_mcp_tools() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("done"))).await;
+    let out = openai(&server)
+        .write_raw(
+            "recipes/tools.yaml",
+            &recipe_with(&named_extension("docs", "docs", &["lookup", "summarize"])),
+        )
+        .write_raw("p.yaml", &pipeline(""))
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{}", out.stderr);
+    let names = requests[0].tool_names();
+    assert!(names.iter().any(|n| n == "docs__lookup"), "{names:?}");
+    // Name, description and compact parameter schema of each tool sent, as summon counts.
+    let tool_bytes: usize = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let f = &t["function"];
+            f["name"].as_str().unwrap().len()
+                + f["description"].as_str().unwrap_or_default().len()
+                + f["parameters"].to_string().len()
+        })
+        .sum();
+    for line in results_lines(&out.dir) {
+        assert_eq!(line["tool_tokens"], tool_bytes.div_ceil(4) as u64, "{line}");
+        assert!(
+            line["overhead_tokens"].as_u64().unwrap() > line["tool_tokens"].as_u64().unwrap(),
+            "{line}"
+        );
+    }
+    // The dry run starts no server: it counts the built-in tools alone, and says so.
+    let plan = openai(&server)
+        .write_raw(
+            "recipes/tools.yaml",
+            &recipe_with(&named_extension("docs", "docs", &["lookup", "summarize"])),
+        )
+        .write_raw("p.yaml", &pipeline(""))
+        .args(["run", "p.yaml", "--dry-run", "--json"])
+        .run()
+        .json();
+    let planned = plan["steps"][1]["overhead"]["tool_tokens_per_task_max"]
+        .as_u64()
+        .unwrap();
+    assert!(planned < tool_bytes.div_ceil(4) as u64, "{plan:#}");
+    assert!(
+        plan["steps"][1]["notes"]
+            .to_string()
+            .contains("are not counted: a dry run starts no MCP server"),
+        "{plan:#}"
     );
 }

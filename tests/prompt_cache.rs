@@ -192,6 +192,19 @@ async fn a_short_prefix_or_a_single_one_turn_request_carries_no_breakpoint() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_loop_reads_the_conversation_so_far_from_the_cache_every_turn() {
+    agent_loop_reads_its_conversation("").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_turn_a_loop_may_take_reads_the_conversation_from_the_cache() {
+    // Its fourth request is the last `max_turns` allows: no turn follows it, but it re-sends
+    // what the third wrote and must carry a mark to read it.
+    agent_loop_reads_its_conversation("    max_turns: 4\n").await;
+}
+
+/// A four-request agent loop of a delegate step with `step_keys`: every request marks its
+/// newest message and reads everything the request before it marked.
+async fn agent_loop_reads_its_conversation(step_keys: &str) {
     let server = MockServer::start(MockConfig::new().replies([
         Reply::tool_call("list_files", json!({"path": "."})),
         Reply::tool_call("read_file", json!({"path": "notes.txt"})),
@@ -204,7 +217,7 @@ async fn an_agent_loop_reads_the_conversation_so_far_from_the_cache_every_turn()
         .write(
             "p.yaml",
             &format!(
-                "version: 1\nname: loop\nsteps:\n  - id: work\n    delegate:\n      instructions: Read the notes.\n      context: {}\n",
+                "version: 1\nname: loop\nsteps:\n  - id: work\n    delegate:\n      instructions: Read the notes.\n      context: {}\n{step_keys}",
                 serde_json::to_string(&shared_context()).unwrap()
             ),
         )
@@ -240,7 +253,7 @@ async fn an_agent_loop_reads_the_conversation_so_far_from_the_cache_every_turn()
 async fn openai_requests_share_a_stable_prefix_and_a_cache_key_per_step() {
     let server = MockServer::start(MockConfig::new()).await;
     let pipeline = format!(
-        "{}  - id: again\n    fan_out:\n      over: list\n      instructions: \"Rate {{{{ item }}}}\"\n      context: {}\n    concurrency: 2\n",
+        "{}  - id: again\n    needs: [each]\n    fan_out:\n      over: list\n      instructions: \"Rate {{{{ item }}}}\"\n      context: {}\n    concurrency: 2\n",
         fan_out(4, "    concurrency: 2\n"),
         serde_json::to_string(&shared_context()).unwrap(),
     );

@@ -122,7 +122,10 @@ pub(crate) fn progress_line(label: &str, palette: crate::color::Palette, event: 
                 palette.warning("warning")
             );
         }
-        SubagentEvent::Turn { .. } | SubagentEvent::Text { .. } | SubagentEvent::Tokens { .. } => {}
+        SubagentEvent::Turn { .. }
+        | SubagentEvent::Text { .. }
+        | SubagentEvent::Tokens { .. }
+        | SubagentEvent::Framing { .. } => {}
     }
 }
 

@@ -5,8 +5,10 @@
 //! "cache_read_tokens", "cache_write_tokens", "output"}` (the tokens over the whole run);
 //! `deferred`: a step a shard leaves for `summon merge`, or one after `--until STEP`.
 //! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "drafted",
-//! "input_tokens", "model", "prompt", "later", "notes"}], "tasks", "drafted_tasks",
-//! "estimated_input_tokens", "estimated_input_cost_usd", "unpriced_models", "errors"}`.
+//! "input_tokens", "overhead", "model", "prompt", "later", "notes"}], "tasks", "drafted_tasks",
+//! "estimated_input_tokens", "estimated_input_cost_usd", "unpriced_models", "errors"}`;
+//! `overhead` is the drafted tasks' per-task overhead as in `report.json` (`null`: none
+//! drafted).
 
 use std::io::IsTerminal;
 
@@ -527,7 +529,8 @@ fn dry_run(
             .map(|s| {
                 json!({
                     "id": s.id, "kind": s.kind, "needs": s.needs, "width": s.width,
-                    "tasks": s.tasks, "drafted": s.drafted, "input_tokens": s.input_tokens, "model": s.model,
+                    "tasks": s.tasks, "drafted": s.drafted, "input_tokens": s.input_tokens,
+                    "overhead": s.overhead.json(), "model": s.model,
                     "prompt": s.prompt, "later": s.later, "notes": s.notes,
                 })
             })
@@ -621,6 +624,15 @@ fn dry_run_text(
             for prompt_line in prompt.lines().take(6) {
                 text.push_str(&format!("      | {prompt_line}\n"));
             }
+        }
+        if step.overhead.tasks > 0 {
+            let o = &step.overhead;
+            text.push_str(&format!(
+                "      overhead: ~{} tokens per task beyond its instructions, context and role \
+                 ({} of them tool definitions)\n",
+                thousands(o.per_task_max),
+                thousands(o.tool_tokens_per_task_max)
+            ));
         }
         for note in &step.notes {
             text.push_str(&format!("      note: {note}\n"));

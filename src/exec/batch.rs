@@ -88,6 +88,8 @@ struct Pending {
     usage: Usage,
     /// The rendered first message, for the outputs.
     prompt: String,
+    /// What its request carries beyond its own text (no tools: a batch line has none).
+    overhead: super::overhead::Overhead,
 }
 
 /// A batch being polled.
@@ -381,6 +383,8 @@ impl BatchRun<'_> {
             batch_id,
             trace: TaskTrace {
                 prompt: Some(task.prompt),
+                overhead_tokens: Some(task.overhead.tokens),
+                tool_tokens: Some(task.overhead.tool_tokens),
                 ..self.trace()
             },
             warnings: Vec::new(),
@@ -448,13 +452,22 @@ impl BatchRun<'_> {
                 Err(error) => return self.fail_unprepared(index, item, hash, error),
             }
         }
+        let request = batch_request(&prepared);
+        let overhead = super::overhead::Overhead::count(
+            request.system.len(),
+            prepared.spec.first_message.len(),
+            request.model.len(),
+            crate::provider::tool_chars(&request.tools),
+            prepared.content_len,
+        );
         self.waiting.push(Pending {
             index,
             item,
             hash,
             custom_id: format!("task-{index}"),
             prompt: TaskTrace::clip(&prepared.spec.first_message, PROMPT_LIMIT),
-            request: batch_request(&prepared),
+            request,
+            overhead,
             model: prepared.resolved.model.clone(),
             provider,
             schema: prepared.spec.response_schema.clone(),

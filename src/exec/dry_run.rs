@@ -51,6 +51,8 @@ pub(crate) struct StepPlan {
     pub(crate) drafted: u64,
     /// Their estimated input tokens.
     pub(crate) input_tokens: u64,
+    /// Their per-task overhead: tokens beyond their own text (tools, standard prompt, labels).
+    pub(crate) overhead: super::overhead::OverheadSum,
     /// The model of the first drafted task (`None`: none drafted, or no model configured).
     pub(crate) model: Option<String>,
     /// The first drafted task's first user message.
@@ -449,7 +451,14 @@ impl Drafter<'_> {
         let request = task_request(step, rendered);
         let draft = draft(self.env, source, &request, &self.resolver).map_err(prepare_message)?;
         let model = self.model(&draft);
-        let tokens = self.estimate(&draft, model.as_deref());
+        let (tokens, tool_chars) = self.estimate(&draft, model.as_deref());
+        plan.overhead.add(super::overhead::Overhead::count(
+            draft.system.len(),
+            draft.first_message.len(),
+            model.as_deref().map_or(0, str::len),
+            tool_chars,
+            draft.content_len,
+        ));
         if plan.drafted == 0 {
             plan.model.clone_from(&model);
             plan.prompt = Some(draft.first_message.clone());
@@ -512,8 +521,8 @@ impl Drafter<'_> {
     }
 
     /// The input tokens of the task's first request, as [`crate::provider::estimate_tokens`]
-    /// counts them.
-    fn estimate(&mut self, draft: &Draft, model: Option<&str>) -> u64 {
+    /// counts them, and the bytes of its tool definitions.
+    fn estimate(&mut self, draft: &Draft, model: Option<&str>) -> (u64, usize) {
         let specs = draft.tools.specs();
         let tools = match self
             .tool_chars
@@ -529,6 +538,6 @@ impl Drafter<'_> {
         };
         let chars =
             draft.system.len() + draft.first_message.len() + model.map_or(0, str::len) + tools;
-        (chars as u64).div_ceil(4)
+        ((chars as u64).div_ceil(4), tools)
     }
 }

@@ -56,6 +56,11 @@ pub(crate) struct TaskTrace {
     pub(crate) tools: Vec<ToolUse>,
     /// The rendered first message sent to the model, at most [`PROMPT_LIMIT`] bytes.
     pub(crate) prompt: Option<String>,
+    /// The estimated tokens of its first request beyond its own text, tool definitions
+    /// included ([`super::overhead`]); `None` when it sent no request here.
+    pub(crate) overhead_tokens: Option<u64>,
+    /// Of those, the tool definitions.
+    pub(crate) tool_tokens: Option<u64>,
 }
 
 /// The most of a prompt kept for the outputs; a synthesis prompt can hold every result of a
@@ -87,6 +92,8 @@ impl TaskTrace {
             retry_wait_ms: number("retry_wait_ms"),
             tools: serde_json::from_value(line["tools"].clone()).unwrap_or_default(),
             prompt: line["prompt"].as_str().map(str::to_owned),
+            overhead_tokens: line["overhead_tokens"].as_u64(),
+            tool_tokens: line["tool_tokens"].as_u64(),
         }
     }
 
@@ -101,6 +108,14 @@ impl TaskTrace {
             end -= 1;
         }
         format!("{}… [{} more bytes]", &text[..end], text.len() - end)
+    }
+
+    /// The overhead of the task's first request, `None` when it sent none here.
+    pub(crate) fn overhead(&self) -> Option<super::overhead::Overhead> {
+        Some(super::overhead::Overhead {
+            tokens: self.overhead_tokens?,
+            tool_tokens: self.tool_tokens.unwrap_or_default(),
+        })
     }
 
     /// Records a tool call.

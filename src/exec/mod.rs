@@ -8,6 +8,7 @@ mod event;
 mod final_text;
 pub(crate) mod groups;
 mod hash;
+pub(crate) mod overhead;
 pub(crate) mod reduce;
 mod scheduler;
 pub(crate) mod shard;

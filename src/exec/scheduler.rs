@@ -167,6 +167,7 @@ impl Sink {
             &item_label(&done.item, done.index),
             &done.warnings,
         );
+        self.report.record_overhead(step, done.trace.overhead());
         let cost = if done.reused {
             self.report.record_reused(step);
             Some(0.0)

@@ -576,7 +576,26 @@ async fn attempt_task(
     for note in &prepared.notes {
         warn_once(&step.id, &note.message);
     }
+    let (first_len, model_len) = (
+        prepared.spec.first_message.len(),
+        prepared.resolved.model.len(),
+    );
+    let content_len = prepared.content_len;
     let mut observer = |event: crate::subagent::SubagentEvent| match event {
+        crate::subagent::SubagentEvent::Framing {
+            system_len,
+            tool_chars,
+        } if trace.overhead_tokens.is_none() => {
+            let overhead = super::overhead::Overhead::count(
+                system_len,
+                first_len,
+                model_len,
+                tool_chars,
+                content_len,
+            );
+            trace.overhead_tokens = Some(overhead.tokens);
+            trace.tool_tokens = Some(overhead.tool_tokens);
+        }
         crate::subagent::SubagentEvent::Warning { message } => match item {
             Some(item) if crate::mcp::is_extension_warning(&message) => {
                 warn_line(format!(

@@ -48,7 +48,9 @@
 //!   "duration_ms": { "sum": 120500, "max": 20100 },
 //!   "wall_ms": 41000,
 //!   "cost_usd": 0.004, "priced": true, "unpriced_tasks": 0,
-//!   "cache_read_tokens": 2000, "cache_write_tokens": 500
+//!   "cache_read_tokens": 2000, "cache_write_tokens": 500,
+//!   "overhead": { "tasks": 12, "tokens": 600, "tool_tokens": 0, "per_task_max": 50,
+//!                 "tool_tokens_per_task_max": 0 }
 //! }
 //! ```
 //!
@@ -69,6 +71,11 @@
 //!   `cache_write`, the rest at `input`.
 //! - `cache_read_tokens` / `cache_write_tokens`: the part of `input_tokens` read from /
 //!   written to the provider's prompt cache.
+//! - `overhead`: the estimated tokens each task's first request carries beyond the task's own
+//!   instructions, context, prompt and role text (tool definitions, the standard system
+//!   prompt, labels; see [`crate::exec::overhead`]), over the tasks that sent a request in
+//!   this run: `{"tasks", "tokens", "tool_tokens", "per_task_max",
+//!   "tool_tokens_per_task_max"}` (sums, then the largest of one task), `null` when none did.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -114,6 +121,8 @@ pub(crate) struct Stats {
     pub(crate) cost: f64,
     pub(crate) priced_tasks: u64,
     pub(crate) unpriced_tasks: u64,
+    /// The per-task overhead of the tasks that sent a request here.
+    pub(crate) overhead: crate::exec::overhead::OverheadSum,
 }
 
 impl Stats {
@@ -179,6 +188,7 @@ impl Stats {
             levels: Vec::new(),
             cache_read_tokens: self.cache_read_tokens,
             cache_write_tokens: self.cache_write_tokens,
+            overhead: self.overhead.json(),
         }
     }
 }
@@ -284,6 +294,8 @@ struct StatsJson {
     unpriced_tasks: u64,
     cache_read_tokens: u64,
     cache_write_tokens: u64,
+    /// The tasks' per-task overhead (`null`: no task sent a request here).
+    overhead: serde_json::Value,
     /// A reducing synthesize step's levels, from the first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     levels: Vec<LevelJson>,
@@ -446,6 +458,19 @@ impl Report {
             counts.1 += 1;
         } else {
             counts.2 += 1;
+        }
+    }
+
+    /// Adds the overhead of a task of `step` that sent a request (see
+    /// [`crate::exec::overhead`]); `None` (resumed, reused) adds nothing.
+    pub(crate) fn record_overhead(
+        &mut self,
+        step: &str,
+        overhead: Option<crate::exec::overhead::Overhead>,
+    ) {
+        if let Some(overhead) = overhead {
+            self.entry(step).stats.overhead.add(overhead);
+            self.total.overhead.add(overhead);
         }
     }
 
@@ -697,6 +722,14 @@ mod tests {
         let mut report = Report::new(prices());
         report.step_started("areas");
         record(&mut report, "areas", "cheap", "completed", 100);
+        let overhead = |tokens, tool_tokens| crate::exec::overhead::Overhead {
+            tokens,
+            tool_tokens,
+        };
+        report.record_overhead("areas", Some(overhead(40, 0)));
+        report.record_overhead("areas", Some(overhead(900, 850)));
+        // A task that sent nothing here (resumed) adds nothing.
+        report.record_overhead("areas", None);
         report.step_finished("areas");
         report.step_started("notes");
         record(&mut report, "notes", "cheap", "completed", 300);
@@ -768,6 +801,7 @@ mod tests {
             "unpriced_tasks",
             "cache_read_tokens",
             "cache_write_tokens",
+            "overhead",
         ];
         assert_eq!(keys(&doc["total"]), stats_keys);
         assert_eq!(keys(&doc["steps"]["notes"]), stats_keys);
@@ -783,13 +817,17 @@ mod tests {
                 "reused": 0, "corrections": 0, "turns": 4, "input_tokens": 2000, "output_tokens": 200,
                 "duration_ms": {"sum": 500, "max": 300}, "wall_ms": 0,
                 "cost_usd": 0.00042, "priced": true, "unpriced_tasks": 0,
-                "cache_read_tokens": 0, "cache_write_tokens": 0
+                "cache_read_tokens": 0, "cache_write_tokens": 0, "overhead": null
             })
         );
         let other = &doc["steps"]["other"];
         assert_eq!(other["cost_usd"], Value::Null);
         assert_eq!(other["priced"], false);
         assert_eq!(other["wall_ms"], Value::Null, "never started");
+        let overhead = json!({"tasks": 2, "tokens": 940, "tool_tokens": 850,
+                               "per_task_max": 900, "tool_tokens_per_task_max": 850});
+        assert_eq!(doc["steps"]["areas"]["overhead"], overhead);
+        assert_eq!(doc["total"]["overhead"], overhead);
         let total = &doc["total"];
         assert_eq!(total["tasks"], 5);
         assert_eq!(total["cost_usd"], json!(0.00063));

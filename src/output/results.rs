@@ -8,6 +8,7 @@
 //!  "reused":false,"extracted":false,"corrections":0,"started_ms":5310,"attempts":1,
 //!  "retries":0,"rate_limited":0,"retry_wait_ms":0,
 //!  "tools":[{"name":"shell","ok":true,"summary":"src/api"}],"prompt":"Write notes for api",
+//!  "overhead_tokens":48,"tool_tokens":0,
 //!  "warnings":[],"data":null,
 //!  "cache_read_tokens":1000,"cache_write_tokens":0}
 //! ```
@@ -23,7 +24,10 @@
 //! requests sent again after a transient failure, `rate_limited` those refused by a rate limit,
 //! `retry_wait_ms` the time waited before them; `tools`, the tools called (name, success, the
 //! first line of the answer, shortened); `prompt`, the rendered first message sent to the model
-//! (at most 16 KiB, then `… [N more bytes]`); `warnings`, what went
+//! (at most 16 KiB, then `… [N more bytes]`); `overhead_tokens`, the estimated tokens of its
+//! first request beyond its own instructions, context, prompt and role text, and
+//! `tool_tokens`, the tool definitions among them (`null` for a task that sent no request in
+//! this run; see `crate::exec::overhead`); `warnings`, what went
 //! wrong with the task's extensions (MCP servers), one string each, such as
 //! `` extension `fs` did not start: ... `` (whether that fails the task is the step's
 //! `on_extension_error`); `data`, the parsed answer of a task validated against a JSON schema
@@ -279,6 +283,8 @@ mod tests {
         retry_wait_ms: 1500,
         tools: Vec::new(),
         prompt: None,
+        overhead_tokens: Some(50),
+        tool_tokens: Some(0),
     };
 
     fn line<'a>(step: &'a str, index: u64, item: &'a Value, resumed: bool) -> ResultLine<'a> {
@@ -353,6 +359,8 @@ mod tests {
                 "retry_wait_ms",
                 "tools",
                 "prompt",
+                "overhead_tokens",
+                "tool_tokens",
                 "warnings",
                 "data",
                 "cache_read_tokens",
@@ -367,7 +375,7 @@ mod tests {
                    "resumed": false, "reused": false, "extracted": true, "corrections": 1,
                    "started_ms": 7, "attempts": 1, "retries": 2, "rate_limited": 1,
                    "retry_wait_ms": 1500, "tools": [], "prompt": null,
-                   "warnings": [], "data": null,
+                   "overhead_tokens": 50, "tool_tokens": 0, "warnings": [], "data": null,
                    "cache_read_tokens": 60, "cache_write_tokens": 0})
         );
         assert_eq!(got[1]["status"], "failed");

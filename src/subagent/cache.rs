@@ -40,14 +40,17 @@ impl TaskCache {
     /// `more_turns`: another turn may re-send this conversation. A one-task, one-turn request
     /// asks nothing: no later request would read what it wrote. The first message of a task
     /// that shares its prefix is not marked: a one-turn answer (the usual fan-out task) would
-    /// pay a cache write for its own item text.
+    /// pay a cache write for its own item text. A later turn is marked even when no turn
+    /// may follow it (the last one `max_turns` allows): Anthropic reads a cached prefix only
+    /// up to a mark, and that turn re-sends the conversation the previous turn wrote.
     pub(crate) fn hint(&self, first_turn: bool, more_turns: bool) -> CacheHint {
         if !self.on {
             return CacheHint::default();
         }
+        let in_a_loop = more_turns || !first_turn;
         CacheHint {
-            prefix: self.shared || more_turns,
-            newest: more_turns && !(first_turn && self.shared),
+            prefix: self.shared || in_a_loop,
+            newest: in_a_loop && !(first_turn && self.shared),
             key: self.key.clone(),
         }
     }
@@ -110,6 +113,9 @@ mod tests {
         let first = shared.hint(true, true);
         assert!(first.prefix && !first.newest);
         assert!(shared.hint(false, true).newest);
+        // The last turn a task may take reads what the turn before it wrote.
+        let last = solo.hint(false, false);
+        assert!(last.prefix && last.newest);
         let off = TaskCache {
             on: false,
             shared: true,

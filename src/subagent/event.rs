@@ -30,6 +30,13 @@ pub(crate) enum SubagentEvent {
     Text { text: String },
     /// Something the user should know, such as an extension that failed; names its subject.
     Warning { message: String },
+    /// What every request of the run carries besides the conversation: the system prompt's
+    /// length and the tool definitions' (as `crate::provider::tool_chars` counts them), MCP
+    /// tools included. Sent once, before the first request.
+    Framing {
+        system_len: usize,
+        tool_chars: usize,
+    },
     /// Token totals of the run so far, after each response.
     Tokens { total: crate::provider::Usage },
 }

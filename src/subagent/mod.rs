@@ -18,7 +18,9 @@ pub(crate) use cache::{TaskCache, WarmSignal};
 pub(crate) use ending::answer_problem;
 pub(crate) use event::SubagentEvent;
 pub(crate) use nesting::{NESTED_ENV, inside_subagent};
-pub(crate) use prompt::{FirstMessage, system_prompt, tools_section};
+pub(crate) use prompt::{
+    FirstMessage, content_len as prompt_content_len, system_prompt, tools_section,
+};
 pub(crate) use role::read_role_text;
 pub(crate) use run::{SubagentResult, SubagentSpec, SubagentStatus, run_subagent};
 pub(crate) use slot::Slot;

@@ -56,6 +56,17 @@ pub(crate) fn system_prompt(
     text
 }
 
+/// The bytes of [`system_prompt`] that are the task's own instructions and context (what
+/// the sections hold, not their headings).
+pub(crate) fn content_len(instructions: Option<&str>, context: Option<&str>) -> usize {
+    [instructions, context]
+        .into_iter()
+        .flatten()
+        .filter(|text| !text.trim().is_empty())
+        .map(|text| text.trim_end().len())
+        .sum()
+}
+
 /// What the system prompt says about the task's tools: nothing when it has none; a request
 /// sent without its tools (a batch line) takes this text out again.
 pub(crate) fn tools_section(workdir: &Path, tool_names: &[&str]) -> String {
@@ -98,6 +109,24 @@ impl FirstMessage {
     /// Whether the task given to an agent role is blank (the role text alone is no task).
     pub(crate) fn task_is_blank(&self) -> bool {
         matches!(self, Self::Role { task, .. } if task.trim().is_empty())
+    }
+
+    /// The bytes of [`Self::text`] that are the task's own (instructions, prompt, role text,
+    /// task), not summon's labels around them.
+    pub(crate) fn content_len(&self) -> usize {
+        match self {
+            Self::AdHoc { instructions } => instructions.len(),
+            Self::Recipe { prompt, extra } => match extra {
+                Some(extra) if !extra.trim().is_empty() => {
+                    prompt.trim_end().len() + extra.trim().len()
+                }
+                _ => prompt.len(),
+            },
+            Self::Role { task, .. } if !self.has_role() => task.len(),
+            Self::Role {
+                role_text, task, ..
+            } => role_text.trim().len() + task.trim().len(),
+        }
     }
 
     pub(crate) fn text(&self) -> String {
@@ -173,6 +202,46 @@ mod tests {
         let instructions = text.find("# Instructions\n\nDo X.").unwrap();
         let context = text.find("# Reference Context\n\nBackground.").unwrap();
         assert!(instructions < context);
+    }
+
+    #[test]
+    fn content_is_the_task_text_without_labels() {
+        let role = FirstMessage::Role {
+            name: "explorer".into(),
+            path: "a.md".into(),
+            role_text: "You explore.\n".into(),
+            task: "Find it.".into(),
+        };
+        let label = "Subagent role \"explorer\", defined by this project in a.md:\n\n\n\nTask:\n";
+        assert_eq!(role.content_len(), "You explore.Find it.".len());
+        assert_eq!(role.text().len() - role.content_len(), label.len());
+        let recipe = FirstMessage::Recipe {
+            prompt: "Do it.\n".into(),
+            extra: Some(" Also this. ".into()),
+        };
+        assert_eq!(recipe.content_len(), "Do it.Also this.".len());
+        assert_eq!(recipe.text().len() - recipe.content_len(), 2);
+        let system = system_prompt(
+            false,
+            Path::new("/w"),
+            Some("Do X.\n"),
+            Some("Ctx."),
+            &[],
+            None,
+        );
+        assert_eq!(
+            content_len(Some("Do X.\n"), Some("Ctx.")),
+            "Do X.Ctx.".len()
+        );
+        assert_eq!(
+            system.len() - content_len(Some("Do X.\n"), Some("Ctx.")),
+            format!("{PREAMBLE}\n\n# Instructions\n\n\n\n# Reference Context\n\n\n").len()
+        );
+        assert_eq!(
+            content_len(Some("  "), None),
+            0,
+            "a blank section is not sent"
+        );
     }
 
     #[test]

@@ -72,7 +72,9 @@ impl Redactor {
             SubagentEvent::SchemaRetry { errors } => self.in_place(errors),
             SubagentEvent::Text { text } => self.in_place(text),
             SubagentEvent::Warning { message } => self.in_place(message),
-            SubagentEvent::Turn { .. } | SubagentEvent::Tokens { .. } => {}
+            SubagentEvent::Turn { .. }
+            | SubagentEvent::Tokens { .. }
+            | SubagentEvent::Framing { .. } => {}
         }
         event
     }

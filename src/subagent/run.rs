@@ -97,6 +97,10 @@ pub(crate) async fn run_subagent(
     let observer: &mut (dyn FnMut(SubagentEvent) + Send) = &mut redacting;
     let mut total = Totals::default();
     let tools = Tools::start(spec, observer).await;
+    observer(SubagentEvent::Framing {
+        system_len: tools.system.len(),
+        tool_chars: crate::provider::tool_chars(&tools.specs),
+    });
     let result = run_attempts(client, policy, limiter, spec, &tools, observer, &mut total).await;
     let warnings = tools.warnings.lock().map(|w| w.clone()).unwrap_or_default();
     tools.session.shutdown().await;

@@ -15,7 +15,8 @@ use summon_mock_llm::{
 
 const USAGE: &str = "\
 usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-seconds S]
-                       [--lean] [--record] [--strict] [--cache] [--no-stdin] [--fault-rate R] [--fault-CLASS R]...
+                       [--lean] [--record] [--strict] [--cache] [--tool-turns N] [--no-stdin]
+                       [--fault-rate R] [--fault-CLASS R]...
                        [--fault-seed N] [--retry-after-ms MS] [--stall-ms MS]
                        [--fence-rate R] [--fence-seed N] [--fence-broken]
 
@@ -31,6 +32,9 @@ usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-se
                    mock does (off by default: benchmarks read only what they answer)
   --cache          apply the providers' prompt caching rules and report cache tokens in
                    usage, as the test suite's mock does (off by default)
+  --tool-turns N   answer a conversation with a `list_files` tool call (arguments `{}`) while
+                   it holds fewer than N tool results, then with --reply: an agent loop of
+                   N + 1 turns per task (default 0: never call a tool)
   --no-stdin       do not stop at end of standard input (use when stdin is /dev/null,
                    e.g. when started in the background by a script)
 
@@ -61,6 +65,7 @@ struct Args {
     strict: bool,
     cache: bool,
     fence: Option<FencePlan>,
+    tool_turns: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -76,6 +81,7 @@ fn parse_args() -> Result<Args, String> {
         strict: false,
         cache: false,
         fence: None,
+        tool_turns: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -99,6 +105,12 @@ fn parse_args() -> Result<Args, String> {
                 } else {
                     Reply::Text(v)
                 };
+            }
+            "--tool-turns" => {
+                let v = value("--tool-turns")?;
+                args.tool_turns = v
+                    .parse()
+                    .map_err(|_| format!("--tool-turns: not a number: {v}"))?;
             }
             "--max-seconds" => {
                 let v = value("--max-seconds")?;
@@ -162,11 +174,22 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument: {other}")),
         }
     }
-    if args.lean && (args.record || args.strict || args.cache || args.faults.is_some()) {
-        return Err("--lean records nothing, refuses nothing and injects no faults".into());
+    if args.lean
+        && (args.record
+            || args.strict
+            || args.cache
+            || args.faults.is_some()
+            || args.tool_turns > 0)
+    {
+        return Err(
+            "--lean records nothing, refuses nothing, calls no tools and injects no faults".into(),
+        );
     }
     if args.fence.is_some() && (args.lean || matches!(args.reply, Reply::Echo)) {
         return Err("--fence-* needs --reply TEXT (a JSON text) and no --lean".into());
+    }
+    if args.fence.is_some() && args.tool_turns > 0 {
+        return Err("--fence-* and --tool-turns cannot be combined".into());
     }
     if let Some(plan) = &args.faults {
         let sum = plan.rate_429
@@ -226,7 +249,7 @@ async fn serve(args: Args) -> ExitCode {
         return serve_lean(args).await;
     }
     let mut config = MockConfig::new()
-        .default_reply(args.reply)
+        .default_reply(args.reply.clone())
         .latency(args.latency)
         .exact_latency(!args.latency.is_zero())
         .record(args.record)
@@ -238,6 +261,15 @@ async fn serve(args: Args) -> ExitCode {
     let fenced = std::sync::Arc::new(FenceStats::default());
     if let (Some(plan), Reply::Text(answer)) = (args.fence, &config.default_reply) {
         config.rule = Some(plan.rule(answer.clone(), std::sync::Arc::clone(&fenced)));
+    } else if args.tool_turns > 0 {
+        let (turns, reply) = (args.tool_turns, args.reply);
+        config = config.rule(move |request| {
+            if tool_results(&request.body) < turns {
+                Reply::tool_call("list_files", serde_json::json!({}))
+            } else {
+                reply.clone()
+            }
+        });
     }
     let server = match MockServer::start_on_port(config, args.port).await {
         Ok(server) => server,
@@ -306,6 +338,25 @@ async fn serve_lean(args: Args) -> ExitCode {
         stats.requests()
     );
     ExitCode::SUCCESS
+}
+
+/// The tool results a chat request carries: OpenAI `tool` messages, Anthropic `tool_result`
+/// blocks.
+fn tool_results(body: &serde_json::Value) -> usize {
+    let Some(messages) = body["messages"].as_array() else {
+        return 0;
+    };
+    messages
+        .iter()
+        .map(|m| {
+            if m["role"] == "tool" {
+                return 1;
+            }
+            m["content"].as_array().map_or(0, |blocks| {
+                blocks.iter().filter(|b| b["type"] == "tool_result").count()
+            })
+        })
+        .sum()
 }
 
 /// The first line of stdout, which scripts wait for.
