@@ -70,6 +70,18 @@ struct DryRunStep {
     prompt: Option<String>,
     later: Option<String>,
     notes: Vec<String>,
+    overhead: Option<Overhead>,
+}
+
+/// What the tasks of a step send beyond their own text.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Overhead {
+    tasks: u64,
+    tokens: u64,
+    tool_tokens: u64,
+    per_task_max: u64,
+    tool_tokens_per_task_max: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -182,6 +194,15 @@ fn dry_run_json_has_exactly_its_documented_keys() {
     assert_eq!(each.model.as_deref(), Some("mock-model"));
     assert_eq!(each.prompt.as_deref(), Some("Check a"));
     assert!(each.later.is_none() && each.notes.is_empty(), "{each:?}");
+    let overhead = each.overhead.as_ref().expect("the fan-out's overhead");
+    assert_eq!(overhead.tasks, 3);
+    assert!(overhead.tool_tokens <= overhead.tokens, "{overhead:?}");
+    assert!(
+        overhead.tool_tokens_per_task_max <= overhead.per_task_max,
+        "{overhead:?}"
+    );
+    assert_eq!(overhead.tokens, 3 * overhead.per_task_max, "{overhead:?}");
+    assert!(json.steps[0].overhead.is_none() && json.steps[2].overhead.is_none());
     let sum = &json.steps[2];
     assert_eq!(
         sum.later.as_deref(),
