@@ -162,6 +162,62 @@ async fn a_synthesis_that_cannot_fit_fails_before_its_request_is_sent() {
     assert!(starting(&chats(&server), "Summarize:").is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_synthesis_known_not_to_fit_fails_before_the_fan_out() {
+    // 40 literal items whose answers may each take 2,000 tokens: 80,000 tokens into a
+    // 32,000-token window, known before anything is sent.
+    let server = MockServer::start(MockConfig::new().context_window(MODEL, 32_000)).await;
+    let items: Vec<String> = (0..40).map(|i| format!("n{i:04}")).collect();
+    let literal = format!("items: [{}]", items.join(", "));
+    let t = project(&server)
+        .write(
+            "summon.yaml",
+            "models:\n  mock-model: { context_window: 32000 }\n",
+        )
+        .write_raw(
+            "p.yaml",
+            &pipeline("").replace("file: notes.jsonl", &literal),
+        );
+    let (code, _, stderr) = summon(&t, &["run", "p.yaml", "--quiet"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("step `summary` cannot fit its context window"),
+        "names the step: {stderr}"
+    );
+    assert!(
+        stderr.contains("the 40 results of `each` at their output limit (2000 tokens each)"),
+        "{stderr}"
+    );
+    let estimate: u64 = stderr
+        .split("need about ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("gives the estimate: {stderr}"));
+    assert!(estimate > 40 * 2000, "{estimate}");
+    assert!(
+        stderr.contains("the context window of `mock-model` is 32000 tokens"),
+        "names the window: {stderr}"
+    );
+    assert!(stderr.contains("reduce: auto"), "{stderr}");
+    assert!(server.requests().is_empty(), "no request was sent");
+
+    // With `reduce: auto` the same pipeline runs.
+    let server = MockServer::start(MockConfig::new().context_window(MODEL, 32_000)).await;
+    let t = project(&server)
+        .write(
+            "summon.yaml",
+            "models:\n  mock-model: { context_window: 32000 }\n",
+        )
+        .write_raw(
+            "p.yaml",
+            &pipeline("    reduce: auto\n").replace("file: notes.jsonl", &literal),
+        );
+    let (code, _, stderr) = summon(&t, &["run", "p.yaml", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(starting(&chats(&server), "n0").len(), 40);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hierarchical reduction.
 

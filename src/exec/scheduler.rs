@@ -514,6 +514,16 @@ pub(crate) fn run_pipeline(
     let outputs = Arc::new(StepOutputs::new(pipeline.steps.len()));
     let params = Arc::new(options.params.clone());
     let agents = Arc::new(agents);
+    if let Err(message) = runtime.block_on(super::reduce::check_foreseen(
+        &shared, &pipeline, &params, &agents,
+    )) {
+        sink.lock()
+            .map_err(|_| Error::internal("output sink"))?
+            .progress
+            .finish();
+        store.set_run_status(&run.run_id, RunStatus::Failed)?;
+        return Err(Error::Failed(message));
+    }
     let statuses = runtime.block_on(async {
         let signals = {
             let shared = Arc::clone(&shared);
