@@ -405,3 +405,55 @@ async fn resume_after_a_failed_chunk_repeats_only_the_unfinished_chunks() {
         "each chunk once in results.jsonl"
     );
 }
+
+/// Tasks per level of reducing `n` results of `per_result` tokens in chunks of `budget`
+/// tokens, partial answers of `per_partial` tokens: the arithmetic the dry run states.
+fn expected_levels(n: u64, per_result: u64, per_partial: u64, budget: u64) -> Vec<u64> {
+    let mut levels = vec![n.div_ceil(budget / per_result)];
+    while *levels.last().unwrap() > 1 {
+        let m = *levels.last().unwrap();
+        levels.push(m.div_ceil(budget / per_partial));
+    }
+    levels
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_shows_the_expected_levels_and_tasks_of_a_reduction() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let (n, per_result, per_partial, budget) = (100u64, 100u64, 300u64, 1000u64);
+    let items: Vec<String> = (0..n).map(|i| format!("n{i:04}")).collect();
+    let p = format!(
+        "version: 1\nname: notes\nsteps:\n  - id: notes\n    decompose:\n      items: [{}]\n  - id: each\n    fan_out:\n      over: notes\n      instructions: \"{{{{ item }}}}\"\n    max_output_tokens: {per_result}\n  - id: summary\n    synthesize:\n      instructions: |\n        Summarize:\n        {{% for r in steps.each.results %}}{{{{ r.output }}}}\n        {{% endfor %}}\n    max_output_tokens: {per_partial}\n    chunk_tokens: {budget}\n",
+        items.join(", ")
+    );
+    let t = project(&server).write_raw("p.yaml", &p);
+    let expected = expected_levels(n, per_result, per_partial, budget);
+    assert!(expected.len() > 2, "{expected:?}");
+    let (code, stdout, stderr) = summon(&t, &["run", "p.yaml", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    let counts: Vec<String> = expected.iter().map(u64::to_string).collect();
+    let line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("summary (synthesize)"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        line.contains(&format!("{} tasks;", expected.iter().sum::<u64>())),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "reduce: ~{} levels ({} tasks), chunks of ≤ 1,000 tokens, ~{per_result} tokens per result (its output limit)",
+            expected.len(),
+            counts.join(", ")
+        )),
+        "{line}"
+    );
+    let (code, stdout, stderr) = summon(&t, &["run", "p.yaml", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let plan: Value = serde_json::from_str(&stdout).unwrap();
+    let summary = &plan["steps"][2];
+    assert_eq!(summary["levels"]["tasks"], serde_json::json!(expected));
+    assert_eq!(summary["levels"]["chunk_tokens"], budget);
+    assert_eq!(summary["levels"]["converges"], true);
+    assert!(server.requests().is_empty(), "a dry run sends nothing");
+}
