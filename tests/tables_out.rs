@@ -419,3 +419,26 @@ async fn dry_run_checks_a_table_too() {
     );
     assert!(server.requests().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_column_that_fails_to_render_writes_nothing() {
+    let server = MockServer::start(classifier(&[])).await;
+    let outputs = "
+  - path: out/labels.csv
+    rows: labels
+    columns:
+      id: '{{ item.id }}'
+      bad: '{{ item.id | no_such_filter }}'";
+    let out = openai(&server)
+        .write_raw("items.jsonl", &items(5))
+        .write("p.yaml", &pipeline("", outputs))
+        .args(["run", "p.yaml", "--quiet"])
+        .code(1)
+        .run();
+    assert!(out.stderr.contains("line 24"), "{}", out.stderr);
+    assert!(out.stderr.contains("no_such_filter"), "{}", out.stderr);
+    let left: Vec<_> = std::fs::read_dir(out.dir.join("out"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "nothing half-written: {left:?}");
+}
