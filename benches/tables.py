@@ -10,11 +10,16 @@ rows beyond the fan-out's own.
     benches/tables.py                 # N = 10,000 and 100,000, debug binaries
     benches/tables.py --release       # build and use release binaries
     benches/tables.py 2000 20000      # your own N
+    benches/tables.py --reduce        # also: 3,000 notes reduced into a 32,000-token window
+
+`--reduce` adds one row: 3,000 notes fanned out (the mock answering 400 characters, about 100
+tokens, each), then a synthesis with `reduce: auto` and `context_window: 32000`; it prints the
+levels and tasks per level from report.json, the wall time and summon's peak RSS.
 
 Each summon run is bounded (900 s) and killed past it; the mock stops by itself too. The mock
 listens on 127.0.0.1 only.
 """
-import os, resource, signal, subprocess, sys, tempfile, time
+import os, signal, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIMIT_S = 900
@@ -69,6 +74,20 @@ TABLE = """outputs:
 """
 
 
+def wait_bounded(proc, start, what):
+    """Waits for summon (killed past LIMIT_S); its exit status and its own resource use."""
+    deadline = start + LIMIT_S
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            return status, usage
+        if time.perf_counter() > deadline:
+            proc.send_signal(signal.SIGKILL)
+            os.wait4(proc.pid, 0)
+            raise SystemExit(f"{what}: summon ran past {LIMIT_S} s; killed")
+        time.sleep(0.05)
+
+
 def run_case(summon, mock, n, table):
     """(peak RSS in MiB, wall seconds, rows in the table or None)."""
     with tempfile.TemporaryDirectory() as work:
@@ -85,16 +104,7 @@ def run_case(summon, mock, n, table):
             start = time.perf_counter()
             proc = subprocess.Popen([summon, "run", "p.yaml", "--concurrency", str(CONCURRENCY), "--quiet"],
                                     cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            deadline = start + LIMIT_S
-            while True:
-                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-                if pid:
-                    break
-                if time.perf_counter() > deadline:
-                    proc.send_signal(signal.SIGKILL)
-                    os.wait4(proc.pid, 0)
-                    raise SystemExit(f"N={n}: summon ran past {LIMIT_S} s; killed")
-                time.sleep(0.05)
+            status, usage = wait_bounded(proc, start, f"N={n}")
             wall = time.perf_counter() - start
             err = proc.stderr.read().decode(errors="replace")
             if os.waitstatus_to_exitcode(status) != 0:
@@ -113,11 +123,76 @@ def run_case(summon, mock, n, table):
             server.wait()
 
 
+REDUCE = """version: 1
+name: reduce
+steps:
+  - id: notes
+    decompose:
+      file: notes.csv
+  - id: each
+    fan_out:
+      over: notes
+      instructions: "Note: {{ item.text }}"
+      extensions: []
+  - id: summary
+    synthesize:
+      instructions: |
+        Summarize:
+        {% for r in steps.each.results %}{{ r.output }}
+        {% endfor %}
+      extensions: []
+    reduce: auto
+    context_window: 32000
+    max_output_tokens: 1000
+"""
+
+
+def run_reduce(summon, mock, n=3000):
+    """(levels [(level, tasks)], wall seconds, peak RSS in MiB)."""
+    import json
+    with tempfile.TemporaryDirectory() as work:
+        with open(os.path.join(work, "notes.csv"), "w") as f:
+            f.write("id,text\n")
+            for i in range(n):
+                f.write(f"{i},note {i}\n")
+        with open(os.path.join(work, "p.yaml"), "w") as f:
+            f.write(REDUCE)
+        server = subprocess.Popen([mock, "--lean", "--port", "0", "--no-stdin", "--max-seconds", str(LIMIT_S * 2),
+                                   "--reply", "x" * 400], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        port = server.stdout.readline().strip().rsplit(":", 1)[1]
+        try:
+            env = dict(os.environ, OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1", OPENAI_API_KEY="sk-bench-0123456789",
+                       SUMMON_MODEL="bench", CI="1", HOME=work)
+            start = time.perf_counter()
+            proc = subprocess.Popen([summon, "run", "p.yaml", "--concurrency", "64", "--quiet", "--out", "out"],
+                                    cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            status, usage = wait_bounded(proc, start, "the reduce case")
+            wall = time.perf_counter() - start
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit("the reduce case failed:\n" + proc.stderr.read().decode(errors="replace")[-2000:])
+            with open(os.path.join(work, "out", "report.json")) as f:
+                report = json.load(f)
+            steps = report["steps"]
+            step = steps["summary"] if isinstance(steps, dict) else next(s for s in steps if s.get("id") == "summary")
+            levels = [(l["level"], l["tasks"]) for l in step.get("levels", [])]
+            return levels, wall, usage.ru_maxrss / 1024
+        finally:
+            server.kill()
+            server.wait()
+
+
 def main():
     args = sys.argv[1:]
     release = "--release" in args
-    sizes = [int(a) for a in args if a != "--release"] or [10_000, 100_000]
+    reduce = "--reduce" in args
+    sizes = [int(a) for a in args if not a.startswith("--")] or [10_000, 100_000]
     summon, mock = binaries(release)
+    if reduce:
+        levels, wall, rss = run_reduce(summon, mock)
+        shown = ", ".join(f"level {l}: {t}" for l, t in levels)
+        print(f"| notes | levels (tasks) | wall | peak RSS |  ({'release' if release else 'debug'} build)")
+        print("|---:|---|---:|---:|")
+        print(f"| 3,000 | {len(levels)} ({shown}) | {wall:.1f} s | {rss:.1f} MiB |\n")
     results = {}
     for n in sizes:
         for table in (False, True):
