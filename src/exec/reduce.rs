@@ -101,8 +101,9 @@ pub(crate) fn foreseen(pipeline: &Pipeline, step: &Step) -> Option<Foreseen> {
     })
 }
 
-/// The `steps` context of a synthesis whose fan-out answered every item at its output limit.
-fn foreseen_steps(pipeline: &Pipeline, f: &Foreseen) -> Value {
+/// The `steps` context of a synthesis whose fan-out answered the items of `range` at its
+/// output limit.
+fn foreseen_steps(pipeline: &Pipeline, f: &Foreseen, range: Range<usize>, output: &str) -> Value {
     let mut steps = serde_json::Map::new();
     for s in &pipeline.steps {
         steps.insert(
@@ -110,25 +111,25 @@ fn foreseen_steps(pipeline: &Pipeline, f: &Foreseen) -> Value {
             json!({"output": null, "items": null, "results": null, "data": null}),
         );
     }
-    let output = "x".repeat(f.per_item as usize * 4);
-    let results: Vec<Value> = f
-        .items
+    let items = &f.items[range];
+    let results: Vec<Value> = items
         .iter()
         .map(|item| json!({"item": item, "output": output, "status": "completed", "data": null}))
         .collect();
     let over = &pipeline.steps[f.over].id;
     let items_id = &pipeline.steps[f.items_step].id;
-    steps[items_id.as_str()]["items"] = Value::Array(f.items.clone());
-    steps[over.as_str()]["items"] = Value::Array(f.items.clone());
+    steps[items_id.as_str()]["items"] = Value::Array(items.to_vec());
+    steps[over.as_str()]["items"] = Value::Array(items.to_vec());
     steps[over.as_str()]["results"] = Value::Array(results);
     Value::Object(steps)
 }
 
 /// Fails a run before any request when a synthesize step without `reduce` cannot fit its
 /// model's context window and its size is knowable in advance ([`foreseen`]): the estimate
-/// renders its template over every item with an answer at the fan-out's output limit. A
-/// template that needs what only the run gives, or a model without a known window, is left
-/// to the check before the synthesis's own request.
+/// is the prompt without results and the output limit, plus what each item adds when its
+/// answer is at the fan-out's output limit (rendered one item at a time, so memory does not
+/// grow with the items). A template that needs what only the run gives, or a model without a
+/// known window, is left to the check before the synthesis's own request.
 pub(super) async fn check_foreseen(
     shared: &Shared,
     pipeline: &Pipeline,
@@ -136,19 +137,26 @@ pub(super) async fn check_foreseen(
     agents: &Value,
 ) -> Result<(), String> {
     let env = crate::template::environment(pipeline.file.path().parent());
-    for (index, step) in pipeline.steps.iter().enumerate() {
+    'steps: for (index, step) in pipeline.steps.iter().enumerate() {
         let (StepKind::Synthesize(task), None) = (&step.kind, &step.reduce) else {
             continue;
         };
         let Some(f) = foreseen(pipeline, step) else {
             continue;
         };
-        let config = StepConfig::new(index, step, &pipeline.settings);
-        let ctx = base_context(params, foreseen_steps(pipeline, &f), agents);
-        let Ok(rendered) = Compiled::new(&env, task).and_then(|c| c.render(task, &ctx)) else {
+        let Ok(compiled) = Compiled::new(&env, task) else {
             continue;
         };
-        let Ok(prepared) = prepare_task(shared, &config, &rendered).await else {
+        let output = "x".repeat(f.per_item as usize * 4);
+        let render = |range: Range<usize>| {
+            let ctx = base_context(params, foreseen_steps(pipeline, &f, range, &output), agents);
+            compiled.render(task, &ctx)
+        };
+        let Ok(empty) = render(0..0) else {
+            continue;
+        };
+        let config = StepConfig::new(index, step, &pipeline.settings);
+        let Ok(prepared) = prepare_task(shared, &config, &empty).await else {
             continue;
         };
         let spec = &prepared.spec;
@@ -169,7 +177,14 @@ pub(super) async fn check_foreseen(
             response_format: None,
             cache: Default::default(),
         };
-        let total = estimate_tokens(&request);
+        let base = rendered_bytes(&empty);
+        let mut total = estimate_tokens(&request);
+        for i in 0..f.items.len() {
+            let Ok(one) = render(i..i + 1) else {
+                continue 'steps;
+            };
+            total += rendered_bytes(&one).saturating_sub(base).div_ceil(4);
+        }
         if total > window {
             return Err(format!(
                 "step `{}` cannot fit its context window: the {} results of `{}` at their output \
