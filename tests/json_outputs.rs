@@ -71,6 +71,19 @@ struct DryRunStep {
     later: Option<String>,
     notes: Vec<String>,
     overhead: Option<Overhead>,
+    levels: Option<Levels>,
+}
+
+/// The expected levels of a reducing synthesis.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Levels {
+    tasks: Vec<u64>,
+    chunk_tokens: u64,
+    tokens_per_result: u64,
+    from_output_limit: bool,
+    tokens_per_partial: u64,
+    converges: bool,
 }
 
 /// What the tasks of a step send beyond their own text.
@@ -203,6 +216,7 @@ fn dry_run_json_has_exactly_its_documented_keys() {
     );
     assert_eq!(overhead.tokens, 3 * overhead.per_task_max, "{overhead:?}");
     assert!(json.steps[0].overhead.is_none() && json.steps[2].overhead.is_none());
+    assert!(json.steps.iter().all(|s| s.levels.is_none()), "{json:?}");
     let sum = &json.steps[2];
     assert_eq!(
         sum.later.as_deref(),
@@ -234,4 +248,37 @@ fn dry_run_json_lists_errors_with_line_and_column() {
     let error = json.errors.first().expect("an error");
     assert_eq!((error.line, error.column), (10, 15), "{error:?}");
     assert!(error.message.contains("revieww"), "{error:?}");
+}
+
+#[test]
+fn dry_run_json_gives_the_levels_of_a_reducing_synthesis() {
+    let pipeline = PIPELINE.replace(
+        "  - id: sum\n",
+        "  - id: sum\n    reduce: auto\n    chunk_tokens: 1200\n",
+    );
+    assert_ne!(pipeline, PIPELINE);
+    let out = Test::new()
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+        .write_raw("p.yaml", &pipeline)
+        .args(["run", "p.yaml", "--dry-run", "--json"])
+        .run();
+    let json: DryRunJson = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("--dry-run --json ({e}):\n{}", out.stdout));
+    let levels = json.steps[2]
+        .levels
+        .as_ref()
+        .expect("the synthesis's levels");
+    assert_eq!(
+        levels.tasks,
+        [2, 1],
+        "two results a chunk, then one: {levels:?}"
+    );
+    assert_eq!(levels.chunk_tokens, 1200, "{levels:?}");
+    assert!(levels.converges, "{levels:?}");
+    assert!(
+        !levels.from_output_limit,
+        "no output limit is set: {levels:?}"
+    );
+    assert!(levels.tokens_per_result > 0 && levels.tokens_per_partial > 0);
 }

@@ -147,6 +147,62 @@ async fn a_synthesis_that_cannot_fit_fails_before_its_request_is_sent() {
     assert!(starting(&chats(&server), "Summarize:").is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_synthesis_known_not_to_fit_fails_before_the_fan_out() {
+    // 40 literal items whose answers may each take 2,000 tokens: 80,000 tokens into a
+    // 32,000-token window, known before anything is sent.
+    let server = MockServer::start(MockConfig::new().context_window(MODEL, 32_000)).await;
+    let items: Vec<String> = (0..40).map(|i| format!("n{i:04}")).collect();
+    let literal = format!("items: [{}]", items.join(", "));
+    let t = project(&server)
+        .write(
+            "summon.yaml",
+            "models:\n  mock-model: { context_window: 32000 }\n",
+        )
+        .write_raw(
+            "p.yaml",
+            &pipeline("").replace("file: notes.jsonl", &literal),
+        );
+    let (code, _, stderr) = summon(&t, &["run", "p.yaml", "--quiet"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("step `summary` cannot fit its context window"),
+        "names the step: {stderr}"
+    );
+    assert!(
+        stderr.contains("the 40 results of `each` at their output limit (2000 tokens each)"),
+        "{stderr}"
+    );
+    let estimate: u64 = stderr
+        .split("need about ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("gives the estimate: {stderr}"));
+    assert!(estimate > 40 * 2000, "{estimate}");
+    assert!(
+        stderr.contains("the context window of `mock-model` is 32000 tokens"),
+        "names the window: {stderr}"
+    );
+    assert!(stderr.contains("reduce: auto"), "{stderr}");
+    assert!(server.requests().is_empty(), "no request was sent");
+
+    // With `reduce: auto` the same pipeline runs.
+    let server = MockServer::start(MockConfig::new().context_window(MODEL, 32_000)).await;
+    let t = project(&server)
+        .write(
+            "summon.yaml",
+            "models:\n  mock-model: { context_window: 32000 }\n",
+        )
+        .write_raw(
+            "p.yaml",
+            &pipeline("    reduce: auto\n").replace("file: notes.jsonl", &literal),
+        );
+    let (code, _, stderr) = summon(&t, &["run", "p.yaml", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(starting(&chats(&server), "n0").len(), 40);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hierarchical reduction.
 
@@ -333,4 +389,56 @@ async fn resume_after_a_failed_chunk_repeats_only_the_unfinished_chunks() {
         30,
         "each chunk once in results.jsonl"
     );
+}
+
+/// Tasks per level of reducing `n` results of `per_result` tokens in chunks of `budget`
+/// tokens, partial answers of `per_partial` tokens: the arithmetic the dry run states.
+fn expected_levels(n: u64, per_result: u64, per_partial: u64, budget: u64) -> Vec<u64> {
+    let mut levels = vec![n.div_ceil(budget / per_result)];
+    while *levels.last().unwrap() > 1 {
+        let m = *levels.last().unwrap();
+        levels.push(m.div_ceil(budget / per_partial));
+    }
+    levels
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_shows_the_expected_levels_and_tasks_of_a_reduction() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let (n, per_result, per_partial, budget) = (100u64, 100u64, 300u64, 1000u64);
+    let items: Vec<String> = (0..n).map(|i| format!("n{i:04}")).collect();
+    let p = format!(
+        "version: 1\nname: notes\nsteps:\n  - id: notes\n    decompose:\n      items: [{}]\n  - id: each\n    fan_out:\n      over: notes\n      instructions: \"{{{{ item }}}}\"\n    max_output_tokens: {per_result}\n  - id: summary\n    synthesize:\n      instructions: |\n        Summarize:\n        {{% for r in steps.each.results %}}{{{{ r.output }}}}\n        {{% endfor %}}\n    max_output_tokens: {per_partial}\n    chunk_tokens: {budget}\n",
+        items.join(", ")
+    );
+    let t = project(&server).write_raw("p.yaml", &p);
+    let expected = expected_levels(n, per_result, per_partial, budget);
+    assert!(expected.len() > 2, "{expected:?}");
+    let (code, stdout, stderr) = summon(&t, &["run", "p.yaml", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    let counts: Vec<String> = expected.iter().map(u64::to_string).collect();
+    let line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("summary (synthesize)"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        line.contains(&format!("{} tasks;", expected.iter().sum::<u64>())),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "reduce: ~{} levels ({} tasks), chunks of ≤ 1,000 tokens, ~{per_result} tokens per result (its output limit)",
+            expected.len(),
+            counts.join(", ")
+        )),
+        "{line}"
+    );
+    let (code, stdout, stderr) = summon(&t, &["run", "p.yaml", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let plan: Value = serde_json::from_str(&stdout).unwrap();
+    let summary = &plan["steps"][2];
+    assert_eq!(summary["levels"]["tasks"], serde_json::json!(expected));
+    assert_eq!(summary["levels"]["chunk_tokens"], budget);
+    assert_eq!(summary["levels"]["converges"], true);
+    assert!(server.requests().is_empty(), "a dry run sends nothing");
 }

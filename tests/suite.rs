@@ -51,7 +51,33 @@ mod shard;
 mod store_concurrency;
 mod structured_answers;
 mod structured_data;
+mod tables_out;
 mod tasks;
 mod terminal;
 mod trust;
 mod validate;
+
+/// Cargo builds only this file's modules (`autotests = false`): a test file left out of the
+/// list above would never be compiled, let alone run.
+#[test]
+fn every_test_file_is_a_module_of_the_suite() {
+    let this = include_str!("suite.rs");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("tests/") {
+        let path = entry.expect("entry").path();
+        let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|e| e == "rs")
+            && name != "suite"
+            && !this.contains(&format!("\nmod {name};\n"))
+        {
+            missing.push(name.to_owned());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not modules of tests/suite.rs: {missing:?}"
+    );
+}

@@ -532,6 +532,11 @@ fn dry_run(
                     "tasks": s.tasks, "drafted": s.drafted, "input_tokens": s.input_tokens,
                     "overhead": s.overhead.json(), "model": s.model,
                     "prompt": s.prompt, "later": s.later, "notes": s.notes,
+                    "levels": s.levels.as_ref().map(|l| json!({
+                        "tasks": l.tasks, "chunk_tokens": l.chunk_tokens,
+                        "tokens_per_result": l.per_result, "from_output_limit": l.from_limit,
+                        "tokens_per_partial": l.per_partial, "converges": !l.diverges,
+                    })),
                 })
             })
             .collect();
@@ -576,6 +581,45 @@ fn thousands(n: u64) -> String {
 }
 
 /// The text of `--dry-run`.
+/// A reduction's expected levels, for the dry run's step line.
+fn levels_text(levels: &crate::exec::dry_run::LevelsPlan) -> String {
+    let per_result = format!(
+        "~{} tokens per result ({})",
+        thousands(levels.per_result),
+        if levels.from_limit {
+            "its output limit"
+        } else {
+            "estimated; set max_output_tokens for a bound"
+        }
+    );
+    if levels.tasks.is_empty() {
+        return format!(
+            "; reduce: every result fits one request ({per_result}, chunks of ≤ {} tokens)",
+            thousands(levels.chunk_tokens)
+        );
+    }
+    let counts: Vec<String> = levels.tasks.iter().map(|t| t.to_string()).collect();
+    let n = levels.tasks.len();
+    let mut text = format!(
+        "; reduce: ~{n} level{} ({} task{}), chunks of ≤ {} tokens, {per_result}",
+        if n == 1 { "" } else { "s" },
+        counts.join(", "),
+        if levels.tasks.iter().sum::<u64>() == 1 {
+            ""
+        } else {
+            "s"
+        },
+        thousands(levels.chunk_tokens),
+    );
+    if levels.diverges {
+        text.push_str(&format!(
+            "; partial answers of ~{} tokens do not fit together: the reduction would not converge",
+            thousands(levels.per_partial)
+        ));
+    }
+    text
+}
+
 fn dry_run_text(
     pipeline: &Pipeline,
     plan: &crate::exec::dry_run::DryRun,
@@ -617,6 +661,9 @@ fn dry_run_text(
         }
         if let Some(later) = &step.later {
             line.push_str(&format!("; {later}"));
+        }
+        if let Some(levels) = &step.levels {
+            line.push_str(&levels_text(levels));
         }
         text.push_str(&line);
         text.push('\n');

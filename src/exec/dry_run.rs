@@ -61,6 +61,109 @@ pub(crate) struct StepPlan {
     pub(crate) later: Option<String>,
     /// Warnings its tasks would print (extensions, left-out tools), once each.
     pub(crate) notes: Vec<String>,
+    /// A reducing synthesis: the expected tasks of each level.
+    pub(crate) levels: Option<LevelsPlan>,
+}
+
+/// The expected levels of a hierarchical reduction (`reduce`, `chunk_tokens`).
+#[derive(Debug, Default)]
+pub(crate) struct LevelsPlan {
+    /// Tasks per level, from level 1; empty when every result fits one request.
+    pub(crate) tasks: Vec<u64>,
+    /// The tokens of results one chunk holds.
+    pub(crate) chunk_tokens: u64,
+    /// The tokens counted for each result, and whether that is its output limit.
+    pub(crate) per_result: u64,
+    pub(crate) from_limit: bool,
+    /// The tokens counted for each partial answer of the upper levels.
+    pub(crate) per_partial: u64,
+    /// The chunks of the last level do not shrink: the reduction would not converge.
+    pub(crate) diverges: bool,
+}
+
+/// The tokens counted for an answer without an output limit.
+const ANSWER_ESTIMATE: u64 = 500;
+/// Levels beyond this are not planned (the run stops there too).
+const MAX_PLANNED_LEVELS: usize = 32;
+
+/// The expected tasks per level of reducing `n` results of `per_result` tokens in chunks of
+/// `budget` tokens, the partial answers taking `per_partial` tokens each.
+pub(crate) fn levels(n: u64, per_result: u64, per_partial: u64, budget: u64) -> (Vec<u64>, bool) {
+    let per_chunk = |cost: u64| (budget / cost.max(1)).max(1);
+    let first = n.div_ceil(per_chunk(per_result));
+    if first <= 1 {
+        return (Vec::new(), false);
+    }
+    let mut tasks = vec![first];
+    let mut m = first;
+    while m > 1 && tasks.len() < MAX_PLANNED_LEVELS {
+        let next = m.div_ceil(per_chunk(per_partial));
+        if next >= m {
+            return (tasks, true);
+        }
+        tasks.push(next);
+        m = next;
+    }
+    (tasks, m > 1)
+}
+
+/// The expected levels of synthesize step `i`, when it reduces and its fan-out's width is
+/// known.
+fn plan_levels(
+    env: &Env,
+    config: &Config,
+    pipeline: &Pipeline,
+    i: usize,
+    plans: &[StepPlan],
+) -> Option<LevelsPlan> {
+    let step = &pipeline.steps[i];
+    let (StepKind::Synthesize(task), Some(reduce)) = (&step.kind, &step.reduce) else {
+        return None;
+    };
+    let over = super::reduce::reduced_step(pipeline, step)?;
+    let n = plans[over].tasks?;
+    let fan_out = StepConfig::new(over, &pipeline.steps[over], &pipeline.settings);
+    let own = StepConfig::new(i, step, &pipeline.settings);
+    let (per_result, from_limit) = match fan_out.max_output_tokens {
+        Some(limit) => (u64::from(limit), true),
+        None => (ANSWER_ESTIMATE, false),
+    };
+    let per_partial = own.max_output_tokens.map_or(ANSWER_ESTIMATE, u64::from);
+    let budget = match reduce.chunk_tokens {
+        Some(tokens) => tokens,
+        None => {
+            let overrides = crate::config::resolve::Overrides {
+                provider_flag: own.provider.as_deref(),
+                model_flag: own.model.as_deref(),
+                ..Default::default()
+            };
+            let model = resolve_with(env, config, &overrides, |_| false)
+                .or_else(|_| resolve_with(env, config, &overrides, |_| true))
+                .ok()
+                .map(|r| r.model);
+            let window = step
+                .context_window
+                .or_else(|| model.as_deref().and_then(|m| config.context_window(m)))?;
+            // The prompt without results and the synthesis's own output limit.
+            let template: usize = task
+                .instructions
+                .iter()
+                .chain(task.context.iter())
+                .map(|t| t.text.len())
+                .sum();
+            let fixed = (template as u64).div_ceil(4) + own.max_output_tokens.map_or(0, u64::from);
+            window.checked_sub(fixed).filter(|b| *b > 0)?
+        }
+    };
+    let (tasks, diverges) = levels(n, per_result, per_partial, budget);
+    Some(LevelsPlan {
+        tasks,
+        chunk_tokens: budget,
+        per_result,
+        from_limit,
+        per_partial,
+        diverges,
+    })
 }
 
 /// The plan of a run.
@@ -229,6 +332,13 @@ pub(crate) fn plan(
             }
             (None, Ok(())) => {}
         }
+    }
+    for i in 0..pipeline.steps.len() {
+        let levels = plan_levels(env, config, pipeline, i, &plans);
+        if let Some(l) = levels.as_ref().filter(|l| !l.tasks.is_empty()) {
+            plans[i].tasks = Some(l.tasks.iter().sum());
+        }
+        plans[i].levels = levels;
     }
     let tokens_by_model = drafter
         .order
@@ -539,5 +649,19 @@ impl Drafter<'_> {
         let chars =
             draft.system.len() + draft.first_message.len() + model.map_or(0, str::len) + tools;
         ((chars as u64).div_ceil(4), tools)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::levels;
+
+    #[test]
+    fn levels_shrink_by_the_chunk_size_until_one_task() {
+        assert_eq!(levels(100, 100, 300, 1000), (vec![10, 4, 2, 1], false));
+        // Everything fits one request: no reduction.
+        assert_eq!(levels(5, 100, 300, 1000), (vec![], false));
+        // Partial answers as large as a chunk never come together.
+        assert_eq!(levels(100, 100, 1000, 1000), (vec![10], true));
     }
 }

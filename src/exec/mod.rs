@@ -17,6 +17,7 @@ mod step;
 mod step_error;
 pub(crate) mod tool_check;
 
-pub(crate) use event::{RunSummary, StepStatus, TaskTrace};
+pub(crate) use event::{RunSummary, StepStatus, TaskDone, TaskTrace};
 pub(crate) use final_text::FinalText;
 pub(crate) use scheduler::{RunOptions, run_pipeline};
+pub(crate) use step::render_error;

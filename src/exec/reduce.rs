@@ -65,6 +65,144 @@ pub(crate) fn reduced_step(pipeline: &Pipeline, step: &Step) -> Option<usize> {
     }
 }
 
+/// A synthesis whose size is known before its fan-out runs: the fan-out iterates a literal
+/// `items:` list and each of its answers has an output limit.
+pub(crate) struct Foreseen {
+    /// The fan_out step whose results the synthesis reads.
+    pub(crate) over: usize,
+    /// The decompose step with the literal items.
+    pub(crate) items_step: usize,
+    pub(crate) items: Vec<Value>,
+    /// The output limit of each of the fan-out's answers (tokens).
+    pub(crate) per_item: u32,
+}
+
+/// The foreseeable size of synthesize step `step`'s input, when it is knowable in advance.
+pub(crate) fn foreseen(pipeline: &Pipeline, step: &Step) -> Option<Foreseen> {
+    let over = reduced_step(pipeline, step)?;
+    let fan_out = &pipeline.steps[over];
+    let StepKind::FanOut(f) = &fan_out.kind else {
+        return None;
+    };
+    let items_step = pipeline.steps.iter().position(|s| s.id == f.over)?;
+    let StepKind::Decompose(crate::pipeline::model::Decompose::Items(items)) =
+        &pipeline.steps[items_step].kind
+    else {
+        return None;
+    };
+    let per_item = fan_out
+        .max_output_tokens
+        .or(pipeline.settings.max_output_tokens)?;
+    Some(Foreseen {
+        over,
+        items_step,
+        items: items.clone(),
+        per_item,
+    })
+}
+
+/// The `steps` context of a synthesis whose fan-out answered the items of `range` at its
+/// output limit.
+fn foreseen_steps(pipeline: &Pipeline, f: &Foreseen, range: Range<usize>, output: &str) -> Value {
+    let mut steps = serde_json::Map::new();
+    for s in &pipeline.steps {
+        steps.insert(
+            s.id.clone(),
+            json!({"output": null, "items": null, "results": null, "data": null}),
+        );
+    }
+    let items = &f.items[range];
+    let results: Vec<Value> = items
+        .iter()
+        .map(|item| json!({"item": item, "output": output, "status": "completed", "data": null}))
+        .collect();
+    let over = &pipeline.steps[f.over].id;
+    let items_id = &pipeline.steps[f.items_step].id;
+    steps[items_id.as_str()]["items"] = Value::Array(items.to_vec());
+    steps[over.as_str()]["items"] = Value::Array(items.to_vec());
+    steps[over.as_str()]["results"] = Value::Array(results);
+    Value::Object(steps)
+}
+
+/// Fails a run before any request when a synthesize step without `reduce` cannot fit its
+/// model's context window and its size is knowable in advance ([`foreseen`]): the estimate
+/// is the prompt without results and the output limit, plus what each item adds when its
+/// answer is at the fan-out's output limit (rendered one item at a time, so memory does not
+/// grow with the items). A template that needs what only the run gives, or a model without a
+/// known window, is left to the check before the synthesis's own request.
+pub(super) async fn check_foreseen(
+    shared: &Shared,
+    pipeline: &Pipeline,
+    params: &indexmap::IndexMap<String, String>,
+    agents: &Value,
+) -> Result<(), String> {
+    let env = crate::template::environment(pipeline.file.path().parent());
+    'steps: for (index, step) in pipeline.steps.iter().enumerate() {
+        let (StepKind::Synthesize(task), None) = (&step.kind, &step.reduce) else {
+            continue;
+        };
+        let Some(f) = foreseen(pipeline, step) else {
+            continue;
+        };
+        let Ok(compiled) = Compiled::new(&env, task) else {
+            continue;
+        };
+        let output = "x".repeat(f.per_item as usize * 4);
+        let render = |range: Range<usize>| {
+            let ctx = base_context(params, foreseen_steps(pipeline, &f, range, &output), agents);
+            compiled.render(task, &ctx)
+        };
+        let Ok(empty) = render(0..0) else {
+            continue;
+        };
+        let config = StepConfig::new(index, step, &pipeline.settings);
+        let Ok(prepared) = prepare_task(shared, &config, &empty).await else {
+            continue;
+        };
+        let spec = &prepared.spec;
+        let Some(window) = spec.context_window else {
+            continue;
+        };
+        let request = ChatRequest {
+            model: spec.model.clone(),
+            system: spec.system.clone(),
+            messages: vec![Message::user(spec.first_message.clone())],
+            tools: spec.tools.specs(),
+            temperature: None,
+            max_tokens: prepared
+                .resolved
+                .endpoint
+                .kind
+                .output_limit(spec.max_output_tokens),
+            response_format: None,
+            cache: Default::default(),
+        };
+        let base = rendered_bytes(&empty);
+        let mut total = estimate_tokens(&request);
+        for i in 0..f.items.len() {
+            let Ok(one) = render(i..i + 1) else {
+                continue 'steps;
+            };
+            total += rendered_bytes(&one).saturating_sub(base).div_ceil(4);
+        }
+        if total > window {
+            return Err(format!(
+                "step `{}` cannot fit its context window: the {} results of `{}` at their output \
+                 limit ({} tokens each) need about {total} tokens, but the context window of \
+                 `{}` is {window} tokens; nothing was sent. Add `reduce: auto` to the step, or \
+                 lower the output limit of `{}`",
+                step.id,
+                f.items.len(),
+                pipeline.steps[f.over].id,
+                f.per_item,
+                spec.model,
+                pipeline.steps[f.over].id,
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Consecutive chunks of items with `costs` (tokens), each costing at most `budget` (an item
 /// larger than the budget alone makes a chunk of one).
 pub(crate) fn pack(costs: &[u64], budget: u64) -> Vec<Range<usize>> {

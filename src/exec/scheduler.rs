@@ -30,7 +30,7 @@ use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::output::{DisplayMode, JunitWriter, Progress, Report, ResultLine, ResultsWriter};
 use crate::pipeline::items::{command_items, glob_items, open_file_items};
-use crate::pipeline::model::{Backend, Decompose, OnError, Pipeline, StepKind};
+use crate::pipeline::model::{Backend, Decompose, OnError, OutputBody, Pipeline, StepKind};
 use crate::pipeline::shard::Role;
 use crate::provider::RetryPolicy;
 use crate::source::Catalog;
@@ -75,6 +75,8 @@ struct Sink {
     tasks: Option<Vec<TaskRef>>,
     /// The tasks of each reducing step's levels so far (its progress total).
     levels: HashMap<String, u64>,
+    /// The rows of the table `outputs`.
+    tables: crate::output::Tables,
 }
 
 impl Sink {
@@ -157,6 +159,9 @@ impl Sink {
             }
         }
         crate::env::crash_point("task-recorded");
+        if level.is_none() {
+            self.tables.push(done);
+        }
         let step = step_id;
         if let Some(level) = level {
             self.report.record_level(step, level, done.ok);
@@ -453,6 +458,7 @@ pub(crate) fn run_pipeline(
         recorded: 0,
         tasks: plan.writes_manifest().then(Vec::new),
         levels: HashMap::new(),
+        tables: crate::output::Tables::new(&pipeline, store.dir())?,
     }));
     let concurrency = options
         .concurrency
@@ -509,6 +515,16 @@ pub(crate) fn run_pipeline(
     let outputs = Arc::new(StepOutputs::new(pipeline.steps.len()));
     let params = Arc::new(options.params.clone());
     let agents = Arc::new(agents);
+    if let Err(message) = runtime.block_on(super::reduce::check_foreseen(
+        &shared, &pipeline, &params, &agents,
+    )) {
+        sink.lock()
+            .map_err(|_| Error::internal("output sink"))?
+            .progress
+            .finish();
+        store.set_run_status(&run.run_id, RunStatus::Failed)?;
+        return Err(Error::Failed(message));
+    }
     let statuses = runtime.block_on(async {
         let signals = {
             let shared = Arc::clone(&shared);
@@ -664,8 +680,9 @@ pub(crate) fn run_pipeline(
         .iter()
         .all(|(_, s, _)| matches!(s, StepStatus::Succeeded | StepStatus::Deferred));
     let whole = steps.iter().all(|(_, s, _)| *s == StepStatus::Succeeded);
-    if whole && !interrupted {
-        write_outputs(env, &pipeline, &outputs, &params, &agents)?;
+    // A part of a run (a shard, `--until`) has only some of the rows: the merge writes them.
+    if whole && !interrupted && plan.prints_output() {
+        write_outputs(env, &pipeline, &outputs, &params, &agents, &mut sink.tables)?;
     }
     if let (true, Some(dir)) = (plan.writes_manifest(), &options.out_dir) {
         let finished = super::shard::Finished {
@@ -1323,25 +1340,34 @@ fn write_outputs(
     outputs: &StepOutputs,
     params: &IndexMap<String, String>,
     agents: &Value,
+    tables: &mut crate::output::Tables,
 ) -> Result<()> {
     if pipeline.outputs.is_empty() {
         return Ok(());
     }
     let base = base_context(params, outputs.to_json(pipeline), agents);
     let tenv = crate::template::environment(pipeline.file.path().parent());
-    for output in &pipeline.outputs {
+    for (index, output) in pipeline.outputs.iter().enumerate() {
         let path = tenv
             .render_str(&output.path.text, &base)
             .map_err(|e| Error::usage(super::step::render_error(&output.path, &e)))?;
+        let path = env.cwd.join(path.trim());
+        let content = match &output.body {
+            OutputBody::Table(_) => {
+                tables.write(index, &path)?;
+                continue;
+            }
+            OutputBody::Text(content) => content,
+        };
         let content = tenv
-            .render_str(&output.content.text, &base)
-            .map_err(|e| Error::usage(super::step::render_error(&output.content, &e)))?;
+            .render_str(&content.text, &base)
+            .map_err(|e| Error::usage(super::step::render_error(content, &e)))?;
         // A text file ends with exactly one line break, whatever the template left.
         let mut text = content.trim_end_matches(['\n', '\r']).to_owned();
         if !text.is_empty() {
             text.push('\n');
         }
-        crate::output::write_atomically(&env.cwd.join(path.trim()), text.as_bytes())?;
+        crate::output::write_atomically(&path, text.as_bytes())?;
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ mod report_html;
 mod results;
 mod stdout;
 mod step_summary;
+mod table;
 mod yaml_text;
 
 #[allow(unused_imports)] // used by summon run
@@ -22,4 +23,5 @@ pub(crate) use report_html::{HTML_FILE, write_html};
 pub(crate) use results::{RESULTS_FILE, ResultLine, ResultsWriter, read_results};
 pub(crate) use stdout::Stdout;
 pub(crate) use step_summary::{STEP_SUMMARY_VAR, append_step_summary};
+pub(crate) use table::Tables;
 pub(crate) use yaml_text::to_yaml;

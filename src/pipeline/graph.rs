@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::model::{Decompose, Pipeline, Step, StepKind, TaskTemplate, Template};
+use super::model::{Decompose, OutputBody, Pipeline, Step, StepKind, TaskTemplate, Template};
 use super::refs;
 
 /// Steps as nodes, "needs" as edges (`deps`), and the reverse edges (`dependents`).
@@ -52,7 +52,10 @@ pub(crate) fn output_templates(pipeline: &Pipeline) -> Vec<&Template> {
     pipeline
         .outputs
         .iter()
-        .flat_map(|o| [&o.path, &o.content])
+        .flat_map(|o| match &o.body {
+            OutputBody::Text(content) => vec![&o.path, content],
+            OutputBody::Table(_) => vec![&o.path],
+        })
         .collect()
 }
 

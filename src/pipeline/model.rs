@@ -253,5 +253,38 @@ pub(crate) enum Backend {
 #[derive(Debug, Clone)]
 pub(crate) struct OutputFile {
     pub(crate) path: Template,
-    pub(crate) content: Template,
+    pub(crate) body: OutputBody,
 }
+
+/// What an `outputs` file holds.
+#[derive(Debug, Clone)]
+pub(crate) enum OutputBody {
+    /// `content:`, rendered once with the run's context.
+    Text(Template),
+    /// `rows:` / `columns:`: one row per task of a fan_out step, in item order.
+    Table(Table),
+}
+
+/// A table `outputs` entry (README "Pipelines", outputs).
+#[derive(Debug, Clone)]
+pub(crate) struct Table {
+    /// The fan_out step whose tasks are the rows, and where it was named.
+    pub(crate) rows: String,
+    pub(crate) rows_pos: Pos,
+    /// In order: the column's name and its template over `item`, `data`, `output`,
+    /// `status`, `error`.
+    pub(crate) columns: Vec<(String, Template)>,
+    /// `only: completed`: failed items are left out.
+    pub(crate) only_completed: bool,
+    pub(crate) format: TableFormat,
+}
+
+/// A table's file format, from the path's extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TableFormat {
+    Csv,
+    Jsonl,
+}
+
+/// The variables of a table's column templates.
+pub(crate) const TABLE_VARIABLES: [&str; 5] = ["item", "data", "output", "status", "error"];

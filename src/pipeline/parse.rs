@@ -12,8 +12,9 @@ use indexmap::IndexMap;
 use super::duration::{from_seconds, parse_duration};
 use super::graph::{self, Graph};
 use super::model::{
-    Backend, Decompose, FanOut, MinSuccess, OnError, OnExtensionError, OutputFile, Pipeline,
-    PipelineSettings, Reduce, Step, StepKind, TaskTemplate, Template,
+    Backend, Decompose, FanOut, MinSuccess, OnError, OnExtensionError, OutputBody, OutputFile,
+    Pipeline, PipelineSettings, Reduce, Step, StepKind, TABLE_VARIABLES, Table, TableFormat,
+    TaskTemplate, Template,
 };
 use super::refs;
 use crate::diag::{Diagnostic, Diagnostics, FileDiags, Pos, SourceFile};
@@ -1094,7 +1095,7 @@ fn read_outputs(node: &Node, d: &mut FileDiags<'_>) -> Vec<OutputFile> {
         d.error(
             node.pos,
             format!(
-                "`outputs` must be a list of `path`/`content` entries, found {}",
+                "`outputs` must be a list of `path`/`content` (or `path`/`rows`/`columns`) entries, found {}",
                 node.kind_name()
             ),
         );
@@ -1106,23 +1107,179 @@ fn read_outputs(node: &Node, d: &mut FileDiags<'_>) -> Vec<OutputFile> {
         let Some(mut r) = MapReader::new(item, path.clone()) else {
             d.error(
                 item.pos,
-                format!("`{path}` must be a mapping with `path` and `content`"),
+                format!(
+                    "`{path}` must be a mapping with `path` and `content` (or `rows` and `columns`)"
+                ),
             );
             continue;
         };
         let file = template_field(&mut r, "path", d);
         let content = template_field(&mut r, "content", d);
+        let rows = r.get("rows");
+        let columns = r.get("columns");
+        let only = r.get("only");
         r.finish(d);
-        for (name, value) in [("path", file.is_some()), ("content", content.is_some())] {
-            if !value && is_absent(item, name) {
-                d.error(item.pos, format!("`{path}` is missing `{name}`"));
-            }
+        if file.is_none() && is_absent(item, "path") {
+            d.error(item.pos, format!("`{path}` is missing `path`"));
         }
-        if let (Some(path), Some(content)) = (file, content) {
-            out.push(OutputFile { path, content });
+        let is_table = rows.is_some() || columns.is_some() || only.is_some();
+        if is_table {
+            if let (Some(_), Some(rows)) = (&content, rows) {
+                d.push(
+                    Diagnostic::error(format!(
+                        "`{path}` has both `content` and `rows`: an entry is either a text file (`content`) or a table (`rows` and `columns`)"
+                    ))
+                    .at(d.span(rows.pos))
+                    .with_hint("move the table to an entry of its own"),
+                );
+                continue;
+            }
+            let table = read_table(item, &path, rows, columns, only, file.as_ref(), d);
+            if let (Some(file), Some(table)) = (file, table) {
+                out.push(OutputFile {
+                    path: file,
+                    body: OutputBody::Table(table),
+                });
+            }
+            continue;
+        }
+        if content.is_none() && is_absent(item, "content") {
+            d.error(
+                item.pos,
+                format!("`{path}` is missing `content` (or `rows` and `columns` for a table)"),
+            );
+        }
+        if let (Some(file), Some(content)) = (file, content) {
+            out.push(OutputFile {
+                path: file,
+                body: OutputBody::Text(content),
+            });
         }
     }
     out
+}
+
+/// The table parts of an `outputs` entry (`rows`, `columns`, `only`); `path` gives the
+/// format by its extension.
+fn read_table(
+    item: &Node,
+    path: &str,
+    rows: Option<&Node>,
+    columns: Option<&Node>,
+    only: Option<&Node>,
+    file: Option<&Template>,
+    d: &mut FileDiags<'_>,
+) -> Option<Table> {
+    let mut ok = true;
+    let rows = match rows {
+        None => {
+            d.error(
+                item.pos,
+                format!(
+                    "`{path}` is missing `rows`: the fan_out step whose tasks are the table's rows"
+                ),
+            );
+            ok = false;
+            None
+        }
+        Some(node) => scalar_text(node, &format!("{path}.rows"), d).map(|id| (id, node.pos)),
+    };
+    let mut list = Vec::new();
+    match columns {
+        None => {
+            d.error(
+                item.pos,
+                format!("`{path}` is missing `columns`: a mapping of column name to template"),
+            );
+            ok = false;
+        }
+        Some(node) => match node.as_map() {
+            Some(entries) if !entries.is_empty() => {
+                for (key, value) in entries {
+                    let Some(name) = key.as_str() else {
+                        d.error(key.pos, format!("`{path}.columns` keys must be names"));
+                        ok = false;
+                        continue;
+                    };
+                    if list.iter().any(|(n, _): &(String, Template)| n == name) {
+                        d.error(key.pos, format!("column `{name}` is given twice"));
+                        ok = false;
+                        continue;
+                    }
+                    let child = format!("{path}.columns.{name}");
+                    // A plain number or boolean is the column's constant text.
+                    let t = match &value.value {
+                        Value::Scalar(text, ScalarStyle::Plain) if !value.is_null() => {
+                            Some(Template {
+                                text: text.clone(),
+                                pos: value.pos,
+                                block: false,
+                            })
+                        }
+                        _ => template(value, &child, d),
+                    };
+                    match t {
+                        Some(t) => list.push((name.to_owned(), t)),
+                        None => ok = false,
+                    }
+                }
+            }
+            _ => {
+                d.error(
+                    node.pos,
+                    format!(
+                        "`{path}.columns` must be a non-empty mapping of column name to template, found {}",
+                        node.kind_name()
+                    ),
+                );
+                ok = false;
+            }
+        },
+    }
+    let only_completed = match only {
+        None => false,
+        Some(node) if node.as_str() == Some("completed") => true,
+        Some(node) => {
+            d.error(
+                node.pos,
+                format!(
+                    "`{path}.only` must be `completed`, found {}",
+                    describe(node)
+                ),
+            );
+            ok = false;
+            false
+        }
+    };
+    let format = file.and_then(|file| {
+        let text = file.text.trim().to_ascii_lowercase();
+        if text.ends_with(".csv") {
+            Some(TableFormat::Csv)
+        } else if text.ends_with(".jsonl") {
+            Some(TableFormat::Jsonl)
+        } else {
+            d.push(
+                Diagnostic::error(format!(
+                    "a table's path must end with `.csv` or `.jsonl` (the format), found `{}`",
+                    file.text.trim()
+                ))
+                .at(d.span(file.pos))
+                .with_hint("name the file `….csv` for CSV with a header, or `….jsonl` for one JSON object per row"),
+            );
+            None
+        }
+    });
+    let (rows, rows_pos) = rows?;
+    if !ok {
+        return None;
+    }
+    Some(Table {
+        rows,
+        rows_pos,
+        columns: list,
+        only_completed,
+        format: format?,
+    })
 }
 
 /// Whether `key` is absent (or null) in a mapping: a present value of the wrong type was
@@ -1223,6 +1380,42 @@ fn check(pipeline: &Pipeline, kinds_known: &[bool], d: &mut FileDiags<'_>) {
     for t in graph::output_templates(pipeline) {
         checker.check(t, None, false, d);
     }
+    for output in &pipeline.outputs {
+        let OutputBody::Table(table) = &output.body else {
+            continue;
+        };
+        match ids.get(table.rows.as_str()) {
+            None => checker.unknown_step(&table.rows, table.rows_pos, d),
+            Some(&j) => {
+                let target = &pipeline.steps[j];
+                if kinds_known[j] && !matches!(target.kind, StepKind::FanOut(_)) {
+                    let fan_outs: Vec<String> = pipeline
+                        .steps
+                        .iter()
+                        .filter(|s| matches!(s.kind, StepKind::FanOut(_)))
+                        .map(|s| format!("`{}`", s.id))
+                        .collect();
+                    let hint = if fan_outs.is_empty() {
+                        "the pipeline has no fan_out step".to_owned()
+                    } else {
+                        format!("the fan_out steps are {}", fan_outs.join(", "))
+                    };
+                    d.push(
+                        Diagnostic::error(format!(
+                            "`rows: {}` names a {} step; a table's rows are the tasks of a fan_out step",
+                            table.rows,
+                            target.kind.name()
+                        ))
+                        .at(d.span(table.rows_pos))
+                        .with_hint(hint),
+                    );
+                }
+            }
+        }
+        for (_, t) in &table.columns {
+            check_column(pipeline, t, d);
+        }
+    }
     for parameter in &pipeline.parameters {
         if !checker.used.contains(parameter.key.as_str()) {
             d.warning(
@@ -1247,6 +1440,41 @@ fn check(pipeline: &Pipeline, kinds_known: &[bool], d: &mut FileDiags<'_>) {
                 .with_hint(
                     "each step needs the next one (through `steps.<id>` in a template, `needs` or `over`); no step of the cycle can start",
                 ),
+        );
+    }
+}
+
+/// A table column's template: its syntax, and that it reads only the row's variables.
+fn check_column(pipeline: &Pipeline, t: &Template, d: &mut FileDiags<'_>) {
+    if !template::has_template(&t.text) {
+        return;
+    }
+    let file = &pipeline.file;
+    let vars = match template::variables(&t.text) {
+        Ok(vars) => vars,
+        Err(error) => {
+            d.error(
+                syntax_error_pos(file, t, error.line),
+                format!("template error: {}", error.message),
+            );
+            return;
+        }
+    };
+    for name in vars {
+        if TABLE_VARIABLES.contains(&name.as_str()) {
+            continue;
+        }
+        let pos = refs::find_variable(&t.text, &name)
+            .map_or(t.pos, |offset| locate(file, t, offset, &name));
+        let allowed = "a column reads `item`, `data`, `output`, `status` and `error`";
+        let hint = match suggestions(&name, TABLE_VARIABLES.iter().copied()).first() {
+            Some(close) => format!("did you mean `{close}`? {allowed}"),
+            None => allowed.to_owned(),
+        };
+        d.push(
+            Diagnostic::error(format!("undefined variable `{name}` in a table column"))
+                .at(d.span(pos))
+                .with_hint(hint),
         );
     }
 }
@@ -1617,10 +1845,10 @@ outputs:
             &p.outputs[0].path,
             &t("out/release-notes.md", 30, 11, false),
         );
-        same_template(
-            &p.outputs[0].content,
-            &t("{{ steps.summary.output }}", 31, 14, false),
-        );
+        let OutputBody::Text(content) = &p.outputs[0].body else {
+            panic!("a text output")
+        };
+        same_template(content, &t("{{ steps.summary.output }}", 31, 14, false));
     }
 
     #[test]

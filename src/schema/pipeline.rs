@@ -229,11 +229,30 @@ pub(super) fn schema() -> Value {
                 "description": "Files written when every step succeeded.",
                 "type": "array",
                 "items": {
+                    "description": "A text file (`path`, `content`), or a table (`path` ending .csv or .jsonl, `rows`, `columns`, optionally `only`).",
                     "type": "object",
-                    "required": ["path", "content"],
+                    "required": ["path"],
+                    "oneOf": [
+                        {"required": ["content"], "not": {"required": ["rows"]}},
+                        {"required": ["rows", "columns"], "not": {"required": ["content"]}}
+                    ],
                     "properties": {
-                        "path": template("The file to write."),
-                        "content": template("What to write in it.")
+                        "path": template("The file to write; a table's ends with .csv (a header, then one record per row) or .jsonl (one object per row)."),
+                        "content": template("What to write in it."),
+                        "rows": {
+                            "description": "A table: the fan_out step whose tasks are its rows, one per item in item order.",
+                            "type": "string"
+                        },
+                        "columns": {
+                            "description": "A table's columns, in order: name to template over `item`, `data`, `output`, `status` (completed or failed) and `error`.",
+                            "type": "object",
+                            "minProperties": 1,
+                            "additionalProperties": {"type": ["string", "number", "boolean"]}
+                        },
+                        "only": {
+                            "description": "`completed`: failed items are left out of the table.",
+                            "enum": ["completed"]
+                        }
                     },
                     "additionalProperties": false
                 }

@@ -1,0 +1,248 @@
+//! Table `outputs` (README "Pipelines", outputs): one row per task of a fan_out step, in item
+//! order, as CSV (with a header, quoted by the `csv` crate) or JSONL (one object per row, its
+//! columns in order).
+//!
+//! Rows are streamed: each task is rendered into its row the moment it is recorded, a row
+//! that comes in item order goes straight to an unnamed spill file, and one that finishes
+//! early waits in a small map for those before it (tasks start in item order, so the map
+//! stays about as large as the concurrency). Memory does not grow with the number of rows.
+//! When the run succeeds, the spill file is copied to a temporary file beside the table's
+//! path and renamed over it, so a table is written whole or not at all. A resumed run or a
+//! merge records every task again (from the journal or the shards) and writes the table
+//! again.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use minijinja::Environment;
+
+use crate::error::{Error, Result};
+use crate::exec::TaskDone;
+use crate::pipeline::model::{OutputBody, Pipeline, Table, TableFormat, Template};
+
+/// Every table of a pipeline's `outputs`, by the entry's position.
+pub(crate) struct Tables {
+    entries: Vec<Option<TableRows>>,
+}
+
+/// The rows of one table so far.
+struct TableRows {
+    step: usize,
+    table: Table,
+    /// The column templates, named by their position.
+    env: Environment<'static>,
+    /// The item index the file waits for.
+    next: u64,
+    /// Rows of tasks that finished before some task ahead of them (`None`: left out).
+    early: BTreeMap<u64, Option<Vec<u8>>>,
+    file: BufWriter<File>,
+    error: Option<Error>,
+}
+
+impl Tables {
+    /// One spill file per table, in `spill_dir`.
+    pub(crate) fn new(pipeline: &Pipeline, spill_dir: &Path) -> io::Result<Self> {
+        let mut entries = Vec::new();
+        for output in &pipeline.outputs {
+            let OutputBody::Table(table) = &output.body else {
+                entries.push(None);
+                continue;
+            };
+            let Some(step) = pipeline.steps.iter().position(|s| s.id == table.rows) else {
+                entries.push(None);
+                continue;
+            };
+            entries.push(Some(TableRows::new(pipeline, step, table, spill_dir)?));
+        }
+        Ok(Self { entries })
+    }
+
+    /// Adds a finished task to the tables whose rows are its step's tasks.
+    pub(crate) fn push(&mut self, done: &TaskDone) {
+        for rows in self.entries.iter_mut().flatten() {
+            if rows.step == done.step {
+                rows.push(done);
+            }
+        }
+    }
+
+    /// Writes the table of `outputs[index]` to `path`, atomically.
+    pub(crate) fn write(&mut self, index: usize, path: &Path) -> Result<()> {
+        let Some(rows) = self.entries.get_mut(index).and_then(Option::take) else {
+            return Err(Error::internal("a table output without its rows"));
+        };
+        rows.write(path)
+    }
+}
+
+impl TableRows {
+    fn new(pipeline: &Pipeline, step: usize, table: &Table, spill_dir: &Path) -> io::Result<Self> {
+        std::fs::create_dir_all(spill_dir)?;
+        // A failed item has no data: `data.category` is empty rather than an error.
+        let mut env = crate::template::lenient_environment(pipeline.file.path().parent());
+        let mut error = None;
+        for (i, (_, t)) in table.columns.iter().enumerate() {
+            if let Err(e) = env.add_template_owned(i.to_string(), t.text.clone()) {
+                error.get_or_insert_with(|| Error::usage(crate::exec::render_error(t, &e)));
+            }
+        }
+        let mut rows = Self {
+            step,
+            table: table.clone(),
+            env,
+            next: 0,
+            early: BTreeMap::new(),
+            file: BufWriter::with_capacity(64 * 1024, tempfile::tempfile_in(spill_dir)?),
+            error,
+        };
+        if rows.table.format == TableFormat::Csv {
+            let names: Vec<String> = rows.table.columns.iter().map(|(n, _)| n.clone()).collect();
+            let header = rows.csv_line(&names);
+            rows.append(&header);
+        }
+        Ok(rows)
+    }
+
+    fn push(&mut self, done: &TaskDone) {
+        if self.error.is_some() {
+            return;
+        }
+        let row = if self.table.only_completed && !done.ok {
+            None
+        } else {
+            match self.render(done) {
+                Ok(row) => Some(row),
+                Err(e) => {
+                    self.error = Some(e);
+                    return;
+                }
+            }
+        };
+        let index = done.index;
+        if index > self.next {
+            self.early.insert(index, row);
+            return;
+        }
+        // A task recorded twice (a merge's given tasks are never; kept for safety) is
+        // written once, in its place.
+        if index < self.next {
+            return;
+        }
+        if let Some(row) = row {
+            self.append(&row);
+        }
+        self.next += 1;
+        while let Some(row) = self.early.remove(&self.next) {
+            if let Some(row) = row {
+                self.append(&row);
+            }
+            self.next += 1;
+        }
+    }
+
+    /// One task's row, as the bytes of its line.
+    fn render(&mut self, done: &TaskDone) -> Result<Vec<u8>> {
+        let ctx = minijinja::context! {
+            item => minijinja::Value::from(minijinja::value::Serde(&done.item)),
+            data => done.structured.as_ref().map(|d| minijinja::Value::from(minijinja::value::Serde(d))),
+            output => done.output.as_str(),
+            status => if done.ok { "completed" } else { "failed" },
+            error => done.error.as_deref(),
+        };
+        let mut values = Vec::with_capacity(self.table.columns.len());
+        for (i, (_, t)) in self.table.columns.iter().enumerate() {
+            values.push(render_column(&self.env, i, t, &ctx, done.index)?);
+        }
+        Ok(match self.table.format {
+            TableFormat::Csv => self.csv_line(&values),
+            TableFormat::Jsonl => {
+                let mut object = serde_json::Map::new();
+                for ((name, _), value) in self.table.columns.iter().zip(values) {
+                    object.insert(name.clone(), serde_json::Value::String(value));
+                }
+                let mut line = serde_json::to_vec(&object).unwrap_or_default();
+                line.push(b'\n');
+                line
+            }
+        })
+    }
+
+    /// One CSV record, quoted as needed (commas, quotes, line breaks).
+    fn csv_line<S: AsRef<[u8]>>(&mut self, fields: &[S]) -> Vec<u8> {
+        let mut writer = csv::Writer::from_writer(Vec::new());
+        let line = writer
+            .write_record(fields)
+            .map_err(io::Error::other)
+            .and_then(|()| writer.into_inner().map_err(|e| e.into_error()));
+        match line {
+            Ok(line) => line,
+            Err(e) => {
+                self.error.get_or_insert(Error::from(e));
+                Vec::new()
+            }
+        }
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.file.write_all(bytes) {
+            self.error = Some(e.into());
+        }
+    }
+
+    /// Copies the rows to a temporary file beside `path`, then renames it over `path`.
+    fn write(mut self, path: &Path) -> Result<()> {
+        // Rows still waiting for a task that never finished follow in item order.
+        for row in std::mem::take(&mut self.early).into_values().flatten() {
+            self.append(&row);
+        }
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        let mut spill = self
+            .file
+            .into_inner()
+            .map_err(io::IntoInnerError::into_error)?;
+        spill.seek(SeekFrom::Start(0))?;
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        std::fs::create_dir_all(dir)?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(&format!(
+                ".{}.",
+                path.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ))
+            .suffix(".tmp")
+            .tempfile_in(dir)?;
+        io::copy(&mut spill, tmp.as_file_mut())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(path).map_err(|e| Error::from(e.error))?;
+        Ok(())
+    }
+}
+
+fn render_column(
+    env: &Environment<'static>,
+    i: usize,
+    t: &Template,
+    ctx: &minijinja::Value,
+    index: u64,
+) -> Result<String> {
+    let rendered = env
+        .get_template(&i.to_string())
+        .and_then(|template| template.render(ctx));
+    rendered.map_err(|e| {
+        Error::usage(format!(
+            "{} (a table column, item {index})",
+            crate::exec::render_error(t, &e)
+        ))
+    })
+}
