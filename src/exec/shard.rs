@@ -499,7 +499,7 @@ pub(crate) fn write_manifest(dir: &Path, run: &Finished<'_>) -> std::io::Result<
         }
         if role == Role::Shard
             && let StepKind::FanOut(fan_out) = &step.kind
-            && let Some(over) = pipeline.steps.iter().position(|s| s.id == fan_out.over)
+            && let Some(over) = fan_out.over_step
         {
             let over_data = run.outputs.get(over);
             entry.width = data_items(&over_data)?.map(|items| items.len() as u64);
