@@ -27,6 +27,8 @@ pub mod fuzzing;
 mod mcp;
 mod output;
 mod pipeline;
+mod plural;
+mod process;
 mod provider;
 mod recipe;
 mod sandbox;

@@ -17,8 +17,6 @@ use crate::error::{Error, Result};
 use crate::recipe::ParamInput;
 use crate::subagent::{SubagentEvent, SubagentStatus};
 
-pub(crate) use crate::subagent::NESTED_ENV;
-
 pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
     // The variable every subagent process gets, or an ancestor started with it.
     if crate::subagent::inside_subagent(&ctx.env) {

@@ -19,7 +19,7 @@ mod trust;
 mod validate;
 
 pub(crate) use ctx::Ctx;
-pub(crate) use delegate::{NESTED_ENV, progress_line};
+pub(crate) use delegate::progress_line;
 
 use crate::cli::Command;
 use crate::error::Result;

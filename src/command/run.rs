@@ -595,7 +595,7 @@ fn dry_run_text(
         } else {
             format!(" after {}", step.needs.join(", "))
         };
-        let plural = |n: u64, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let plural = |n: u64, what: &str| crate::plural::count(n, what);
         let width = match (step.kind, step.width, step.tasks) {
             ("decompose", Some(w), _) => plural(w, "item"),
             (_, _, Some(n)) => plural(n, "task"),

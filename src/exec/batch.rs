@@ -213,7 +213,7 @@ pub(crate) async fn run_batch_tasks(
         reporter.warning(&format!(
             "step `{}`: {} {needs} tools ({}) and {runs} live, not through the batch API",
             step.id,
-            count(live.len(), "task"),
+            crate::plural::count(live.len() as u64, "task"),
             run.live_reason.take().unwrap_or_default()
         ));
         run.run_live(live, cap).await?;
@@ -221,15 +221,6 @@ pub(crate) async fn run_batch_tasks(
     run.poll().await;
     run.wait_for_journal().await;
     Ok(())
-}
-
-/// `n task` / `n tasks`.
-fn count(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
 }
 
 /// Why a prepared task cannot be answered by one request, if it cannot.
@@ -512,7 +503,7 @@ impl BatchRun<'_> {
                 "{}: polling batch {} again ({})",
                 self.step.id,
                 record.batch_id,
-                count(tasks.len(), "task")
+                crate::plural::count(tasks.len() as u64, "task")
             ));
             self.reporter.tasks_sent(&self.step.id, tasks.len());
             self.in_flight.push(InFlight {
@@ -593,7 +584,7 @@ impl BatchRun<'_> {
                 self.reporter.warning(&format!(
                     "step `{}`: provider `{provider}` has no batch API ({err}); {} run live",
                     self.step.id,
-                    count(tasks.len(), "task")
+                    crate::plural::count(tasks.len() as u64, "task")
                 ));
                 self.live.extend(
                     tasks
@@ -632,7 +623,7 @@ impl BatchRun<'_> {
         self.reporter.progress(&format!(
             "{}: sent {} in batch {id}",
             self.step.id,
-            count(tasks.len(), "task")
+            crate::plural::count(tasks.len() as u64, "task")
         ));
         self.reporter.tasks_sent(&self.step.id, tasks.len());
         self.in_flight.push(InFlight {
@@ -728,7 +719,7 @@ impl BatchRun<'_> {
                 self.reporter.progress(&format!(
                     "{}: sending {} again",
                     self.step.id,
-                    count(self.waiting.len(), "task")
+                    crate::plural::count(self.waiting.len() as u64, "task")
                 ));
                 self.submit().await;
                 if !self.live.is_empty() {
@@ -868,7 +859,7 @@ impl BatchRun<'_> {
                         let error = if tries > 1 {
                             format!(
                                 "{message} (after {} in batches)",
-                                count(tries as usize, "attempt")
+                                crate::plural::count(tries as u64, "attempt")
                             )
                         } else {
                             message

@@ -216,12 +216,7 @@ fn hold(store: &Store, run: &RunRecord, fresh: bool, wait: bool) -> Result<()> {
     let pid = std::process::id();
     let mut told = false;
     loop {
-        let held = store.hold_run(
-            &run.run_id,
-            pid,
-            fresh && !wait,
-            crate::background::pid_alive,
-        )?;
+        let held = store.hold_run(&run.run_id, pid, fresh && !wait, crate::process::pid_alive)?;
         let Some(held) = held else {
             return Ok(());
         };

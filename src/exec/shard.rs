@@ -918,7 +918,7 @@ pub(crate) fn plan_for_merge(
             .collect();
         return Err(Diagnostic::error(format!(
             "shard{} {} {} missing (given: {})",
-            if missing.len() == 1 { "" } else { "s" },
+            crate::plural::s(missing.len() as u64),
             missing.join(", "),
             if missing.len() == 1 { "is" } else { "are" },
             have.join(", ")
@@ -985,11 +985,7 @@ pub(crate) fn plan_for_merge(
                     let describe = |d: &LoadedDir| {
                         let m = &d.manifest.steps[i];
                         match &m.items {
-                            Some(items) => format!(
-                                "{} item{}",
-                                items.len(),
-                                if items.len() == 1 { "" } else { "s" }
-                            ),
+                            Some(items) => crate::plural::count(items.len() as u64, "item"),
                             None => format!("digest {}", short(m.digest.as_deref().unwrap_or(""))),
                         }
                     };
@@ -1092,7 +1088,7 @@ fn merge_sharded(
                 if !missing.is_empty() || records.len() as u64 != width {
                     return Err(Diagnostic::error(format!(
                         "no shard ran task{} {} of step `{}` ({} of {width} tasks are here)",
-                        if missing.len() == 1 { "" } else { "s" },
+                        crate::plural::s(missing.len() as u64),
                         missing.join(", "),
                         step.id,
                         records.len()

@@ -144,7 +144,7 @@ impl Graph {
     }
 
     /// The steps that wait for step `step`, ascending.
-    #[allow(dead_code)] // for the runner (`summon run`): what to skip when a step fails
+    #[cfg(test)]
     pub(crate) fn dependents(&self, step: usize) -> &[usize] {
         &self.dependents[step]
     }
