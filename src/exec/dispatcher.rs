@@ -9,8 +9,8 @@ use std::sync::Arc;
 use tokio::task::{Id, JoinError, JoinSet};
 
 use super::event::StepStatus;
+use super::plan::Plan;
 use super::scheduler::Sink;
-use super::shard::Plan;
 use super::step_error::StepError;
 use super::step_run::{RunContext, StepRun};
 use crate::output::Progress;
@@ -201,7 +201,7 @@ impl<'a> Dispatcher<'a> {
 }
 
 /// A given step's tasks, recorded as if they ran here.
-fn record_given(sink: &mut Sink, index: usize, given: &super::shard::Given) {
+fn record_given(sink: &mut Sink, index: usize, given: &super::plan::Given) {
     let id = sink.step_ids[index].clone();
     sink.report.step_started(&id);
     for record in &given.records {

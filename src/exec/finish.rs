@@ -11,8 +11,8 @@ use super::context::{StepData, StepOutputs, base_context};
 use super::dispatcher::StepEnd;
 use super::event::{RunSummary, StepStatus};
 use super::final_text::FinalText;
+use super::plan::Plan;
 use super::scheduler::Sink;
-use super::shard::Plan;
 use super::step::Shared;
 use crate::env::Env;
 use crate::error::{Error, Result};
@@ -98,7 +98,7 @@ impl Finish<'_> {
             write_outputs(env, pipeline, self.outputs, self.params, self.agents)?;
         }
         if let (true, Some(dir)) = (self.plan.writes_manifest(), &out_dir) {
-            let finished = super::shard::Finished {
+            let finished = super::plan::Finished {
                 pipeline,
                 params: self.params,
                 plan: self.plan,
@@ -107,7 +107,7 @@ impl Finish<'_> {
                 tasks: sink.tasks.as_deref().unwrap_or_default(),
                 interrupted,
             };
-            super::shard::write_manifest(dir, &finished)?;
+            super::plan::write_manifest(dir, &finished)?;
         }
         let run_status = if interrupted {
             RunStatus::Interrupted

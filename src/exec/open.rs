@@ -200,7 +200,7 @@ fn open_results(env: &Env, options: &RunOptions) -> Result<(Option<ResultsWriter
     std::fs::create_dir_all(&dir)?;
     if options.plan.writes_manifest() {
         // A manifest describes a finished run: the old one goes until this one ends.
-        super::shard::remove_manifest(&dir)?;
+        super::plan::remove_manifest(&dir)?;
     }
     let written = if resuming {
         crate::output::read_results(&dir).unwrap_or_default()

@@ -23,7 +23,7 @@ use super::dispatcher::Dispatcher;
 use super::event::{RunSummary, TaskDone};
 use super::finish::Finish;
 use super::open::OpenRun;
-use super::shard::{Plan, TaskRef};
+use super::plan::{Plan, TaskRef};
 use super::step::{Shared, StepConfig};
 use super::step_run::RunContext;
 use crate::config::Config;

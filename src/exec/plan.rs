@@ -75,13 +75,13 @@ pub(crate) struct Given {
     pub(crate) status: StepStatus,
     pub(crate) error: Option<String>,
     /// Its tasks, in item order.
-    pub(crate) records: Vec<TaskRecord>,
+    pub(crate) records: Vec<GivenTask>,
 }
 
 /// One finished task as a shard reports it: its `results.jsonl` line, its request hash and
 /// its model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct TaskRecord {
+pub(crate) struct GivenTask {
     pub(crate) step: String,
     pub(crate) index: u64,
     pub(crate) item: Value,
@@ -117,7 +117,7 @@ pub(crate) struct TaskRecord {
     pub(crate) cache_write_tokens: u64,
 }
 
-impl TaskRecord {
+impl GivenTask {
     /// The record as a finished task of step number `step`.
     pub(crate) fn to_done(&self, step: usize) -> TaskDone {
         TaskDone {
@@ -395,7 +395,7 @@ struct ManifestStep {
     digest: Option<String>,
     /// The tasks of a step given by `--items-from`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    records: Vec<TaskRecord>,
+    records: Vec<GivenTask>,
 }
 
 fn status_text(status: StepStatus) -> &'static str {
@@ -567,7 +567,7 @@ struct LoadedDir {
     manifest_path: PathBuf,
     manifest: Manifest,
     /// Every task of the run (from `tasks` and `results.jsonl`), by step id, in item order.
-    records: HashMap<String, Vec<TaskRecord>>,
+    records: HashMap<String, Vec<GivenTask>>,
 }
 
 /// The parameters a shard ran with (`summon merge` takes them when given none).
@@ -637,7 +637,7 @@ impl LoadedDir {
                 lines.insert(key, value);
             }
         }
-        let mut records: HashMap<String, Vec<TaskRecord>> = HashMap::new();
+        let mut records: HashMap<String, Vec<GivenTask>> = HashMap::new();
         for task in &manifest.tasks {
             let Some(line) = lines.remove(&(task.step.clone(), task.index)) else {
                 return Err(Diagnostic::error(format!(
@@ -651,7 +651,7 @@ impl LoadedDir {
             records
                 .entry(task.step.clone())
                 .or_default()
-                .push(TaskRecord {
+                .push(GivenTask {
                     step: task.step.clone(),
                     index: task.index,
                     item: line["item"].clone(),
@@ -784,7 +784,7 @@ fn step_data(
     step: &Step,
     items: Option<Vec<Value>>,
     output: Option<String>,
-    records: &[TaskRecord],
+    records: &[GivenTask],
 ) -> StepData {
     match &step.kind {
         StepKind::Decompose(_) => StepData {
@@ -810,7 +810,7 @@ fn step_data(
 
 /// Whether a whole fan-out's tasks meet its `on_error`/`min_success` rule, as `summon run`
 /// decides it; the error when they do not.
-fn fan_out_outcome(step: &Step, records: &[TaskRecord]) -> (StepStatus, Option<String>) {
+fn fan_out_outcome(step: &Step, records: &[GivenTask]) -> (StepStatus, Option<String>) {
     let total = records.len();
     let successes = records.iter().filter(|r| r.status == "completed").count();
     let failures = total - successes;
@@ -1053,7 +1053,7 @@ fn merge_sharded(
         )));
     }
     let mut owner: BTreeMap<u64, &str> = BTreeMap::new();
-    let mut records: Vec<TaskRecord> = Vec::new();
+    let mut records: Vec<GivenTask> = Vec::new();
     for d in shards {
         let shard = d.shard().unwrap_or(Shard { index: 1, count: 1 });
         for record in d.records.get(&step.id).into_iter().flatten() {
@@ -1119,8 +1119,8 @@ mod tests {
         parse_pipeline(&file, &mut diags).expect("a valid pipeline")
     }
 
-    fn record(index: u64, ok: bool) -> TaskRecord {
-        TaskRecord {
+    fn record(index: u64, ok: bool) -> GivenTask {
+        GivenTask {
             step: "each".into(),
             index,
             item: json!(index),
