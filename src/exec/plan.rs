@@ -309,10 +309,10 @@ pub(crate) fn plan_for_run(
                 "is a shard's output; `--items-from` takes the output of `summon run --until STEP`",
             ));
         }
-        if loaded.manifest.status != "completed" {
+        if loaded.manifest.status != ManifestStatus::Completed {
             return Err(loaded.error(&format!(
                 "holds a run that {}; finish it with `--resume` first",
-                if loaded.manifest.status == "interrupted" {
+                if loaded.manifest.status == ManifestStatus::Interrupted {
                     "was interrupted"
                 } else {
                     "failed"
@@ -323,7 +323,7 @@ pub(crate) fn plan_for_run(
             let Some(m) = loaded.step(&step.id) else {
                 continue;
             };
-            if matches!(m.role.as_str(), "run" | "given") && m.status == "succeeded" {
+            if matches!(m.role, Role::Run | Role::Given) && m.status == StepStatus::Succeeded {
                 given[i] = Some(loaded.given_step(step, m));
             }
         }
@@ -360,9 +360,18 @@ struct Manifest {
     params: IndexMap<String, String>,
     shard: Option<ManifestShard>,
     until: Option<String>,
-    status: String,
+    status: ManifestStatus,
     steps: Vec<ManifestStep>,
     tasks: Vec<TaskRef>,
+}
+
+/// How the run that wrote a manifest ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ManifestStatus {
+    Completed,
+    Failed,
+    Interrupted,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -381,8 +390,8 @@ struct ManifestShard {
 struct ManifestStep {
     id: String,
     kind: String,
-    role: String,
-    status: String,
+    role: Role,
+    status: StepStatus,
     error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     items: Option<Vec<Value>>,
@@ -396,25 +405,6 @@ struct ManifestStep {
     /// The tasks of a step given by `--items-from`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     records: Vec<GivenTask>,
-}
-
-fn status_text(status: StepStatus) -> &'static str {
-    match status {
-        StepStatus::Succeeded => "succeeded",
-        StepStatus::Failed => "failed",
-        StepStatus::Skipped => "skipped",
-        StepStatus::Deferred => "deferred",
-    }
-}
-
-fn parse_status(text: &str) -> Option<StepStatus> {
-    Some(match text {
-        "succeeded" => StepStatus::Succeeded,
-        "failed" => StepStatus::Failed,
-        "skipped" => StepStatus::Skipped,
-        "deferred" => StepStatus::Deferred,
-        _ => return None,
-    })
 }
 
 /// The items of a decompose step's data, read from its file when they were streamed.
@@ -465,8 +455,8 @@ pub(crate) fn write_manifest(dir: &Path, run: &Finished<'_>) -> std::io::Result<
         let mut entry = ManifestStep {
             id: step.id.clone(),
             kind: step.kind.name().to_owned(),
-            role: role.as_str().to_owned(),
-            status: status_text(*status).to_owned(),
+            role,
+            status: *status,
             error: error.clone(),
             items: None,
             output: None,
@@ -529,13 +519,12 @@ pub(crate) fn write_manifest(dir: &Path, run: &Finished<'_>) -> std::io::Result<
             _ => None,
         },
         status: if run.interrupted {
-            "interrupted"
+            ManifestStatus::Interrupted
         } else if any_failed {
-            "failed"
+            ManifestStatus::Failed
         } else {
-            "completed"
-        }
-        .to_owned(),
+            ManifestStatus::Completed
+        },
         steps,
         tasks: last_of_each(run.tasks),
     };
@@ -768,7 +757,7 @@ impl LoadedDir {
         records.sort_by_key(|r| r.index);
         Given {
             data: step_data(step, m.items.clone(), m.output.clone(), &records),
-            status: parse_status(&m.status).unwrap_or(StepStatus::Failed),
+            status: m.status,
             error: m.error.clone(),
             records,
         }
@@ -898,7 +887,7 @@ pub(crate) fn plan_for_merge(
                 )
             }));
         }
-        if one.manifest.status == "interrupted" {
+        if one.manifest.status == ManifestStatus::Interrupted {
             return Err(one
                 .error(&format!("(shard {shard}) was interrupted"))
                 .with_hint(format!(
@@ -930,31 +919,26 @@ pub(crate) fn plan_for_merge(
     let mut given: Vec<Option<Given>> = vec![None; n];
     for (i, step) in pipeline.steps.iter().enumerate() {
         let first = &shards[0];
-        let role_of = |d: &LoadedDir| d.manifest.steps[i].role.clone();
-        let role_text = role_of(first);
-        if let Some(other) = shards.iter().find(|d| role_of(d) != role_text) {
+        let role_of = |d: &LoadedDir| d.manifest.steps[i].role;
+        let role = role_of(first);
+        if let Some(other) = shards.iter().find(|d| role_of(d) != role) {
             return Err(Diagnostic::error(format!(
                 "`{}` and `{}` split the pipeline differently: step `{}` is `{}` in one and `{}` \
                  in the other",
                 first.shown,
                 other.shown,
                 step.id,
-                role_text,
-                role_of(other)
+                role.as_str(),
+                role_of(other).as_str()
             ))
             .with_hint("run every shard with the same `--items-from`"));
         }
-        let role = Role::parse(&role_text).ok_or_else(|| {
-            Diagnostic::error(format!(
-                "`steps[{i}].role` is `{role_text}`, which is not a role"
-            ))
-            .in_file(&first.manifest_path)
-        })?;
+
         // A failed or skipped step in any shard is failed or skipped for the merge.
         let mut worst: Option<(StepStatus, Option<String>)> = None;
         for d in &shards {
             let m = &d.manifest.steps[i];
-            let status = parse_status(&m.status).unwrap_or(StepStatus::Failed);
+            let status = m.status;
             let shard = d.shard().map_or_else(String::new, |s| s.to_string());
             match status {
                 StepStatus::Failed => {
