@@ -12,7 +12,6 @@ macro_rules! eprintln {
 }
 
 mod agent;
-mod background;
 mod cli;
 mod color;
 mod command;
