@@ -35,11 +35,10 @@ use tokio::task::JoinSet;
 use super::context::item_context;
 use super::event::{PROMPT_LIMIT, TaskDone, TaskTrace};
 use super::step::{
-    Compiled, Rendered, Shared, StepConfig, TaskSlot, acquire_slot, client_for, prepare_task,
-    resumed, run_task,
+    Compiled, Rendered, Shared, StepConfig, TaskSlot, Tasks, acquire_slot, client_for,
+    prepare_task, resumed, run_task,
 };
 use crate::delegation::Prepared;
-use crate::pipeline::model::TaskTemplate;
 use crate::provider::{
     BatchCounts, BatchLine, BatchState, BatchStatus, ChatRequest, Client, LineResult, Message,
     ProviderError, Usage, retry_transient,
@@ -127,20 +126,23 @@ impl PollDelay {
     }
 }
 
-/// Runs the tasks of a fan_out step over `items` through the batch API (the tasks that need
-/// tools live), handing each finished task to `on_done`.
-#[allow(clippy::too_many_arguments)] // the step's whole state, borrowed for one call
-pub(crate) async fn run_batch_tasks(
+/// [`Tasks::run_batch`]: a fan_out step's tasks (each with its item's context) through the
+/// batch API, the tasks that need tools live.
+pub(super) async fn run_batch_tasks(
     shared: &Arc<Shared>,
-    step: &StepConfig,
-    task: &TaskTemplate,
-    base: &minijinja::Value,
+    tasks: Tasks<'_, '_>,
     items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
-    cap: Option<usize>,
-    env: &minijinja::Environment<'_>,
     reporter: &dyn BatchReporter,
     on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
 ) -> Result<(), String> {
+    let Tasks {
+        step,
+        task,
+        base,
+        env,
+        cap,
+        ..
+    } = tasks;
     let started = Instant::now();
     let store = Store::open_for(&shared.env.cwd).map_err(|e| e.to_string())?;
     let mut run = BatchRun {
@@ -170,8 +172,9 @@ pub(crate) async fn run_batch_tasks(
             if let Some(name) = &rendered.source
                 && shared.catalog.get(name).is_none()
             {
-                return Err(format!(
-                    "Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent."
+                return Err(super::source_check::run_catalog_error(
+                    &shared.catalog,
+                    name,
                 ));
             }
             let hash = step.hash(&rendered);

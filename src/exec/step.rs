@@ -792,13 +792,13 @@ async fn warmed(warming: &mut Option<tokio::sync::watch::Receiver<bool>>) {
 /// The tasks of one step over a list of items: what to render, with which context, under
 /// which cap. Built with [`Tasks::new`], adjusted, then [`Tasks::run`].
 pub(crate) struct Tasks<'a, 'e> {
-    step: &'a StepConfig,
-    task: &'a TaskTemplate,
-    base: &'a minijinja::Value,
-    env: &'a minijinja::Environment<'e>,
-    contexts: TaskContext<'a>,
-    schema: Option<Value>,
-    cap: Option<usize>,
+    pub(super) step: &'a StepConfig,
+    pub(super) task: &'a TaskTemplate,
+    pub(super) base: &'a minijinja::Value,
+    pub(super) env: &'a minijinja::Environment<'e>,
+    pub(super) contexts: TaskContext<'a>,
+    pub(super) schema: Option<Value>,
+    pub(super) cap: Option<usize>,
 }
 
 impl<'a, 'e> Tasks<'a, 'e> {
@@ -847,6 +847,18 @@ impl<'a, 'e> Tasks<'a, 'e> {
         on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
     ) -> Result<(), String> {
         run_tasks(shared, self, items, on_done).await
+    }
+
+    /// [`Self::run`] through the provider's batch API (`backend: batch`): every item's task
+    /// is rendered first, sent in batches, and the tasks that need tools run live.
+    pub(crate) async fn run_batch(
+        self,
+        shared: &Arc<Shared>,
+        items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
+        reporter: &dyn super::batch::BatchReporter,
+        on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
+    ) -> Result<(), String> {
+        super::batch::run_batch_tasks(shared, self, items, reporter, on_done).await
     }
 }
 

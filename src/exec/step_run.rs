@@ -280,25 +280,16 @@ impl StepRun {
         let step = scope.step;
         let mut items = self.fan_out_items(scope, fan_out)?;
         let mut on_done = |done: TaskDone| tally.record(done);
+        let tasks = Tasks::new(scope.config, &fan_out.task, scope.base, scope.env)
+            .contexts(TaskContext::PerItem)
+            .cap(step.concurrency);
         if step.backend == Backend::Batch || shared.batch_all {
-            super::batch::run_batch_tasks(
-                shared,
-                scope.config,
-                &fan_out.task,
-                scope.base,
-                &mut *items,
-                step.concurrency,
-                scope.env,
-                &SinkReporter(&self.run.sink),
-                &mut on_done,
-            )
-            .await?;
-        } else {
-            Tasks::new(scope.config, &fan_out.task, scope.base, scope.env)
-                .contexts(TaskContext::PerItem)
-                .cap(step.concurrency)
-                .run(shared, &mut *items, &mut on_done)
+            let reporter = SinkReporter(&self.run.sink);
+            tasks
+                .run_batch(shared, &mut *items, &reporter, &mut on_done)
                 .await?;
+        } else {
+            tasks.run(shared, &mut *items, &mut on_done).await?;
         }
         let (successes, failures) = (tally.successes, tally.failures);
         let total = successes + failures;
