@@ -862,6 +862,54 @@ impl<'a, 'e> Tasks<'a, 'e> {
     }
 }
 
+/// What [`run_tasks`] does with one item.
+enum ItemTask {
+    /// Another shard's task: that shard runs it.
+    NotOurs,
+    /// Answered already, by an earlier attempt of this run or by an earlier run (`--reuse`).
+    Answered(Box<TaskDone>),
+    /// To send: the rendered task and its request hash.
+    Send(Box<Rendered>, String),
+}
+
+impl Tasks<'_, '_> {
+    /// Renders the task of item `index` and decides what to do with it.
+    fn item_task(
+        &self,
+        shared: &Shared,
+        compiled: &Compiled<'_>,
+        index: u64,
+        item: &Value,
+    ) -> Result<ItemTask, String> {
+        let ctx = match &self.contexts {
+            TaskContext::Shared => self.base.clone(),
+            TaskContext::PerItem => item_context(self.base, item, index),
+            TaskContext::Built(build) => build(item)?,
+        };
+        let mut rendered = compiled.render(self.task, &ctx)?;
+        if self.schema.is_some() {
+            rendered.schema.clone_from(&self.schema);
+        }
+        if let Some(name) = &rendered.source
+            && shared.catalog.get(name).is_none()
+        {
+            return Err(super::source_check::run_catalog_error(
+                &shared.catalog,
+                name,
+            ));
+        }
+        let hash = self.step.hash(&rendered);
+        if !self.step.owns(&hash) {
+            return Ok(ItemTask::NotOurs);
+        }
+        let data = expects_data(&shared.catalog, &rendered);
+        Ok(match resumed(shared, self.step, index, item, &hash, data) {
+            Some(done) => ItemTask::Answered(Box::new(done)),
+            None => ItemTask::Send(Box::new(rendered), hash),
+        })
+    }
+}
+
 /// [`Tasks::run`].
 async fn run_tasks(
     shared: &Arc<Shared>,
@@ -869,17 +917,9 @@ async fn run_tasks(
     items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
     on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
 ) -> Result<(), String> {
-    let Tasks {
-        step,
-        task,
-        base,
-        env,
-        contexts,
-        schema,
-        cap,
-    } = tasks;
+    let step = tasks.step;
     // The compiled templates borrow `env` and `task`; render synchronously here.
-    let compiled = Compiled::new(env, task)?;
+    let compiled = Compiled::new(tasks.env, tasks.task)?;
     let mut items = items.peekable();
     // The warm-up: while the first task's prefix is not yet in the provider's cache, no other
     // task starts (they would all miss and all write it).
@@ -888,7 +928,7 @@ async fn run_tasks(
     let gated = |warming: &Option<tokio::sync::watch::Receiver<bool>>| {
         warming.as_ref().is_some_and(|w| !*w.borrow())
     };
-    let step_cap = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
+    let step_cap = tasks.cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
     let mut running: JoinSet<(TaskDone, Option<Permits>)> = JoinSet::new();
     let mut pending: std::collections::VecDeque<(u64, Option<Permits>)> =
         std::collections::VecDeque::new();
@@ -922,36 +962,16 @@ async fn run_tasks(
                 break;
             };
             let item = next?;
-            let ctx = match &contexts {
-                TaskContext::Shared => base.clone(),
-                TaskContext::PerItem => item_context(base, &item, index),
-                TaskContext::Built(build) => build(&item)?,
+            let this = index;
+            index += 1;
+            let (rendered, hash) = match tasks.item_task(shared, &compiled, this, &item)? {
+                ItemTask::NotOurs => continue,
+                ItemTask::Answered(done) => {
+                    stop |= !on_done(*done).0;
+                    continue;
+                }
+                ItemTask::Send(rendered, hash) => (*rendered, hash),
             };
-            let mut rendered = compiled.render(task, &ctx)?;
-            if schema.is_some() {
-                rendered.schema.clone_from(&schema);
-            }
-            if let Some(name) = &rendered.source
-                && shared.catalog.get(name).is_none()
-            {
-                return Err(super::source_check::run_catalog_error(
-                    &shared.catalog,
-                    name,
-                ));
-            }
-            let hash = step.hash(&rendered);
-            if !step.owns(&hash) {
-                drop((global, local));
-                index += 1;
-                continue;
-            }
-            let data = expects_data(&shared.catalog, &rendered);
-            if let Some(done) = resumed(shared, step, index, &item, &hash, data) {
-                drop((global, local));
-                index += 1;
-                stop |= !on_done(done).0;
-                continue;
-            }
             shared.display.task_started(&step.id);
             let shared = Arc::clone(shared);
             let mut step = step.clone();
@@ -963,17 +983,15 @@ async fn run_tasks(
                     warming = Some(receiver);
                 } else {
                     // A fan-out of one task shares its prefix with nothing.
-                    step.cache_shared = index > 0;
+                    step.cache_shared = this > 0;
                 }
             }
-            let this = index;
             let slot = TaskSlot::new(&shared.global, step_cap.as_ref(), (global, local));
             running.spawn(async move {
                 let done =
                     run_task(shared, step, this, item, rendered, hash, Arc::clone(&slot)).await;
                 (done, slot.into_permits().await)
             });
-            index += 1;
         }
         let committed = *commits.borrow_and_update();
         let mut released = false;
