@@ -12,7 +12,6 @@ macro_rules! eprintln {
 }
 
 mod agent;
-mod background;
 mod cli;
 mod color;
 mod command;
@@ -27,6 +26,8 @@ pub mod fuzzing;
 mod mcp;
 mod output;
 mod pipeline;
+mod plural;
+mod process;
 mod provider;
 mod recipe;
 mod sandbox;

@@ -498,6 +498,29 @@ async fn merge_names_each_mismatch_and_writes_nothing() {
         .unwrap();
     }
     std::fs::write(t.path().join("p2.yaml"), text.replace("Merge:", "Combine:")).unwrap();
+    // A copy of shard 3 whose manifest names a role that does not exist.
+    std::fs::create_dir(t.path().join("badrole")).unwrap();
+    for file in ["results.jsonl", "report.json"] {
+        std::fs::copy(
+            t.path().join("s3").join(file),
+            t.path().join("badrole").join(file),
+        )
+        .unwrap();
+    }
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(t.path().join("s3/manifest.json")).unwrap()).unwrap();
+    let sharded = manifest["steps"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|s| s["role"] == "shard")
+        .expect("shard 3 has a sharded step");
+    sharded["role"] = "sharded".into();
+    std::fs::write(
+        t.path().join("badrole/manifest.json"),
+        serde_json::to_string_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
     let before = server.request_count();
     let s2_before = std::fs::read(t.path().join("s2/results.jsonl")).unwrap();
 
@@ -525,6 +548,10 @@ async fn merge_names_each_mismatch_and_writes_nothing() {
         (
             &["p2.yaml", "s1", "s2", "s3"][..],
             "`s1` was made by another version of pipeline `sharded`",
+        ),
+        (
+            &["p.yaml", "s1", "s2", "badrole"][..],
+            "not a summon manifest: unknown variant `sharded`",
         ),
         (
             &["p.yaml", "s1", "s2", "nowhere"][..],

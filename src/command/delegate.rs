@@ -1,5 +1,5 @@
 //! `summon delegate`: run one subagent; its final text on stdout, progress on stderr. With
-//! `--async` the task goes to a detached worker (see [`crate::background`]).
+//! `--async` the task goes to a detached worker (see [`crate::command::background`]).
 //!
 //! JSON (`--json`): `{"status": "completed"|"failed", "output", "structured", "error",
 //! "turns", "tool_calls", "tokens": {"input", "output"}, "duration_ms", "provider",
@@ -11,13 +11,11 @@
 use serde_json::json;
 
 use super::Ctx;
-use crate::background::{self, DelegationRequest};
 use crate::cli::DelegateArgs;
+use crate::command::background::{self, DelegationRequest};
 use crate::error::{Error, Result};
 use crate::recipe::ParamInput;
 use crate::subagent::{SubagentEvent, SubagentStatus};
-
-pub(crate) use crate::subagent::NESTED_ENV;
 
 pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
     // The variable every subagent process gets, or an ancestor started with it.

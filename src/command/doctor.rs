@@ -88,8 +88,8 @@ pub(crate) fn run(args: &DoctorArgs, ctx: &mut Ctx) -> Result<()> {
         }
         text.push_str(&format!(
             "\nsummon doctor: {}, {}\n",
-            count(errors, "error"),
-            count(warnings, "warning")
+            crate::plural::count(errors as u64, "error"),
+            crate::plural::count(warnings as u64, "warning")
         ));
         ctx.out.write(&text)?;
     }
@@ -98,12 +98,4 @@ pub(crate) fn run(args: &DoctorArgs, ctx: &mut Ctx) -> Result<()> {
         return Err(Error::Input(Diagnostics::default()));
     }
     Ok(())
-}
-
-fn count(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
 }

@@ -16,7 +16,7 @@ use super::Ctx;
 use crate::cli::MergeArgs;
 use crate::config::load_config;
 use crate::error::{Error, Result};
-use crate::exec::shard::{plan_for_merge, shard_params};
+use crate::exec::plan::{plan_for_merge, shard_params};
 use crate::exec::{RunOptions, run_pipeline};
 use crate::output::resolve_display;
 use crate::recipe::params::Origin;

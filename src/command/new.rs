@@ -509,8 +509,8 @@ fn diff_text(changes: &[DiffLine], palette: crate::color::Palette) -> String {
     let added = changes.len() - removed;
     text.push_str(&format!(
         "{} removed, {} added.\n",
-        lines(removed),
-        lines(added)
+        crate::plural::count(removed as u64, "line"),
+        crate::plural::count(added as u64, "line")
     ));
     text
 }
@@ -522,14 +522,6 @@ fn same_hunk(x: &DiffLine, y: &DiffLine) -> bool {
         (Change::Removed, Change::Removed) | (Change::Added, Change::Added) => y.line == x.line + 1,
         (Change::Removed, Change::Added) => true,
         (Change::Added, Change::Removed) => false,
-    }
-}
-
-fn lines(n: usize) -> String {
-    if n == 1 {
-        "1 line".to_owned()
-    } else {
-        format!("{n} lines")
     }
 }
 

@@ -61,14 +61,14 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
             binding.values()
         }
     };
-    let request = crate::exec::shard::RunRequest {
+    let request = crate::exec::plan::RunRequest {
         shard: args.shard.as_deref(),
         until: args.until.as_deref(),
         items_from: args.items_from.as_deref(),
         out: args.out.as_deref(),
         shown: &shown,
     };
-    let plan = crate::exec::shard::plan_for_run(&ctx.env, &pipeline, &params, &request)?;
+    let plan = crate::exec::plan::plan_for_run(&ctx.env, &pipeline, &params, &request)?;
     if args.dry_run {
         return dry_run(&pipeline, &params, args.output.json, ctx);
     }
@@ -219,14 +219,14 @@ fn resumed_setup(
     };
     let run = if id.is_empty() {
         // The part of the pipeline (shard, --until) decides which run is the last one.
-        let request = crate::exec::shard::RunRequest {
+        let request = crate::exec::plan::RunRequest {
             shard: args.shard.as_deref(),
             until: args.until.as_deref(),
             items_from: None,
             out: Some(args.out.as_deref().unwrap_or(std::path::Path::new("."))),
             shown,
         };
-        let Ok(plan) = crate::exec::shard::plan_for_run(
+        let Ok(plan) = crate::exec::plan::plan_for_run(
             &ctx.env,
             pipeline,
             &indexmap::IndexMap::new(),
@@ -642,7 +642,7 @@ fn dry_run_text(
         } else {
             format!(" after {}", step.needs.join(", "))
         };
-        let plural = |n: u64, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let plural = |n: u64, what: &str| crate::plural::count(n, what);
         let width = match (step.kind, step.width, step.tasks) {
             ("decompose", Some(w), _) => plural(w, "item"),
             (_, _, Some(n)) => plural(n, "task"),

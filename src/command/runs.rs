@@ -176,9 +176,9 @@ fn prune(
             "Pruned {} run{} ({} task result{}); kept the newest {} of each pipeline and those \
              younger than {}.",
             pruned.runs,
-            if pruned.runs == 1 { "" } else { "s" },
+            crate::plural::s(pruned.runs),
             pruned.tasks,
-            if pruned.tasks == 1 { "" } else { "s" },
+            crate::plural::s(pruned.tasks),
             retention.keep,
             fmt_duration(retention.keep_for)
         ))?;

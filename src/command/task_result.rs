@@ -15,9 +15,10 @@ use serde_json::json;
 
 use super::Ctx;
 use super::tasks::{elapsed_secs, format_secs, task_json};
-use crate::background::{open_existing_store, pid_alive};
 use crate::cli::LoadArgs;
+use crate::command::background::open_existing_store;
 use crate::error::{Error, Result};
+use crate::process::pid_alive;
 use crate::store::{Store, TaskId, TaskLookup, TaskRecord, TaskStatus};
 
 /// How long a cancelled worker gets to stop by itself before it is killed, unless

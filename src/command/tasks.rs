@@ -7,8 +7,8 @@ use jiff::Timestamp;
 use serde_json::json;
 
 use super::Ctx;
-use crate::background::open_existing_store;
 use crate::cli::TasksArgs;
+use crate::command::background::open_existing_store;
 use crate::error::Result;
 use crate::store::{TaskFilter, TaskRecord};
 

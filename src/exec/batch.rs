@@ -35,11 +35,10 @@ use tokio::task::JoinSet;
 use super::context::item_context;
 use super::event::{PROMPT_LIMIT, TaskDone, TaskTrace};
 use super::step::{
-    Compiled, Rendered, Shared, StepConfig, TaskSlot, acquire_slot, client_for, prepare_task,
-    resumed, run_task,
+    Compiled, Rendered, Shared, StepConfig, TaskSlot, Tasks, acquire_slot, client_for,
+    prepare_task, resumed, run_task,
 };
 use crate::delegation::Prepared;
-use crate::pipeline::model::TaskTemplate;
 use crate::provider::{
     BatchCounts, BatchLine, BatchState, BatchStatus, ChatRequest, Client, LineResult, Message,
     ProviderError, Usage, retry_transient,
@@ -129,20 +128,23 @@ impl PollDelay {
     }
 }
 
-/// Runs the tasks of a fan_out step over `items` through the batch API (the tasks that need
-/// tools live), handing each finished task to `on_done`.
-#[allow(clippy::too_many_arguments)] // the step's whole state, borrowed for one call
-pub(crate) async fn run_batch_tasks(
+/// [`Tasks::run_batch`]: a fan_out step's tasks (each with its item's context) through the
+/// batch API, the tasks that need tools live.
+pub(super) async fn run_batch_tasks(
     shared: &Arc<Shared>,
-    step: &StepConfig,
-    task: &TaskTemplate,
-    base: &minijinja::Value,
+    tasks: Tasks<'_, '_>,
     items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
-    cap: Option<usize>,
-    env: &minijinja::Environment<'_>,
     reporter: &dyn BatchReporter,
     on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
 ) -> Result<(), String> {
+    let Tasks {
+        step,
+        task,
+        base,
+        env,
+        cap,
+        ..
+    } = tasks;
     let started = Instant::now();
     let store = Store::open_for(&shared.env.cwd).map_err(|e| e.to_string())?;
     let mut run = BatchRun {
@@ -172,8 +174,9 @@ pub(crate) async fn run_batch_tasks(
             if let Some(name) = &rendered.source
                 && shared.catalog.get(name).is_none()
             {
-                return Err(format!(
-                    "Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent."
+                return Err(super::source_check::run_catalog_error(
+                    &shared.catalog,
+                    name,
                 ));
             }
             let hash = step.hash(&rendered);
@@ -215,7 +218,7 @@ pub(crate) async fn run_batch_tasks(
         reporter.warning(&format!(
             "step `{}`: {} {needs} tools ({}) and {runs} live, not through the batch API",
             step.id,
-            count(live.len(), "task"),
+            crate::plural::count(live.len() as u64, "task"),
             run.live_reason.take().unwrap_or_default()
         ));
         run.run_live(live, cap).await?;
@@ -223,15 +226,6 @@ pub(crate) async fn run_batch_tasks(
     run.poll().await;
     run.wait_for_journal().await;
     Ok(())
-}
-
-/// `n task` / `n tasks`.
-fn count(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
 }
 
 /// Why a prepared task cannot be answered by one request, if it cannot.
@@ -525,7 +519,7 @@ impl BatchRun<'_> {
                 "{}: polling batch {} again ({})",
                 self.step.id,
                 record.batch_id,
-                count(tasks.len(), "task")
+                crate::plural::count(tasks.len() as u64, "task")
             ));
             self.reporter.tasks_sent(&self.step.id, tasks.len());
             self.in_flight.push(InFlight {
@@ -606,7 +600,7 @@ impl BatchRun<'_> {
                 self.reporter.warning(&format!(
                     "step `{}`: provider `{provider}` has no batch API ({err}); {} run live",
                     self.step.id,
-                    count(tasks.len(), "task")
+                    crate::plural::count(tasks.len() as u64, "task")
                 ));
                 self.live.extend(
                     tasks
@@ -645,7 +639,7 @@ impl BatchRun<'_> {
         self.reporter.progress(&format!(
             "{}: sent {} in batch {id}",
             self.step.id,
-            count(tasks.len(), "task")
+            crate::plural::count(tasks.len() as u64, "task")
         ));
         self.reporter.tasks_sent(&self.step.id, tasks.len());
         self.in_flight.push(InFlight {
@@ -741,7 +735,7 @@ impl BatchRun<'_> {
                 self.reporter.progress(&format!(
                     "{}: sending {} again",
                     self.step.id,
-                    count(self.waiting.len(), "task")
+                    crate::plural::count(self.waiting.len() as u64, "task")
                 ));
                 self.submit().await;
                 if !self.live.is_empty() {
@@ -881,7 +875,7 @@ impl BatchRun<'_> {
                         let error = if tries > 1 {
                             format!(
                                 "{message} (after {} in batches)",
-                                count(tries as usize, "attempt")
+                                crate::plural::count(tries as u64, "attempt")
                             )
                         } else {
                             message

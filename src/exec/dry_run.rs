@@ -232,7 +232,7 @@ pub(crate) fn plan(
         let step = &pipeline.steps[i];
         // A fan-out's width is that of the step it goes over, counted there.
         let over = match &step.kind {
-            StepKind::FanOut(fan_out) => pipeline.steps.iter().position(|s| s.id == fan_out.over),
+            StepKind::FanOut(fan_out) => fan_out.over_step,
             _ => None,
         };
         let over_width = over.and_then(|o| plans[o].width);
@@ -470,7 +470,7 @@ fn expand<'p>(
         _ => {
             let path = env.cwd.join(text.trim());
             open_file_items(&path).and_then(|reader| {
-                if super::scheduler::items_read(pipeline, &step.id) {
+                if Graph::new(pipeline).items_needed_by(&step.id) {
                     reader.collect::<Result<_, _>>().map(Known::Items)
                 } else {
                     Ok(Known::File(path))

@@ -3,18 +3,22 @@
 
 mod batch;
 mod context;
+mod dispatcher;
 pub(crate) mod dry_run;
 mod event;
 mod final_text;
+mod finish;
 pub(crate) mod groups;
 mod hash;
+mod open;
 pub(crate) mod overhead;
+pub(crate) mod plan;
 pub(crate) mod reduce;
 mod scheduler;
-pub(crate) mod shard;
 pub(crate) mod source_check;
 mod step;
 mod step_error;
+mod step_run;
 pub(crate) mod tool_check;
 
 pub(crate) use event::{RunSummary, StepStatus, TaskDone, TaskTrace};

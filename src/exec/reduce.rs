@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::context::base_context;
 use super::event::TaskDone;
-use super::step::{Compiled, Rendered, Shared, StepConfig, TaskContext, prepare_task, run_tasks};
+use super::step::{Compiled, Rendered, Shared, StepConfig, TaskContext, Tasks, prepare_task};
 use crate::pipeline::model::{Pipeline, Reduce, Step, StepKind, TaskTemplate};
 use crate::pipeline::refs;
 use crate::provider::{ChatRequest, Message, estimate_tokens};
@@ -435,19 +435,11 @@ impl Reduction<'_> {
             (done.ok, seq)
         };
         let base = base_context(self.params, self.steps.clone(), self.agents);
-        run_tasks(
-            self.shared,
-            &config,
-            level.task,
-            &base,
-            &mut iter,
-            TaskContext::Built(&build),
-            None,
-            self.step.concurrency,
-            self.env,
-            &mut on_done,
-        )
-        .await?;
+        Tasks::new(&config, level.task, &base, self.env)
+            .contexts(TaskContext::Built(&build))
+            .cap(self.step.concurrency)
+            .run(self.shared, &mut iter, &mut on_done)
+            .await?;
         if let Some(failure) = failure {
             return Err(failure);
         }

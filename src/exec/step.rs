@@ -53,8 +53,8 @@ pub(crate) struct Shared {
     pub(crate) run_id: String,
     /// `--batch`: every eligible fan_out step goes through the provider's batch API.
     pub(crate) batch_all: bool,
-    /// Told the index of the step whose task is being sent (the display counts it in flight).
-    pub(crate) on_start: Box<dyn Fn(usize) + Send + Sync>,
+    /// The run's live display: tasks in flight, and every line printed during the run.
+    pub(crate) display: Arc<crate::output::Progress>,
     /// When the run started: tasks' start times are told from it.
     pub(crate) run_started: Instant,
 }
@@ -490,28 +490,18 @@ pub(crate) async fn run_task(
             outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace, label.as_deref()) => outcome,
             () = shared.kill.cancelled() => Err("cancelled".to_owned()),
         };
-        let (
+        let Attempt {
             mut ok,
-            output,
+            text: output,
             structured,
             mut error,
             turns,
             usage,
             model,
-            (extracted, corrections, warnings),
-        ) = match outcome {
-            Ok(done) => done,
-            Err(error) => (
-                false,
-                String::new(),
-                None,
-                Some(error),
-                0,
-                Usage::default(),
-                None,
-                (false, 0, Vec::new()),
-            ),
-        };
+            extracted,
+            corrections,
+            warnings,
+        } = outcome.unwrap_or_else(Attempt::failed);
         if ok && step.on_extension_error == OnExtensionError::Fail && !warnings.is_empty() {
             ok = false;
             error = Some(format!(
@@ -546,18 +536,43 @@ pub(crate) async fn run_task(
     }
 }
 
-type Attempt = (
-    bool,
-    String,
-    Option<Value>,
-    Option<String>,
-    u32,
-    Usage,
-    Option<String>,
-    // Whether the answer was extracted, the correction requests it took, and the
-    // extension warnings.
-    (bool, u32, Vec<String>),
-);
+/// How one attempt at a task ended.
+struct Attempt {
+    /// The subagent completed (its answer may still fail `on_extension_error`).
+    ok: bool,
+    /// The answer: the structured value as JSON text, else the text.
+    text: String,
+    structured: Option<Value>,
+    error: Option<String>,
+    turns: u32,
+    usage: Usage,
+    /// The model that answered.
+    model: Option<String>,
+    /// The structured answer was taken from a fenced block or the text around it.
+    extracted: bool,
+    /// Answers sent back for correction because they did not validate.
+    corrections: u32,
+    /// What went wrong with the task's extensions, one line each.
+    warnings: Vec<String>,
+}
+
+impl Attempt {
+    /// An attempt that failed before the subagent could answer.
+    fn failed(error: String) -> Self {
+        Self {
+            ok: false,
+            text: String::new(),
+            structured: None,
+            error: Some(error),
+            turns: 0,
+            usage: Usage::default(),
+            model: None,
+            extracted: false,
+            corrections: 0,
+            warnings: Vec::new(),
+        }
+    }
+}
 
 async fn attempt_task(
     shared: &Shared,
@@ -574,7 +589,7 @@ async fn attempt_task(
     let (client, limiter) = client_for(shared, &prepared)?;
     prepared.spec.slot = Some(Arc::clone(slot) as Arc<dyn crate::subagent::Slot>);
     for note in &prepared.notes {
-        warn_once(&step.id, &note.message);
+        warn_once(&shared.display, &step.id, &note.message);
     }
     let (first_len, model_len) = (
         prepared.spec.first_message.len(),
@@ -598,12 +613,15 @@ async fn attempt_task(
         }
         crate::subagent::SubagentEvent::Warning { message } => match item {
             Some(item) if crate::mcp::is_extension_warning(&message) => {
-                warn_line(format!(
-                    "summon: warning: step `{}`, item `{item}`: {message}",
-                    step.id
-                ));
+                warn_line(
+                    &shared.display,
+                    format!(
+                        "summon: warning: step `{}`, item `{item}`: {message}",
+                        step.id
+                    ),
+                );
             }
-            _ => warn_once(&step.id, &message),
+            _ => warn_once(&shared.display, &step.id, &message),
         },
         crate::subagent::SubagentEvent::Retry { class, delay, .. } => {
             trace.retry(class, delay);
@@ -634,16 +652,18 @@ async fn attempt_task(
         Some(value) => value.to_string(),
         None => result.text.clone(),
     };
-    Ok((
-        result.status == SubagentStatus::Completed,
+    Ok(Attempt {
+        ok: result.status == SubagentStatus::Completed,
         text,
-        result.structured,
+        structured: result.structured,
         error,
-        result.turns,
-        result.usage,
-        Some(prepared.resolved.model.clone()),
-        (result.extracted, result.corrections, result.warnings),
-    ))
+        turns: result.turns,
+        usage: result.usage,
+        model: Some(prepared.resolved.model.clone()),
+        extracted: result.extracted,
+        corrections: result.corrections,
+        warnings: result.warnings,
+    })
 }
 
 /// Resolves a rendered task into a runnable subagent: source, parameters, provider, model.
@@ -750,12 +770,15 @@ pub(super) fn client_for(
 }
 
 /// Prints a warning about a step once per run, however many of its tasks run into it.
-pub(crate) fn warn_once(step: &str, message: &str) {
-    warn_line(format!("summon: warning: step `{step}`: {message}"));
+pub(crate) fn warn_once(display: &crate::output::Progress, step: &str, message: &str) {
+    warn_line(
+        display,
+        format!("summon: warning: step `{step}`: {message}"),
+    );
 }
 
-/// Prints `line` on stderr unless it was printed before in this run.
-fn warn_line(line: String) {
+/// Prints `line` through the run's display unless it was printed before in this run.
+fn warn_line(display: &crate::output::Progress, line: String) {
     static SEEN: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> =
         std::sync::OnceLock::new();
     let first = SEEN
@@ -764,7 +787,7 @@ fn warn_line(line: String) {
         .map(|mut seen| seen.insert(line.clone()))
         .unwrap_or(true);
     if first {
-        eprintln!("{line}");
+        display.println(&line);
     }
 }
 
@@ -785,23 +808,137 @@ async fn warmed(warming: &mut Option<tokio::sync::watch::Receiver<bool>>) {
     }
 }
 
-/// Renders and spawns the tasks of one step over `items`, at most `cap` at a time, and
-/// hands each finished task to `on_done` (in completion order).
-#[allow(clippy::too_many_arguments)] // the step's whole state, borrowed for one call
-pub(crate) async fn run_tasks(
+/// The tasks of one step over a list of items: what to render, with which context, under
+/// which cap. Built with [`Tasks::new`], adjusted, then [`Tasks::run`].
+pub(crate) struct Tasks<'a, 'e> {
+    pub(super) step: &'a StepConfig,
+    pub(super) task: &'a TaskTemplate,
+    pub(super) base: &'a minijinja::Value,
+    pub(super) env: &'a minijinja::Environment<'e>,
+    pub(super) contexts: TaskContext<'a>,
+    pub(super) schema: Option<Value>,
+    pub(super) cap: Option<usize>,
+}
+
+impl<'a, 'e> Tasks<'a, 'e> {
+    /// Every task rendered from `task` with the step's `base` context, no cap of its own.
+    pub(crate) fn new(
+        step: &'a StepConfig,
+        task: &'a TaskTemplate,
+        base: &'a minijinja::Value,
+        env: &'a minijinja::Environment<'e>,
+    ) -> Self {
+        Self {
+            step,
+            task,
+            base,
+            env,
+            contexts: TaskContext::Shared,
+            schema: None,
+            cap: None,
+        }
+    }
+
+    /// How each task's template context is made.
+    pub(crate) fn contexts(mut self, contexts: TaskContext<'a>) -> Self {
+        self.contexts = contexts;
+        self
+    }
+
+    /// The JSON schema every answer must follow (over the task's own `schema:`).
+    pub(crate) fn schema(mut self, schema: Value) -> Self {
+        self.schema = Some(schema);
+        self
+    }
+
+    /// At most `cap` of these tasks at a time (`None`: only the run's cap).
+    pub(crate) fn cap(mut self, cap: Option<usize>) -> Self {
+        self.cap = cap;
+        self
+    }
+
+    /// Renders and spawns the tasks over `items` and hands each finished task to `on_done`
+    /// (in completion order), which answers whether to go on and the task's journal row.
+    pub(crate) async fn run(
+        self,
+        shared: &Arc<Shared>,
+        items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
+        on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
+    ) -> Result<(), String> {
+        run_tasks(shared, self, items, on_done).await
+    }
+
+    /// [`Self::run`] through the provider's batch API (`backend: batch`): every item's task
+    /// is rendered first, sent in batches, and the tasks that need tools run live.
+    pub(crate) async fn run_batch(
+        self,
+        shared: &Arc<Shared>,
+        items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
+        reporter: &dyn super::batch::BatchReporter,
+        on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
+    ) -> Result<(), String> {
+        super::batch::run_batch_tasks(shared, self, items, reporter, on_done).await
+    }
+}
+
+/// What [`run_tasks`] does with one item.
+enum ItemTask {
+    /// Another shard's task: that shard runs it.
+    NotOurs,
+    /// Answered already, by an earlier attempt of this run or by an earlier run (`--reuse`).
+    Answered(Box<TaskDone>),
+    /// To send: the rendered task and its request hash.
+    Send(Box<Rendered>, String),
+}
+
+impl Tasks<'_, '_> {
+    /// Renders the task of item `index` and decides what to do with it.
+    fn item_task(
+        &self,
+        shared: &Shared,
+        compiled: &Compiled<'_>,
+        index: u64,
+        item: &Value,
+    ) -> Result<ItemTask, String> {
+        let ctx = match &self.contexts {
+            TaskContext::Shared => self.base.clone(),
+            TaskContext::PerItem => item_context(self.base, item, index),
+            TaskContext::Built(build) => build(item)?,
+        };
+        let mut rendered = compiled.render(self.task, &ctx)?;
+        if self.schema.is_some() {
+            rendered.schema.clone_from(&self.schema);
+        }
+        if let Some(name) = &rendered.source
+            && shared.catalog.get(name).is_none()
+        {
+            return Err(super::source_check::run_catalog_error(
+                &shared.catalog,
+                name,
+            ));
+        }
+        let hash = self.step.hash(&rendered);
+        if !self.step.owns(&hash) {
+            return Ok(ItemTask::NotOurs);
+        }
+        let data = expects_data(&shared.catalog, &rendered);
+        Ok(match resumed(shared, self.step, index, item, &hash, data) {
+            Some(done) => ItemTask::Answered(Box::new(done)),
+            None => ItemTask::Send(Box::new(rendered), hash),
+        })
+    }
+}
+
+/// [`Tasks::run`].
+async fn run_tasks(
     shared: &Arc<Shared>,
-    step: &StepConfig,
-    task: &TaskTemplate,
-    base: &minijinja::Value,
+    tasks: Tasks<'_, '_>,
     items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
-    contexts: TaskContext<'_>,
-    schema: Option<Value>,
-    cap: Option<usize>,
-    env: &minijinja::Environment<'_>,
     on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
 ) -> Result<(), String> {
+    let step = tasks.step;
     // The compiled templates borrow `env` and `task`; render synchronously here.
-    let compiled = Compiled::new(env, task)?;
+    let compiled = Compiled::new(tasks.env, tasks.task)?;
     let mut items = items.peekable();
     // The warm-up: while the first task's prefix is not yet in the provider's cache, no other
     // task starts (they would all miss and all write it).
@@ -810,7 +947,7 @@ pub(crate) async fn run_tasks(
     let gated = |warming: &Option<tokio::sync::watch::Receiver<bool>>| {
         warming.as_ref().is_some_and(|w| !*w.borrow())
     };
-    let step_cap = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
+    let step_cap = tasks.cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
     let mut running: JoinSet<(TaskDone, Option<Permits>)> = JoinSet::new();
     let mut pending: std::collections::VecDeque<(u64, Option<Permits>)> =
         std::collections::VecDeque::new();
@@ -844,37 +981,17 @@ pub(crate) async fn run_tasks(
                 break;
             };
             let item = next?;
-            let ctx = match &contexts {
-                TaskContext::Shared => base.clone(),
-                TaskContext::PerItem => item_context(base, &item, index),
-                TaskContext::Built(build) => build(&item)?,
+            let this = index;
+            index += 1;
+            let (rendered, hash) = match tasks.item_task(shared, &compiled, this, &item)? {
+                ItemTask::NotOurs => continue,
+                ItemTask::Answered(done) => {
+                    stop |= !on_done(*done).0;
+                    continue;
+                }
+                ItemTask::Send(rendered, hash) => (*rendered, hash),
             };
-            let mut rendered = compiled.render(task, &ctx)?;
-            if schema.is_some() {
-                rendered.schema.clone_from(&schema);
-            }
-            if let Some(name) = &rendered.source
-                && shared.catalog.get(name).is_none()
-            {
-                return Err(super::source_check::run_catalog_error(
-                    &shared.catalog,
-                    name,
-                ));
-            }
-            let hash = step.hash(&rendered);
-            if !step.owns(&hash) {
-                drop((global, local));
-                index += 1;
-                continue;
-            }
-            let data = expects_data(&shared.catalog, &rendered);
-            if let Some(done) = resumed(shared, step, index, &item, &hash, data) {
-                drop((global, local));
-                index += 1;
-                stop |= !on_done(done).0;
-                continue;
-            }
-            (shared.on_start)(step.index);
+            shared.display.task_started(&step.id);
             let shared = Arc::clone(shared);
             let mut step = step.clone();
             if warm_up {
@@ -885,17 +1002,15 @@ pub(crate) async fn run_tasks(
                     warming = Some(receiver);
                 } else {
                     // A fan-out of one task shares its prefix with nothing.
-                    step.cache_shared = index > 0;
+                    step.cache_shared = this > 0;
                 }
             }
-            let this = index;
             let slot = TaskSlot::new(&shared.global, step_cap.as_ref(), (global, local));
             running.spawn(async move {
                 let done =
                     run_task(shared, step, this, item, rendered, hash, Arc::clone(&slot)).await;
                 (done, slot.into_permits().await)
             });
-            index += 1;
         }
         let committed = *commits.borrow_and_update();
         let mut released = false;

@@ -474,7 +474,7 @@ async fn spawn_stdio(
     let mut command = crate::sandbox::helper::server_command(sandbox, &[workdir], cmd, &args)?;
     command
         .current_dir(workdir)
-        .env(crate::command::NESTED_ENV, "1");
+        .env(crate::subagent::NESTED_ENV, "1");
     // summon's own secrets are not handed to servers unless the extension names them.
     for (name, _) in std::env::vars_os() {
         if let Some(name) = name.to_str()
@@ -557,7 +557,7 @@ impl ProcessGroup {
 
     /// Whether the group's leader (the server itself) still runs (a zombie has ended).
     fn leader_alive(&self) -> bool {
-        crate::background::pid_alive(self.pgid)
+        crate::process::pid_alive(self.pgid)
     }
 
     /// Waits up to `limit` for the leader to exit.

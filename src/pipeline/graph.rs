@@ -14,6 +14,9 @@ pub(crate) struct Graph {
     dependents: Vec<Vec<usize>>,
     order: Vec<usize>,
     results_needed: Vec<bool>,
+    items_needed: Vec<bool>,
+    /// Each step's index by id (the first of duplicate ids).
+    ids: HashMap<String, usize>,
 }
 
 /// The `steps.<id>` references of a template text: each id and the byte offset of the id.
@@ -74,19 +77,27 @@ impl Graph {
             .collect();
         let mut deps: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut results_needed = vec![false; n];
+        let mut items_needed = vec![false; n];
         let mut note_uses = |templates: Vec<&Template>, limit: usize, deps: &mut Vec<usize>| {
             for template in templates {
                 for r in refs::step_refs(&template.text) {
                     if let Some(&j) = index.get(r.id.as_str()) {
                         deps.push(j);
-                        if r.field.as_deref() != Some("items") {
-                            results_needed[j] = true;
+                        match r.field.as_deref() {
+                            Some("items") => items_needed[j] = true,
+                            // The whole step, its items with the rest.
+                            None => {
+                                items_needed[j] = true;
+                                results_needed[j] = true;
+                            }
+                            Some(_) => results_needed[j] = true,
                         }
                     }
                 }
                 if !refs::whole_steps_uses(&template.text).is_empty() {
                     deps.extend(0..limit);
                     results_needed[..limit].iter_mut().for_each(|r| *r = true);
+                    items_needed[..limit].iter_mut().for_each(|r| *r = true);
                 }
             }
         };
@@ -99,7 +110,7 @@ impl Graph {
                     .filter_map(|(id, _)| index.get(id.as_str()).copied()),
             );
             if let StepKind::FanOut(fan_out) = &step.kind
-                && let Some(&j) = index.get(fan_out.over.as_str())
+                && let Some(j) = fan_out.over_step
             {
                 step_deps.push(j);
             }
@@ -122,6 +133,11 @@ impl Graph {
             dependents,
             order,
             results_needed,
+            items_needed,
+            ids: index
+                .into_iter()
+                .map(|(id, i)| (id.to_owned(), i))
+                .collect(),
         }
     }
 
@@ -131,20 +147,18 @@ impl Graph {
     }
 
     /// The steps that wait for step `step`, ascending.
-    #[allow(dead_code)] // for the runner (`summon run`): what to skip when a step fails
+    #[cfg(test)]
     pub(crate) fn dependents(&self, step: usize) -> &[usize] {
         &self.dependents[step]
     }
 
     /// Every step, each after the steps it waits for; among steps free to go, file order
     /// first. Steps on a dependency cycle are missing (validation rejects cycles).
-    #[allow(dead_code)] // for the runner and `--dry-run`
     pub(crate) fn order(&self) -> &[usize] {
         &self.order
     }
 
     /// The steps not yet started whose dependencies are all done, in file order.
-    #[allow(dead_code)] // for the runner's scheduler
     pub(crate) fn ready(&self, done: &[bool], started: &[bool]) -> Vec<usize> {
         (0..self.deps.len())
             .filter(|&i| !started.get(i).copied().unwrap_or(false))
@@ -161,6 +175,17 @@ impl Graph {
     /// (anything but `items`): if not, the runner need not keep its results in memory.
     pub(crate) fn results_needed(&self, step: usize) -> bool {
         self.results_needed[step]
+    }
+
+    /// Whether a template (of a step or of `outputs`) reads this step's `items`: if not, a
+    /// decompose step's file is streamed to its fan-out rather than read into memory.
+    pub(crate) fn items_needed(&self, step: usize) -> bool {
+        self.items_needed[step]
+    }
+
+    /// [`Self::items_needed`] of the step with this id (`false`: no such step).
+    pub(crate) fn items_needed_by(&self, id: &str) -> bool {
+        self.ids.get(id).is_some_and(|&i| self.items_needed[i])
     }
 
     /// The dependency cycles, one per group of steps that wait for each other: each starts and

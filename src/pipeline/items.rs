@@ -25,7 +25,6 @@ const STDERR_TAIL_LINES: usize = 10;
 /// Why a step's items could not be produced. Messages name the command, file or pattern, and
 /// the line where there is one.
 #[derive(Debug, thiserror::Error)]
-#[allow(dead_code)] // used by summon run
 pub(crate) enum ItemError {
     #[error("items command `{command}` could not start: {source}")]
     CommandStart {
@@ -85,7 +84,6 @@ fn fmt_secs(d: Duration) -> String {
 /// stdout (a trailing `\r` is dropped). A non-zero exit is an error carrying the exit code and
 /// the last lines of stderr; so is running longer than `timeout` (the command's whole process
 /// group is killed then).
-#[allow(dead_code)] // used by summon run
 pub(crate) fn command_items(
     command: &str,
     cwd: &Path,
@@ -257,7 +255,6 @@ fn trim_eol(line: &[u8]) -> &[u8] {
 
 /// Streams the items of a file, one at a time. Returned by [`open_file_items`]. After an error
 /// the iterator ends.
-#[allow(dead_code)] // used by summon run
 pub(crate) struct ItemReader {
     path: PathBuf,
     kind: ReaderKind,
@@ -283,7 +280,6 @@ enum ReaderKind {
 /// value per non-empty line) or `.json` (an array, read whole). The header (CSV) or the whole
 /// document (JSON) is read here, so their errors come from this call; row errors come from
 /// the iterator.
-#[allow(dead_code)] // used by summon run
 pub(crate) fn open_file_items(path: &Path) -> Result<ItemReader, ItemError> {
     let ext = path
         .extension()
@@ -470,7 +466,6 @@ impl Iterator for ItemReader {
 /// `cwd`, sorted. `.gitignore` is not applied (the pattern is explicit), but `.git` directories
 /// are skipped unless the pattern names `.git`. A pattern may not leave `cwd`: `..` components
 /// and absolute paths outside it are refused. Symbolic links to directories are not followed.
-#[allow(dead_code)] // used by summon run
 pub(crate) fn glob_items(pattern: &str, cwd: &Path) -> Result<Vec<Value>, ItemError> {
     let fail = |message: String| ItemError::Glob {
         pattern: pattern.to_owned(),

@@ -183,6 +183,9 @@ pub(crate) struct FanOut {
     /// The step whose items to iterate, and where it was named.
     pub(crate) over: String,
     pub(crate) over_pos: Pos,
+    /// The index of the `over` step, resolved once the file is read (`None`: no such step,
+    /// which validation reports).
+    pub(crate) over_step: Option<usize>,
     pub(crate) task: TaskTemplate,
 }
 

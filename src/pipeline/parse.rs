@@ -116,7 +116,7 @@ fn read_file(file: &Arc<SourceFile>, d: &mut FileDiags<'_>) -> Option<Pipeline> 
         .map(|o| read_outputs(o, d))
         .unwrap_or_default();
     r.finish(d);
-    let pipeline = Pipeline {
+    let mut pipeline = Pipeline {
         file: Arc::clone(file),
         name,
         description,
@@ -125,8 +125,24 @@ fn read_file(file: &Arc<SourceFile>, d: &mut FileDiags<'_>) -> Option<Pipeline> 
         steps,
         outputs,
     };
+    resolve_over(&mut pipeline);
     check(&pipeline, &kinds_known, d);
     Some(pipeline)
+}
+
+/// Each fan-out's `over` as the index of the step it names.
+fn resolve_over(pipeline: &mut Pipeline) {
+    let index: HashMap<String, usize> = pipeline
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.clone(), i))
+        .collect();
+    for step in &mut pipeline.steps {
+        if let StepKind::FanOut(fan_out) = &mut step.kind {
+            fan_out.over_step = index.get(&fan_out.over).copied();
+        }
+    }
 }
 
 fn file_stem(path: &Path) -> String {
@@ -974,6 +990,7 @@ fn read_fan_out(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) -> F
     let mut fan_out = FanOut {
         over: String::new(),
         over_pos: key.pos,
+        over_step: None,
         task: TaskTemplate::default(),
     };
     let Some(mut r) = kind_map(

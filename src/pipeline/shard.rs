@@ -131,8 +131,9 @@ impl fmt::Display for Shard {
     }
 }
 
-/// What one step does in a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What one step does in a run (in a manifest: `run`, `shard`, `given`, `merge`, `skip`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Role {
     /// Runs here, as in a whole run.
     Run,
@@ -155,17 +156,6 @@ impl Role {
             Self::Merge => "merge",
             Self::Skip => "skip",
         }
-    }
-
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        Some(match text {
-            "run" => Self::Run,
-            "shard" => Self::Shard,
-            "given" => Self::Given,
-            "merge" => Self::Merge,
-            "skip" => Self::Skip,
-            _ => return None,
-        })
     }
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::check::{Check, Section};
-use crate::background::pid_alive;
 use crate::env::Env;
+use crate::process::pid_alive;
 use crate::store::{DB_FILE, DIR_NAME, SCHEMA_VERSION, Store, StoreError, TaskFilter, TaskRecord};
 
 /// A running task whose heartbeat is older than this has lost its worker (workers beat

@@ -212,7 +212,7 @@ async fn run(command: &str, context: &Context<'_>, timeout: Duration) -> Result<
         .kill_on_drop(true)
         .env("TMPDIR", tmp)
         // A `summon delegate` run from here is refused: subagents cannot delegate.
-        .env(crate::command::NESTED_ENV, "1");
+        .env(crate::subagent::NESTED_ENV, "1");
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(is_secret_name) {
             cmd.env_remove(name);

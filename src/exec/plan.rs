@@ -75,13 +75,13 @@ pub(crate) struct Given {
     pub(crate) status: StepStatus,
     pub(crate) error: Option<String>,
     /// Its tasks, in item order.
-    pub(crate) records: Vec<TaskRecord>,
+    pub(crate) records: Vec<GivenTask>,
 }
 
 /// One finished task as a shard reports it: its `results.jsonl` line, its request hash and
 /// its model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct TaskRecord {
+pub(crate) struct GivenTask {
     pub(crate) step: String,
     pub(crate) index: u64,
     pub(crate) item: Value,
@@ -117,7 +117,7 @@ pub(crate) struct TaskRecord {
     pub(crate) cache_write_tokens: u64,
 }
 
-impl TaskRecord {
+impl GivenTask {
     /// The record as a finished task of step number `step`.
     pub(crate) fn to_done(&self, step: usize) -> TaskDone {
         TaskDone {
@@ -309,10 +309,10 @@ pub(crate) fn plan_for_run(
                 "is a shard's output; `--items-from` takes the output of `summon run --until STEP`",
             ));
         }
-        if loaded.manifest.status != "completed" {
+        if loaded.manifest.status != ManifestStatus::Completed {
             return Err(loaded.error(&format!(
                 "holds a run that {}; finish it with `--resume` first",
-                if loaded.manifest.status == "interrupted" {
+                if loaded.manifest.status == ManifestStatus::Interrupted {
                     "was interrupted"
                 } else {
                     "failed"
@@ -323,7 +323,7 @@ pub(crate) fn plan_for_run(
             let Some(m) = loaded.step(&step.id) else {
                 continue;
             };
-            if matches!(m.role.as_str(), "run" | "given") && m.status == "succeeded" {
+            if matches!(m.role, Role::Run | Role::Given) && m.status == StepStatus::Succeeded {
                 given[i] = Some(loaded.given_step(step, m));
             }
         }
@@ -360,9 +360,18 @@ struct Manifest {
     params: IndexMap<String, String>,
     shard: Option<ManifestShard>,
     until: Option<String>,
-    status: String,
+    status: ManifestStatus,
     steps: Vec<ManifestStep>,
     tasks: Vec<TaskRef>,
+}
+
+/// How the run that wrote a manifest ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ManifestStatus {
+    Completed,
+    Failed,
+    Interrupted,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -381,8 +390,8 @@ struct ManifestShard {
 struct ManifestStep {
     id: String,
     kind: String,
-    role: String,
-    status: String,
+    role: Role,
+    status: StepStatus,
     error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     items: Option<Vec<Value>>,
@@ -395,26 +404,7 @@ struct ManifestStep {
     digest: Option<String>,
     /// The tasks of a step given by `--items-from`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    records: Vec<TaskRecord>,
-}
-
-fn status_text(status: StepStatus) -> &'static str {
-    match status {
-        StepStatus::Succeeded => "succeeded",
-        StepStatus::Failed => "failed",
-        StepStatus::Skipped => "skipped",
-        StepStatus::Deferred => "deferred",
-    }
-}
-
-fn parse_status(text: &str) -> Option<StepStatus> {
-    Some(match text {
-        "succeeded" => StepStatus::Succeeded,
-        "failed" => StepStatus::Failed,
-        "skipped" => StepStatus::Skipped,
-        "deferred" => StepStatus::Deferred,
-        _ => return None,
-    })
+    records: Vec<GivenTask>,
 }
 
 /// The items of a decompose step's data, read from its file when they were streamed.
@@ -465,8 +455,8 @@ pub(crate) fn write_manifest(dir: &Path, run: &Finished<'_>) -> std::io::Result<
         let mut entry = ManifestStep {
             id: step.id.clone(),
             kind: step.kind.name().to_owned(),
-            role: role.as_str().to_owned(),
-            status: status_text(*status).to_owned(),
+            role,
+            status: *status,
             error: error.clone(),
             items: None,
             output: None,
@@ -499,7 +489,7 @@ pub(crate) fn write_manifest(dir: &Path, run: &Finished<'_>) -> std::io::Result<
         }
         if role == Role::Shard
             && let StepKind::FanOut(fan_out) = &step.kind
-            && let Some(over) = pipeline.steps.iter().position(|s| s.id == fan_out.over)
+            && let Some(over) = fan_out.over_step
         {
             let over_data = run.outputs.get(over);
             entry.width = data_items(&over_data)?.map(|items| items.len() as u64);
@@ -529,13 +519,12 @@ pub(crate) fn write_manifest(dir: &Path, run: &Finished<'_>) -> std::io::Result<
             _ => None,
         },
         status: if run.interrupted {
-            "interrupted"
+            ManifestStatus::Interrupted
         } else if any_failed {
-            "failed"
+            ManifestStatus::Failed
         } else {
-            "completed"
-        }
-        .to_owned(),
+            ManifestStatus::Completed
+        },
         steps,
         tasks: last_of_each(run.tasks),
     };
@@ -567,7 +556,7 @@ struct LoadedDir {
     manifest_path: PathBuf,
     manifest: Manifest,
     /// Every task of the run (from `tasks` and `results.jsonl`), by step id, in item order.
-    records: HashMap<String, Vec<TaskRecord>>,
+    records: HashMap<String, Vec<GivenTask>>,
 }
 
 /// The parameters a shard ran with (`summon merge` takes them when given none).
@@ -637,7 +626,7 @@ impl LoadedDir {
                 lines.insert(key, value);
             }
         }
-        let mut records: HashMap<String, Vec<TaskRecord>> = HashMap::new();
+        let mut records: HashMap<String, Vec<GivenTask>> = HashMap::new();
         for task in &manifest.tasks {
             let Some(line) = lines.remove(&(task.step.clone(), task.index)) else {
                 return Err(Diagnostic::error(format!(
@@ -651,7 +640,7 @@ impl LoadedDir {
             records
                 .entry(task.step.clone())
                 .or_default()
-                .push(TaskRecord {
+                .push(GivenTask {
                     step: task.step.clone(),
                     index: task.index,
                     item: line["item"].clone(),
@@ -768,7 +757,7 @@ impl LoadedDir {
         records.sort_by_key(|r| r.index);
         Given {
             data: step_data(step, m.items.clone(), m.output.clone(), &records),
-            status: parse_status(&m.status).unwrap_or(StepStatus::Failed),
+            status: m.status,
             error: m.error.clone(),
             records,
         }
@@ -784,7 +773,7 @@ fn step_data(
     step: &Step,
     items: Option<Vec<Value>>,
     output: Option<String>,
-    records: &[TaskRecord],
+    records: &[GivenTask],
 ) -> StepData {
     match &step.kind {
         StepKind::Decompose(_) => StepData {
@@ -810,7 +799,7 @@ fn step_data(
 
 /// Whether a whole fan-out's tasks meet its `on_error`/`min_success` rule, as `summon run`
 /// decides it; the error when they do not.
-fn fan_out_outcome(step: &Step, records: &[TaskRecord]) -> (StepStatus, Option<String>) {
+fn fan_out_outcome(step: &Step, records: &[GivenTask]) -> (StepStatus, Option<String>) {
     let total = records.len();
     let successes = records.iter().filter(|r| r.status == "completed").count();
     let failures = total - successes;
@@ -898,7 +887,7 @@ pub(crate) fn plan_for_merge(
                 )
             }));
         }
-        if one.manifest.status == "interrupted" {
+        if one.manifest.status == ManifestStatus::Interrupted {
             return Err(one
                 .error(&format!("(shard {shard}) was interrupted"))
                 .with_hint(format!(
@@ -918,7 +907,7 @@ pub(crate) fn plan_for_merge(
             .collect();
         return Err(Diagnostic::error(format!(
             "shard{} {} {} missing (given: {})",
-            if missing.len() == 1 { "" } else { "s" },
+            crate::plural::s(missing.len() as u64),
             missing.join(", "),
             if missing.len() == 1 { "is" } else { "are" },
             have.join(", ")
@@ -930,31 +919,26 @@ pub(crate) fn plan_for_merge(
     let mut given: Vec<Option<Given>> = vec![None; n];
     for (i, step) in pipeline.steps.iter().enumerate() {
         let first = &shards[0];
-        let role_of = |d: &LoadedDir| d.manifest.steps[i].role.clone();
-        let role_text = role_of(first);
-        if let Some(other) = shards.iter().find(|d| role_of(d) != role_text) {
+        let role_of = |d: &LoadedDir| d.manifest.steps[i].role;
+        let role = role_of(first);
+        if let Some(other) = shards.iter().find(|d| role_of(d) != role) {
             return Err(Diagnostic::error(format!(
                 "`{}` and `{}` split the pipeline differently: step `{}` is `{}` in one and `{}` \
                  in the other",
                 first.shown,
                 other.shown,
                 step.id,
-                role_text,
-                role_of(other)
+                role.as_str(),
+                role_of(other).as_str()
             ))
             .with_hint("run every shard with the same `--items-from`"));
         }
-        let role = Role::parse(&role_text).ok_or_else(|| {
-            Diagnostic::error(format!(
-                "`steps[{i}].role` is `{role_text}`, which is not a role"
-            ))
-            .in_file(&first.manifest_path)
-        })?;
+
         // A failed or skipped step in any shard is failed or skipped for the merge.
         let mut worst: Option<(StepStatus, Option<String>)> = None;
         for d in &shards {
             let m = &d.manifest.steps[i];
-            let status = parse_status(&m.status).unwrap_or(StepStatus::Failed);
+            let status = m.status;
             let shard = d.shard().map_or_else(String::new, |s| s.to_string());
             match status {
                 StepStatus::Failed => {
@@ -985,11 +969,7 @@ pub(crate) fn plan_for_merge(
                     let describe = |d: &LoadedDir| {
                         let m = &d.manifest.steps[i];
                         match &m.items {
-                            Some(items) => format!(
-                                "{} item{}",
-                                items.len(),
-                                if items.len() == 1 { "" } else { "s" }
-                            ),
+                            Some(items) => crate::plural::count(items.len() as u64, "item"),
                             None => format!("digest {}", short(m.digest.as_deref().unwrap_or(""))),
                         }
                     };
@@ -1057,7 +1037,7 @@ fn merge_sharded(
         )));
     }
     let mut owner: BTreeMap<u64, &str> = BTreeMap::new();
-    let mut records: Vec<TaskRecord> = Vec::new();
+    let mut records: Vec<GivenTask> = Vec::new();
     for d in shards {
         let shard = d.shard().unwrap_or(Shard { index: 1, count: 1 });
         for record in d.records.get(&step.id).into_iter().flatten() {
@@ -1092,7 +1072,7 @@ fn merge_sharded(
                 if !missing.is_empty() || records.len() as u64 != width {
                     return Err(Diagnostic::error(format!(
                         "no shard ran task{} {} of step `{}` ({} of {width} tasks are here)",
-                        if missing.len() == 1 { "" } else { "s" },
+                        crate::plural::s(missing.len() as u64),
                         missing.join(", "),
                         step.id,
                         records.len()
@@ -1123,8 +1103,8 @@ mod tests {
         parse_pipeline(&file, &mut diags).expect("a valid pipeline")
     }
 
-    fn record(index: u64, ok: bool) -> TaskRecord {
-        TaskRecord {
+    fn record(index: u64, ok: bool) -> GivenTask {
+        GivenTask {
             step: "each".into(),
             index,
             item: json!(index),

@@ -28,6 +28,7 @@ use crate::delegation::{PrepareError, Request, prepare};
 use crate::diag::Diagnostic;
 use crate::env::Env;
 use crate::error::{Error, Result};
+use crate::process::pid_alive;
 use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
 use crate::recipe::ParamInput;
 use crate::store::{Claim, Control, Store, TaskId, TaskRecord, TaskStatus};
@@ -299,25 +300,6 @@ fn worker_alive(task: &TaskRecord) -> bool {
     match task.pid {
         None => age(task.created_at) < STALE_AFTER,
         Some(pid) => pid_alive(pid) && age(task.heartbeat_at) < STALE_AFTER,
-    }
-}
-
-/// A process exists and is not a zombie.
-pub(crate) fn pid_alive(pid: u32) -> bool {
-    let stat = std::path::Path::new("/proc")
-        .join(pid.to_string())
-        .join("stat");
-    match std::fs::read_to_string(&stat) {
-        Ok(text) => text
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) if std::path::Path::new("/proc/self").exists() => false,
-        Err(_) => std::process::Command::new("kill")
-            .args(["-0", &pid.to_string()])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success()),
     }
 }
 

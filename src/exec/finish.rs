@@ -1,0 +1,283 @@
+//! The last phase of a run: flush what records its tasks, write the report, JUnit, the
+//! pipeline's `outputs` and a shard's manifest, then decide and record the run's status.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde_json::{Value, json};
+
+use super::context::{StepData, StepOutputs, base_context};
+use super::dispatcher::StepEnd;
+use super::event::{RunSummary, StepStatus};
+use super::final_text::FinalText;
+use super::plan::Plan;
+use super::scheduler::Sink;
+use super::step::Shared;
+use crate::env::Env;
+use crate::error::{Error, Result};
+use crate::pipeline::graph::Graph;
+use crate::pipeline::model::{OutputBody, Pipeline};
+use crate::store::{RunStatus, Store};
+
+/// What the finish phase needs of the run.
+pub(super) struct Finish<'a> {
+    pub(super) env: &'a Env,
+    pub(super) pipeline: &'a Pipeline,
+    pub(super) graph: &'a Graph,
+    pub(super) plan: &'a Plan,
+    pub(super) shared: &'a Shared,
+    pub(super) outputs: &'a StepOutputs,
+    pub(super) params: &'a IndexMap<String, String>,
+    pub(super) agents: &'a Value,
+    pub(super) out_dir: Option<&'a Path>,
+    pub(super) junit: Option<&'a PathBuf>,
+    pub(super) resuming: bool,
+    pub(super) store: &'a Store,
+    pub(super) run_id: &'a str,
+    /// The pipeline file, as recorded in the store.
+    pub(super) path_text: &'a str,
+}
+
+impl Finish<'_> {
+    /// Ends the run whose steps ended as `ends`.
+    pub(super) fn run(self, mut sink: Sink, ends: Vec<Option<StepEnd>>) -> Result<RunSummary> {
+        let (env, pipeline) = (self.env, self.pipeline);
+        let (store, run_id) = (self.store, self.run_id);
+        let interrupted = self.shared.drain.is_cancelled();
+        // Flush everything that records results before deciding the outcome.
+        sink.progress.finish();
+        sink.journal.flush()?;
+        if let Some(results) = &mut sink.results {
+            results.flush()?;
+        }
+        drop(sink.results.take());
+        let out_dir = self.out_dir.map(|dir| env.cwd.join(dir));
+        if let (Some(dir), true) = (&out_dir, self.resuming) {
+            compact_results(dir)?;
+        }
+        if let Ok(retries) = self.shared.retries.lock() {
+            sink.report.set_retries(&retries);
+        }
+        // One clock for report.json and the report kept in the run history.
+        sink.report.finish();
+        sink.report
+            .set_pipeline(pipeline_graph(pipeline, self.graph, &ends, run_id));
+        if let Some(dir) = &out_dir {
+            sink.report.write_json(&dir.join("report.json"))?;
+            // The page is a view of the two files: a problem with it does not change the run.
+            if let Err(e) = crate::output::write_html(dir) {
+                eprintln!(
+                    "summon: warning: cannot write {}: {e}",
+                    crate::output::HTML_FILE
+                );
+            }
+        }
+        if let (Some(junit), Some(path)) = (&sink.junit, self.junit) {
+            junit.write(&env.cwd.join(path))?;
+        }
+        let steps: Vec<(String, StepStatus, Option<String>)> = pipeline
+            .steps
+            .iter()
+            .zip(ends)
+            .map(|(s, end)| {
+                let end = end.unwrap_or(StepEnd {
+                    status: StepStatus::Skipped,
+                    error: None,
+                });
+                (s.id.clone(), end.status, end.error)
+            })
+            .collect();
+        // A shard leaves steps for the merge, `--until` the steps after it: the run can
+        // succeed, but the pipeline's outputs need every step.
+        let all_ok = steps
+            .iter()
+            .all(|(_, s, _)| matches!(s, StepStatus::Succeeded | StepStatus::Deferred));
+        let whole = steps.iter().all(|(_, s, _)| *s == StepStatus::Succeeded);
+        // A part of a run (a shard, `--until`) has only some of the rows: the merge writes them.
+        if whole && !interrupted && self.plan.prints_output() {
+            write_outputs(
+                env,
+                pipeline,
+                self.outputs,
+                self.params,
+                self.agents,
+                &mut sink.tables,
+            )?;
+        }
+        if let (true, Some(dir)) = (self.plan.writes_manifest(), &out_dir) {
+            let finished = super::plan::Finished {
+                pipeline,
+                params: self.params,
+                plan: self.plan,
+                statuses: &steps,
+                outputs: self.outputs,
+                tasks: sink.tasks.as_deref().unwrap_or_default(),
+                interrupted,
+            };
+            super::plan::write_manifest(dir, &finished)?;
+        }
+        let run_status = if interrupted {
+            RunStatus::Interrupted
+        } else if all_ok {
+            RunStatus::Completed
+        } else {
+            RunStatus::Failed
+        };
+        store.set_run_status(run_id, run_status)?;
+        if let Err(e) = store.set_run_report(run_id, &sink.report.to_json()) {
+            eprintln!("summon: warning: cannot record the run's report: {e}");
+        }
+        prune(store, &self.shared.config, self.path_text, run_id);
+        let last = pipeline.steps.len().saturating_sub(1);
+        let final_output = if self.plan.prints_output() {
+            self.outputs
+                .take_final()
+                .or_else(|| outputs_final(&self.outputs.get(last)).map(FinalText::Memory))
+        } else {
+            None
+        };
+        let summary_line = sink.report.summary_line();
+        eprintln!("summon: {summary_line}");
+        Ok(RunSummary {
+            run_id: run_id.to_owned(),
+            steps,
+            final_output,
+            interrupted,
+            report: sink.report.to_json(),
+            summary_line,
+        })
+    }
+}
+
+/// The `pipeline` key of `report.json`: each step with its kind, the steps it depends on
+/// and how it ended.
+fn pipeline_graph(
+    pipeline: &Pipeline,
+    graph: &Graph,
+    ends: &[Option<StepEnd>],
+    run_id: &str,
+) -> Value {
+    let steps: Vec<Value> = pipeline
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let status = ends
+                .get(i)
+                .and_then(Option::as_ref)
+                .map_or(StepStatus::Skipped, |e| e.status);
+            json!({
+                "id": step.id,
+                "kind": step.kind.name(),
+                "needs": graph.deps(i).iter().map(|d| &pipeline.steps[*d].id).collect::<Vec<_>>(),
+                "status": status.name(),
+            })
+        })
+        .collect();
+    json!({ "name": pipeline.name, "run_id": run_id, "steps": steps })
+}
+
+/// Drops the runs of this pipeline that the retention settings do not keep, and the space
+/// they took. A failure here costs only disk space: a warning.
+fn prune(store: &Store, config: &crate::config::Config, pipeline: &str, run_id: &str) {
+    let mut retention = crate::store::Retention::default();
+    if let Some(keep) = config.keep_runs {
+        retention.keep = usize::try_from(keep).unwrap_or(usize::MAX);
+    }
+    if let Some(days) = config.keep_days {
+        retention.keep_for = std::time::Duration::from_secs_f64(days * 86_400.0);
+    }
+    match store.prune_runs(Some(pipeline), retention, Some(run_id)) {
+        Ok(pruned) if pruned.runs > 0 => {
+            if let Err(e) = store.reclaim_space() {
+                eprintln!("summon: warning: cannot reclaim the store's space: {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("summon: warning: cannot prune old runs: {e}"),
+    }
+}
+
+/// Keeps the last line of every task in `results.jsonl` (a task that ran again after a
+/// resume replaces its earlier line), in first-seen order.
+fn compact_results(dir: &Path) -> Result<()> {
+    let path = dir.join(crate::output::RESULTS_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let mut order: Vec<(String, u64)> = Vec::new();
+    let mut lines: HashMap<(String, u64), &str> = HashMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let key = (
+            value["step"].as_str().unwrap_or_default().to_owned(),
+            value["index"].as_u64().unwrap_or_default(),
+        );
+        if lines.insert(key.clone(), line).is_none() {
+            order.push(key);
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    for key in &order {
+        out.push_str(lines[key]);
+        out.push('\n');
+    }
+    crate::output::write_atomically(&path, out.as_bytes())?;
+    Ok(())
+}
+
+/// The final step's text when it was not kept apart: its output, or its results' outputs.
+fn outputs_final(data: &StepData) -> Option<String> {
+    if let Some(output) = &data.output {
+        return Some(output.clone());
+    }
+    data.results.as_ref().map(|results| {
+        results
+            .iter()
+            .filter_map(|r| r["output"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    })
+}
+
+/// The pipeline's `outputs` files, relative to the working directory.
+fn write_outputs(
+    env: &Env,
+    pipeline: &Pipeline,
+    outputs: &StepOutputs,
+    params: &IndexMap<String, String>,
+    agents: &Value,
+    tables: &mut crate::output::Tables,
+) -> Result<()> {
+    if pipeline.outputs.is_empty() {
+        return Ok(());
+    }
+    let base = base_context(params, outputs.to_json(pipeline), agents);
+    let tenv = crate::template::environment(pipeline.file.path().parent());
+    for (index, output) in pipeline.outputs.iter().enumerate() {
+        let path = tenv
+            .render_str(&output.path.text, &base)
+            .map_err(|e| Error::usage(super::step::render_error(&output.path, &e)))?;
+        let path = env.cwd.join(path.trim());
+        let content = match &output.body {
+            OutputBody::Table(_) => {
+                tables.write(index, &path)?;
+                continue;
+            }
+            OutputBody::Text(content) => content,
+        };
+        let content = tenv
+            .render_str(&content.text, &base)
+            .map_err(|e| Error::usage(super::step::render_error(content, &e)))?;
+        // A text file ends with exactly one line break, whatever the template left.
+        let mut text = content.trim_end_matches(['\n', '\r']).to_owned();
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        crate::output::write_atomically(&path, text.as_bytes())?;
+    }
+    Ok(())
+}
