@@ -52,6 +52,7 @@ mod store_concurrency;
 mod structured_answers;
 mod structured_data;
 mod tables_out;
+mod task_usage;
 mod tasks;
 mod terminal;
 mod trust;

@@ -61,6 +61,17 @@ pub(crate) struct TaskTrace {
     pub(crate) overhead_tokens: Option<u64>,
     /// Of those, the tool definitions.
     pub(crate) tool_tokens: Option<u64>,
+    /// What the attempt in flight has spent so far (its turns and tokens), so that an attempt
+    /// stopped by its timeout or a cancel is still billed for them.
+    #[serde(skip)]
+    pub(crate) in_flight: Spent,
+}
+
+/// Turns taken and tokens billed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Spent {
+    pub(crate) turns: u32,
+    pub(crate) usage: Usage,
 }
 
 /// The most of a prompt kept for the outputs; a synthesis prompt can hold every result of a
@@ -94,6 +105,7 @@ impl TaskTrace {
             prompt: line["prompt"].as_str().map(str::to_owned),
             overhead_tokens: line["overhead_tokens"].as_u64(),
             tool_tokens: line["tool_tokens"].as_u64(),
+            in_flight: Spent::default(),
         }
     }
 

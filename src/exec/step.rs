@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::context::item_context;
-use super::event::{PROMPT_LIMIT, TaskDone, TaskTrace};
+use super::event::{PROMPT_LIMIT, Spent, TaskDone, TaskTrace};
 use super::hash::request_hash;
 use crate::config::Config;
 use crate::delegation::{Request, Resolver, prepare_with};
@@ -484,8 +484,11 @@ pub(crate) async fn run_task(
     let mut attempt = 0;
     // Warnings of a fan_out task name its item; a single task is the step's own.
     let label = (!item.is_null()).then(|| super::scheduler::item_label(&item, index));
+    // Every attempt is billed, the ones that failed too.
+    let mut spent = Spent::default();
     loop {
         trace.attempts += 1;
+        trace.in_flight = Spent::default();
         let outcome = tokio::select! {
             outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace, label.as_deref()) => outcome,
             () = shared.kill.cancelled() => Err("cancelled".to_owned()),
@@ -501,7 +504,9 @@ pub(crate) async fn run_task(
             extracted,
             corrections,
             warnings,
-        } = outcome.unwrap_or_else(Attempt::failed);
+        } = outcome.unwrap_or_else(|error| Attempt::failed(error, trace.in_flight));
+        spent.turns += turns;
+        spent.usage.add(usage);
         if ok && step.on_extension_error == OnExtensionError::Fail && !warnings.is_empty() {
             ok = false;
             error = Some(format!(
@@ -520,8 +525,8 @@ pub(crate) async fn run_task(
                 extracted,
                 corrections,
                 error,
-                turns,
-                usage,
+                turns: spent.turns,
+                usage: spent.usage,
                 duration: started.elapsed(),
                 model,
                 resumed: false,
@@ -557,15 +562,16 @@ struct Attempt {
 }
 
 impl Attempt {
-    /// An attempt that failed before the subagent could answer.
-    fn failed(error: String) -> Self {
+    /// An attempt that failed before the subagent could answer, or was stopped (a timeout,
+    /// a cancel) after spending `spent`.
+    fn failed(error: String, spent: Spent) -> Self {
         Self {
             ok: false,
             text: String::new(),
             structured: None,
             error: Some(error),
-            turns: 0,
-            usage: Usage::default(),
+            turns: spent.turns,
+            usage: spent.usage,
             model: None,
             extracted: false,
             corrections: 0,
@@ -632,6 +638,8 @@ async fn attempt_task(
         crate::subagent::SubagentEvent::ToolCall { name, ok, summary } => {
             trace.tool(&name, ok, &summary);
         }
+        crate::subagent::SubagentEvent::Turn { turn } => trace.in_flight.turns = turn,
+        crate::subagent::SubagentEvent::Tokens { total } => trace.in_flight.usage = total,
         _ => {}
     };
     let run = run_subagent(
