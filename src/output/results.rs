@@ -275,17 +275,19 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    static TRACE: crate::exec::TaskTrace = crate::exec::TaskTrace {
-        started_ms: Some(7),
-        attempts: 1,
-        retries: 2,
-        rate_limited: 1,
-        retry_wait_ms: 1500,
-        tools: Vec::new(),
-        prompt: None,
-        overhead_tokens: Some(50),
-        tool_tokens: Some(0),
-    };
+    static TRACE: std::sync::LazyLock<crate::exec::TaskTrace> =
+        std::sync::LazyLock::new(|| crate::exec::TaskTrace {
+            started_ms: Some(7),
+            attempts: 1,
+            retries: 2,
+            rate_limited: 1,
+            retry_wait_ms: 1500,
+            tools: Vec::new(),
+            prompt: None,
+            overhead_tokens: Some(50),
+            tool_tokens: Some(0),
+            ..crate::exec::TaskTrace::default()
+        });
 
     fn line<'a>(step: &'a str, index: u64, item: &'a Value, resumed: bool) -> ResultLine<'a> {
         ResultLine {
