@@ -54,8 +54,11 @@ fn mock() -> MockConfig {
         } else if text.contains("tool") && !answered_tool {
             Reply::tool_call("list_files", json!({}))
         } else if text.contains("busy") && !limited.swap(true, Ordering::SeqCst) {
-            Reply::status(
+            // The wait the provider asks for, so that the recorded wait is known (a computed
+            // backoff is jittered and may round to 0 ms).
+            Reply::status_with_headers(
                 429,
+                [("retry-after-ms", "30")],
                 r#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
             )
         } else {
@@ -159,7 +162,7 @@ async fn a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retri
     assert_eq!(tools[0]["ok"], true);
     assert_eq!(by_item("busy5")["retries"], 1);
     assert_eq!(by_item("busy5")["rate_limited"], 1);
-    assert!(by_item("busy5")["retry_wait_ms"].as_u64().unwrap() > 0);
+    assert_eq!(by_item("busy5")["retry_wait_ms"], 30);
     assert_eq!(by_item("ok0")["retries"], 0);
 
     // report.json has the step graph.

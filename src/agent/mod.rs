@@ -5,7 +5,6 @@
 //! [`tool_ref`] reads and classifies the `tools` field.
 
 // Nothing uses the agent loader yet; remove these once discovery does.
-#![allow(dead_code, unused_imports)]
 
 mod frontmatter;
 mod model;
@@ -13,5 +12,7 @@ mod parse;
 mod tool_ref;
 
 pub(crate) use model::AgentDef;
-pub(crate) use parse::{AgentDir, AgentParse, READ_KEYS as FRONTMATTER_KEYS, parse_agent};
+#[cfg(test)]
+pub(crate) use parse::READ_KEYS as FRONTMATTER_KEYS;
+pub(crate) use parse::{AgentDir, AgentParse, parse_agent};
 pub(crate) use tool_ref::{BuiltinTool, ToolKind, ToolRef};

@@ -3,7 +3,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::tool_ref::{ToolKind, ToolRef};
+#[cfg(test)]
+use super::tool_ref::ToolKind;
+use super::tool_ref::ToolRef;
 use crate::diag::{Pos, SourceFile};
 
 /// One agent definition, with positions (whole-file lines) for later diagnostics.
@@ -11,6 +13,13 @@ use crate::diag::{Pos, SourceFile};
 pub(crate) struct AgentDef {
     /// The frontmatter `name`: the agent's identity (not the file name).
     pub(crate) name: String,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "positions for messages about the file; only the tests read them yet"
+        )
+    )]
     pub(crate) name_pos: Pos,
     /// `""` when absent.
     pub(crate) description: String,
@@ -18,10 +27,24 @@ pub(crate) struct AgentDef {
     pub(crate) tools: Option<Vec<ToolRef>>,
     /// `None` when absent or `inherit`.
     pub(crate) model: Option<String>,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "positions for messages about the file; only the tests read them yet"
+        )
+    )]
     pub(crate) model_pos: Option<Pos>,
     /// The role text after the closing `---`.
     pub(crate) body: String,
     /// The 1-based line where `body` starts.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "positions for messages about the file; only the tests read them yet"
+        )
+    )]
     pub(crate) body_line: u32,
     /// Frontmatter keys summon does not use (`color`, `permissionMode`, ...), for
     /// `summon validate` to note.
@@ -36,6 +59,7 @@ impl AgentDef {
 
     /// The listed tools summon does not offer, as written (for "Listed tools not available,
     /// left out: ...").
+    #[cfg(test)]
     pub(crate) fn unsupported_tools(&self) -> Vec<&str> {
         self.tools
             .iter()

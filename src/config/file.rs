@@ -130,7 +130,7 @@ pub(crate) struct ProviderConfig {
     pub(crate) name: String,
     /// The file that defines it and the position of its name.
     pub(crate) file: Arc<SourceFile>,
-    #[allow(dead_code)] // for diagnostics that point at a provider
+    #[cfg_attr(not(test), expect(dead_code, reason = "only the tests read it yet"))]
     pub(crate) pos: Pos,
     /// `None` only for entries named like a preset, which keep the preset's kind.
     pub(crate) kind: Option<ProviderKind>,
@@ -267,7 +267,6 @@ impl Config {
     }
 
     /// The price of a model, when one is configured.
-    #[allow(dead_code)] // read by run reports' cost estimates
     pub(crate) fn price(&self, model: &str) -> Option<Price> {
         self.prices.get(model).map(|p| p.value)
     }
@@ -281,7 +280,7 @@ impl Config {
     }
 
     /// The files that were found and read.
-    #[allow(dead_code)] // listed by `summon doctor`
+    #[cfg(test)]
     pub(crate) fn found_files(&self) -> impl Iterator<Item = &Path> {
         self.files
             .iter()

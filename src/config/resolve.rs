@@ -105,10 +105,8 @@ pub(crate) struct Resolved {
     pub(crate) provider_origin: Origin,
     pub(crate) model_origin: Origin,
     /// The name that was looked up in the aliases to give [`Self::model`], if any.
-    #[allow(dead_code)] // shown by `summon doctor`
     pub(crate) model_alias: Option<String>,
     /// The provider's definition (where its base URL and key variable came from).
-    #[allow(dead_code)] // shown by `summon doctor`
     pub(crate) provider: ProviderDef,
     /// Levels skipped because a Claude alias had no mapping for this provider.
     pub(crate) warnings: Vec<Diagnostic>,

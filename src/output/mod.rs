@@ -10,16 +10,12 @@ mod step_summary;
 mod table;
 mod yaml_text;
 
-#[allow(unused_imports)] // used by summon run
 pub(crate) use junit::JunitWriter;
-#[allow(unused_imports)] // used by summon run
 pub(crate) use progress::{DisplayMode, Progress, resolve as resolve_display};
-#[allow(unused_imports)] // used by summon run
 pub(crate) use report::{
     REPORT_FILE, Report, fmt_cost, fmt_duration, fmt_tokens, write_atomically,
 };
 pub(crate) use report_html::{HTML_FILE, write_html};
-#[allow(unused_imports)] // used by summon run
 pub(crate) use results::{RESULTS_FILE, ResultLine, ResultsWriter, read_results};
 pub(crate) use stdout::Stdout;
 pub(crate) use step_summary::{STEP_SUMMARY_VAR, append_step_summary};

@@ -31,7 +31,6 @@ pub(crate) const LINES_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // used by summon run
 pub(crate) enum DisplayMode {
     Bar,
     Lines,
@@ -39,7 +38,6 @@ pub(crate) enum DisplayMode {
 }
 
 /// The display for a run: `--quiet` wins, then `CI` or a non-terminal stderr give plain lines.
-#[allow(dead_code)] // used by summon run
 pub(crate) fn resolve(is_terminal: bool, is_ci: bool, quiet: bool) -> DisplayMode {
     if quiet {
         DisplayMode::Quiet
@@ -212,7 +210,6 @@ impl Shared {
 }
 
 /// The live display. Methods take `&self`; share it behind an `Arc`.
-#[allow(dead_code)] // used by summon run
 pub(crate) struct Progress {
     shared: Arc<Shared>,
     ticker: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
@@ -220,7 +217,6 @@ pub(crate) struct Progress {
 
 impl Progress {
     /// The display on stderr.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn new(mode: DisplayMode) -> Self {
         Self::build(
             mode,
@@ -266,14 +262,11 @@ impl Progress {
             ticker: Mutex::new(ticker),
         }
     }
-
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn mode(&self) -> DisplayMode {
         self.shared.mode
     }
 
     /// Adds a step (again: updates its total). `total` is its task count, when known.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn add_step(&self, id: &str, total: Option<u64>) {
         let mut steps = lock(&self.shared.steps);
         if let Some(state) = steps.get_mut(id) {
@@ -299,13 +292,11 @@ impl Progress {
     }
 
     /// Sets the task count of `step`, once known (after its items are produced).
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn set_total(&self, step: &str, total: u64) {
         self.add_step(step, Some(total));
     }
 
     /// A task of `step` was sent.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn task_started(&self, step: &str) {
         if let Some(state) = lock(&self.shared.steps).get_mut(step) {
             if !state.started {
@@ -321,7 +312,6 @@ impl Progress {
     }
 
     /// A task of `step` ended; `cost` is `None` when its model has no price.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn task_finished(&self, step: &str, ok: bool, tokens: u64, cost: Option<f64>) {
         if let Some(state) = lock(&self.shared.steps).get_mut(step) {
             state.in_flight = state.in_flight.saturating_sub(1);
@@ -349,7 +339,6 @@ impl Progress {
     }
 
     /// `step` is over: its bar shows its final numbers, or its last line is printed.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn step_finished(&self, step: &str) {
         let mut steps = lock(&self.shared.steps);
         let Some(state) = steps.get_mut(step) else {
@@ -372,7 +361,6 @@ impl Progress {
     }
 
     /// Prints a line without disturbing the bars (they are redrawn below it).
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn println(&self, text: &str) {
         match self.shared.mode {
             DisplayMode::Bar => self.shared.print(text),
@@ -399,7 +387,6 @@ impl Progress {
     /// Stops the display: the bars are cleared and every step's final line printed once, or
     /// a last line for every step that did not finish. Idempotent; dropping the display does
     /// it too.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn finish(&self) {
         let Some((stop, handle)) = lock(&self.ticker).take() else {
             return;

@@ -89,7 +89,6 @@ use crate::config::file::Price;
 use crate::provider::Usage;
 
 /// The report file name inside the `--out` directory.
-#[allow(dead_code)] // used by summon run
 pub(crate) const REPORT_FILE: &str = "report.json";
 
 /// What a task answered through a provider's batch API costs, as a share of the configured
@@ -98,7 +97,6 @@ pub(crate) const BATCH_PRICE_FACTOR: f64 = 0.5;
 
 /// Counts and sums over a set of tasks.
 #[derive(Debug, Clone, Default, PartialEq)]
-#[allow(dead_code)] // used by summon run
 pub(crate) struct Stats {
     pub(crate) tasks: u64,
     pub(crate) completed: u64,
@@ -154,13 +152,11 @@ impl Stats {
     }
 
     /// Input plus output tokens.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn tokens(&self) -> u64 {
         self.input_tokens + self.output_tokens
     }
 
     /// The estimated cost, `None` when no task could be priced.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn cost_usd(&self) -> Option<f64> {
         (self.unpriced_tasks == 0 || self.priced_tasks > 0).then_some(self.cost)
     }
@@ -224,7 +220,6 @@ impl StepEntry {
 }
 
 /// The run's aggregate, fed one task at a time.
-#[allow(dead_code)] // used by summon run
 pub(crate) struct Report {
     prices: HashMap<String, Price>,
     started_at: jiff::Timestamp,
@@ -322,7 +317,6 @@ fn millis(d: Duration) -> u64 {
 impl Report {
     /// An empty report; `prices` maps a model to its USD per million tokens.
     /// The run's wall time starts now.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn new(prices: HashMap<String, Price>) -> Self {
         Self {
             prices,
@@ -386,14 +380,10 @@ impl Report {
         }
         &mut self.steps[step]
     }
-
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn step_started(&mut self, step: &str) {
         let now = Instant::now();
         self.entry(step).started.get_or_insert(now);
     }
-
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn step_finished(&mut self, step: &str) {
         let now = Instant::now();
         let entry = self.entry(step);
@@ -403,7 +393,6 @@ impl Report {
 
     /// The estimated cost of a task: `Some(0.0)` when it used no tokens, `None` when its model
     /// has no price.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn task_cost(&self, model: Option<&str>, usage: &Usage) -> Option<f64> {
         if usage.total() == 0 {
             return Some(0.0);
@@ -489,21 +478,8 @@ impl Report {
     }
 
     /// Stops the run's clock (otherwise it runs until the report is written).
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn finish(&mut self) {
         self.finished.get_or_insert_with(Instant::now);
-    }
-
-    /// The run's totals.
-    #[allow(dead_code)] // used by summon run
-    pub(crate) fn total(&self) -> &Stats {
-        &self.total
-    }
-
-    /// One step's numbers, once it has started or had a task.
-    #[allow(dead_code)] // used by summon run
-    pub(crate) fn step(&self, step: &str) -> Option<&Stats> {
-        self.steps.get(step).map(|e| &e.stats)
     }
 
     fn wall(&self) -> Duration {
@@ -513,7 +489,6 @@ impl Report {
     }
 
     /// The report as JSON (the shape of the module documentation).
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self.json_doc()).expect("report serializes")
     }
@@ -553,7 +528,6 @@ impl Report {
 
     /// Writes the report to `path` atomically: a temporary file next to it, synced, then
     /// renamed over it.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn write_json(&self, path: &Path) -> io::Result<()> {
         let mut bytes = serde_json::to_vec_pretty(&self.json_doc()).map_err(io::Error::other)?;
         bytes.push(b'\n');
@@ -563,7 +537,6 @@ impl Report {
     /// `12 tasks: 11 completed, 1 failed, 3.2k tokens, $0.004, 41.0s` — failed, skipped and
     /// resumed only when there are some; the cost only when some task could be priced (`≥`
     /// before it when others could not).
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn summary_line(&self) -> String {
         let t = &self.total;
         let mut line = format!(

@@ -42,7 +42,7 @@
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -60,7 +60,6 @@ pub(crate) const FLUSH_LINES: usize = 256;
 
 /// One finished task, borrowed from the runner's state: serialized straight into the buffer.
 #[derive(Debug, Clone, Copy, Serialize)]
-#[allow(dead_code)] // used by summon run
 pub(crate) struct ResultLine<'a> {
     pub(crate) step: &'a str,
     /// The item's position in the step's items (0 for one-task steps).
@@ -104,9 +103,7 @@ struct State {
 
 /// Appends [`ResultLine`]s to `DIR/results.jsonl`. Cheap per task: one short mutex hold and a
 /// `serde_json::to_writer` into a buffer. Shareable (`&self` methods).
-#[allow(dead_code)] // used by summon run
 pub(crate) struct ResultsWriter {
-    path: PathBuf,
     state: Arc<Mutex<State>>,
     stop: Option<mpsc::Sender<()>>,
     flusher: Option<JoinHandle<()>>,
@@ -121,7 +118,6 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 impl ResultsWriter {
     /// Creates `dir` if needed and opens `dir/results.jsonl`: truncated, or with `append` (for
     /// `--resume`) kept as it is — except a torn last line (a crash mid-write), which is cut off.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn create(dir: &Path, append: bool) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(RESULTS_FILE);
@@ -160,21 +156,13 @@ impl ResultsWriter {
                 }
             })?;
         Ok(Self {
-            path,
             state,
             stop: Some(stop),
             flusher: Some(flusher),
         })
     }
 
-    /// The file's path.
-    #[allow(dead_code)] // used by summon run
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Appends one line.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn write(&self, line: &ResultLine<'_>) -> io::Result<()> {
         let mut state = lock(&self.state);
         if let Some(e) = state.error.take() {
@@ -191,7 +179,6 @@ impl ResultsWriter {
     }
 
     /// Writes the buffer out to the file.
-    #[allow(dead_code)] // used by summon run
     pub(crate) fn flush(&self) -> io::Result<()> {
         let mut state = lock(&self.state);
         if let Some(e) = state.error.take() {
@@ -243,7 +230,6 @@ fn cut_torn_line(file: &mut File) -> io::Result<()> {
 
 /// The `(step, index)` of every task already in `dir/results.jsonl` (none when the file does
 /// not exist). Unreadable lines — a torn last line — are skipped.
-#[allow(dead_code)] // used by summon run
 pub(crate) fn read_results(dir: &Path) -> io::Result<HashSet<(String, u64)>> {
     #[derive(serde::Deserialize)]
     struct Key {

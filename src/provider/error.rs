@@ -160,6 +160,7 @@ impl ProviderError {
     }
 
     /// A short stable name of the class, for reports and JSON output.
+    #[cfg(test)]
     pub(crate) fn code(&self) -> &'static str {
         match self {
             Self::RateLimited { .. } => "rate_limited",

@@ -89,6 +89,7 @@ pub(crate) struct UnreadableCall {
 
 impl ToolCall {
     /// The raw argument text when the model's arguments were not valid JSON.
+    #[cfg(test)]
     pub(crate) fn malformed_arguments(&self) -> Option<&str> {
         self.arguments.as_str()
     }

@@ -1,7 +1,6 @@
 //! LLM provider clients: provider-neutral chat types, the OpenAI-compatible and Anthropic wire
 //! formats, error classification, retries and per-provider rate budgets.
 // Nothing outside uses the provider layer yet; drop these allows once the agent loop does.
-#![allow(dead_code, unused_imports)]
 
 mod anthropic;
 mod batch;
@@ -21,8 +20,10 @@ pub(crate) use cache::{CacheHint, OPENAI_MIN_TOKENS, anthropic_min_tokens};
 pub(crate) use client::{Client, ProviderEndpoint, ProviderKind, install_crypto_provider};
 pub(crate) use error::{ProviderError, Secret, redact};
 pub(crate) use limiter::{RateLimiter, RateLimits, estimate_tokens, tool_chars};
-pub(crate) use message::{ChatRequest, ChatResponse, Message, ToolCall, ToolSpec, Usage};
-pub(crate) use retry::{Backoff, Jitter, RetryHook, RetryPolicy, retry_transient, send_with_retry};
+#[cfg(test)]
+pub(crate) use message::ToolCall;
+pub(crate) use message::{ChatRequest, ChatResponse, Message, ToolSpec, Usage};
+pub(crate) use retry::{RetryHook, RetryPolicy, retry_transient, send_with_retry};
 pub(crate) use structured::{
-    ANSWER_TOOL, OpenAiFormat, ResponseFormat, mechanism as structured_mechanism, unwrap_answer,
+    OpenAiFormat, ResponseFormat, mechanism as structured_mechanism, unwrap_answer,
 };

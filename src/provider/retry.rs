@@ -19,6 +19,7 @@ pub(crate) enum Jitter {
     #[default]
     Full,
     /// `min(cap, random(base, previous * 3))`.
+    #[cfg_attr(not(test), expect(dead_code, reason = "only the tests pick it yet"))]
     Decorrelated,
 }
 
@@ -62,6 +63,7 @@ impl RetryPolicy {
     }
 
     /// A policy that never retries.
+    #[cfg(test)]
     pub(crate) fn none() -> Self {
         Self {
             max_retries: 0,
@@ -95,6 +97,7 @@ impl<'a> Backoff<'a> {
     }
 
     /// Total wait granted so far.
+    #[cfg(test)]
     pub(crate) fn waited(&self) -> Duration {
         self.waited
     }

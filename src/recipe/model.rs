@@ -187,7 +187,10 @@ pub(crate) struct Extension {
     pub(crate) args: Vec<String>,
     pub(crate) available_tools: Vec<String>,
     pub(crate) cmd: Option<String>,
-    #[allow(dead_code)] // read by tests; the model sees the server's own tool descriptions
+    #[expect(
+        dead_code,
+        reason = "read from the recipe; the model sees the server's own tool descriptions"
+    )]
     pub(crate) description: Option<String>,
     pub(crate) env_keys: Vec<String>,
     pub(crate) envs: IndexMap<String, String>,
@@ -223,9 +226,12 @@ impl Extension {
 
 /// One `sub_recipes` entry; `path` is resolved against the recipe's directory.
 #[derive(Debug, Clone)]
-#[allow(dead_code)] // `pos` is for diagnostics about an entry
 pub(crate) struct SubRecipe {
     pub(crate) name: String,
+    #[expect(
+        dead_code,
+        reason = "read from the file; no message points at an entry yet"
+    )]
     pub(crate) pos: Pos,
     pub(crate) path: PathBuf,
     pub(crate) description: Option<String>,

@@ -4,7 +4,6 @@ use std::time::Duration;
 
 /// Sent to the observer of a subagent run, in order.
 #[derive(Debug, Clone)]
-#[allow(dead_code)] // every observer reads only what it needs
 pub(crate) enum SubagentEvent {
     /// A model request is about to be sent (turn counts from 1).
     Turn { turn: u32 },
