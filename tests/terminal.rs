@@ -201,3 +201,66 @@ async fn ctrl_c_leaves_one_display_not_two() {
     assert_eq!(end.matches("[summon] labels: ").count(), 1, "{end}");
     assert!(end.contains("--resume"), "{end}");
 }
+
+/// The PID of the `summon run` started in `dir`.
+fn run_pid(dir: &Path) -> Option<u32> {
+    let dir = dir.canonicalize().ok()?;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let is_run = args.len() > 2
+                && args[0].ends_with(b"summon")
+                && args[1] == b"run"
+                && args[2] == b"p.yaml";
+            (is_run && cwd == dir).then_some(pid)
+        })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs tmux; runs with --include-ignored"]
+async fn sigterm_stops_the_display_before_its_exit_line() {
+    require("tmux");
+    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(300))).await;
+    let t = project();
+    let pane = Pane::start(
+        &format!("summon-term-{}", std::process::id()),
+        t.path(),
+        &server,
+    );
+    wait_for(Duration::from_secs(30), "the first answers", || {
+        server.request_count() >= 8
+    });
+    let pid = run_pid(t.path()).expect("the run's pid");
+    let sent = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    wait_for(Duration::from_secs(60), "the run to end", || {
+        t.path().join("exit.txt").exists()
+    });
+    let end = pane.screen();
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("exit.txt"))
+            .unwrap()
+            .trim(),
+        "143",
+        "{end}"
+    );
+    assert_eq!(
+        end.matches("summon: terminated (SIGTERM)").count(),
+        1,
+        "{end}"
+    );
+    // The bars were cleared and each step's last line printed once, above the exit line.
+    assert!(!end.contains("labels ["), "{end}");
+    assert!(!end.contains("in flight"), "{end}");
+    let last = end.find("[summon] labels: ").expect("the step's last line");
+    assert!(last < end.find("summon: terminated").unwrap(), "{end}");
+    assert_eq!(end.matches("[summon] labels: ").count(), 1, "{end}");
+}

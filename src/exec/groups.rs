@@ -77,6 +77,18 @@ pub(crate) enum Handled {
     TerminateAndInterrupt,
 }
 
+/// The run's live display, when one is shown: stopped (its bars cleared, every step's last
+/// line printed) before the exit line, so that the line does not tear it.
+static DISPLAY: std::sync::Mutex<Option<std::sync::Weak<crate::output::Progress>>> =
+    std::sync::Mutex::new(None);
+
+/// Says which display to stop before a signal's exit line.
+pub(crate) fn stop_on_exit(display: &std::sync::Arc<crate::output::Progress>) {
+    if let Ok(mut slot) = DISPLAY.lock() {
+        *slot = Some(std::sync::Arc::downgrade(display));
+    }
+}
+
 /// Watches for the signals `handled` on a thread of its own: on one, kills the commands still
 /// running, says so, and exits with 128 + the signal number, as the shell reports a death by
 /// that signal.
@@ -132,6 +144,13 @@ pub(crate) fn exit_on_signals(handled: Handled) {
         } else {
             stopped
         };
+        let display = DISPLAY
+            .lock()
+            .ok()
+            .and_then(|slot| slot.as_ref().and_then(std::sync::Weak::upgrade));
+        if let Some(display) = display {
+            display.finish();
+        }
         eprintln!("summon: {name}{what}{stopped}");
         std::process::exit(128 + number);
     });

@@ -308,6 +308,7 @@ pub(crate) fn run_pipeline(
     let pipeline = Arc::new(options.pipeline);
     let plan = options.plan;
     let progress = Arc::new(Progress::new(options.display));
+    super::groups::stop_on_exit(&progress);
     add_steps(&progress, &pipeline, &plan);
     let report = new_report(&config, &pipeline);
     let run_started = report.started();
