@@ -162,7 +162,9 @@ async fn a_run_writes_report_html_and_results_carry_start_prompt_tools_and_retri
     assert_eq!(tools[0]["ok"], true);
     assert_eq!(by_item("busy5")["retries"], 1);
     assert_eq!(by_item("busy5")["rate_limited"], 1);
-    assert_eq!(by_item("busy5")["retry_wait_ms"], 30);
+    // At least the wait the provider asked for (the sleep itself may run a little over).
+    let waited = by_item("busy5")["retry_wait_ms"].as_u64().unwrap();
+    assert!(waited >= 30, "{waited}");
     assert_eq!(by_item("ok0")["retries"], 0);
 
     // report.json has the step graph.
