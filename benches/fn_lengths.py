@@ -90,8 +90,18 @@ def main():
     for length, fn, where in found[:top]:
         print(f"{length:>6}  {fn:<28} {where}")
     print(f"{sum(l for l, _, _ in found[:top]):>6}  (sum of the {top} longest)")
-    tests = [f for f in os.listdir("tests") if f.endswith(".rs")] if os.path.isdir("tests") else []
-    print(f"test binaries (tests/*.rs): {len(tests)}")
+    print(f"integration test binaries: {test_binaries()}")
+
+
+def test_binaries():
+    """Cargo's integration test targets: one per `tests/*.rs` file (a `[[test]]` entry only
+    configures one of them), unless `autotests = false` leaves only the `[[test]]` entries."""
+    manifest = open("Cargo.toml").read() if os.path.exists("Cargo.toml") else ""
+    declared = len(re.findall(r"(?m)^\[\[test\]\]", manifest))
+    if re.search(r"(?m)^autotests\s*=\s*false", manifest):
+        return declared
+    files = [f for f in os.listdir("tests") if f.endswith(".rs")] if os.path.isdir("tests") else []
+    return len(files)
 
 
 if __name__ == "__main__":
