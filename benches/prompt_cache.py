@@ -18,13 +18,14 @@ that divided by the input tokens of the `cache: false` run at the full input pri
 caches long prefixes by itself, so its `cache: false` run is billed below plain too: the
 `off` column shows that run's own billed share; the lines under the table give the OpenAI
 ratios at other models' cached prices (gpt-4.1, configured here, bills reads at 0.25x).
-Wall times are medians of R runs of the debug build; `+L` is the difference (caching on minus off) in units of the mock latency L, and `+first` in units
+Wall times are medians of R runs (debug build unless --release); `+L` is the difference (caching on minus off) in units of the mock latency L, and `+first` in units
 of the warm-up task's own duration (L plus what summon and the mock spend on one request).
 The per-task overhead lines give the fan-out step's `report.json` `overhead` (tokens beyond
 the task's instructions and context, tool definitions included) beside the dry run's.
 
-    benches/prompt_cache.py            # L = 200 ms, R = 3
+    benches/prompt_cache.py            # L = 200 ms, R = 3, debug build
     benches/prompt_cache.py L_MS R
+    benches/prompt_cache.py --release  # release binaries
 
 Every server listens on 127.0.0.1 and is stopped by its PID; each summon run is bounded by a
 timeout.
@@ -41,10 +42,14 @@ FORMATS = {
 }
 
 
-def build():
-    subprocess.run(["cargo", "build", "--quiet", "-p", "summon-mock-llm", "-p", "summon"], cwd=ROOT, check=True)
+def build(release):
+    cmd = ["cargo", "build", "--quiet", "-p", "summon-mock-llm", "-p", "summon"]
+    if release:
+        cmd.insert(2, "--release")
+    subprocess.run(cmd, cwd=ROOT, check=True)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    return tuple(os.path.join(target, "debug", name) for name in ("summon", "summon-mock-llm"))
+    profile = "release" if release else "debug"
+    return tuple(os.path.join(target, profile, name) for name in ("summon", "summon-mock-llm"))
 
 
 def context_text():
@@ -143,9 +148,12 @@ def billed(fmt, stats):
 
 
 def main():
-    latency_ms = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    summon, mock = build()
+    args = sys.argv[1:]
+    release = "--release" in args
+    args = [a for a in args if a != "--release"]
+    latency_ms = int(args[0]) if args else 200
+    repeats = int(args[1]) if len(args) > 1 else 3
+    summon, mock = build(release)
     rows, overhead = [], {}
     for fmt in FORMATS:
         walls = {True: [], False: []}
@@ -176,7 +184,7 @@ def main():
                      billed(fmt, off_t) / off_t["input_tokens"], "", "", "", "", "", ""))
 
     print(f"{ITEMS}-item fan-out at concurrency {CONCURRENCY} and a {LOOP_TOOL_TURNS + 1}-turn loop; "
-          f"mock latency L = {latency_ms} ms; wall = median of {repeats}")
+          f"mock latency L = {latency_ms} ms; wall = median of {repeats}, {'release' if release else 'debug'} build")
     head = ("format", "case", "input", "cache read", "cache write", "billed/plain", "off",
             "reads after 1st", "wall on s", "wall off s", "on/off", "+L", "+first")
     table = [head] + [(r[0], r[1], f"{r[2]['input_tokens']:,}", f"{r[2]['cache_read_tokens']:,}",
