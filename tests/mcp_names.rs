@@ -631,3 +631,46 @@ async fn the_per_task_overhead_counts_mcp_tools() {
         "{plan:#}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_task_whose_extension_failed_says_so_when_loaded() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::text("did without"))).await;
+    let t = openai(&server).write_raw("recipes/tools.yaml", &failing_extension_recipe());
+    let run = |args: &[&str]| {
+        let out = t.command().args(args).output().expect("run summon");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(&["delegate", "--source", "tools", "--async", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let started: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let id = started["task_id"].as_str().expect("a task id").to_owned();
+
+    let (code, stdout, stderr) = run(&["load", &id, "--json", "--timeout", "60"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let loaded: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(loaded["status"], "completed", "{loaded}");
+    assert_eq!(loaded["output"], "did without", "{loaded}");
+    let warnings = loaded["warnings"].as_array().expect("a warnings list");
+    assert_eq!(warnings.len(), 1, "{loaded:#}");
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap()
+            .starts_with("extension `bad` did not start:"),
+        "{loaded:#}"
+    );
+
+    // Loaded again as text: the answer on stdout, the warning with the task's metadata.
+    let (code, stdout, stderr) = run(&["load", &id]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, "did without\n");
+    assert!(
+        stderr.contains("\nWarning: extension `bad` did not start:"),
+        "{stderr}"
+    );
+}

@@ -487,6 +487,7 @@ pub(crate) fn run_worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
             } else {
                 outcome.result.turns
             };
+            store.set_warnings(&id, &outcome.result.warnings)?;
             store.finish(&id, status, Some(&text), error.as_deref(), tokens, turns)?;
             for note in &outcome.notes {
                 eprintln!("{}", note.message);

@@ -198,6 +198,7 @@ fn show(task: &TaskRecord, still_running: bool, json: bool, ctx: &mut Ctx) -> Re
         value["still_running"] = json!(still_running);
         value["recent_tool_calls"] = json!(task.recent_tool_calls);
         value["idle_secs"] = json!((idle_secs(task) * 10.0).round() / 10.0);
+        value["warnings"] = json!(task.warnings);
         ctx.out.json(&value)?;
     } else if still_running {
         to_stderr(&format!(
@@ -218,6 +219,9 @@ fn show(task: &TaskRecord, still_running: bool, json: bool, ctx: &mut Ctx) -> Re
         );
         if let Some(error) = &task.error {
             meta.push_str(&format!("Error: {error}\n"));
+        }
+        for warning in &task.warnings {
+            meta.push_str(&format!("Warning: {warning}\n"));
         }
         to_stderr(&meta);
         let answer = task.output.as_deref().unwrap_or("").trim_end();

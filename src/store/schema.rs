@@ -156,8 +156,14 @@ CREATE TABLE task_servers (
 ) STRICT, WITHOUT ROWID;
 "#;
 
+/// Version 5: what went wrong with a background task's extensions, so that `load` says so as
+/// the foreground would.
+const V5: &str = r#"
+ALTER TABLE tasks ADD COLUMN warnings TEXT;   -- a JSON array of lines; NULL: none
+"#;
+
 /// Every migration, in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// The schema version this summon writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -277,6 +283,34 @@ mod tests {
         store.remove_server(&id, 4243).unwrap();
         assert_eq!(store.take_servers(&id).unwrap(), [(4242, 77)]);
         assert_eq!(store.take_servers(&id).unwrap(), []);
+    }
+
+    #[test]
+    fn a_version_4_store_gains_task_warnings_and_keeps_its_tasks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join(super::super::DIR_NAME);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(super::super::DB_FILE);
+        let conn = Connection::open(&path).unwrap();
+        migrate_with(&conn, &path, &MIGRATIONS[..4]).unwrap();
+        conn.execute(
+            "INSERT INTO tasks (id, status, description, request, created_at, heartbeat_at)
+             VALUES ('20260101_1', 'running', 'old', '{}', 1, 1)",
+            [],
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(tmp.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        let id = "20260101_1".parse().unwrap();
+        assert!(store.get(&id).unwrap().unwrap().warnings.is_empty());
+        store
+            .set_warnings(&id, &["extension `x` did not start".to_owned()])
+            .unwrap();
+        assert_eq!(
+            store.get(&id).unwrap().unwrap().warnings,
+            ["extension `x` did not start"]
+        );
     }
 
     #[test]

@@ -157,6 +157,8 @@ pub(crate) struct TaskRecord {
     pub(crate) tokens: Usage,
     pub(crate) provider: Option<String>,
     pub(crate) model: Option<String>,
+    /// What went wrong with the task's extensions, one line each.
+    pub(crate) warnings: Vec<String>,
 }
 
 /// The answer to "what is task ID?".
@@ -200,7 +202,7 @@ pub(crate) enum Control {
 
 const COLUMNS: &str = "id, status, description, source, request, pid, cancel_requested, \
      created_at, started_at, finished_at, last_activity_at, heartbeat_at, turns, tool_calls, \
-     recent_tool_calls, output, error, input_tokens, output_tokens, provider, model";
+     recent_tool_calls, output, error, input_tokens, output_tokens, provider, model, warnings";
 
 fn record(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
     let recent: String = row.get(14)?;
@@ -234,6 +236,16 @@ fn record(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
         },
         provider: row.get(19)?,
         model: row.get(20)?,
+        warnings: match row.get::<_, Option<String>>(21)? {
+            None => Vec::new(),
+            Some(text) => serde_json::from_str(&text).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    21,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })?,
+        },
     })
 }
 
@@ -435,6 +447,21 @@ impl Store {
                 "UPDATE tasks SET provider = ?2, model = ?3 WHERE id = ?1",
                 params![id, provider, model],
             )? == 1)
+        })
+    }
+
+    /// Records what went wrong with a task's extensions (nothing when `warnings` is empty).
+    pub(crate) fn set_warnings(&self, id: &TaskId, warnings: &[String]) -> Result<(), StoreError> {
+        if warnings.is_empty() {
+            return Ok(());
+        }
+        let text = serde_json::to_string(warnings).map_err(|e| self.invalid(e.to_string()))?;
+        self.read(|conn| {
+            conn.execute(
+                "UPDATE tasks SET warnings = ?2 WHERE id = ?1",
+                params![id, text],
+            )?;
+            Ok(())
         })
     }
 
