@@ -169,6 +169,37 @@ fn a_full_report_with_source_line_and_hint() {
 }
 
 #[test]
+fn a_kind_key_written_beside_the_step_says_where_it_goes() {
+    let out = validate(
+        "version: 1\nsteps:\n  - id: list\n    decompose: {items: [a]}\n  - id: each\n    \
+         extensions: [developer]\n    fan_out: {over: list, instructions: x}\n    \
+         concurency: 3\n",
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.starts_with(
+            "pipelines/x.yaml:6:5: warning: `steps[1].extensions` is not a step key and is \
+             ignored; it goes under the step's kind: `steps[1].fan_out.extensions`\n"
+        ),
+        "{}",
+        out.stderr
+    );
+    // Said once, and other unknown keys keep their own warning.
+    assert_eq!(
+        out.stderr.matches("extensions`").count(),
+        2,
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("warning: unknown key `steps[1].concurency`; did you mean `concurrency`?"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
 fn warnings_alone_exit_zero() {
     let out =
         validate("version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x, colour: red}\n");

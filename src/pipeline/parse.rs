@@ -623,6 +623,9 @@ fn read_step(
     let tools = r
         .get("tools")
         .map(|t| read_step_tools(t, &format!("{path}.tools"), d));
+    if kind_known {
+        warn_kind_keys(&mut r, &path, kind.name(), d);
+    }
     r.finish(d);
     Some((
         Step {
@@ -840,6 +843,36 @@ fn read_task(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> TaskTemplate {
         context,
         extensions,
         schema: None,
+    }
+}
+
+/// Keys of a step's kind written at the step's own level, where nothing reads them: each is
+/// a warning that says where it goes (`extensions` beside `id` instead of under `fan_out:`).
+fn warn_kind_keys(r: &mut MapReader<'_>, path: &str, kind: &str, d: &mut FileDiags<'_>) {
+    const KIND_KEYS: [&str; 12] = [
+        "source",
+        "instructions",
+        "prompt",
+        "parameters",
+        "extensions",
+        "context",
+        "schema",
+        "over",
+        "items",
+        "command",
+        "file",
+        "glob",
+    ];
+    for key in KIND_KEYS {
+        if let Some(node) = r.misplaced(key) {
+            d.warning(
+                node.pos,
+                format!(
+                    "`{path}.{key}` is not a step key and is ignored; it goes under the step's \
+                     kind: `{path}.{kind}.{key}`"
+                ),
+            );
+        }
     }
 }
 

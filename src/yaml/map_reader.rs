@@ -47,6 +47,20 @@ impl<'a> MapReader<'a> {
         Some((k, v))
     }
 
+    /// The key node of `key` when it is present, marked as reported but not as known: for a
+    /// key in the wrong place, which its caller warns about in words of its own.
+    pub(crate) fn misplaced(&mut self, key: &str) -> Option<&'a Node> {
+        let index = self
+            .entries
+            .iter()
+            .position(|(k, _)| k.as_str() == Some(key))?;
+        if self.used[index] {
+            return None;
+        }
+        self.used[index] = true;
+        Some(&self.entries[index].0)
+    }
+
     /// Marks keys as known without reading them (keys the format tolerates but ignores).
     pub(crate) fn ignore(&mut self, keys: &[&str]) {
         for key in keys {
