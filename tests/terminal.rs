@@ -91,6 +91,22 @@ impl Drop for Pane {
     }
 }
 
+/// A run of [`PIPELINE`] (60 tasks, 4 at a time, the mock answering after 300 ms) in a tmux
+/// pane named after `name`, once the mock has seen `requests` requests.
+async fn started(name: &str, requests: u64) -> (MockServer, Test, Pane) {
+    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(300))).await;
+    let t = project();
+    let pane = Pane::start(
+        &format!("summon-{name}-{}", std::process::id()),
+        t.path(),
+        &server,
+    );
+    wait_for(Duration::from_secs(30), "the first answers", || {
+        server.request_count() >= requests
+    });
+    (server, t, pane)
+}
+
 fn project() -> Test {
     let mut rows = "id,text\n".to_owned();
     for i in 0..60 {
@@ -105,17 +121,7 @@ fn project() -> Test {
 #[ignore = "needs tmux; runs with --include-ignored"]
 async fn bars_show_the_run_and_are_cleared_at_the_end() {
     require("tmux");
-    // 60 tasks, 4 at a time, 300 ms each: about 4.5 s, room for a capture mid-run.
-    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(300))).await;
-    let t = project();
-    let pane = Pane::start(
-        &format!("summon-bars-{}", std::process::id()),
-        t.path(),
-        &server,
-    );
-    wait_for(Duration::from_secs(30), "a few answers", || {
-        server.request_count() >= 12
-    });
+    let (_server, t, pane) = started("bars", 12).await;
     // Let the display draw the counts it has.
     std::thread::sleep(Duration::from_millis(300));
     let running = pane.screen();
@@ -166,16 +172,7 @@ async fn bars_show_the_run_and_are_cleared_at_the_end() {
 #[ignore = "needs tmux; runs with --include-ignored"]
 async fn ctrl_c_leaves_one_display_not_two() {
     require("tmux");
-    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(300))).await;
-    let t = project();
-    let pane = Pane::start(
-        &format!("summon-ctrlc-{}", std::process::id()),
-        t.path(),
-        &server,
-    );
-    wait_for(Duration::from_secs(30), "the first answers", || {
-        server.request_count() >= 8
-    });
+    let (_server, t, pane) = started("ctrlc", 8).await;
     pane.keys("C-c");
     wait_for(Duration::from_secs(60), "the run to end", || {
         t.path().join("exit.txt").exists()
@@ -225,16 +222,7 @@ fn run_pid(dir: &Path) -> Option<u32> {
 #[ignore = "needs tmux; runs with --include-ignored"]
 async fn sigterm_stops_the_display_before_its_exit_line() {
     require("tmux");
-    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(300))).await;
-    let t = project();
-    let pane = Pane::start(
-        &format!("summon-term-{}", std::process::id()),
-        t.path(),
-        &server,
-    );
-    wait_for(Duration::from_secs(30), "the first answers", || {
-        server.request_count() >= 8
-    });
+    let (_server, t, pane) = started("term", 8).await;
     let pid = run_pid(t.path()).expect("the run's pid");
     let sent = Command::new("kill")
         .args(["-TERM", &pid.to_string()])

@@ -124,6 +124,26 @@ fn foreseen_steps(pipeline: &Pipeline, f: &Foreseen, range: Range<usize>, output
     Value::Object(steps)
 }
 
+/// The estimated tokens of a task's first request without results, its output limit
+/// included: what every chunk of a reduction, and a whole synthesis, pays before its results.
+fn fixed_tokens(prepared: &crate::delegation::Prepared) -> u64 {
+    let spec = &prepared.spec;
+    estimate_tokens(&ChatRequest {
+        model: spec.model.clone(),
+        system: spec.system.clone(),
+        messages: vec![Message::user(spec.first_message.clone())],
+        tools: spec.tools.specs(),
+        temperature: None,
+        max_tokens: prepared
+            .resolved
+            .endpoint
+            .kind
+            .output_limit(spec.max_output_tokens),
+        response_format: None,
+        cache: Default::default(),
+    })
+}
+
 /// Fails a run before any request when a synthesize step without `reduce` cannot fit its
 /// model's context window and its size is knowable in advance ([`foreseen`]): the estimate
 /// is the prompt without results and the output limit, plus what each item adds when its
@@ -163,22 +183,8 @@ pub(super) async fn check_foreseen(
         let Some(window) = spec.context_window else {
             continue;
         };
-        let request = ChatRequest {
-            model: spec.model.clone(),
-            system: spec.system.clone(),
-            messages: vec![Message::user(spec.first_message.clone())],
-            tools: spec.tools.specs(),
-            temperature: None,
-            max_tokens: prepared
-                .resolved
-                .endpoint
-                .kind
-                .output_limit(spec.max_output_tokens),
-            response_format: None,
-            cache: Default::default(),
-        };
         let base = rendered_bytes(&empty);
-        let mut total = estimate_tokens(&request);
+        let mut total = fixed_tokens(&prepared);
         for i in 0..f.items.len() {
             let Ok(one) = render(i..i + 1) else {
                 continue 'steps;
@@ -368,21 +374,7 @@ impl Reduction<'_> {
                 spec.model
             )
         })?;
-        let request = ChatRequest {
-            model: spec.model.clone(),
-            system: spec.system.clone(),
-            messages: vec![Message::user(spec.first_message.clone())],
-            tools: spec.tools.specs(),
-            temperature: None,
-            max_tokens: prepared
-                .resolved
-                .endpoint
-                .kind
-                .output_limit(spec.max_output_tokens),
-            response_format: None,
-            cache: Default::default(),
-        };
-        let fixed = estimate_tokens(&request);
+        let fixed = fixed_tokens(&prepared);
         window.checked_sub(fixed).filter(|b| *b > 0).ok_or_else(|| {
             format!(
                 "the prompt without results already needs about {fixed} tokens, more than the \

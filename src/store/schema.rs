@@ -259,14 +259,15 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_version_3_store_gains_the_task_servers_and_keeps_its_tasks() {
+    /// A store made by the first `version` migrations, holding one running task
+    /// (`20260101_1`), opened by this summon.
+    fn old_store_with_a_task(version: usize) -> (tempfile::TempDir, Store) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join(super::super::DIR_NAME);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(super::super::DB_FILE);
         let conn = Connection::open(&path).unwrap();
-        migrate_with(&conn, &path, &MIGRATIONS[..3]).unwrap();
+        migrate_with(&conn, &path, &MIGRATIONS[..version]).unwrap();
         conn.execute(
             "INSERT INTO tasks (id, status, description, request, created_at, heartbeat_at)
              VALUES ('20260101_1', 'running', 'old', '{}', 1, 1)",
@@ -275,6 +276,12 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(tmp.path()).unwrap();
+        (tmp, store)
+    }
+
+    #[test]
+    fn a_version_3_store_gains_the_task_servers_and_keeps_its_tasks() {
+        let (_tmp, store) = old_store_with_a_task(3);
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
         let id = "20260101_1".parse().unwrap();
         assert!(store.get(&id).unwrap().is_some(), "the old task is kept");
@@ -287,20 +294,7 @@ mod tests {
 
     #[test]
     fn a_version_4_store_gains_task_warnings_and_keeps_its_tasks() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join(super::super::DIR_NAME);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(super::super::DB_FILE);
-        let conn = Connection::open(&path).unwrap();
-        migrate_with(&conn, &path, &MIGRATIONS[..4]).unwrap();
-        conn.execute(
-            "INSERT INTO tasks (id, status, description, request, created_at, heartbeat_at)
-             VALUES ('20260101_1', 'running', 'old', '{}', 1, 1)",
-            [],
-        )
-        .unwrap();
-        drop(conn);
-        let store = Store::open(tmp.path()).unwrap();
+        let (_tmp, store) = old_store_with_a_task(4);
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
         let id = "20260101_1".parse().unwrap();
         assert!(store.get(&id).unwrap().unwrap().warnings.is_empty());
