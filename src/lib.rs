@@ -37,6 +37,7 @@ mod source;
 mod store;
 mod subagent;
 mod template;
+mod text;
 mod yaml;
 
 use std::io::Write as _;

@@ -9,10 +9,12 @@
 mod frontmatter;
 mod model;
 mod parse;
+mod step_tool;
 mod tool_ref;
 
 pub(crate) use model::AgentDef;
 #[cfg(test)]
 pub(crate) use parse::READ_KEYS as FRONTMATTER_KEYS;
 pub(crate) use parse::{AgentDir, AgentParse, parse_agent};
+pub(crate) use step_tool::{DEVELOPER, StepTool};
 pub(crate) use tool_ref::{BuiltinTool, ToolKind, ToolRef};

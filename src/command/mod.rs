@@ -27,7 +27,7 @@ use crate::error::Result;
 
 /// Runs a parsed command.
 pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
-    use crate::exec::groups::{Handled, exit_on_signals};
+    use crate::process::groups::{Handled, exit_on_signals};
     // Commands that run the model's shell commands kill them when summon is stopped.
     match &command {
         Command::Delegate(args) if !args.r#async => {

@@ -18,6 +18,7 @@ use super::validate::validate_text;
 use crate::agent::{ToolKind, ToolRef};
 use crate::cli::{NewArgs, NewKind};
 use crate::diag::render::display_path;
+use crate::diag::suggestions;
 use crate::diag::{Diagnostic, Diagnostics, Pos};
 use crate::error::{Error, Result};
 use crate::output::write_atomically;
@@ -26,7 +27,7 @@ use crate::scaffold::{
     parse_params, pipeline_text, recipe_text, title_from_name,
 };
 use crate::schema::SchemaKind;
-use crate::source::{Catalog, SourceKind, suggestions};
+use crate::source::{Catalog, SourceKind};
 
 /// The three kinds of file `summon new` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

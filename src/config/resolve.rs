@@ -24,9 +24,9 @@ use super::file::{self, Config};
 use super::presets::{self, CLAUDE_ALIASES, ProviderDef};
 use super::probe;
 use crate::diag::Diagnostic;
+use crate::diag::suggestions;
 use crate::env::Env;
 use crate::provider::{ProviderEndpoint, RateLimits, Secret};
-use crate::source::suggestions;
 
 /// Where a setting came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -120,7 +120,7 @@ fn plan_levels(
     let (StepKind::Synthesize(task), Some(reduce)) = (&step.kind, &step.reduce) else {
         return None;
     };
-    let over = super::reduce::reduced_step(pipeline, step)?;
+    let over = pipeline.reduced_step(step)?;
     let n = plans[over].tasks?;
     let fan_out = StepConfig::new(over, &pipeline.steps[over], &pipeline.settings);
     let own = StepConfig::new(i, step, &pipeline.settings);

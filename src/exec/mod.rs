@@ -8,7 +8,7 @@ pub(crate) mod dry_run;
 mod event;
 mod final_text;
 mod finish;
-pub(crate) mod groups;
+
 mod hash;
 mod open;
 pub(crate) mod overhead;

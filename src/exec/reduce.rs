@@ -20,7 +20,6 @@ use super::context::base_context;
 use super::event::TaskDone;
 use super::step::{Compiled, Rendered, Shared, StepConfig, TaskContext, Tasks, prepare_task};
 use crate::pipeline::model::{Pipeline, Reduce, Step, StepKind, TaskTemplate};
-use crate::pipeline::refs;
 use crate::provider::{ChatRequest, Message, estimate_tokens};
 
 /// Levels beyond this are a reduction that does not converge.
@@ -32,37 +31,6 @@ pub(super) trait LevelSink: Sync {
     fn level_started(&self, step: &str, level: u32, chunks: usize);
     /// Records a finished chunk task; returns its journal row number.
     fn record(&self, done: &TaskDone, level: u32) -> Option<u64>;
-}
-
-/// The fan_out step whose `results` the synthesize step's templates read: the results a
-/// reduction chunks. `None` when they read none, or several.
-pub(crate) fn reduced_step(pipeline: &Pipeline, step: &Step) -> Option<usize> {
-    let StepKind::Synthesize(task) = &step.kind else {
-        return None;
-    };
-    let mut found: Vec<usize> = Vec::new();
-    for template in task
-        .instructions
-        .iter()
-        .chain(task.context.iter())
-        .chain(task.parameters.values())
-    {
-        for r in refs::step_refs(&template.text) {
-            if r.field.as_deref() != Some("results") {
-                continue;
-            }
-            if let Some(j) = pipeline.steps.iter().position(|s| s.id == r.id)
-                && matches!(pipeline.steps[j].kind, StepKind::FanOut(_))
-                && !found.contains(&j)
-            {
-                found.push(j);
-            }
-        }
-    }
-    match found.as_slice() {
-        [one] => Some(*one),
-        _ => None,
-    }
 }
 
 /// A synthesis whose size is known before its fan-out runs: the fan-out iterates a literal
@@ -79,7 +47,7 @@ pub(crate) struct Foreseen {
 
 /// The foreseeable size of synthesize step `step`'s input, when it is knowable in advance.
 pub(crate) fn foreseen(pipeline: &Pipeline, step: &Step) -> Option<Foreseen> {
-    let over = reduced_step(pipeline, step)?;
+    let over = pipeline.reduced_step(step)?;
     let fan_out = &pipeline.steps[over];
     let StepKind::FanOut(f) = &fan_out.kind else {
         return None;
@@ -264,7 +232,7 @@ impl Reduction<'_> {
     /// Runs the reduction to one answer; `Ok(None)` when every result fits one request (the
     /// step then runs as a plain synthesis).
     pub(super) async fn run(mut self, sink: &dyn LevelSink) -> Result<Option<String>, String> {
-        let over = reduced_step(self.pipeline, self.step).ok_or_else(|| {
+        let over = self.pipeline.reduced_step(self.step).ok_or_else(|| {
             "`reduce` needs the step to read `steps.<id>.results` of exactly one fan_out step"
                 .to_owned()
         })?;

@@ -308,7 +308,8 @@ pub(crate) fn run_pipeline(
     let pipeline = Arc::new(options.pipeline);
     let plan = options.plan;
     let progress = Arc::new(Progress::new(options.display));
-    super::groups::stop_on_exit(&progress);
+    let screen: Arc<dyn crate::process::groups::Screen> = progress.clone();
+    crate::process::groups::stop_on_exit(Arc::downgrade(&screen));
     add_steps(&progress, &pipeline, &plan);
     let report = new_report(&config, &pipeline);
     let run_started = report.started();

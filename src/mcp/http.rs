@@ -412,7 +412,7 @@ fn title(body: &str) -> Option<String> {
 /// The first line of a body, at most 200 bytes.
 fn excerpt(body: &str) -> String {
     let mut line = body.trim().lines().next().unwrap_or("").to_owned();
-    crate::subagent::tool::truncate_at_boundary(&mut line, 200);
+    crate::text::truncate_at_boundary(&mut line, 200);
     line
 }
 

@@ -1,13 +1,12 @@
 //! MCP servers as subagent tools: goose recipe `extensions` of type `stdio` and
 //! `streamable_http` (and the servers of a project's `.mcp.json` that an agent's `tools` list
 //! names), offered to the model as `<extension>__<tool>` (`mcp__<server>__<tool>` when an
-//! agent names them so), made valid and unique for providers by [`names`].
+//! agent names them so), made valid and unique for providers by [`crate::provider::tool_name`].
 //!
 //! [`ServerSpec`] is resolved when a delegation is prepared; a [`Session`] lives exactly as
 //! long as the task that uses it.
 
 mod http;
-mod names;
 mod observed;
 mod project;
 mod record;
@@ -18,7 +17,6 @@ mod spawn;
 mod stderr;
 mod stdio;
 
-pub(crate) use names::is_valid_prefix as is_valid_tool_prefix;
 pub(crate) use project::{named_project_servers, project_servers, untrusted_server};
 pub(crate) use record::{ServerChange, on_server_change, stop_recorded};
 pub(crate) use server::ServerSpec;

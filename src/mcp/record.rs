@@ -95,7 +95,7 @@ pub(crate) fn stop_recorded(pgid: u32, started: u64, worker: u32) -> bool {
         }
     };
     if ours {
-        crate::exec::groups::kill(pgid);
+        crate::process::groups::kill(pgid);
     }
     ours
 }

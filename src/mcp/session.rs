@@ -29,8 +29,8 @@ use super::observed::Observed;
 use super::server::{ServerSpec, Transport};
 use super::stderr::StderrTail;
 use super::stdio::StdioTransport;
+use crate::provider::ToolOutput;
 use crate::provider::ToolSpec;
-use crate::subagent::tool::ToolOutput;
 
 /// How long a server gets to stop by itself (stdin closed) before its group is killed.
 const STOP_GRACE: Duration = Duration::from_millis(500);
@@ -99,7 +99,7 @@ impl Session {
     /// characters, too long, offered twice): `specs` are the servers' tools in order.
     fn offer_valid_names(&mut self, specs: &mut [ToolSpec]) {
         let wanted: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-        let offered = super::names::assign(&wanted, &[]);
+        let offered = crate::provider::tool_name::assign(&wanted, &[]);
         let exposed = self
             .servers
             .iter_mut()
@@ -474,11 +474,11 @@ async fn spawn_stdio(
     let mut command = crate::sandbox::helper::server_command(sandbox, &[workdir], cmd, &args)?;
     command
         .current_dir(workdir)
-        .env(crate::subagent::NESTED_ENV, "1");
+        .env(crate::env::NESTED_ENV, "1");
     // summon's own secrets are not handed to servers unless the extension names them.
     for (name, _) in std::env::vars_os() {
         if let Some(name) = name.to_str()
-            && crate::subagent::tool::is_secret_name(name)
+            && crate::env::is_secret_name(name)
             && !envs.iter().any(|(k, _)| k == name)
         {
             command.env_remove(name);
@@ -498,7 +498,7 @@ async fn spawn_stdio(
         .id()
         .ok_or_else(|| std::io::Error::other("the process exited at once"))?;
     let transport = StdioTransport::new(child, Arc::clone(observed))?;
-    crate::exec::groups::register_server(pid);
+    crate::process::groups::register_server(pid);
     super::record::started(pid);
     let group = ProcessGroup {
         pgid: pid,
@@ -551,7 +551,7 @@ impl ProcessGroup {
         if let Some(pid) = self.pid() {
             let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
         }
-        crate::exec::groups::unregister_server(self.pgid);
+        crate::process::groups::unregister_server(self.pgid);
         super::record::stopped(self.pgid);
     }
 
@@ -601,7 +601,7 @@ fn format_result(result: rmcp::model::CallToolResult) -> ToolOutput {
     }
     let mut text = parts.join("\n");
     let full = text.len();
-    if crate::subagent::tool::truncate_at_boundary(&mut text, MAX_OUTPUT) {
+    if crate::text::truncate_at_boundary(&mut text, MAX_OUTPUT) {
         text.push_str(&format!(
             "\n[output truncated: showed the first {} of {}]",
             super::size::human(MAX_OUTPUT),

@@ -26,7 +26,7 @@ impl StderrTail {
         if line.is_empty() {
             return;
         }
-        crate::subagent::tool::truncate_at_boundary(&mut line, LINE_LEN);
+        crate::text::truncate_at_boundary(&mut line, LINE_LEN);
         if self.first_error.is_none() && reads_as_error(&line) {
             self.first_error = Some(line.clone());
         }

@@ -215,6 +215,12 @@ pub(crate) struct Progress {
     ticker: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
 }
 
+impl crate::process::groups::Screen for Progress {
+    fn finish(&self) {
+        Progress::finish(self);
+    }
+}
+
 impl Progress {
     /// The display on stderr.
     pub(crate) fn new(mode: DisplayMode) -> Self {

@@ -24,6 +24,37 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
+    /// The fan_out step whose `results` the synthesize step's templates read: the results a
+    /// reduction chunks. `None` when they read none, or several.
+    pub(crate) fn reduced_step(&self, step: &Step) -> Option<usize> {
+        let StepKind::Synthesize(task) = &step.kind else {
+            return None;
+        };
+        let mut found: Vec<usize> = Vec::new();
+        for template in task
+            .instructions
+            .iter()
+            .chain(task.context.iter())
+            .chain(task.parameters.values())
+        {
+            for r in super::refs::step_refs(&template.text) {
+                if r.field.as_deref() != Some("results") {
+                    continue;
+                }
+                if let Some(j) = self.steps.iter().position(|s| s.id == r.id)
+                    && matches!(self.steps[j].kind, StepKind::FanOut(_))
+                    && !found.contains(&j)
+                {
+                    found.push(j);
+                }
+            }
+        }
+        match found.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        }
+    }
+
     /// `--sandbox` / `--network`: what they set wins over every step's and the settings'.
     pub(crate) fn override_sandbox(
         &mut self,

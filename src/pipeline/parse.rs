@@ -17,10 +17,10 @@ use super::model::{
     TaskTemplate, Template,
 };
 use super::refs;
+use crate::diag::suggestions;
 use crate::diag::{Diagnostic, Diagnostics, FileDiags, Pos, SourceFile};
 use crate::recipe::read_parameters;
 use crate::sandbox::Policy;
-use crate::source::suggestions;
 use crate::template;
 use crate::yaml::{self, MapReader, Node, ScalarStyle, Value};
 
@@ -987,7 +987,7 @@ fn read_step_tools(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Vec<(Strin
         let Some(name) = scalar_text(item, &format!("{path}[{i}]"), d) else {
             continue;
         };
-        match crate::subagent::tool::StepTool::parse(&name) {
+        match crate::agent::StepTool::parse(&name) {
             Ok(_) => tools.push((name.trim().to_owned(), item.pos)),
             Err(why) => d.error(item.pos, format!("unknown tool in `{path}`: {why}")),
         }
@@ -1373,7 +1373,7 @@ fn check(pipeline: &Pipeline, kinds_known: &[bool], d: &mut FileDiags<'_>) {
             checker.check(t, Some(step), in_fan_out, d);
         }
         if let (Some(reduce), StepKind::Synthesize(_)) = (&step.reduce, &step.kind) {
-            if crate::exec::reduce::reduced_step(pipeline, step).is_none() {
+            if pipeline.reduced_step(step).is_none() {
                 d.error(
                     reduce.pos,
                     format!(

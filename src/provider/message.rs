@@ -271,3 +271,26 @@ mod tests {
         assert_eq!(total.input_tokens, u64::MAX);
     }
 }
+
+/// The result of one tool call, as it goes back to the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ToolOutput {
+    pub(crate) content: String,
+    pub(crate) is_error: bool,
+}
+
+impl ToolOutput {
+    pub(crate) fn ok(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    pub(crate) fn error(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}

@@ -1,6 +1,5 @@
 //! LLM provider clients: provider-neutral chat types, the OpenAI-compatible and Anthropic wire
 //! formats, error classification, retries and per-provider rate budgets.
-// Nothing outside uses the provider layer yet; drop these allows once the agent loop does.
 
 mod anthropic;
 mod batch;
@@ -14,6 +13,7 @@ mod message;
 mod openai;
 mod retry;
 mod structured;
+pub(crate) mod tool_name;
 
 pub(crate) use batch::{BatchCounts, BatchLine, BatchState, BatchStatus, LineResult};
 pub(crate) use cache::{CacheHint, OPENAI_MIN_TOKENS, anthropic_min_tokens};
@@ -22,7 +22,7 @@ pub(crate) use error::{ProviderError, Secret, redact};
 pub(crate) use limiter::{RateLimiter, RateLimits, estimate_tokens, tool_chars};
 #[cfg(test)]
 pub(crate) use message::ToolCall;
-pub(crate) use message::{ChatRequest, ChatResponse, Message, ToolSpec, Usage};
+pub(crate) use message::{ChatRequest, ChatResponse, Message, ToolOutput, ToolSpec, Usage};
 pub(crate) use retry::{RetryHook, RetryPolicy, retry_transient, send_with_retry};
 pub(crate) use structured::{
     OpenAiFormat, ResponseFormat, mechanism as structured_mechanism, unwrap_answer,

@@ -653,7 +653,7 @@ fn check_extension_name(
         kind,
         ExtensionKind::Stdio | ExtensionKind::StreamableHttp | ExtensionKind::Sse
     );
-    if server && !crate::mcp::is_valid_tool_prefix(name) {
+    if server && !crate::provider::tool_name::is_valid_prefix(name) {
         d.error(
             pos,
             format!(

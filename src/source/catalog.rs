@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::search_path::{DirKind, Scope, SearchDir};
-use super::suggest::suggestions;
 use crate::agent::AgentDef;
+use crate::diag::suggestions;
 use crate::diag::{Diagnostic, Diagnostics, SourceFile};
 use crate::recipe::{Recipe, Strictness, SubRecipe, parse_recipe};
 

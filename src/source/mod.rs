@@ -4,10 +4,8 @@ mod catalog;
 mod discover;
 mod frozen;
 mod search_path;
-mod suggest;
 
 pub(crate) use catalog::{Catalog, Source, SourceDef, SourceKind};
 pub(crate) use discover::{discover, read_source_text};
 pub(crate) use frozen::{freeze, thaw};
 pub(crate) use search_path::{Scope, search_dirs};
-pub(crate) use suggest::suggestions;

@@ -14,10 +14,11 @@ mod slot;
 mod structured;
 pub(crate) mod tool;
 
+pub(crate) use crate::env::NESTED_ENV;
 pub(crate) use cache::{TaskCache, WarmSignal};
 pub(crate) use ending::answer_problem;
 pub(crate) use event::SubagentEvent;
-pub(crate) use nesting::{NESTED_ENV, inside_subagent};
+pub(crate) use nesting::inside_subagent;
 pub(crate) use prompt::{
     FirstMessage, content_len as prompt_content_len, system_prompt, tools_section,
 };

@@ -20,8 +20,7 @@ use std::path::Path;
 
 use crate::env::Env;
 
-/// Set in the environment of every process a subagent gets.
-pub(crate) const NESTED_ENV: &str = "SUMMON_SUBAGENT";
+use crate::env::NESTED_ENV;
 
 /// How many ancestors are looked at, at most (the chain ends at pid 1 long before).
 const MAX_DEPTH: usize = 128;

@@ -15,32 +15,12 @@ mod subset;
 mod workdir;
 
 pub(crate) use set::ToolSet;
-pub(crate) use shell::{Scratch, is_secret_name};
-pub(crate) use subset::{StepTool, Subset};
+pub(crate) use shell::Scratch;
+pub(crate) use subset::Subset;
 pub(crate) use workdir::WorkDir;
 
-/// The result of one tool call, as it goes back to the model.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ToolOutput {
-    pub(crate) content: String,
-    pub(crate) is_error: bool,
-}
-
-impl ToolOutput {
-    pub(crate) fn ok(content: impl Into<String>) -> Self {
-        Self {
-            content: content.into(),
-            is_error: false,
-        }
-    }
-
-    pub(crate) fn error(content: impl Into<String>) -> Self {
-        Self {
-            content: content.into(),
-            is_error: true,
-        }
-    }
-}
+pub(crate) use crate::provider::ToolOutput;
+pub(crate) use crate::text::truncate_at_boundary;
 
 impl From<Result<String, ToolError>> for ToolOutput {
     fn from(result: Result<String, ToolError>) -> Self {
@@ -83,19 +63,6 @@ pub(crate) fn shown(text: &str) -> String {
         out.push_str(&format!("... ({} bytes)", text.len()));
     }
     format!("`{}`", out.replace('\0', "\\0"))
-}
-
-/// Cuts `text` to at most `max` bytes at a character boundary; says whether it cut.
-pub(crate) fn truncate_at_boundary(text: &mut String, max: usize) -> bool {
-    if text.len() <= max {
-        return false;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-    true
 }
 
 /// Runs blocking file-system work off the async threads; a panic becomes a tool error.

@@ -8,7 +8,7 @@
 //! rest drained and counted). When the command ends, its timeout passes, or the call is dropped (the task cancelled), the whole process
 //! group is killed, so background processes neither outlive the call nor keep it waiting on
 //! their open pipes; a timeout is an error that still shows the output so far. An interrupted
-//! summon kills the groups still running (see [`crate::exec::groups`]).
+//! summon kills the groups still running (see [`crate::process::groups`]).
 //!
 //! An agent that lists shell only through patterns (`Bash(git log*)`) gets a restricted shell:
 //! the command must match one of the patterns (`*` matches anything, a trailing `:*` as in
@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use super::args::Args;
 use super::workdir::WorkDir;
 use super::{ToolError, shown};
+use crate::env::is_secret_name;
 use crate::provider::ToolSpec;
 use crate::sandbox::{Policy, Sandbox, helper};
 
@@ -187,12 +188,6 @@ fn wildcard_match(pattern: &str, text: &str) -> bool {
         }
     }
     p[pi..].iter().all(|&c| c == '*')
-}
-
-/// Whether an environment variable looks like it holds an API key or token for a provider.
-pub(crate) fn is_secret_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    upper.ends_with("API_KEY") || upper.ends_with("_AUTH_TOKEN")
 }
 
 /// Runs `command` and formats what happened.
@@ -383,15 +378,15 @@ struct ProcessGroup(u32);
 
 impl ProcessGroup {
     fn new(pgid: u32) -> Self {
-        crate::exec::groups::register(pgid);
+        crate::process::groups::register(pgid);
         Self(pgid)
     }
 }
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        crate::exec::groups::kill(self.0);
-        crate::exec::groups::unregister(self.0);
+        crate::process::groups::kill(self.0);
+        crate::process::groups::unregister(self.0);
     }
 }
 

@@ -77,15 +77,19 @@ pub(crate) enum Handled {
     TerminateAndInterrupt,
 }
 
-/// The run's live display, when one is shown: stopped (its bars cleared, every step's last
-/// line printed) before the exit line, so that the line does not tear it.
-static DISPLAY: std::sync::Mutex<Option<std::sync::Weak<crate::output::Progress>>> =
-    std::sync::Mutex::new(None);
+/// Something drawn on the terminal that a signal's exit line would tear (the run's live
+/// display): stopped first, its bars cleared and its last lines printed.
+pub(crate) trait Screen: Send + Sync {
+    fn finish(&self);
+}
 
-/// Says which display to stop before a signal's exit line.
-pub(crate) fn stop_on_exit(display: &std::sync::Arc<crate::output::Progress>) {
-    if let Ok(mut slot) = DISPLAY.lock() {
-        *slot = Some(std::sync::Arc::downgrade(display));
+/// The screen to stop before a signal's exit line, while it lives.
+static SCREEN: Mutex<Option<std::sync::Weak<dyn Screen>>> = Mutex::new(None);
+
+/// Says which screen to stop before a signal's exit line.
+pub(crate) fn stop_on_exit(screen: std::sync::Weak<dyn Screen>) {
+    if let Ok(mut slot) = SCREEN.lock() {
+        *slot = Some(screen);
     }
 }
 
@@ -144,12 +148,12 @@ pub(crate) fn exit_on_signals(handled: Handled) {
         } else {
             stopped
         };
-        let display = DISPLAY
+        let screen = SCREEN
             .lock()
             .ok()
             .and_then(|slot| slot.as_ref().and_then(std::sync::Weak::upgrade));
-        if let Some(display) = display {
-            display.finish();
+        if let Some(screen) = screen {
+            screen.finish();
         }
         eprintln!("summon: {name}{what}{stopped}");
         std::process::exit(128 + number);

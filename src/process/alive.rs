@@ -1,4 +1,4 @@
-//! Other processes, seen from this one.
+//! Whether another process is alive, seen from this one.
 
 /// A process exists and is not a zombie.
 pub(crate) fn pid_alive(pid: u32) -> bool {

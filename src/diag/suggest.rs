@@ -1,4 +1,4 @@
-//! Did-you-mean: close names from the catalog.
+//! Did-you-mean: close names among the known ones.
 
 /// At most three names close to `wanted`: names containing it or contained in it (as goose
 /// matches), then names within a small edit distance (typos such as `cartografer`).
