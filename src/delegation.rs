@@ -205,7 +205,7 @@ pub(crate) struct Draft {
     pub(crate) servers: Vec<ServerSpec>,
     pub(crate) notes: Vec<Diagnostic>,
     /// The bytes of `system` and `first_message` that are the task's own instructions,
-    /// context, prompt and role text; the rest is framing (see `crate::exec::overhead`).
+    /// context, prompt and role text; the rest is framing (see `crate::event::Overhead`).
     pub(crate) content_len: usize,
     workdir: WorkDir,
     max_turns: u32,

@@ -20,6 +20,7 @@ mod delegation;
 mod diag;
 mod env;
 mod error;
+mod event;
 mod exec;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -33,12 +33,12 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::context::item_context;
-use super::event::{PROMPT_LIMIT, TaskDone, TaskTrace};
 use super::step::{
     Compiled, Rendered, Shared, StepConfig, TaskSlot, Tasks, acquire_slot, client_for,
     prepare_task, resumed, run_task,
 };
 use crate::delegation::Prepared;
+use crate::event::{PROMPT_LIMIT, TaskDone, TaskTrace};
 use crate::provider::{
     BatchCounts, BatchLine, BatchState, BatchStatus, ChatRequest, Client, LineResult, Message,
     ProviderError, Usage, retry_transient,
@@ -88,7 +88,7 @@ struct Pending {
     /// The rendered first message, for the outputs.
     prompt: String,
     /// What its request carries beyond its own text (no tools: a batch line has none).
-    overhead: super::overhead::Overhead,
+    overhead: crate::event::Overhead,
 }
 
 /// A batch being polled.
@@ -447,7 +447,7 @@ impl BatchRun<'_> {
             }
         }
         let request = batch_request(&prepared);
-        let overhead = super::overhead::Overhead::count(
+        let overhead = crate::event::Overhead::count(
             request.system.len(),
             prepared.spec.first_message.len(),
             request.model.len(),

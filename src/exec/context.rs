@@ -28,7 +28,7 @@ pub(crate) struct StepOutputs {
     data: Mutex<Vec<StepData>>,
     /// The last step's text when nothing but stdout reads it: kept aside, never in
     /// `steps.<id>.output`.
-    final_text: Mutex<Option<super::FinalText>>,
+    final_text: Mutex<Option<crate::event::FinalText>>,
 }
 
 impl StepOutputs {
@@ -39,13 +39,13 @@ impl StepOutputs {
         }
     }
 
-    pub(crate) fn set_final(&self, text: super::FinalText) {
+    pub(crate) fn set_final(&self, text: crate::event::FinalText) {
         if let Ok(mut slot) = self.final_text.lock() {
             *slot = Some(text);
         }
     }
 
-    pub(crate) fn take_final(&self) -> Option<super::FinalText> {
+    pub(crate) fn take_final(&self) -> Option<crate::event::FinalText> {
         self.final_text.lock().ok()?.take()
     }
 

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use tokio::task::{Id, JoinError, JoinSet};
 
-use super::event::StepStatus;
 use super::plan::Plan;
 use super::scheduler::Sink;
 use super::step_error::StepError;
 use super::step_run::{RunContext, StepRun};
+use crate::event::StepStatus;
 use crate::output::Progress;
 use crate::pipeline::graph::Graph;
 use crate::pipeline::shard::Role;

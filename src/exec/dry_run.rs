@@ -52,7 +52,7 @@ pub(crate) struct StepPlan {
     /// Their estimated input tokens.
     pub(crate) input_tokens: u64,
     /// Their per-task overhead: tokens beyond their own text (tools, standard prompt, labels).
-    pub(crate) overhead: super::overhead::OverheadSum,
+    pub(crate) overhead: crate::event::OverheadSum,
     /// The model of the first drafted task (`None`: none drafted, or no model configured).
     pub(crate) model: Option<String>,
     /// The first drafted task's first user message.
@@ -463,7 +463,7 @@ fn expand<'p>(
     };
     let text = tenv
         .render_str(&template.text, base)
-        .map_err(|e| super::step::render_error(template, &e))?;
+        .map_err(|e| template.render_error(&e))?;
     let found = match decompose {
         Decompose::Command(_) => command_items(&text, &env.cwd, COMMAND_LIMIT).map(Known::Items),
         Decompose::Glob(_) => glob_items(&text, &env.cwd).map(Known::Items),
@@ -562,7 +562,7 @@ impl Drafter<'_> {
         let draft = draft(self.env, source, &request, &self.resolver).map_err(prepare_message)?;
         let model = self.model(&draft);
         let (tokens, tool_chars) = self.estimate(&draft, model.as_deref());
-        plan.overhead.add(super::overhead::Overhead::count(
+        plan.overhead.add(crate::event::Overhead::count(
             draft.system.len(),
             draft.first_message.len(),
             model.as_deref().map_or(0, str::len),

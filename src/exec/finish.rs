@@ -9,13 +9,13 @@ use serde_json::{Value, json};
 
 use super::context::{StepData, StepOutputs, base_context};
 use super::dispatcher::StepEnd;
-use super::event::{RunSummary, StepStatus};
-use super::final_text::FinalText;
 use super::plan::Plan;
 use super::scheduler::Sink;
 use super::step::Shared;
 use crate::env::Env;
 use crate::error::{Error, Result};
+use crate::event::FinalText;
+use crate::event::{RunSummary, StepStatus};
 use crate::pipeline::graph::Graph;
 use crate::pipeline::model::{OutputBody, Pipeline};
 use crate::store::{RunStatus, Store};
@@ -260,7 +260,7 @@ fn write_outputs(
     for (index, output) in pipeline.outputs.iter().enumerate() {
         let path = tenv
             .render_str(&output.path.text, &base)
-            .map_err(|e| Error::usage(super::step::render_error(&output.path, &e)))?;
+            .map_err(|e| Error::usage(output.path.render_error(&e)))?;
         let path = env.cwd.join(path.trim());
         let content = match &output.body {
             OutputBody::Table(_) => {
@@ -271,7 +271,7 @@ fn write_outputs(
         };
         let content = tenv
             .render_str(&content.text, &base)
-            .map_err(|e| Error::usage(super::step::render_error(content, &e)))?;
+            .map_err(|e| Error::usage(content.render_error(&e)))?;
         // A text file ends with exactly one line break, whatever the template left.
         let mut text = content.trim_end_matches(['\n', '\r']).to_owned();
         if !text.is_empty() {

@@ -5,13 +5,9 @@ mod batch;
 mod context;
 mod dispatcher;
 pub(crate) mod dry_run;
-mod event;
-mod final_text;
 mod finish;
-
 mod hash;
 mod open;
-pub(crate) mod overhead;
 pub(crate) mod plan;
 pub(crate) mod reduce;
 mod scheduler;
@@ -21,7 +17,4 @@ mod step_error;
 mod step_run;
 pub(crate) mod tool_check;
 
-pub(crate) use event::{RunSummary, StepStatus, TaskDone, TaskTrace};
-pub(crate) use final_text::FinalText;
 pub(crate) use scheduler::{RunOptions, run_pipeline};
-pub(crate) use step::render_error;

@@ -42,10 +42,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::context::{StepData, StepOutputs};
-use super::event::{StepStatus, TaskDone, TaskTrace};
 use super::hash::request_hash;
 use crate::diag::Diagnostic;
 use crate::env::Env;
+use crate::event::{StepStatus, TaskDone, TaskTrace};
 use crate::pipeline::items::open_file_items;
 use crate::pipeline::model::{OnError, Pipeline, Step, StepKind};
 use crate::pipeline::shard::{Role, Shard, shard_roles, until_roles};

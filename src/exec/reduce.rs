@@ -17,8 +17,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::context::base_context;
-use super::event::TaskDone;
 use super::step::{Compiled, Rendered, Shared, StepConfig, TaskContext, Tasks, prepare_task};
+use crate::event::TaskDone;
 use crate::pipeline::model::{Pipeline, Reduce, Step, StepKind, TaskTemplate};
 use crate::provider::{ChatRequest, Message, estimate_tokens};
 

@@ -20,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::{StepOutputs, agents_json};
 use super::dispatcher::Dispatcher;
-use super::event::{RunSummary, TaskDone};
 use super::finish::Finish;
 use super::open::OpenRun;
 use super::plan::{Plan, TaskRef};
@@ -29,6 +28,7 @@ use super::step_run::RunContext;
 use crate::config::Config;
 use crate::env::Env;
 use crate::error::{Error, Result};
+use crate::event::{RunSummary, TaskDone};
 use crate::output::{DisplayMode, JunitWriter, Progress, Report, ResultLine, ResultsWriter};
 use crate::pipeline::graph::Graph;
 use crate::pipeline::model::{Decompose, Pipeline, StepKind};

@@ -11,11 +11,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::context::item_context;
-use super::event::{PROMPT_LIMIT, Spent, TaskDone, TaskTrace};
 use super::hash::request_hash;
 use crate::config::Config;
 use crate::delegation::{Request, Resolver, prepare_with};
 use crate::env::Env;
+use crate::event::{PROMPT_LIMIT, Spent, TaskDone, TaskTrace};
 use crate::pipeline::model::{OnExtensionError, PipelineSettings, Step, TaskTemplate, Template};
 use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
 use crate::recipe::ParamInput;
@@ -155,27 +155,14 @@ pub(crate) struct Compiled<'env> {
     extensions: Option<Vec<String>>,
 }
 
-/// A render failure, positioned in the pipeline file.
-pub(crate) fn render_error(template: &Template, error: &minijinja::Error) -> String {
-    let line = template.first_line()
-        + error
-            .line()
-            .map_or(0, |l| u32::try_from(l).unwrap_or(1).saturating_sub(1));
-    let mut message = error.kind().to_string();
-    if let Some(detail) = error.detail() {
-        message = format!("{message}: {detail}");
-    }
-    format!("line {line}: cannot render template: {message}")
-}
-
-/// [`render_error`], naming the keys there are when the template reads a field an object
+/// [`Template::render_error`], naming the keys there are when the template reads a field an object
 /// of the context does not have (`item.body` of a CSV row: "the item has id, title, text").
 pub(crate) fn render_error_in(
     template: &Template,
     error: &minijinja::Error,
     ctx: &minijinja::Value,
 ) -> String {
-    let message = render_error(template, error);
+    let message = template.render_error(error);
     match missing_field(template, error, ctx) {
         Some(hint) => format!("{message}; {hint}"),
         None => message,
@@ -214,7 +201,7 @@ impl<'env> Compiled<'env> {
     ) -> Result<Self, String> {
         let compile = |t: &'env Template| {
             env.template_from_str(&t.text)
-                .map_err(|e| render_error(t, &e))
+                .map_err(|e| t.render_error(&e))
         };
         Ok(Self {
             source: task.source.as_ref().map(compile).transpose()?,
@@ -607,7 +594,7 @@ async fn attempt_task(
             system_len,
             tool_chars,
         } if trace.overhead_tokens.is_none() => {
-            let overhead = super::overhead::Overhead::count(
+            let overhead = crate::event::Overhead::count(
                 system_len,
                 first_len,
                 model_len,

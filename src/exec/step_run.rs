@@ -9,11 +9,11 @@ use indexmap::IndexMap;
 use serde_json::{Value, json};
 
 use super::context::{StepData, StepOutputs, base_context};
-use super::event::TaskDone;
-use super::final_text::FinalTextBuilder;
 use super::scheduler::{Sink, SinkReporter};
 use super::step::{Shared, StepConfig, TaskContext, Tasks};
 use super::step_error::StepError;
+use crate::event::FinalTextBuilder;
+use crate::event::TaskDone;
 use crate::pipeline::items::{command_items, glob_items, open_file_items};
 use crate::pipeline::model::{
     Backend, Decompose, FanOut, OnError, Pipeline, Step, StepKind, TaskTemplate,
@@ -419,7 +419,7 @@ impl Scope<'_, '_> {
     fn render(&self, template: &crate::pipeline::model::Template) -> Result<String, String> {
         self.env
             .render_str(&template.text, self.base)
-            .map_err(|e| super::step::render_error(template, &e))
+            .map_err(|e| template.render_error(&e))
     }
 }
 
@@ -444,12 +444,10 @@ fn check_sources(
     let template = scope
         .env
         .template_from_str(&source.text)
-        .map_err(|e| super::step::render_error(source, &e))?;
+        .map_err(|e| source.render_error(&e))?;
     for (index, item) in items.iter().enumerate() {
         let ctx = super::context::item_context(scope.base, item, index as u64);
-        let name = template
-            .render(&ctx)
-            .map_err(|e| super::step::render_error(source, &e))?;
+        let name = template.render(&ctx).map_err(|e| source.render_error(&e))?;
         if let Some(name) = super::step::named_source(&name)
             && shared.catalog.get(name).is_none()
         {

@@ -73,7 +73,7 @@
 //!   written to the provider's prompt cache.
 //! - `overhead`: the estimated tokens each task's first request carries beyond the task's own
 //!   instructions, context, prompt and role text (tool definitions, the standard system
-//!   prompt, labels; see [`crate::exec::overhead`]), over the tasks that sent a request in
+//!   prompt, labels; see [`crate::event::Overhead`]), over the tasks that sent a request in
 //!   this run: `{"tasks", "tokens", "tool_tokens", "per_task_max",
 //!   "tool_tokens_per_task_max"}` (sums, then the largest of one task), `null` when none did.
 
@@ -120,7 +120,7 @@ pub(crate) struct Stats {
     pub(crate) priced_tasks: u64,
     pub(crate) unpriced_tasks: u64,
     /// The per-task overhead of the tasks that sent a request here.
-    pub(crate) overhead: crate::exec::overhead::OverheadSum,
+    pub(crate) overhead: crate::event::OverheadSum,
 }
 
 impl Stats {
@@ -451,12 +451,8 @@ impl Report {
     }
 
     /// Adds the overhead of a task of `step` that sent a request (see
-    /// [`crate::exec::overhead`]); `None` (resumed, reused) adds nothing.
-    pub(crate) fn record_overhead(
-        &mut self,
-        step: &str,
-        overhead: Option<crate::exec::overhead::Overhead>,
-    ) {
+    /// [`crate::event::Overhead`]); `None` (resumed, reused) adds nothing.
+    pub(crate) fn record_overhead(&mut self, step: &str, overhead: Option<crate::event::Overhead>) {
         if let Some(overhead) = overhead {
             self.entry(step).stats.overhead.add(overhead);
             self.total.overhead.add(overhead);
@@ -695,7 +691,7 @@ mod tests {
         let mut report = Report::new(prices());
         report.step_started("areas");
         record(&mut report, "areas", "cheap", "completed", 100);
-        let overhead = |tokens, tool_tokens| crate::exec::overhead::Overhead {
+        let overhead = |tokens, tool_tokens| crate::event::Overhead {
             tokens,
             tool_tokens,
         };

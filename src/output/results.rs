@@ -27,7 +27,7 @@
 //! (at most 16 KiB, then `… [N more bytes]`); `overhead_tokens`, the estimated tokens of its
 //! first request beyond its own instructions, context, prompt and role text, and
 //! `tool_tokens`, the tool definitions among them (`null` for a task that sent no request in
-//! this run; see `crate::exec::overhead`); `warnings`, what went
+//! this run; see `crate::event::Overhead`); `warnings`, what went
 //! wrong with the task's extensions (MCP servers), one string each, such as
 //! `` extension `fs` did not start: ... `` (whether that fails the task is the step's
 //! `on_extension_error`); `data`, the parsed answer of a task validated against a JSON schema
@@ -82,7 +82,7 @@ pub(crate) struct ResultLine<'a> {
     pub(crate) corrections: u32,
     /// Start time, attempts, retries, tools and prompt (keys `started_ms` … `prompt`).
     #[serde(flatten)]
-    pub(crate) trace: &'a crate::exec::TaskTrace,
+    pub(crate) trace: &'a crate::event::TaskTrace,
     /// What went wrong with the task's extensions, one line each.
     pub(crate) warnings: &'a [String],
     /// The parsed answer of a schema-validated task; `None` (`null`) for a text answer.
@@ -261,8 +261,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    static TRACE: std::sync::LazyLock<crate::exec::TaskTrace> =
-        std::sync::LazyLock::new(|| crate::exec::TaskTrace {
+    static TRACE: std::sync::LazyLock<crate::event::TaskTrace> =
+        std::sync::LazyLock::new(|| crate::event::TaskTrace {
             started_ms: Some(7),
             attempts: 1,
             retries: 2,
@@ -272,7 +272,7 @@ mod tests {
             prompt: None,
             overhead_tokens: Some(50),
             tool_tokens: Some(0),
-            ..crate::exec::TaskTrace::default()
+            ..crate::event::TaskTrace::default()
         });
 
     fn line<'a>(step: &'a str, index: u64, item: &'a Value, resumed: bool) -> ResultLine<'a> {

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::fmt_cost;
-use crate::exec::{RunSummary, StepStatus};
+use crate::event::{RunSummary, StepStatus};
 
 /// The variable that names the job summary file.
 pub(crate) const STEP_SUMMARY_VAR: &str = "GITHUB_STEP_SUMMARY";

@@ -19,7 +19,7 @@ use std::path::Path;
 use minijinja::Environment;
 
 use crate::error::{Error, Result};
-use crate::exec::TaskDone;
+use crate::event::TaskDone;
 use crate::pipeline::model::{OutputBody, Pipeline, Table, TableFormat, Template};
 
 /// Every table of a pipeline's `outputs`, by the entry's position.
@@ -85,7 +85,7 @@ impl TableRows {
         let mut error = None;
         for (i, (_, t)) in table.columns.iter().enumerate() {
             if let Err(e) = env.add_template_owned(i.to_string(), t.text.clone()) {
-                error.get_or_insert_with(|| Error::usage(crate::exec::render_error(t, &e)));
+                error.get_or_insert_with(|| Error::usage(t.render_error(&e)));
             }
         }
         let mut rows = Self {
@@ -242,7 +242,7 @@ fn render_column(
     rendered.map_err(|e| {
         Error::usage(format!(
             "{} (a table column, item {index})",
-            crate::exec::render_error(t, &e)
+            t.render_error(&e)
         ))
     })
 }

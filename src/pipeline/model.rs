@@ -114,6 +114,19 @@ impl Template {
     pub(crate) fn first_line(&self) -> u32 {
         self.pos.line + u32::from(self.block)
     }
+
+    /// A render failure, positioned in the pipeline file.
+    pub(crate) fn render_error(&self, error: &minijinja::Error) -> String {
+        let line = self.first_line()
+            + error
+                .line()
+                .map_or(0, |l| u32::try_from(l).unwrap_or(1).saturating_sub(1));
+        let mut message = error.kind().to_string();
+        if let Some(detail) = error.detail() {
+            message = format!("{message}: {detail}");
+        }
+        format!("line {line}: cannot render template: {message}")
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -1,4 +1,4 @@
-//! What a finished task and a finished run look like to the outputs.
+//! What a finished task looks like to the outputs.
 
 use std::time::Duration;
 
@@ -57,7 +57,7 @@ pub(crate) struct TaskTrace {
     /// The rendered first message sent to the model, at most [`PROMPT_LIMIT`] bytes.
     pub(crate) prompt: Option<String>,
     /// The estimated tokens of its first request beyond its own text, tool definitions
-    /// included ([`super::overhead`]); `None` when it sent no request here.
+    /// included ([`super::overhead`](super::Overhead)); `None` when it sent no request here.
     pub(crate) overhead_tokens: Option<u64>,
     /// Of those, the tool definitions.
     pub(crate) tool_tokens: Option<u64>,
@@ -123,8 +123,8 @@ impl TaskTrace {
     }
 
     /// The overhead of the task's first request, `None` when it sent none here.
-    pub(crate) fn overhead(&self) -> Option<super::overhead::Overhead> {
-        Some(super::overhead::Overhead {
+    pub(crate) fn overhead(&self) -> Option<super::Overhead> {
+        Some(super::Overhead {
             tokens: self.overhead_tokens?,
             tool_tokens: self.tool_tokens.unwrap_or_default(),
         })
@@ -147,41 +147,4 @@ impl TaskTrace {
             .retry_wait_ms
             .saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum StepStatus {
-    Succeeded,
-    Failed,
-    /// Not run: a step it depends on failed, or the run was interrupted.
-    Skipped,
-    /// Not run here: left for `summon merge` (a shard), or not needed (`--until`).
-    Deferred,
-}
-
-impl StepStatus {
-    /// `succeeded`, `failed`, `skipped` or `deferred`.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Skipped => "skipped",
-            Self::Deferred => "deferred",
-        }
-    }
-}
-
-/// The end of a run.
-#[derive(Debug)]
-pub(crate) struct RunSummary {
-    pub(crate) run_id: String,
-    pub(crate) steps: Vec<(String, StepStatus, Option<String>)>,
-    /// The final step's text.
-    pub(crate) final_output: Option<super::FinalText>,
-    pub(crate) interrupted: bool,
-    /// The run's `report.json` document (counts, tokens, cost per step and in total).
-    pub(crate) report: serde_json::Value,
-    /// The one-line summary printed at the end (`12 tasks: 11 completed, ...`).
-    pub(crate) summary_line: String,
 }
