@@ -93,7 +93,9 @@ where
     };
     let mut ctx = command::Ctx::new(env, cli.color);
     ctx.err_palette.apply_to_progress();
-    match command::execute(cli.command, &mut ctx) {
+    let result = command::execute(cli.command, &mut ctx);
+    process::groups::wait_if_ending();
+    match result {
         Ok(()) => exit::OK,
         Err(error) => {
             match &error {

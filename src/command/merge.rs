@@ -81,6 +81,7 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
     let options = RunOptions {
         reuse: false,
         wait: false,
+        watch: None,
         pipeline,
         params,
         concurrency: args.concurrency.map(|c| c as usize),

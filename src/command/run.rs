@@ -109,6 +109,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         plan,
         reuse: args.reuse,
         wait: args.wait,
+        watch: None,
     };
     let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
     write_step_summary("run", &name, &summary, ctx);
@@ -247,18 +248,12 @@ fn resumed_setup(
     let Some(run) = run else {
         return Ok(None);
     };
-    let options: serde_json::Value = run
-        .options
-        .as_deref()
-        .and_then(|o| serde_json::from_str(o).ok())
-        .unwrap_or_default();
+    let setup = run.setup.clone().unwrap_or_default();
     Ok(Some(Setup {
         params: serde_json::from_str(&run.params_json).ok(),
-        out: options["out"].as_str().map(str::to_owned),
-        junit: options["junit"].as_str().map(str::to_owned),
-        concurrency: options["concurrency"]
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok()),
+        out: setup.out,
+        junit: setup.junit,
+        concurrency: setup.concurrency.and_then(|n| u32::try_from(n).ok()),
         run_id: run.run_id,
     }))
 }

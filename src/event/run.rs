@@ -36,3 +36,74 @@ pub(crate) struct RunSummary {
     /// The one-line summary printed at the end (`12 tasks: 11 completed, ...`).
     pub(crate) summary_line: String,
 }
+
+/// What a run tells its outputs while it runs, in the order it happens. The journal,
+/// `results.jsonl`, the tables, `report.json`, JUnit and the terminal display all follow the
+/// run from these alone (see [`super::Events`]).
+#[derive(Debug)]
+pub(crate) enum RunEvent {
+    /// A step starts: the steps it needs have ended.
+    StepStarted { step: usize },
+    /// How many tasks a step sends, once its items are known.
+    StepTotal { step: usize, total: u64 },
+    /// A level of a step's reduction starts with `chunks` tasks.
+    LevelStarted {
+        step: usize,
+        level: u32,
+        chunks: usize,
+    },
+    /// Tasks of a step were sent (one, or a whole provider batch).
+    TasksStarted { step: usize, count: usize },
+    /// A provider request of a task of `step` is sent again after `wait`;
+    /// `class` is [`crate::provider::ProviderError::retry_class`] (`rate_limited` for a
+    /// rate-limit wait).
+    Retry {
+        #[cfg_attr(
+            not(test),
+            expect(dead_code, reason = "the outputs count retries by class")
+        )]
+        step: usize,
+        class: &'static str,
+        #[cfg_attr(
+            not(test),
+            expect(dead_code, reason = "the outputs count retries by class")
+        )]
+        wait: std::time::Duration,
+    },
+    /// A task finished (or was taken from an earlier run), with all it did. `level`: the
+    /// reduction level it belongs to; `row`: its journal row number, `None` when the
+    /// journal has it already (a resumed task).
+    TaskFinished {
+        done: Box<super::TaskDone>,
+        level: Option<u32>,
+        row: Option<u64>,
+    },
+    /// A line for the person watching: a warning (shown once per run however many tasks
+    /// meet it) or what a step is doing (not shown by a quiet display).
+    Notice { kind: Notice, text: String },
+    /// The first Ctrl-C: no new task starts.
+    Interrupted { text: String },
+    /// A step ended.
+    StepFinished {
+        step: usize,
+        #[cfg_attr(
+            not(test),
+            expect(dead_code, reason = "the run's end reads the steps' ends")
+        )]
+        status: StepStatus,
+        #[cfg_attr(
+            not(test),
+            expect(dead_code, reason = "the run's end reads the steps' ends")
+        )]
+        error: Option<String>,
+    },
+}
+
+/// The kind of a [`RunEvent::Notice`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// `summon: warning: ...`, shown whatever the display.
+    Warning,
+    /// `[summon] ...`, what a step is doing; a quiet display shows none.
+    Progress,
+}

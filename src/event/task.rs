@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
+use serde_json::Value;
+
 use crate::provider::Usage;
 
 /// One finished task, as the outputs see it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct TaskDone {
     pub(crate) step: usize,
     pub(crate) index: u64,
@@ -146,5 +148,21 @@ impl TaskTrace {
         self.retry_wait_ms = self
             .retry_wait_ms
             .saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+    }
+}
+
+/// A short label for an item: its `id` (a CSV file's id column, or an `id` key), a short
+/// string item itself, else its index (as in `results.jsonl`, from 0).
+pub(crate) fn item_label(item: &Value, index: u64) -> String {
+    let short = |s: &str| s.chars().count() <= 80;
+    match item {
+        Value::Object(map) => match map.get("id") {
+            Some(Value::String(id)) if short(id) && !id.is_empty() => id.clone(),
+            Some(Value::Number(id)) => id.to_string(),
+            _ => format!("#{index}"),
+        },
+        Value::String(s) if short(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => format!("#{index}"),
     }
 }

@@ -38,7 +38,7 @@ use super::step::{
     prepare_task, resumed, run_task,
 };
 use crate::delegation::Prepared;
-use crate::event::{PROMPT_LIMIT, TaskDone, TaskTrace};
+use crate::event::{PROMPT_LIMIT, RunEvent, TaskDone, TaskTrace};
 use crate::provider::{
     BatchCounts, BatchLine, BatchState, BatchStatus, ChatRequest, Client, LineResult, Message,
     ProviderError, Usage, retry_transient,
@@ -53,16 +53,6 @@ const MAX_POLL: Duration = Duration::from_secs(600);
 /// How many times a task whose line expired or failed transiently is sent again, at least
 /// (a step's `retries` raises it).
 const DEFAULT_RESUBMITS: u32 = 2;
-
-/// What a batch step tells the run's display.
-pub(crate) trait BatchReporter: Send + Sync {
-    /// A warning, shown whatever the display.
-    fn warning(&self, text: &str);
-    /// A progress line (not shown under `--quiet`).
-    fn progress(&self, text: &str);
-    /// `count` tasks of `step` are now waiting in a batch.
-    fn tasks_sent(&self, step: &str, count: usize);
-}
 
 /// A task waiting for an answer from a batch.
 struct Pending {
@@ -134,7 +124,6 @@ pub(super) async fn run_batch_tasks(
     shared: &Arc<Shared>,
     tasks: Tasks<'_, '_>,
     items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
-    reporter: &dyn BatchReporter,
     on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
 ) -> Result<(), String> {
     let Tasks {
@@ -151,7 +140,6 @@ pub(super) async fn run_batch_tasks(
         store: std::sync::Mutex::new(store),
         shared,
         step,
-        reporter,
         on_done,
         started,
         stop: false,
@@ -215,7 +203,7 @@ pub(super) async fn run_batch_tasks(
         } else {
             ("need", "run")
         };
-        reporter.warning(&format!(
+        shared.events.warning(format!(
             "step `{}`: {} {needs} tools ({}) and {runs} live, not through the batch API",
             step.id,
             crate::plural::count(live.len() as u64, "task"),
@@ -312,7 +300,6 @@ struct BatchRun<'a> {
     store: std::sync::Mutex<Store>,
     shared: &'a Arc<Shared>,
     step: &'a StepConfig,
-    reporter: &'a dyn BatchReporter,
     on_done: &'a mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
     started: Instant,
     /// `on_done` asked to stop (fail_fast).
@@ -488,7 +475,7 @@ impl BatchRun<'_> {
             match self.with_store(|s| s.submitted_batches(&self.shared.run_id, &self.step.id)) {
                 Ok(records) => records,
                 Err(e) => {
-                    self.reporter.warning(&format!(
+                    self.shared.events.warning(format!(
                         "step `{}`: cannot read the run's batches: {e}",
                         self.step.id
                     ));
@@ -515,13 +502,16 @@ impl BatchRun<'_> {
                 self.waiting.extend(tasks);
                 continue;
             }
-            self.reporter.progress(&format!(
+            self.shared.events.progress(format!(
                 "{}: polling batch {} again ({})",
                 self.step.id,
                 record.batch_id,
                 crate::plural::count(tasks.len() as u64, "task")
             ));
-            self.reporter.tasks_sent(&self.step.id, tasks.len());
+            self.shared.events.emit(RunEvent::TasksStarted {
+                step: self.step.index,
+                count: tasks.len(),
+            });
             self.in_flight.push(InFlight {
                 id: record.batch_id,
                 provider: record.provider,
@@ -585,7 +575,7 @@ impl BatchRun<'_> {
                     && let Some(file_id) = &input
                     && let Err(err) = client.delete_batch_input(file_id).await
                 {
-                    self.reporter.warning(&format!(
+                    self.shared.events.warning(format!(
                         "step `{}`: cannot delete the unused batch input file {file_id}: {err}",
                         self.step.id
                     ));
@@ -597,7 +587,7 @@ impl BatchRun<'_> {
         let id = match created {
             Ok(id) => id,
             Err(err) if no_batch_api(&err) => {
-                self.reporter.warning(&format!(
+                self.shared.events.warning(format!(
                     "step `{}`: provider `{provider}` has no batch API ({err}); {} run live",
                     self.step.id,
                     crate::plural::count(tasks.len() as u64, "task")
@@ -631,17 +621,20 @@ impl BatchRun<'_> {
                 .collect(),
         };
         if let Err(e) = self.with_store(|s| s.record_batch(&self.shared.run_id, &record)) {
-            self.reporter.warning(&format!(
+            self.shared.events.warning(format!(
                 "step `{}`: cannot record batch {id}; `--resume` will not find it: {e}",
                 self.step.id
             ));
         }
-        self.reporter.progress(&format!(
+        self.shared.events.progress(format!(
             "{}: sent {} in batch {id}",
             self.step.id,
             crate::plural::count(tasks.len() as u64, "task")
         ));
-        self.reporter.tasks_sent(&self.step.id, tasks.len());
+        self.shared.events.emit(RunEvent::TasksStarted {
+            step: self.step.index,
+            count: tasks.len(),
+        });
         self.in_flight.push(InFlight {
             id,
             provider: provider.to_owned(),
@@ -656,14 +649,15 @@ impl BatchRun<'_> {
         &self,
         what: &'static str,
     ) -> impl FnMut(&ProviderError, u32, Duration) + use<'_> {
-        let (shared, reporter, step) = (&self.shared, &self.reporter, &self.step.id);
+        let (events, step) = (&self.shared.events, self.step);
         move |err: &ProviderError, attempt: u32, delay: Duration| {
-            if let Ok(mut retries) = shared.retries.lock() {
-                *retries
-                    .entry(err.retry_class().unwrap_or("other"))
-                    .or_default() += 1;
-            }
-            reporter.progress(&format!(
+            events.emit(RunEvent::Retry {
+                step: step.index,
+                class: err.retry_class().unwrap_or("other"),
+                wait: delay,
+            });
+            let step = &step.id;
+            events.progress(format!(
                 "{step}: {what}: retry {attempt} in {:.1}s: {}",
                 delay.as_secs_f64(),
                 err.headline()
@@ -732,7 +726,7 @@ impl BatchRun<'_> {
                 delay = delays.base;
             }
             if !self.waiting.is_empty() {
-                self.reporter.progress(&format!(
+                self.shared.events.progress(format!(
                     "{}: sending {} again",
                     self.step.id,
                     crate::plural::count(self.waiting.len() as u64, "task")
@@ -761,7 +755,7 @@ impl BatchRun<'_> {
         let status = match polled {
             Ok(status) => status,
             Err(err) if err.is_transient() => {
-                self.reporter.warning(&format!(
+                self.shared.events.warning(format!(
                     "step `{}`: cannot poll batch {id} (will try again): {err}",
                     self.step.id
                 ));
@@ -784,7 +778,7 @@ impl BatchRun<'_> {
             } else {
                 batch.tasks.len() as u64
             };
-            self.reporter.progress(&format!(
+            self.shared.events.progress(format!(
                 "{}: batch {} {}: {}/{total} done, {} failed",
                 self.step.id,
                 status.id,
@@ -895,7 +889,7 @@ impl BatchRun<'_> {
         // The batch is done with only once its results are in the journal.
         self.wait_for_journal().await;
         if let Err(e) = self.with_store(|s| s.end_batch(&self.shared.run_id, &batch.id)) {
-            self.reporter.warning(&format!(
+            self.shared.events.warning(format!(
                 "step `{}`: cannot mark batch {} as ended: {e}",
                 self.step.id, batch.id
             ));

@@ -1,7 +1,7 @@
 //! The dispatch phase of a run: one [`Dispatcher`] owns every step's status, the set of
-//! running steps, the Ctrl-C handling and the steps' lines on the display. Steps start when
-//! the steps they depend on have finished ([`Graph::ready`]); each running step reports its
-//! finished tasks to the run's sink and its own end to the dispatcher.
+//! running steps and the Ctrl-C handling. Steps start when the steps they depend on have
+//! finished ([`Graph::ready`]); each running step emits its finished tasks as the run's
+//! events and reports its own end to the dispatcher, which emits the step's start and end.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,11 +9,9 @@ use std::sync::Arc;
 use tokio::task::{Id, JoinError, JoinSet};
 
 use super::plan::Plan;
-use super::scheduler::Sink;
 use super::step_error::StepError;
 use super::step_run::{RunContext, StepRun};
-use crate::event::StepStatus;
-use crate::output::Progress;
+use crate::event::{RunEvent, StepStatus};
 use crate::pipeline::graph::Graph;
 use crate::pipeline::shard::Role;
 
@@ -38,7 +36,6 @@ pub(super) struct Dispatcher<'a> {
     graph: &'a Graph,
     plan: &'a Plan,
     run: RunContext,
-    display: Arc<Progress>,
     /// How each step ended; `None` while it has not.
     ends: Vec<Option<StepEnd>>,
     started: Vec<bool>,
@@ -48,18 +45,12 @@ pub(super) struct Dispatcher<'a> {
 }
 
 impl<'a> Dispatcher<'a> {
-    pub(super) fn new(
-        graph: &'a Graph,
-        plan: &'a Plan,
-        run: RunContext,
-        display: Arc<Progress>,
-    ) -> Self {
+    pub(super) fn new(graph: &'a Graph, plan: &'a Plan, run: RunContext) -> Self {
         let n = run.pipeline.steps.len();
         Self {
             graph,
             plan,
             run,
-            display,
             ends: vec![None; n],
             started: vec![false; n],
             running: JoinSet::new(),
@@ -123,9 +114,10 @@ impl<'a> Dispatcher<'a> {
             prints_text: index == last && self.plan.prints_output(),
             shard: self.plan.step_shard(index),
         };
-        if let Ok(mut sink) = self.run.sink.lock() {
-            sink.report.step_started(&self.run.pipeline.steps[index].id);
-        }
+        self.run
+            .shared
+            .events
+            .emit(RunEvent::StepStarted { step: index });
         let task = self.running.spawn(step.run());
         self.step_of.insert(task.id(), index);
     }
@@ -137,10 +129,18 @@ impl<'a> Dispatcher<'a> {
             return StepEnd::status(StepStatus::Skipped);
         };
         self.run.outputs.set(index, given.data.clone());
-        if self.plan.emits_given()
-            && let Ok(mut sink) = self.run.sink.lock()
-        {
-            record_given(&mut sink, index, given);
+        if self.plan.emits_given() {
+            // Recorded as if its tasks ran here.
+            let events = &self.run.shared.events;
+            events.emit(RunEvent::StepStarted { step: index });
+            for record in &given.records {
+                events.task_finished(record.to_done(index), None);
+            }
+            events.emit(RunEvent::StepFinished {
+                step: index,
+                status: given.status,
+                error: given.error.clone(),
+            });
         }
         StepEnd {
             status: given.status,
@@ -172,25 +172,25 @@ impl<'a> Dispatcher<'a> {
         let Some(index) = self.step_of.remove(&id) else {
             return;
         };
+        self.run.shared.events.emit(RunEvent::StepFinished {
+            step: index,
+            status: end.status,
+            error: end.error.clone(),
+        });
         self.ends[index] = Some(end);
-        let id = &self.run.pipeline.steps[index].id;
-        self.display.step_finished(id);
-        if let Ok(mut sink) = self.run.sink.lock() {
-            sink.report.step_finished(id);
-        }
     }
 
     /// The first Ctrl-C drains the run (no new task starts), the second stops the tasks in
     /// flight.
     fn watch_signals(&self) -> tokio::task::JoinHandle<()> {
         let shared = Arc::clone(&self.run.shared);
-        let display = Arc::clone(&self.display);
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                // Through the display, so that its bars are drawn once, below the line.
-                display.interrupted(
-                    "summon: interrupted: finishing the tasks in flight (Ctrl-C again to stop them)",
-                );
+                shared.events.emit(RunEvent::Interrupted {
+                    text: "summon: interrupted: finishing the tasks in flight (Ctrl-C again to \
+                           stop them)"
+                        .to_owned(),
+                });
                 shared.drain.cancel();
                 if tokio::signal::ctrl_c().await.is_ok() {
                     shared.kill.cancel();
@@ -198,14 +198,4 @@ impl<'a> Dispatcher<'a> {
             }
         })
     }
-}
-
-/// A given step's tasks, recorded as if they ran here.
-fn record_given(sink: &mut Sink, index: usize, given: &super::plan::Given) {
-    let id = sink.step_ids[index].clone();
-    sink.report.step_started(&id);
-    for record in &given.records {
-        sink.record(&record.to_done(index));
-    }
-    sink.report.step_finished(&id);
 }

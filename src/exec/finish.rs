@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::context::{StepData, StepOutputs, base_context};
 use super::dispatcher::StepEnd;
 use super::plan::Plan;
-use super::scheduler::Sink;
+use super::scheduler::RunOutputs;
 use super::step::Shared;
 use crate::env::Env;
 use crate::error::{Error, Result};
@@ -41,7 +41,12 @@ pub(super) struct Finish<'a> {
 
 impl Finish<'_> {
     /// Ends the run whose steps ended as `ends`.
-    pub(super) fn run(self, mut sink: Sink, ends: Vec<Option<StepEnd>>) -> Result<RunSummary> {
+    pub(super) fn run(self, outputs: RunOutputs, ends: Vec<Option<StepEnd>>) -> Result<RunSummary> {
+        let RunOutputs {
+            recorder: mut sink,
+            tasks,
+            ..
+        } = outputs;
         let (env, pipeline) = (self.env, self.pipeline);
         let (store, run_id) = (self.store, self.run_id);
         let interrupted = self.shared.drain.is_cancelled();
@@ -56,9 +61,8 @@ impl Finish<'_> {
         if let (Some(dir), true) = (&out_dir, self.resuming) {
             compact_results(dir)?;
         }
-        if let Ok(retries) = self.shared.retries.lock() {
-            sink.report.set_retries(&retries);
-        }
+        let retries = sink.retries().clone();
+        sink.report.set_retries(&retries);
         // One clock for report.json and the report kept in the run history.
         sink.report.finish();
         sink.report
@@ -112,7 +116,7 @@ impl Finish<'_> {
                 plan: self.plan,
                 statuses: &steps,
                 outputs: self.outputs,
-                tasks: sink.tasks.as_deref().unwrap_or_default(),
+                tasks: tasks.as_deref().unwrap_or_default(),
                 interrupted,
             };
             super::plan::write_manifest(dir, &finished)?;

@@ -10,6 +10,8 @@ mod hash;
 mod open;
 pub(crate) mod plan;
 pub(crate) mod reduce;
+#[cfg(test)]
+mod run_tests;
 mod scheduler;
 pub(crate) mod source_check;
 mod step;

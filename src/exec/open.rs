@@ -15,7 +15,7 @@ use crate::output::ResultsWriter;
 use crate::pipeline::model::Pipeline;
 use crate::source::Catalog;
 use crate::store::{
-    FinishedMap, JournalWriter, RunRecord, RunStatus, Store, TaskResultRow, WriterOptions,
+    FinishedMap, JournalWriter, RunRecord, RunSetup, RunStatus, Store, TaskResultRow, WriterOptions,
 };
 
 /// A run opened (or resumed) and held by this process, with its journal and output files.
@@ -84,17 +84,12 @@ impl OpenRun {
             .out_dir
             .as_ref()
             .map(|d| absolute(&env.cwd.join(d)).display().to_string());
-        let setup = serde_json::json!({
-            "out": options.out_dir.as_ref().map(|d| d.display().to_string()),
-            "junit": options.junit.as_ref().map(|j| j.display().to_string()),
-            "concurrency": options.concurrency,
-        });
-        store.set_run_setup(
-            &run.run_id,
-            out_text.as_deref(),
-            &setup.to_string(),
-            &defaults,
-        )?;
+        let setup = RunSetup {
+            out: options.out_dir.as_ref().map(|d| d.display().to_string()),
+            junit: options.junit.as_ref().map(|j| j.display().to_string()),
+            concurrency: options.concurrency,
+        };
+        store.set_run_setup(&run.run_id, out_text.as_deref(), &setup, &defaults)?;
         hold(&store, &run, options.resume.is_none(), options.wait)?;
         let reuse_any = options.reuse || pipeline.steps.iter().any(|s| s.reuse);
         let reusable = if reuse_any {

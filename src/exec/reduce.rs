@@ -18,20 +18,12 @@ use serde_json::{Value, json};
 
 use super::context::base_context;
 use super::step::{Compiled, Rendered, Shared, StepConfig, TaskContext, Tasks, prepare_task};
-use crate::event::TaskDone;
+use crate::event::{RunEvent, TaskDone};
 use crate::pipeline::model::{Pipeline, Reduce, Step, StepKind, TaskTemplate};
 use crate::provider::{ChatRequest, Message, estimate_tokens};
 
 /// Levels beyond this are a reduction that does not converge.
 const MAX_LEVELS: u32 = 32;
-
-/// Where a reduction's tasks are recorded and shown.
-pub(super) trait LevelSink: Sync {
-    /// A level starts with `chunks` tasks.
-    fn level_started(&self, step: &str, level: u32, chunks: usize);
-    /// Records a finished chunk task; returns its journal row number.
-    fn record(&self, done: &TaskDone, level: u32) -> Option<u64>;
-}
 
 /// A synthesis whose size is known before its fan-out runs: the fan-out iterates a literal
 /// `items:` list and each of its answers has an output limit.
@@ -231,7 +223,7 @@ pub(super) struct Reduction<'a> {
 impl Reduction<'_> {
     /// Runs the reduction to one answer; `Ok(None)` when every result fits one request (the
     /// step then runs as a plain synthesis).
-    pub(super) async fn run(mut self, sink: &dyn LevelSink) -> Result<Option<String>, String> {
+    pub(super) async fn run(mut self) -> Result<Option<String>, String> {
         let over = self.pipeline.reduced_step(self.step).ok_or_else(|| {
             "`reduce` needs the step to read `steps.<id>.results` of exactly one fan_out step"
                 .to_owned()
@@ -267,8 +259,12 @@ impl Reduction<'_> {
                     level.number - 1
                 ));
             }
-            sink.level_started(&self.step.id, level.number, chunks.len());
-            let partials = self.run_level(&level, &chunks, &over_id, sink).await?;
+            self.shared.events.emit(RunEvent::LevelStarted {
+                step: self.config.index,
+                level: level.number,
+                chunks: chunks.len(),
+            });
+            let partials = self.run_level(&level, &chunks, &over_id).await?;
             if partials.len() == 1 {
                 return Ok(partials.into_iter().next());
             }
@@ -358,7 +354,6 @@ impl Reduction<'_> {
         level: &Level<'_>,
         chunks: &[Range<usize>],
         over_id: &str,
-        sink: &dyn LevelSink,
     ) -> Result<Vec<String>, String> {
         let mut config = self.config.clone();
         config.id = format!("{}#{}", self.step.id, level.number);
@@ -378,9 +373,9 @@ impl Reduction<'_> {
         let mut partials: Vec<Option<String>> = vec![None; chunks.len()];
         let mut failure: Option<String> = None;
         let mut on_done = |done: TaskDone| -> (bool, Option<u64>) {
-            let seq = sink.record(&done, level.number);
+            let ok = done.ok;
             let slot = usize::try_from(done.index).ok();
-            if done.ok {
+            if ok {
                 if let Some(p) = slot.and_then(|i| partials.get_mut(i)) {
                     *p = Some(done.output.clone());
                 }
@@ -392,7 +387,10 @@ impl Reduction<'_> {
                     done.error.clone().unwrap_or_default()
                 ));
             }
-            (done.ok, seq)
+            (
+                ok,
+                self.shared.events.task_finished(done, Some(level.number)),
+            )
         };
         let base = base_context(self.params, self.steps.clone(), self.agents);
         Tasks::new(&config, level.task, &base, self.env)

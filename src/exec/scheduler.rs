@@ -1,11 +1,16 @@
 //! The run, in three phases: open (or resume) it, dispatch its steps, finish it. Steps
 //! start when the steps they depend on have finished, independent steps run at the same
-//! time, and one sink owns the outputs (journal, `results.jsonl`, report, JUnit, progress).
+//! time, and everything that happens goes as one stream of events ([`Events`]) to one
+//! consumer, [`RunOutputs`] (journal, `results.jsonl`, tables, report, JUnit, display, and a
+//! shard's manifest).
 //!
 //! ```text
 //! OpenRun::open -> Dispatcher (step status, signals) --spawn--> StepRun --> Tasks::run
-//!                      ^-- step ended --/          finished task --> Sink  (global + step
-//!               -> Finish::run (flush, report, outputs, manifest, status)       semaphores)
+//!                      |  ^-- step ended --/                        |   (global + step
+//!                      +--------------- RunEvent ------------------+     semaphores)
+//!                                          v
+//!                                     RunOutputs
+//!               -> Finish::run (flush, report, outputs, manifest, status)
 //! ```
 
 use std::collections::HashMap;
@@ -13,8 +18,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use indexmap::IndexMap;
-use jiff::Timestamp;
-use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -28,14 +31,13 @@ use super::step_run::RunContext;
 use crate::config::Config;
 use crate::env::Env;
 use crate::error::{Error, Result};
-use crate::event::{RunSummary, TaskDone};
-use crate::output::{DisplayMode, JunitWriter, Progress, Report, ResultLine, ResultsWriter};
+use crate::event::{Bus, Consumer, Events, RunEvent, RunSummary};
+use crate::output::{DisplayMode, JunitWriter, Progress, Recorder, RecorderParts, Report};
 use crate::pipeline::graph::Graph;
 use crate::pipeline::model::{Decompose, Pipeline, StepKind};
 use crate::pipeline::shard::Role;
 use crate::provider::RetryPolicy;
 use crate::source::Catalog;
-use crate::store::{JournalStatus, JournalWriter, TaskResultRow};
 
 /// What `summon run` asks for.
 pub(crate) struct RunOptions {
@@ -55,245 +57,39 @@ pub(crate) struct RunOptions {
     pub(crate) reuse: bool,
     /// `--wait`: wait for a live run of the same pipeline to end instead of refusing.
     pub(crate) wait: bool,
+    /// Another consumer of the run's events, beside its outputs.
+    pub(crate) watch: Option<Box<dyn Consumer>>,
 }
 
 /// Default global cap on tasks in flight.
 pub(crate) const DEFAULT_CONCURRENCY: usize = 8;
 
-/// Everything a finished task goes to. One owner; steps send through a mutex.
-pub(super) struct Sink {
-    pub(super) journal: JournalWriter,
-    pub(super) results: Option<ResultsWriter>,
-    pub(super) report: Report,
-    pub(super) junit: Option<JunitWriter>,
-    /// The run's live display, shared with the dispatcher and the tasks.
-    pub(super) progress: Arc<Progress>,
-    pub(super) step_ids: Vec<String>,
-    /// Results already in `results.jsonl` from before a resume.
-    already_written: std::collections::HashSet<(String, u64)>,
-    /// Journal rows recorded so far; a row's number is its position in commit order.
-    recorded: u64,
-    /// Every task of the run, for a shard's or `--until` run's manifest.
+/// The consumer of a run's events: the outputs, and every task for a shard's or `--until`
+/// run's manifest.
+pub(super) struct RunOutputs {
+    pub(super) recorder: Recorder,
     pub(super) tasks: Option<Vec<TaskRef>>,
-    /// The tasks of each reducing step's levels so far (its progress total).
-    levels: HashMap<String, u64>,
-    /// The rows of the table `outputs`.
-    pub(super) tables: crate::output::Tables,
+    step_ids: Vec<String>,
+    watch: Option<Box<dyn Consumer>>,
 }
 
-impl Sink {
-    /// Records a finished task everywhere; returns its journal row number (none for a
-    /// result taken from the journal).
-    pub(super) fn record(&mut self, done: &TaskDone) -> Option<u64> {
-        self.record_at(done, None)
-    }
-
-    /// [`Self::record`] for a task of a reduction's `level`: journaled and listed in
-    /// `results.jsonl` as `<step>#<level>`, counted in the step's report and progress.
-    fn record_at(&mut self, done: &TaskDone, level: Option<u32>) -> Option<u64> {
-        let step_id = &self.step_ids[done.step];
-        let leveled = level.map(|l| format!("{step_id}#{l}"));
-        let step = leveled.as_ref().unwrap_or(step_id);
-        let status = if done.ok { "completed" } else { "failed" };
-        if let Some(tasks) = &mut self.tasks {
+impl Consumer for RunOutputs {
+    fn on_event(&mut self, event: &RunEvent) {
+        if let (Some(tasks), RunEvent::TaskFinished { done, level, .. }) = (&mut self.tasks, event)
+        {
+            let id = &self.step_ids[done.step];
             tasks.push(TaskRef {
-                step: step.clone(),
+                step: level.map_or_else(|| id.clone(), |l| format!("{id}#{l}")),
                 index: done.index,
                 hash: done.hash.clone(),
                 model: done.model.clone(),
                 batch_id: done.batch_id.clone(),
             });
         }
-        let mut seq = None;
-        if !done.resumed {
-            let row = TaskResultRow {
-                step_id: step.clone(),
-                item_index: done.index,
-                input_hash: done.hash.clone(),
-                status: if done.ok {
-                    JournalStatus::Completed
-                } else {
-                    JournalStatus::Failed
-                },
-                output: Some(done.output.clone()),
-                item_json: Some(done.item.to_string()),
-                turns: done.turns,
-                tokens: done.usage,
-                duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
-                error: done.error.clone(),
-                finished_at: Timestamp::now(),
-                batch_id: done.batch_id.clone(),
-            };
-            if let Err(e) = self.journal.record(row) {
-                self.progress
-                    .println(&format!("summon: warning: cannot journal a result: {e}"));
-            }
-            seq = Some(self.recorded);
-            self.recorded += 1;
+        self.recorder.on_event(event);
+        if let Some(watch) = &mut self.watch {
+            watch.on_event(event);
         }
-        // A task that ran again after `--resume` gets a new line; the file is compacted to
-        // one line per task when the run ends.
-        if let Some(results) = &mut self.results
-            && !(done.resumed && self.already_written.contains(&(step.clone(), done.index)))
-        {
-            let line = ResultLine {
-                step,
-                index: done.index,
-                item: &done.item,
-                status,
-                output: &done.output,
-                error: done.error.as_deref(),
-                turns: done.turns,
-                input_tokens: done.usage.input_tokens,
-                output_tokens: done.usage.output_tokens,
-                duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
-                resumed: done.resumed,
-                reused: done.reused,
-                extracted: done.extracted,
-                corrections: done.corrections,
-                trace: &done.trace,
-                warnings: &done.warnings,
-                data: done.structured.as_ref(),
-                cache_read_tokens: done.usage.cache_read_tokens,
-                cache_write_tokens: done.usage.cache_write_tokens,
-            };
-            if let Err(e) = results.write(&line) {
-                self.progress
-                    .println(&format!("summon: warning: cannot write results.jsonl: {e}"));
-            }
-        }
-        crate::env::crash_point("task-recorded");
-        if level.is_none() {
-            self.tables.push(done);
-        }
-        let step = step_id;
-        if let Some(level) = level {
-            self.report.record_level(step, level, done.ok);
-        }
-        self.report.record_warnings(
-            step,
-            done.index,
-            &item_label(&done.item, done.index),
-            &done.warnings,
-        );
-        self.report.record_overhead(step, done.trace.overhead());
-        let cost = if done.reused {
-            self.report.record_reused(step);
-            Some(0.0)
-        } else {
-            self.report.record_task(
-                step,
-                done.model.as_deref(),
-                status,
-                done.turns,
-                done.usage,
-                done.duration,
-                done.resumed,
-                done.batch_id.is_some(),
-                done.corrections,
-            )
-        };
-        if let Some(junit) = &mut self.junit {
-            let label = item_label(&done.item, done.index);
-            let label = match level {
-                Some(level) => format!("level {level}, chunk {}", done.index),
-                None => label,
-            };
-            let label = if done.reused {
-                format!("{label} (reused)")
-            } else {
-                label
-            };
-            junit.add_case(
-                step,
-                level.map_or(done.index, |l| (u64::from(l) << 40) + done.index),
-                &label,
-                done.ok,
-                done.duration,
-                done.error.as_deref(),
-            );
-        }
-        self.progress
-            .task_input(step, done.usage.input_tokens, done.usage.cache_read_tokens);
-        if let Some(junit) = &mut self.junit {
-            junit.add_cache(
-                step,
-                done.usage.cache_read_tokens,
-                done.usage.cache_write_tokens,
-            );
-        }
-        self.progress.task_finished(
-            step,
-            done.ok,
-            done.usage.input_tokens + done.usage.output_tokens,
-            cost,
-        );
-        seq
-    }
-}
-
-impl super::reduce::LevelSink for Arc<Mutex<Sink>> {
-    fn level_started(&self, step: &str, level: u32, chunks: usize) {
-        if let Ok(mut sink) = self.lock() {
-            let total = sink.levels.entry(step.to_owned()).or_default();
-            *total += chunks as u64;
-            let total = *total;
-            sink.progress.set_total(step, total);
-            if sink.progress.mode() != DisplayMode::Quiet {
-                sink.progress.println(&format!(
-                    "[summon] {step}: level {level}: {chunks} chunk(s)"
-                ));
-            }
-        }
-    }
-
-    fn record(&self, done: &TaskDone, level: u32) -> Option<u64> {
-        self.lock()
-            .ok()
-            .and_then(|mut sink| sink.record_at(done, Some(level)))
-    }
-}
-
-/// What a batch step tells the run's display.
-pub(super) struct SinkReporter<'a>(pub(super) &'a Arc<Mutex<Sink>>);
-
-impl super::batch::BatchReporter for SinkReporter<'_> {
-    fn warning(&self, text: &str) {
-        if let Ok(sink) = self.0.lock() {
-            sink.progress.println(&format!("summon: warning: {text}"));
-        }
-    }
-
-    fn progress(&self, text: &str) {
-        if let Ok(sink) = self.0.lock()
-            && sink.progress.mode() != DisplayMode::Quiet
-        {
-            sink.progress.println(&format!("[summon] {text}"));
-        }
-    }
-
-    fn tasks_sent(&self, step: &str, count: usize) {
-        if let Ok(sink) = self.0.lock() {
-            for _ in 0..count {
-                sink.progress.task_started(step);
-            }
-        }
-    }
-}
-
-/// A short label for an item: its `id` (a CSV file's id column, or an `id` key), a short
-/// string item itself, else its index (as in `results.jsonl`, from 0).
-pub(super) fn item_label(item: &Value, index: u64) -> String {
-    let short = |s: &str| s.chars().count() <= 80;
-    match item {
-        Value::Object(map) => match map.get("id") {
-            Some(Value::String(id)) if short(id) && !id.is_empty() => id.clone(),
-            Some(Value::Number(id)) => id.to_string(),
-            _ => format!("#{index}"),
-        },
-        Value::String(s) if short(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => format!("#{index}"),
     }
 }
 
@@ -326,7 +122,8 @@ pub(crate) fn run_pipeline(
         already_written,
     } = opened;
     let agents = Arc::new(agents_json(&catalog));
-    let sink = Arc::new(Mutex::new(Sink {
+    let step_ids: Vec<String> = pipeline.steps.iter().map(|s| s.id.clone()).collect();
+    let recorder = Recorder::new(RecorderParts {
         journal,
         results,
         report,
@@ -335,13 +132,17 @@ pub(crate) fn run_pipeline(
             .as_ref()
             .map(|_| JunitWriter::new(pipeline.name.clone())),
         progress: Arc::clone(&progress),
-        step_ids: pipeline.steps.iter().map(|s| s.id.clone()).collect(),
-        already_written,
-        recorded: 0,
-        tasks: plan.writes_manifest().then(Vec::new),
-        levels: HashMap::new(),
         tables: crate::output::Tables::new(&pipeline, store.dir())?,
-    }));
+        step_ids: step_ids.clone(),
+        already_written,
+    });
+    let bus = Arc::new(Mutex::new(Bus::new(RunOutputs {
+        recorder,
+        tasks: plan.writes_manifest().then(Vec::new),
+        step_ids,
+        watch: options.watch,
+    })));
+    let events = Events::new(&bus);
     let concurrency = options
         .concurrency
         .or(pipeline.settings.concurrency)
@@ -361,12 +162,11 @@ pub(crate) fn run_pipeline(
         drain: CancellationToken::new(),
         kill: CancellationToken::new(),
         policy: RetryPolicy::from_env(env),
-        retries: Mutex::default(),
         committed,
         run_id: run.run_id.clone(),
         run_started,
         batch_all: options.batch,
-        display: Arc::clone(&progress),
+        events: events.clone(),
     });
     let outputs = Arc::new(StepOutputs::new(pipeline.steps.len()));
     let params = Arc::new(options.params);
@@ -376,7 +176,6 @@ pub(crate) fn run_pipeline(
         outputs: Arc::clone(&outputs),
         params: Arc::clone(&params),
         agents: Arc::clone(&agents),
-        sink: Arc::clone(&sink),
     };
     // One thread drives every task: the work per task is small and mostly waiting, and one
     // thread spends less CPU and memory per task than a work-stealing pool (the journal and
@@ -392,15 +191,15 @@ pub(crate) fn run_pipeline(
         return Err(Error::Failed(message));
     }
     let graph = Graph::new(&pipeline);
-    let ends = runtime.block_on(Dispatcher::new(&graph, &plan, context, progress).run());
+    let ends = runtime.block_on(Dispatcher::new(&graph, &plan, context).run());
     crate::env::crash_point("steps-done");
-    // Every step has ended: the sink is taken back whole.
-    let sink = match Arc::try_unwrap(sink) {
-        Ok(sink) => sink
-            .into_inner()
-            .map_err(|_| Error::internal("output sink"))?,
-        Err(_) => return Err(Error::internal("output sink still in use")),
-    };
+    // Every step has ended: the stream is closed and the outputs taken back whole.
+    drop(events);
+    let outputs_taken = bus
+        .lock()
+        .map_err(|_| Error::internal("run outputs"))?
+        .close()
+        .ok_or_else(|| Error::internal("run outputs taken twice"))?;
     let finish = Finish {
         env,
         pipeline: &pipeline,
@@ -417,7 +216,7 @@ pub(crate) fn run_pipeline(
         run_id: &run.run_id,
         path_text: &path_text,
     };
-    finish.run(sink, ends)
+    finish.run(outputs_taken, ends)
 }
 
 /// The display's line for every step that sends tasks; a decompose from a command, list,

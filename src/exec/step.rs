@@ -15,7 +15,7 @@ use super::hash::request_hash;
 use crate::config::Config;
 use crate::delegation::{Request, Resolver, prepare_with};
 use crate::env::Env;
-use crate::event::{PROMPT_LIMIT, Spent, TaskDone, TaskTrace};
+use crate::event::{Events, PROMPT_LIMIT, RunEvent, Spent, TaskDone, TaskTrace};
 use crate::pipeline::model::{OnExtensionError, PipelineSettings, Step, TaskTemplate, Template};
 use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
 use crate::recipe::ParamInput;
@@ -45,16 +45,14 @@ pub(crate) struct Shared {
     /// Set by the second Ctrl-C: stop tasks in flight.
     pub(crate) kill: CancellationToken,
     pub(crate) policy: RetryPolicy,
-    /// Provider retries of the run's tasks, per [`crate::provider::ProviderError::retry_class`].
-    pub(crate) retries: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     /// How many journal rows are committed, in record order; updated after each commit.
     pub(crate) committed: tokio::sync::watch::Receiver<u64>,
     /// The run's id in the store (batches are recorded under it).
     pub(crate) run_id: String,
     /// `--batch`: every eligible fan_out step goes through the provider's batch API.
     pub(crate) batch_all: bool,
-    /// The run's live display: tasks in flight, and every line printed during the run.
-    pub(crate) display: Arc<crate::output::Progress>,
+    /// The run's events: what its outputs and display follow.
+    pub(crate) events: Events,
     /// When the run started: tasks' start times are told from it.
     pub(crate) run_started: Instant,
 }
@@ -470,7 +468,7 @@ pub(crate) async fn run_task(
     };
     let mut attempt = 0;
     // Warnings of a fan_out task name its item; a single task is the step's own.
-    let label = (!item.is_null()).then(|| super::scheduler::item_label(&item, index));
+    let label = (!item.is_null()).then(|| crate::event::item_label(&item, index));
     // Every attempt is billed, the ones that failed too.
     let mut spent = Spent::default();
     loop {
@@ -582,7 +580,7 @@ async fn attempt_task(
     let (client, limiter) = client_for(shared, &prepared)?;
     prepared.spec.slot = Some(Arc::clone(slot) as Arc<dyn crate::subagent::Slot>);
     for note in &prepared.notes {
-        warn_once(&shared.display, &step.id, &note.message);
+        shared.events.warn(&step.id, &note.message);
     }
     let (first_len, model_len) = (
         prepared.spec.first_message.len(),
@@ -606,21 +604,19 @@ async fn attempt_task(
         }
         crate::subagent::SubagentEvent::Warning { message } => match item {
             Some(item) if crate::mcp::is_extension_warning(&message) => {
-                warn_line(
-                    &shared.display,
-                    format!(
-                        "summon: warning: step `{}`, item `{item}`: {message}",
-                        step.id
-                    ),
-                );
+                shared
+                    .events
+                    .warning(format!("step `{}`, item `{item}`: {message}", step.id));
             }
-            _ => warn_once(&shared.display, &step.id, &message),
+            _ => shared.events.warn(&step.id, &message),
         },
         crate::subagent::SubagentEvent::Retry { class, delay, .. } => {
             trace.retry(class, delay);
-            if let Ok(mut retries) = shared.retries.lock() {
-                *retries.entry(class).or_default() += 1;
-            }
+            shared.events.emit(RunEvent::Retry {
+                step: step.index,
+                class,
+                wait: delay,
+            });
         }
         crate::subagent::SubagentEvent::ToolCall { name, ok, summary } => {
             trace.tool(&name, ok, &summary);
@@ -764,28 +760,6 @@ pub(super) fn client_for(
     })
 }
 
-/// Prints a warning about a step once per run, however many of its tasks run into it.
-pub(crate) fn warn_once(display: &crate::output::Progress, step: &str, message: &str) {
-    warn_line(
-        display,
-        format!("summon: warning: step `{step}`: {message}"),
-    );
-}
-
-/// Prints `line` through the run's display unless it was printed before in this run.
-fn warn_line(display: &crate::output::Progress, line: String) {
-    static SEEN: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> =
-        std::sync::OnceLock::new();
-    let first = SEEN
-        .get_or_init(Default::default)
-        .lock()
-        .map(|mut seen| seen.insert(line.clone()))
-        .unwrap_or(true);
-    if first {
-        display.println(&line);
-    }
-}
-
 /// The template context of each task of [`run_tasks`].
 pub(crate) enum TaskContext<'a> {
     /// The step's base context for every task.
@@ -869,10 +843,9 @@ impl<'a, 'e> Tasks<'a, 'e> {
         self,
         shared: &Arc<Shared>,
         items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
-        reporter: &dyn super::batch::BatchReporter,
         on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
     ) -> Result<(), String> {
-        super::batch::run_batch_tasks(shared, self, items, reporter, on_done).await
+        super::batch::run_batch_tasks(shared, self, items, on_done).await
     }
 }
 
@@ -986,7 +959,10 @@ async fn run_tasks(
                 }
                 ItemTask::Send(rendered, hash) => (*rendered, hash),
             };
-            shared.display.task_started(&step.id);
+            shared.events.emit(RunEvent::TasksStarted {
+                step: step.index,
+                count: 1,
+            });
             let shared = Arc::clone(shared);
             let mut step = step.clone();
             if warm_up {

@@ -1,19 +1,17 @@
 //! One step of a run: its items, its tasks, and whether it succeeded. The dispatcher starts
 //! a [`StepRun`] when the steps it depends on have finished; each finished task goes to the
-//! run's sink, and a [`Tally`] keeps what the step's outcome and later steps need.
+//! run's events, and a [`Tally`] keeps what the step's outcome and later steps need.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde_json::{Value, json};
 
 use super::context::{StepData, StepOutputs, base_context};
-use super::scheduler::{Sink, SinkReporter};
 use super::step::{Shared, StepConfig, TaskContext, Tasks};
 use super::step_error::StepError;
-use crate::event::FinalTextBuilder;
-use crate::event::TaskDone;
+use crate::event::{Events, FinalTextBuilder, RunEvent, TaskDone};
 use crate::pipeline::items::{command_items, glob_items, open_file_items};
 use crate::pipeline::model::{
     Backend, Decompose, FanOut, OnError, Pipeline, Step, StepKind, TaskTemplate,
@@ -23,8 +21,8 @@ use crate::pipeline::shard::Shard;
 /// The items a step's tasks run over, read one at a time.
 type Items = Box<dyn Iterator<Item = Result<Value, String>> + Send>;
 
-/// What every step of a run shares: the run's state, the pipeline, the steps' outputs so
-/// far, and the sink that records finished tasks.
+/// What every step of a run shares: the run's state (its events among it), the pipeline,
+/// and the steps' outputs so far.
 #[derive(Clone)]
 pub(super) struct RunContext {
     pub(super) shared: Arc<Shared>,
@@ -32,7 +30,6 @@ pub(super) struct RunContext {
     pub(super) outputs: Arc<StepOutputs>,
     pub(super) params: Arc<IndexMap<String, String>>,
     pub(super) agents: Arc<Value>,
-    pub(super) sink: Arc<Mutex<Sink>>,
 }
 
 /// One step to run.
@@ -51,7 +48,7 @@ pub(super) struct StepRun {
 
 /// What a step's finished tasks add up to.
 struct Tally<'a> {
-    sink: &'a Mutex<Sink>,
+    events: &'a Events,
     keep_results: bool,
     prints_text: bool,
     fail_fast: bool,
@@ -70,12 +67,8 @@ struct Tally<'a> {
 impl Tally<'_> {
     /// Records a finished task; answers whether to go on and the task's journal row.
     fn record(&mut self, done: TaskDone) -> (bool, Option<u64>) {
-        let seq = self
-            .sink
-            .lock()
-            .ok()
-            .and_then(|mut sink| sink.record(&done));
-        if done.ok {
+        let ok = done.ok;
+        if ok {
             self.successes += 1;
         } else {
             self.failures += 1;
@@ -98,7 +91,7 @@ impl Tally<'_> {
         }
         self.output = Some(done.output.clone());
         self.structured.clone_from(&done.structured);
-        (!self.fail_fast || done.ok, seq)
+        (!self.fail_fast || ok, self.events.task_finished(done, None))
     }
 
     fn first_error(&mut self) -> String {
@@ -133,7 +126,7 @@ impl StepRun {
         let project =
             crate::store::find_project(&shared.env.cwd).unwrap_or_else(|| shared.env.cwd.clone());
         let tally = Tally {
-            sink: &self.run.sink,
+            events: &self.run.shared.events,
             keep_results: self.keep_results,
             prints_text: self.prints_text,
             fail_fast: step.on_error == OnError::FailFast,
@@ -263,8 +256,11 @@ impl StepRun {
                 (listed(items), total)
             }
         };
-        if let (Ok(sink), None) = (self.run.sink.lock(), self.shard) {
-            sink.progress.set_total(&scope.step.id, total as u64);
+        if self.shard.is_none() {
+            shared.events.emit(RunEvent::StepTotal {
+                step: self.index,
+                total: total as u64,
+            });
         }
         Ok(items)
     }
@@ -284,10 +280,7 @@ impl StepRun {
             .contexts(TaskContext::PerItem)
             .cap(step.concurrency);
         if step.backend == Backend::Batch || shared.batch_all {
-            let reporter = SinkReporter(&self.run.sink);
-            tasks
-                .run_batch(shared, &mut *items, &reporter, &mut on_done)
-                .await?;
+            tasks.run_batch(shared, &mut *items, &mut on_done).await?;
         } else {
             tasks.run(shared, &mut *items, &mut on_done).await?;
         }
@@ -295,8 +288,7 @@ impl StepRun {
         let total = successes + failures;
         let draining = shared.drain.is_cancelled();
         if total == 0 && self.shard.is_none() && !draining {
-            super::step::warn_once(
-                &shared.display,
+            shared.events.warn(
                 &step.id,
                 &format!(
                     "`{}` gave no items, so this step sent nothing",
@@ -372,7 +364,7 @@ impl StepRun {
                 agents: &run.agents,
                 env: scope.env,
             };
-            if let Some(output) = reduction.run(&run.sink).await? {
+            if let Some(output) = reduction.run().await? {
                 run.outputs.set(
                     self.index,
                     StepData {

@@ -1,7 +1,9 @@
-//! Writing results: stdout that survives a closed pipe, and YAML for people.
+//! Writing results: a run's outputs as one consumer of its events, stdout that survives a
+//! closed pipe, and YAML for people.
 
 mod junit;
 mod progress;
+mod recorder;
 mod report;
 mod report_html;
 mod results;
@@ -12,6 +14,7 @@ mod yaml_text;
 
 pub(crate) use junit::JunitWriter;
 pub(crate) use progress::{DisplayMode, Progress, resolve as resolve_display};
+pub(crate) use recorder::{Recorder, RecorderParts};
 pub(crate) use report::{
     REPORT_FILE, Report, fmt_cost, fmt_duration, fmt_tokens, write_atomically,
 };

@@ -8,6 +8,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 static LIVE: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+/// Set once a signal that ends summon arrived: its watcher exits the process.
+static ENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// The process groups of the MCP servers running now.
 static SERVERS: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 
@@ -93,6 +95,17 @@ pub(crate) fn stop_on_exit(screen: std::sync::Weak<dyn Screen>) {
     }
 }
 
+/// Called when the work is done, before summon exits with its own code: when a signal is
+/// ending summon, waits for its watcher to exit with the signal's code, so that a command
+/// whose children the watcher killed cannot finish first and exit as if nothing happened.
+pub(crate) fn wait_if_ending() {
+    if ENDING.load(std::sync::atomic::Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
 /// Watches for the signals `handled` on a thread of its own: on one, kills the commands still
 /// running, says so, and exits with 128 + the signal number, as the shell reports a death by
 /// that signal.
@@ -131,6 +144,9 @@ pub(crate) fn exit_on_signals(handled: Handled) {
                 _ = interrupted => ("interrupted", 2),
             }
         });
+        // From here the work may end by itself (its commands and servers are killed): it
+        // waits in `wait_if_ending` for this exit instead of exiting with its own code.
+        ENDING.store(true, std::sync::atomic::Ordering::SeqCst);
         let killed = kill_all();
         let servers = kill_servers();
         let what = match killed {

@@ -119,15 +119,16 @@ impl Store {
         })
     }
 
-    /// Records where the run writes (`--out`), what else `--resume` reuses (`options`, JSON)
-    /// and what picks its default provider and model.
+    /// Records where the run writes (`--out`), what else `--resume` reuses, and what picks
+    /// its default provider and model.
     pub(crate) fn set_run_setup(
         &self,
         run_id: &str,
         out_dir: Option<&str>,
-        options: &str,
+        setup: &super::RunSetup,
         defaults: &str,
     ) -> Result<(), StoreError> {
+        let options = serde_json::to_string(setup).unwrap_or_default();
         self.read(|conn| {
             conn.execute(
                 "UPDATE runs SET out_dir = ?2, options = ?3, defaults = ?4 WHERE run_id = ?1",

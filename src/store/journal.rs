@@ -141,8 +141,20 @@ pub(crate) struct RunRecord {
     pub(crate) pid: Option<u32>,
     /// `--out`, as given.
     pub(crate) out_dir: Option<String>,
-    /// What the run was started with that `--resume` reuses (JSON: out, junit, concurrency).
-    pub(crate) options: Option<String>,
+    /// What the run was started with that `--resume` reuses; `None` when not recorded (or
+    /// not readable).
+    pub(crate) setup: Option<RunSetup>,
+}
+
+/// What a run was started with that `--resume` takes again when not given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub(crate) struct RunSetup {
+    /// `--out`, as given.
+    pub(crate) out: Option<String>,
+    /// `--junit`, as given.
+    pub(crate) junit: Option<String>,
+    /// `--concurrency`.
+    pub(crate) concurrency: Option<usize>,
 }
 
 /// One finished (or batch-submitted) task of a run, as recorded in the journal.
@@ -228,7 +240,9 @@ pub(super) fn run_record(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
             .get::<_, Option<i64>>(9)?
             .and_then(|p| u32::try_from(p).ok()),
         out_dir: row.get(10)?,
-        options: row.get(11)?,
+        setup: row
+            .get::<_, Option<String>>(11)?
+            .and_then(|text| serde_json::from_str(&text).ok()),
     })
 }
 

@@ -60,7 +60,8 @@ use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
 pub(crate) use batch::{BatchRecord, BatchTask};
 pub(crate) use history::{Retention, RunListing};
 pub(crate) use journal::{
-    FinishedMap, JournalStatus, JournalWriter, RunRecord, RunStatus, TaskResultRow, WriterOptions,
+    FinishedMap, JournalStatus, JournalWriter, RunRecord, RunSetup, RunStatus, TaskResultRow,
+    WriterOptions,
 };
 pub(crate) use schema::SCHEMA_VERSION;
 pub(crate) use task::{Claim, Control, TaskFilter, TaskLookup, TaskRecord, TaskStatus};

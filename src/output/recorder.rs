@@ -1,0 +1,264 @@
+//! The outputs of a run as one consumer of its events ([`crate::event::RunEvent`]): each
+//! finished task goes to the journal, `results.jsonl`, the tables, the report, JUnit and the
+//! display; steps, totals, retries and notices go to the report and the display.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use jiff::Timestamp;
+
+use super::{DisplayMode, JunitWriter, Progress, Report, ResultLine, ResultsWriter, Tables};
+use crate::event::{Consumer, Notice, RunEvent, TaskDone, item_label};
+use crate::store::{JournalStatus, JournalWriter, TaskResultRow};
+
+/// Everything a run's events go to.
+pub(crate) struct Recorder {
+    pub(crate) journal: JournalWriter,
+    pub(crate) results: Option<ResultsWriter>,
+    pub(crate) report: Report,
+    pub(crate) junit: Option<JunitWriter>,
+    /// The run's live display.
+    pub(crate) progress: Arc<Progress>,
+    /// The rows of the table `outputs`.
+    pub(crate) tables: Tables,
+    step_ids: Vec<String>,
+    /// Results already in `results.jsonl` from before a resume.
+    already_written: HashSet<(String, u64)>,
+    /// The tasks of each reducing step's levels so far (its progress total).
+    levels: HashMap<usize, u64>,
+    /// The warnings shown so far: each is shown once per run.
+    warned: HashSet<String>,
+    /// Provider retries of the run's tasks, per
+    /// [`crate::provider::ProviderError::retry_class`].
+    retries: BTreeMap<&'static str, u64>,
+}
+
+/// What a [`Recorder`] writes to.
+pub(crate) struct RecorderParts {
+    pub(crate) journal: JournalWriter,
+    pub(crate) results: Option<ResultsWriter>,
+    pub(crate) report: Report,
+    pub(crate) junit: Option<JunitWriter>,
+    pub(crate) progress: Arc<Progress>,
+    pub(crate) tables: Tables,
+    pub(crate) step_ids: Vec<String>,
+    pub(crate) already_written: HashSet<(String, u64)>,
+}
+
+impl Recorder {
+    pub(crate) fn new(parts: RecorderParts) -> Self {
+        let RecorderParts {
+            journal,
+            results,
+            report,
+            junit,
+            progress,
+            tables,
+            step_ids,
+            already_written,
+        } = parts;
+        Self {
+            journal,
+            results,
+            report,
+            junit,
+            progress,
+            tables,
+            step_ids,
+            already_written,
+            levels: HashMap::new(),
+            warned: HashSet::new(),
+            retries: BTreeMap::new(),
+        }
+    }
+
+    /// Provider retries so far, per class.
+    pub(crate) fn retries(&self) -> &BTreeMap<&'static str, u64> {
+        &self.retries
+    }
+
+    /// Records a finished task everywhere; a task of a reduction's `level` is journaled and
+    /// listed in `results.jsonl` as `<step>#<level>`, counted in the step's report and
+    /// progress. `row`: journal it (none for a result taken from the journal).
+    fn record(&mut self, done: &TaskDone, level: Option<u32>, row: Option<u64>) {
+        let step_id = &self.step_ids[done.step];
+        let leveled = level.map(|l| format!("{step_id}#{l}"));
+        let step = leveled.as_ref().unwrap_or(step_id);
+        let status = if done.ok { "completed" } else { "failed" };
+        if row.is_some() {
+            let row = TaskResultRow {
+                step_id: step.clone(),
+                item_index: done.index,
+                input_hash: done.hash.clone(),
+                status: if done.ok {
+                    JournalStatus::Completed
+                } else {
+                    JournalStatus::Failed
+                },
+                output: Some(done.output.clone()),
+                item_json: Some(done.item.to_string()),
+                turns: done.turns,
+                tokens: done.usage,
+                duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
+                error: done.error.clone(),
+                finished_at: Timestamp::now(),
+                batch_id: done.batch_id.clone(),
+            };
+            if let Err(e) = self.journal.record(row) {
+                self.progress
+                    .println(&format!("summon: warning: cannot journal a result: {e}"));
+            }
+        }
+        // A task that ran again after `--resume` gets a new line; the file is compacted to
+        // one line per task when the run ends.
+        if let Some(results) = &mut self.results
+            && !(done.resumed && self.already_written.contains(&(step.clone(), done.index)))
+        {
+            let line = ResultLine {
+                step,
+                index: done.index,
+                item: &done.item,
+                status,
+                output: &done.output,
+                error: done.error.as_deref(),
+                turns: done.turns,
+                input_tokens: done.usage.input_tokens,
+                output_tokens: done.usage.output_tokens,
+                duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
+                resumed: done.resumed,
+                reused: done.reused,
+                extracted: done.extracted,
+                corrections: done.corrections,
+                trace: &done.trace,
+                warnings: &done.warnings,
+                data: done.structured.as_ref(),
+                cache_read_tokens: done.usage.cache_read_tokens,
+                cache_write_tokens: done.usage.cache_write_tokens,
+            };
+            if let Err(e) = results.write(&line) {
+                self.progress
+                    .println(&format!("summon: warning: cannot write results.jsonl: {e}"));
+            }
+        }
+        crate::env::crash_point("task-recorded");
+        if level.is_none() {
+            self.tables.push(done);
+        }
+        let step = step_id;
+        if let Some(level) = level {
+            self.report.record_level(step, level, done.ok);
+        }
+        self.report.record_warnings(
+            step,
+            done.index,
+            &item_label(&done.item, done.index),
+            &done.warnings,
+        );
+        self.report.record_overhead(step, done.trace.overhead());
+        let cost = if done.reused {
+            self.report.record_reused(step);
+            Some(0.0)
+        } else {
+            self.report.record_task(
+                step,
+                done.model.as_deref(),
+                status,
+                done.turns,
+                done.usage,
+                done.duration,
+                done.resumed,
+                done.batch_id.is_some(),
+                done.corrections,
+            )
+        };
+        if let Some(junit) = &mut self.junit {
+            let label = item_label(&done.item, done.index);
+            let label = match level {
+                Some(level) => format!("level {level}, chunk {}", done.index),
+                None => label,
+            };
+            let label = if done.reused {
+                format!("{label} (reused)")
+            } else {
+                label
+            };
+            junit.add_case(
+                step,
+                level.map_or(done.index, |l| (u64::from(l) << 40) + done.index),
+                &label,
+                done.ok,
+                done.duration,
+                done.error.as_deref(),
+            );
+        }
+        self.progress
+            .task_input(step, done.usage.input_tokens, done.usage.cache_read_tokens);
+        if let Some(junit) = &mut self.junit {
+            junit.add_cache(
+                step,
+                done.usage.cache_read_tokens,
+                done.usage.cache_write_tokens,
+            );
+        }
+        self.progress.task_finished(
+            step,
+            done.ok,
+            done.usage.input_tokens + done.usage.output_tokens,
+            cost,
+        );
+    }
+}
+
+impl Consumer for Recorder {
+    fn on_event(&mut self, event: &RunEvent) {
+        match event {
+            RunEvent::StepStarted { step } => self.report.step_started(&self.step_ids[*step]),
+            RunEvent::StepTotal { step, total } => {
+                self.progress.set_total(&self.step_ids[*step], *total);
+            }
+            RunEvent::LevelStarted {
+                step,
+                level,
+                chunks,
+            } => {
+                let id = &self.step_ids[*step];
+                let total = self.levels.entry(*step).or_default();
+                *total += *chunks as u64;
+                self.progress.set_total(id, *total);
+                if self.progress.mode() != DisplayMode::Quiet {
+                    self.progress
+                        .println(&format!("[summon] {id}: level {level}: {chunks} chunk(s)"));
+                }
+            }
+            RunEvent::TasksStarted { step, count } => {
+                for _ in 0..*count {
+                    self.progress.task_started(&self.step_ids[*step]);
+                }
+            }
+            RunEvent::Retry { class, .. } => *self.retries.entry(*class).or_default() += 1,
+            RunEvent::TaskFinished { done, level, row } => self.record(done, *level, *row),
+            RunEvent::Notice {
+                kind: Notice::Warning,
+                text,
+            } => {
+                if self.warned.insert(text.clone()) {
+                    self.progress.println(&format!("summon: warning: {text}"));
+                }
+            }
+            RunEvent::Notice {
+                kind: Notice::Progress,
+                text,
+            } => {
+                if self.progress.mode() != DisplayMode::Quiet {
+                    self.progress.println(&format!("[summon] {text}"));
+                }
+            }
+            RunEvent::Interrupted { text } => self.progress.interrupted(text),
+            RunEvent::StepFinished { step, .. } => {
+                let id = &self.step_ids[*step];
+                self.progress.step_finished(id);
+                self.report.step_finished(id);
+            }
+        }
+    }
+}
