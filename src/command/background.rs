@@ -211,7 +211,10 @@ pub(crate) fn execute(
         }
     });
     let result = result.unwrap_or_else(|| SubagentResult {
-        status: SubagentStatus::Failed("cancelled".into()),
+        status: SubagentStatus::Failed(crate::event::Failure::new(
+            crate::event::FailureClass::Cancelled,
+            "cancelled",
+        )),
         text: String::new(),
         structured: None,
         extracted: false,
@@ -222,7 +225,7 @@ pub(crate) fn execute(
         duration: Duration::ZERO,
         warnings: Vec::new(),
     });
-    let error = result.error(prepared.spec.max_turns);
+    let error = result.error(prepared.spec.max_turns).map(|f| f.message);
     Ok(Outcome {
         error,
         result,

@@ -3,12 +3,14 @@
 //! overhead.
 
 mod bus;
+mod failure;
 mod final_text;
 mod overhead;
 mod run;
 mod task;
 
 pub(crate) use bus::{Bus, Consumer, Events};
+pub(crate) use failure::{Failure, FailureClass};
 pub(crate) use final_text::{FinalText, FinalTextBuilder};
 pub(crate) use overhead::{Overhead, OverheadSum};
 pub(crate) use run::{Notice, RunEvent, RunSummary, StepStatus};

@@ -19,7 +19,7 @@ pub(crate) struct TaskDone {
     pub(crate) extracted: bool,
     /// Answers sent back for correction because they did not validate.
     pub(crate) corrections: u32,
-    pub(crate) error: Option<String>,
+    pub(crate) error: Option<super::Failure>,
     pub(crate) turns: u32,
     pub(crate) usage: Usage,
     pub(crate) duration: Duration,
@@ -36,6 +36,13 @@ pub(crate) struct TaskDone {
     pub(crate) trace: TaskTrace,
     /// What went wrong with the task's extensions (MCP servers), one line each.
     pub(crate) warnings: Vec<String>,
+}
+
+impl TaskDone {
+    /// Why it failed, as the outputs show it.
+    pub(crate) fn error_message(&self) -> Option<&str> {
+        self.error.as_ref().map(|failure| failure.message.as_str())
+    }
 }
 
 /// What `results.jsonl` and `report.html` tell about a task beyond its answer: enough to

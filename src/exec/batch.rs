@@ -38,7 +38,7 @@ use super::step::{
     prepare_task, resumed, run_task,
 };
 use crate::delegation::Prepared;
-use crate::event::{PROMPT_LIMIT, RunEvent, TaskDone, TaskTrace};
+use crate::event::{Failure, FailureClass, PROMPT_LIMIT, RunEvent, TaskDone, TaskTrace};
 use crate::provider::{
     BatchCounts, BatchLine, BatchState, BatchStatus, ChatRequest, Client, LineResult, Message,
     ProviderError, Usage, retry_transient,
@@ -341,7 +341,7 @@ impl BatchRun<'_> {
         ok: bool,
         output: String,
         structured: Option<Value>,
-        error: Option<String>,
+        error: Option<Failure>,
         batch_id: Option<String>,
     ) {
         let done = TaskDone {
@@ -373,7 +373,7 @@ impl BatchRun<'_> {
         self.done(done);
     }
 
-    fn fail_unprepared(&mut self, index: u64, item: Value, hash: String, error: String) {
+    fn fail_unprepared(&mut self, index: u64, item: Value, hash: String, error: Failure) {
         self.done(TaskDone {
             step: self.step.index,
             index,
@@ -600,7 +600,10 @@ impl BatchRun<'_> {
                 return;
             }
             Err(err) => {
-                let error = format!("cannot create a batch: {err}");
+                let error = Failure::new(
+                    FailureClass::Provider(err.class()),
+                    format!("cannot create a batch: {err}"),
+                );
                 for task in tasks {
                     self.finish(task, false, String::new(), None, Some(error.clone()), None);
                 }
@@ -850,7 +853,7 @@ impl BatchRun<'_> {
                             false,
                             answer,
                             None,
-                            Some(problem),
+                            Some(Failure::new(FailureClass::Answer, problem)),
                             Some(status.id.clone()),
                         ),
                     }
@@ -866,7 +869,7 @@ impl BatchRun<'_> {
                         self.waiting.push(task);
                     } else {
                         let tries = task.resubmits + 1;
-                        let error = if tries > 1 {
+                        let message = if tries > 1 {
                             format!(
                                 "{message} (after {} in batches)",
                                 crate::plural::count(tries as u64, "attempt")
@@ -874,6 +877,7 @@ impl BatchRun<'_> {
                         } else {
                             message
                         };
+                        let error = Failure::new(FailureClass::Provider("batch_line"), message);
                         self.finish(
                             task,
                             false,
@@ -904,7 +908,10 @@ impl BatchRun<'_> {
         let checked = match jsonschema::validator_for(&schema) {
             Ok(validator) => crate::subagent::check_answer(&validator, &schema, &answer),
             Err(e) => {
-                let error = format!("invalid response schema: {e}");
+                let error = Failure::new(
+                    FailureClass::Prepare,
+                    format!("invalid response schema: {e}"),
+                );
                 return self.finish(
                     task,
                     false,
@@ -941,9 +948,12 @@ impl BatchRun<'_> {
                 self.waiting.push(task);
             }
             Err(errors) => {
-                let error = format!(
-                    "the answer does not match the response schema after {} correction(s):\n{errors}",
-                    task.schema_asks
+                let error = Failure::new(
+                    FailureClass::Schema,
+                    format!(
+                        "the answer does not match the response schema after {} correction(s):\n{errors}",
+                        task.schema_asks
+                    ),
                 );
                 self.finish(
                     task,

@@ -129,7 +129,7 @@ impl GivenTask {
             structured: self.data.clone(),
             extracted: self.extracted,
             corrections: self.corrections,
-            error: self.error.clone(),
+            error: self.error.clone().map(crate::event::Failure::other),
             turns: self.turns,
             usage: Usage {
                 input_tokens: self.input_tokens,

@@ -329,7 +329,9 @@ impl Reduction<'_> {
     /// `reduce: auto`: the tokens left for results in a request that fits the model's context
     /// window, once the prompt without results and the output limit are counted.
     async fn auto_budget(&self, empty: &Rendered) -> Result<u64, String> {
-        let prepared = prepare_task(self.shared, self.config, empty).await?;
+        let prepared = prepare_task(self.shared, self.config, empty)
+            .await
+            .map_err(|f| f.message)?;
         let spec = &prepared.spec;
         let window = spec.context_window.ok_or_else(|| {
             format!(
@@ -384,7 +386,7 @@ impl Reduction<'_> {
                     "level {}, chunk {} failed: {}",
                     level.number,
                     done.index,
-                    done.error.clone().unwrap_or_default()
+                    done.error_message().unwrap_or_default()
                 ));
             }
             (

@@ -11,7 +11,7 @@ use super::plan::{RunRequest, plan_for_run};
 use super::{RunOptions, run_pipeline};
 use crate::diag::{Diagnostics, SourceFile};
 use crate::env::Env;
-use crate::event::{Consumer, RunEvent, RunSummary, StepStatus};
+use crate::event::{Consumer, FailureClass, RunEvent, RunSummary, StepStatus};
 use crate::output::DisplayMode;
 
 /// One event as a test compares it.
@@ -28,6 +28,8 @@ enum Seen {
         row: Option<u64>,
     },
     StepFinished(usize, StepStatus, Option<String>),
+    /// Just before a failed task's `Finished`: the class of its failure.
+    Failed(u64, FailureClass),
     Other,
 }
 
@@ -35,7 +37,13 @@ struct Tap(Arc<Mutex<Vec<Seen>>>);
 
 impl Consumer for Tap {
     fn on_event(&mut self, event: &RunEvent) {
-        let seen = match event {
+        let mut seen = self.0.lock().unwrap();
+        if let RunEvent::TaskFinished { done, .. } = event {
+            if let Some(failure) = &done.error {
+                seen.push(Seen::Failed(done.index, failure.class));
+            }
+        }
+        let one = match event {
             RunEvent::StepStarted { step } => Seen::StepStarted(*step),
             RunEvent::StepTotal { step, total } => Seen::Total(*step, *total),
             RunEvent::TasksStarted { step, count } => Seen::Sent(*step, *count),
@@ -55,7 +63,7 @@ impl Consumer for Tap {
             | RunEvent::Notice { .. }
             | RunEvent::Interrupted { .. } => Seen::Other,
         };
-        self.0.lock().unwrap().push(seen);
+        seen.push(one);
     }
 }
 
@@ -290,6 +298,8 @@ fn fail_fast_fails_the_step_and_skips_what_needs_it() {
         !seen.contains(&Seen::StepStarted(2)),
         "the synthesis of a failed fan-out never starts"
     );
+    // The provider's refusal keeps its class up to the task's record.
+    assert!(seen.contains(&Seen::Failed(1, FailureClass::Provider("bad_request"))));
     match seen.iter().find(|s| matches!(s, Seen::StepFinished(1, ..))) {
         Some(Seen::StepFinished(_, StepStatus::Failed, Some(error))) => {
             assert!(error.contains("this item is bad"), "{error}");
@@ -404,5 +414,25 @@ fn a_resumed_run_emits_the_journaled_tasks_without_rows_and_runs_only_the_rest()
         engine.server.request_count() - sent_first,
         2,
         "flaky and the synthesis"
+    );
+}
+
+#[test]
+fn a_task_past_its_timeout_fails_as_a_timeout_and_a_retry_runs_it_again() {
+    let engine = Engine::new(MockConfig::new().latency(Duration::from_millis(1500)));
+    let (summary, seen) = engine.run(
+        &pipeline(&["slow"], "    timeout: 1s\n    retries: 1\n"),
+        None,
+        None,
+    );
+    assert_eq!(summary.unwrap().steps[1].1, StepStatus::Failed);
+    assert!(
+        seen.contains(&Seen::Failed(0, FailureClass::Timeout)),
+        "{seen:#?}"
+    );
+    assert_eq!(
+        engine.server.request_count(),
+        2,
+        "the step's retry ran it again"
     );
 }

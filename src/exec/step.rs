@@ -15,7 +15,9 @@ use super::hash::request_hash;
 use crate::config::Config;
 use crate::delegation::{Request, Resolver, prepare_with};
 use crate::env::Env;
-use crate::event::{Events, PROMPT_LIMIT, RunEvent, Spent, TaskDone, TaskTrace};
+use crate::event::{
+    Events, Failure, FailureClass, PROMPT_LIMIT, RunEvent, Spent, TaskDone, TaskTrace,
+};
 use crate::pipeline::model::{OnExtensionError, PipelineSettings, Step, TaskTemplate, Template};
 use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
 use crate::recipe::ParamInput;
@@ -476,7 +478,7 @@ pub(crate) async fn run_task(
         trace.in_flight = Spent::default();
         let outcome = tokio::select! {
             outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace, label.as_deref()) => outcome,
-            () = shared.kill.cancelled() => Err("cancelled".to_owned()),
+            () = shared.kill.cancelled() => Err(Failure::new(FailureClass::Cancelled, "cancelled")),
         };
         let Attempt {
             mut ok,
@@ -494,9 +496,12 @@ pub(crate) async fn run_task(
         spent.usage.add(usage);
         if ok && step.on_extension_error == OnExtensionError::Fail && !warnings.is_empty() {
             ok = false;
-            error = Some(format!(
-                "{} (the step sets on_extension_error: fail)",
-                warnings.join("; ")
+            error = Some(Failure::new(
+                FailureClass::Extension,
+                format!(
+                    "{} (the step sets on_extension_error: fail)",
+                    warnings.join("; ")
+                ),
             ));
         }
         if ok || attempt >= step.retries || shared.kill.is_cancelled() {
@@ -533,7 +538,7 @@ struct Attempt {
     /// The answer: the structured value as JSON text, else the text.
     text: String,
     structured: Option<Value>,
-    error: Option<String>,
+    error: Option<Failure>,
     turns: u32,
     usage: Usage,
     /// The model that answered.
@@ -549,7 +554,7 @@ struct Attempt {
 impl Attempt {
     /// An attempt that failed before the subagent could answer, or was stopped (a timeout,
     /// a cancel) after spending `spent`.
-    fn failed(error: String, spent: Spent) -> Self {
+    fn failed(error: Failure, spent: Spent) -> Self {
         Self {
             ok: false,
             text: String::new(),
@@ -572,7 +577,7 @@ async fn attempt_task(
     slot: &Arc<TaskSlot>,
     trace: &mut TaskTrace,
     item: Option<&str>,
-) -> Result<Attempt, String> {
+) -> Result<Attempt, Failure> {
     let mut prepared = prepare_task(shared, step, rendered).await?;
     if trace.prompt.is_none() {
         trace.prompt = Some(TaskTrace::clip(&prepared.spec.first_message, PROMPT_LIMIT));
@@ -633,9 +638,12 @@ async fn attempt_task(
         &mut observer,
     );
     let result = match step.timeout {
-        Some(limit) => tokio::time::timeout(limit, run)
-            .await
-            .map_err(|_| format!("timed out after {}s", limit.as_secs()))?,
+        Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| {
+            Failure::new(
+                FailureClass::Timeout,
+                format!("timed out after {}s", limit.as_secs()),
+            )
+        })?,
         None => run.await,
     };
     let error = result.error(prepared.spec.max_turns);
@@ -662,8 +670,9 @@ pub(super) async fn prepare_task(
     shared: &Shared,
     step: &StepConfig,
     rendered: &Rendered,
-) -> Result<crate::delegation::Prepared, String> {
-    let source = task_source(&shared.catalog, rendered)?;
+) -> Result<crate::delegation::Prepared, Failure> {
+    let prepare = |message| Failure::new(FailureClass::Prepare, message);
+    let source = task_source(&shared.catalog, rendered).map_err(prepare)?;
     let mut prepared = prepare_with(
         &shared.env,
         &shared.config,
@@ -672,7 +681,7 @@ pub(super) async fn prepare_task(
         &shared.resolver,
     )
     .await
-    .map_err(prepare_message)?;
+    .map_err(|e| prepare(prepare_message(e)))?;
     let cache = &mut prepared.spec.cache;
     cache.on = step.cache;
     cache.shared = step.cache_shared;
@@ -740,16 +749,16 @@ pub(super) fn prepare_message(error: crate::delegation::PrepareError) -> String 
 pub(super) fn client_for(
     shared: &Shared,
     prepared: &crate::delegation::Prepared,
-) -> Result<(Client, RateLimiter), String> {
+) -> Result<(Client, RateLimiter), Failure> {
     let mut clients = shared
         .clients
         .lock()
-        .map_err(|_| "internal error: client cache".to_owned())?;
+        .map_err(|_| Failure::other("internal error: client cache"))?;
     Ok(match clients.get(&prepared.resolved.provider_name) {
         Some(pair) => pair.clone(),
         None => {
-            let client =
-                Client::new(prepared.resolved.endpoint.clone()).map_err(|e| e.to_string())?;
+            let client = Client::new(prepared.resolved.endpoint.clone())
+                .map_err(|e| Failure::new(FailureClass::Provider(e.class()), e.to_string()))?;
             let limiter = RateLimiter::new(prepared.resolved.limits);
             clients.insert(
                 prepared.resolved.provider_name.clone(),

@@ -76,7 +76,7 @@ impl Tally<'_> {
                 self.first_error = Some(format!(
                     "task {} failed: {}",
                     done.index,
-                    done.error.clone().unwrap_or_default()
+                    done.error_message().unwrap_or_default()
                 ));
             }
         }

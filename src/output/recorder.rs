@@ -100,7 +100,7 @@ impl Recorder {
                 turns: done.turns,
                 tokens: done.usage,
                 duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
-                error: done.error.clone(),
+                error: done.error_message().map(str::to_owned),
                 finished_at: Timestamp::now(),
                 batch_id: done.batch_id.clone(),
             };
@@ -120,7 +120,7 @@ impl Recorder {
                 item: &done.item,
                 status,
                 output: &done.output,
-                error: done.error.as_deref(),
+                error: done.error_message(),
                 turns: done.turns,
                 input_tokens: done.usage.input_tokens,
                 output_tokens: done.usage.output_tokens,
@@ -188,7 +188,7 @@ impl Recorder {
                 &label,
                 done.ok,
                 done.duration,
-                done.error.as_deref(),
+                done.error_message(),
             );
         }
         self.progress

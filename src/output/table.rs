@@ -149,7 +149,7 @@ impl TableRows {
             data => done.structured.as_ref().map(|d| minijinja::Value::from(minijinja::value::Serde(d))),
             output => done.output.as_str(),
             status => if done.ok { "completed" } else { "failed" },
-            error => done.error.as_deref(),
+            error => done.error_message(),
         };
         let mut values = Vec::with_capacity(self.table.columns.len());
         for (i, (_, t)) in self.table.columns.iter().enumerate() {

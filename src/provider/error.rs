@@ -178,6 +178,18 @@ impl ProviderError {
     /// `rate_limited`, `server_error`, `timeout` (no complete answer in time),
     /// `invalid_response` (a success whose body is not JSON, e.g. cut off) or `connection`
     /// (every other network failure); `None` for errors that are never retried.
+    /// The error's class, for a task's failure: the [`Self::retry_class`] of a transient
+    /// one, else `auth`, `context_too_long`, `bad_request`, `quota_exhausted` or `other`.
+    pub(crate) fn class(&self) -> &'static str {
+        self.retry_class().unwrap_or(match self {
+            Self::Auth { .. } => "auth",
+            Self::ContextTooLong { .. } => "context_too_long",
+            Self::BadRequest { .. } => "bad_request",
+            Self::QuotaExhausted { .. } => "quota_exhausted",
+            _ => "other",
+        })
+    }
+
     pub(crate) fn retry_class(&self) -> Option<&'static str> {
         match self {
             Self::RateLimited { .. } => Some("rate_limited"),

@@ -85,8 +85,8 @@ impl Redactor {
             return result;
         }
         self.in_place(&mut result.text);
-        if let SubagentStatus::Failed(message) = &mut result.status {
-            self.in_place(message);
+        if let SubagentStatus::Failed(failure) = &mut result.status {
+            self.in_place(&mut failure.message);
         }
         if let Some(value) = &mut result.structured {
             self.value(value);
@@ -120,7 +120,7 @@ mod tests {
         };
         assert_eq!(message, "bad: [redacted]");
         let result = r.result(SubagentResult {
-            status: SubagentStatus::Failed("quoted tok-123456".into()),
+            status: SubagentStatus::Failed(crate::event::Failure::other("quoted tok-123456")),
             text: "said tok-123456".into(),
             structured: Some(json!({"k": ["tok-123456", 1]})),
             extracted: false,
@@ -135,7 +135,7 @@ mod tests {
         assert_eq!(result.text, "said [redacted]");
         assert_eq!(
             result.status,
-            SubagentStatus::Failed("quoted [redacted]".into())
+            SubagentStatus::Failed(crate::event::Failure::other("quoted [redacted]"))
         );
         assert_eq!(result.structured, Some(json!({"k": ["[redacted]", 1]})));
     }

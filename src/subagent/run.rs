@@ -1,6 +1,7 @@
 //! The agent loop: send, run the tool calls, send again, until the model answers without
 //! tool calls or `max_turns` requests were made. A turn is one model request.
 
+use crate::event::{Failure, FailureClass};
 use std::time::{Duration, Instant};
 
 use super::cache::prefix_is_cacheable;
@@ -49,7 +50,7 @@ pub(crate) enum SubagentStatus {
     Completed,
     /// `max_turns` requests were made without a final answer.
     MaxTurns,
-    Failed(String),
+    Failed(Failure),
 }
 
 /// What a run produced. `text` is the final answer, or the last text when it failed.
@@ -72,12 +73,15 @@ pub(crate) struct SubagentResult {
 }
 
 impl SubagentResult {
-    /// The failure message, if the run failed.
-    pub(crate) fn error(&self, max_turns: u32) -> Option<String> {
+    /// The failure, if the run failed.
+    pub(crate) fn error(&self, max_turns: u32) -> Option<Failure> {
         match &self.status {
             SubagentStatus::Completed => None,
-            SubagentStatus::MaxTurns => Some(format!("max turns ({max_turns}) reached")),
-            SubagentStatus::Failed(message) => Some(message.clone()),
+            SubagentStatus::MaxTurns => Some(Failure::new(
+                FailureClass::MaxTurns,
+                format!("max turns ({max_turns}) reached"),
+            )),
+            SubagentStatus::Failed(failure) => Some(failure.clone()),
         }
     }
 }
@@ -233,8 +237,9 @@ async fn run_attempts(
             return result;
         };
         if attempt >= attempts {
-            result.status = SubagentStatus::Failed(format!(
-                "retry checks still failing after {attempt} attempt(s): {reason}"
+            result.status = SubagentStatus::Failed(Failure::new(
+                FailureClass::Check,
+                format!("retry checks still failing after {attempt} attempt(s): {reason}"),
             ));
             return result;
         }
@@ -363,7 +368,10 @@ async fn run_once(
         Some(Ok(v)) => Some(v),
         Some(Err(e)) => {
             return Outcome::plain(
-                SubagentStatus::Failed(format!("invalid response schema: {e}")),
+                SubagentStatus::Failed(Failure::new(
+                    FailureClass::Prepare,
+                    format!("invalid response schema: {e}"),
+                )),
                 String::new(),
             );
         }
@@ -400,7 +408,8 @@ async fn run_once(
         total.turns += 1;
         observer(SubagentEvent::Turn { turn: turns });
         if let Some(problem) = oversized(spec, &request, output_limit) {
-            return Outcome::plain(SubagentStatus::Failed(problem), last_text);
+            let failure = Failure::new(FailureClass::Prepare, problem);
+            return Outcome::plain(SubagentStatus::Failed(failure), last_text);
         }
         request.cache = spec.cache.hint(
             request.messages.len() == 1,
@@ -434,7 +443,8 @@ async fn run_once(
             Ok(response) => response,
             Err(err) => {
                 limiter.record_actual(estimate, 0);
-                return Outcome::plain(SubagentStatus::Failed(err.to_string()), last_text);
+                let failure = Failure::new(FailureClass::Provider(err.class()), err.to_string());
+                return Outcome::plain(SubagentStatus::Failed(failure), last_text);
             }
         };
         limiter.record_actual(estimate, response.usage.total());
@@ -446,7 +456,8 @@ async fn run_once(
         }
         if let Some(problem) = answer_problem(&response, output_limit, spec.allow_empty) {
             // The partial text (of a cut-off answer) stays in the result.
-            return Outcome::plain(SubagentStatus::Failed(problem), last_text);
+            let failure = Failure::new(FailureClass::Answer, problem);
+            return Outcome::plain(SubagentStatus::Failed(failure), last_text);
         }
         if response.tool_calls.is_empty() {
             let answer = response.text.unwrap_or_default();
@@ -465,9 +476,12 @@ async fn run_once(
                 Err(errors) => {
                     if schema_asks >= spec.schema_retries {
                         return Outcome::plain(
-                            SubagentStatus::Failed(format!(
-                                "the answer does not match the response schema after {} correction(s):\n{errors}",
-                                schema_asks
+                            SubagentStatus::Failed(Failure::new(
+                                FailureClass::Schema,
+                                format!(
+                                    "the answer does not match the response schema after {} correction(s):\n{errors}",
+                                    schema_asks
+                                ),
                             )),
                             answer,
                         );
