@@ -1,5 +1,5 @@
 //! `summon delegate`: run one subagent; its final text on stdout, progress on stderr. With
-//! `--async` the task goes to a detached worker (see [`crate::command::background`]).
+//! `--async` the task goes to a detached worker (see [`crate::delegation`]).
 //!
 //! JSON (`--json`): `{"status": "completed"|"failed", "output", "structured", "error",
 //! "turns", "tool_calls", "tokens": {"input", "output"}, "duration_ms", "provider",
@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::cli::DelegateArgs;
-use crate::command::background::{self, DelegationRequest};
+use crate::delegation::{self as background, DelegationRequest};
 use crate::error::{Error, Result};
 use crate::recipe::ParamInput;
 use crate::subagent::{SubagentEvent, SubagentStatus};

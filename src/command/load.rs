@@ -129,7 +129,7 @@ fn list_tasks(json: bool, ctx: &mut Ctx) -> Result<()> {
     if json {
         return Ok(());
     }
-    let Some(store) = crate::command::background::open_existing_store(&ctx.env)? else {
+    let Some(store) = crate::delegation::open_existing_store(&ctx.env)? else {
         return Ok(());
     };
     let done = store.list(crate::store::TaskFilter::Finished)?;

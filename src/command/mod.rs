@@ -1,6 +1,5 @@
 //! One small module per subcommand; shared set-up lives in [`Ctx`].
 
-mod background;
 pub(crate) mod completions;
 mod ctx;
 mod delegate;
@@ -55,7 +54,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Completions(args) => completions::run_completions(&args, ctx),
         Command::Man(args) => completions::run_man(&args, ctx),
         Command::Schema(args) => schema::run(&args, ctx),
-        Command::Worker(args) => crate::command::background::run_worker(&args.task_id, ctx),
+        Command::Worker(args) => crate::delegation::run_worker(&args.task_id, ctx),
         Command::Sandbox(args) => std::process::exit(crate::sandbox::helper::run(
             args.policy,
             args.network,

@@ -16,7 +16,7 @@ use serde_json::json;
 use super::Ctx;
 use super::tasks::{elapsed_secs, format_secs, task_json};
 use crate::cli::LoadArgs;
-use crate::command::background::open_existing_store;
+use crate::delegation::open_existing_store;
 use crate::error::{Error, Result};
 use crate::process::pid_alive;
 use crate::store::{Store, TaskId, TaskLookup, TaskRecord, TaskStatus};

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::cli::TasksArgs;
-use crate::command::background::open_existing_store;
+use crate::delegation::open_existing_store;
 use crate::error::Result;
 use crate::store::{TaskFilter, TaskRecord};
 
