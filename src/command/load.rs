@@ -129,10 +129,10 @@ fn list_tasks(json: bool, ctx: &mut Ctx) -> Result<()> {
     if json {
         return Ok(());
     }
-    let Some(store) = crate::delegation::open_existing_store(&ctx.env)? else {
+    let Some(tasks) = crate::delegation::TaskStore::open_existing(&ctx.env)? else {
         return Ok(());
     };
-    let done = store.list(crate::store::TaskFilter::Finished)?;
+    let done = tasks.store().list(crate::store::TaskFilter::Finished)?;
     if done.is_empty() {
         return Ok(());
     }

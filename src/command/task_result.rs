@@ -16,7 +16,7 @@ use serde_json::json;
 use super::Ctx;
 use super::tasks::{elapsed_secs, format_secs, task_json};
 use crate::cli::LoadArgs;
-use crate::delegation::open_existing_store;
+use crate::delegation::TaskStore;
 use crate::error::{Error, Result};
 use crate::process::pid_alive;
 use crate::store::{Store, TaskId, TaskLookup, TaskRecord, TaskStatus};
@@ -36,16 +36,17 @@ fn poll_pause(waited: Duration) -> Duration {
 }
 
 pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
-    let Some(store) = open_existing_store(&ctx.env)? else {
+    let Some(tasks) = TaskStore::open_existing(&ctx.env)? else {
         return Err(not_found(id));
     };
-    let task = find(&store, id)?;
+    let store = tasks.store();
+    let task = find(store, id)?;
     if args.peek {
         return peek(&task, args.output.json, ctx);
     }
     if args.cancel {
         let grace = cancel_grace(&ctx.env)?;
-        let (task, killed) = cancel(&store, &task, grace)?;
+        let (task, killed) = cancel(store, &task, grace)?;
         if killed {
             ctx.note(&format!(
                 "the worker did not stop within {} and was killed",
@@ -66,10 +67,10 @@ pub(crate) fn run(id: &TaskId, args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
         std::thread::sleep(poll_pause(now - started).min(deadline - now));
         // Re-check liveness now and then, so a dead worker ends the wait.
         if swept.elapsed() >= SWEEP {
-            let _ = open_existing_store(&ctx.env)?;
+            tasks.refresh()?;
             swept = Instant::now();
         }
-        task = find(&store, id)?;
+        task = find(store, id)?;
     }
     show(&task, false, args.output.json, ctx)
 }

@@ -8,13 +8,13 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::cli::TasksArgs;
-use crate::delegation::open_existing_store;
+use crate::delegation::TaskStore;
 use crate::error::Result;
 use crate::store::{TaskFilter, TaskRecord};
 
 pub(crate) fn run(args: &TasksArgs, ctx: &mut Ctx) -> Result<()> {
-    let tasks = match open_existing_store(&ctx.env)? {
-        Some(store) => store.list(TaskFilter::All)?,
+    let tasks = match TaskStore::open_existing(&ctx.env)? {
+        Some(tasks) => tasks.store().list(TaskFilter::All)?,
         None => Vec::new(),
     };
     if args.output.json {

@@ -1,10 +1,16 @@
 //! One delegation, from a request to its result: preparing the subagent, running it in the
-//! foreground or as a background task, and collecting a background task's result.
+//! foreground or as a background task, and collecting a background task's result. Nothing
+//! here prints: each operation returns typed values, and a running task reports its events to
+//! the caller's [`run::Observer`].
 
 mod background;
 mod prepare;
+mod request;
+mod run;
+mod tasks;
 
-pub(crate) use background::{DelegationRequest, execute, open_existing_store, run_worker, start};
-pub(crate) use prepare::{
-    Draft, PrepareError, Prepared, Request, Resolver, draft, prepare, prepare_with,
-};
+pub(crate) use background::{Started, run_worker, start};
+pub(crate) use prepare::{Draft, PrepareError, Prepared, Request, Resolver, draft, prepare_with};
+pub(crate) use request::DelegationRequest;
+pub(crate) use run::{DelegationOutcome, run};
+pub(crate) use tasks::TaskStore;

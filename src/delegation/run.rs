@@ -1,0 +1,183 @@
+//! Running one delegation in this process: checked and prepared first ([`ready`]), then the
+//! agent loop, reporting each event to the caller's [`Observer`].
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::diag::Diagnostic;
+use crate::env::Env;
+use crate::error::{Error, Result};
+use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
+use crate::source::Catalog;
+use crate::subagent::{SubagentEvent, SubagentResult, SubagentStatus, run_subagent};
+
+use super::prepare::{PrepareError, Prepared, prepare};
+use super::request::DelegationRequest;
+
+/// What a running delegation reports: the task's label (the source name, or `task`) and each
+/// event, in order. The foreground and a background worker report the same events.
+pub(crate) type Observer<'a> = dyn FnMut(&str, SubagentEvent) + Send + 'a;
+
+/// The provider and model a delegation ran with, and where each was decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ModelChoice {
+    pub(crate) provider: String,
+    pub(crate) provider_from: String,
+    pub(crate) model: String,
+    pub(crate) model_from: String,
+}
+
+/// How a delegation ended.
+#[derive(Debug, Clone)]
+pub(crate) struct DelegationOutcome {
+    pub(crate) status: SubagentStatus,
+    /// Why it failed; `None` when it completed.
+    pub(crate) error: Option<String>,
+    /// The final (or, when it failed, the last) text of the model.
+    pub(crate) text: String,
+    /// The answer that matched the response schema, when there is one.
+    pub(crate) structured: Option<serde_json::Value>,
+    pub(crate) turns: u32,
+    pub(crate) tool_calls: u32,
+    pub(crate) usage: Usage,
+    pub(crate) duration: Duration,
+    /// What went wrong with the task's extensions, one line each.
+    pub(crate) warnings: Vec<String>,
+    /// Notes from preparing the task: listed tools left out, extensions not started, alias
+    /// fallbacks.
+    pub(crate) notes: Vec<Diagnostic>,
+    pub(crate) model: ModelChoice,
+    /// The sandbox of the shell commands, when the task has the shell.
+    pub(crate) sandbox: Option<crate::sandbox::Sandbox>,
+}
+
+impl DelegationOutcome {
+    pub(crate) fn completed(&self) -> bool {
+        self.status == SubagentStatus::Completed
+    }
+
+    /// The answer: the structured answer as JSON, or the final (or last) text.
+    pub(crate) fn answer(&self) -> String {
+        match &self.structured {
+            Some(value) => serde_json::to_string_pretty(value).unwrap_or_default(),
+            None => self.text.clone(),
+        }
+    }
+}
+
+/// A delegation checked and ready to run: everything a foreground delegation refuses has been
+/// refused by the time one exists.
+pub(crate) struct Ready {
+    runtime: tokio::runtime::Runtime,
+    prepared: Prepared,
+}
+
+impl Ready {
+    /// Runs the agent loop. A cancelled `cancel` token ends it with status failed
+    /// (`cancelled`).
+    pub(crate) fn run(
+        self,
+        env: &Env,
+        observer: &mut Observer<'_>,
+        cancel: Option<CancellationToken>,
+    ) -> Result<DelegationOutcome> {
+        let Ready { runtime, prepared } = self;
+        let client = Client::new(prepared.resolved.endpoint.clone())
+            .map_err(|e| Error::usage(e.to_string()))?;
+        let limiter = RateLimiter::new(prepared.resolved.limits);
+        let label = prepared.label.clone();
+        let mut events = |event: SubagentEvent| observer(&label, event);
+        let policy = RetryPolicy::from_env(env);
+        let run = run_subagent(&client, &policy, &limiter, &prepared.spec, &mut events);
+        let result = runtime.block_on(async {
+            match cancel {
+                Some(token) => tokio::select! {
+                    result = run => Some(result),
+                    () = token.cancelled() => None,
+                },
+                None => Some(run.await),
+            }
+        });
+        let result = result.unwrap_or_else(|| SubagentResult {
+            status: SubagentStatus::Failed("cancelled".into()),
+            text: String::new(),
+            structured: None,
+            extracted: false,
+            corrections: 0,
+            turns: 0,
+            tool_calls: 0,
+            usage: Usage::default(),
+            duration: Duration::ZERO,
+            warnings: Vec::new(),
+        });
+        let error = result.error(prepared.spec.max_turns);
+        let resolved = &prepared.resolved;
+        Ok(DelegationOutcome {
+            error,
+            status: result.status,
+            text: result.text,
+            structured: result.structured,
+            turns: result.turns,
+            tool_calls: result.tool_calls,
+            usage: result.usage,
+            duration: result.duration,
+            warnings: result.warnings,
+            notes: prepared.notes.clone(),
+            model: ModelChoice {
+                provider: resolved.provider_name.clone(),
+                provider_from: resolved.provider_origin.to_string(),
+                model: resolved.model.clone(),
+                model_from: resolved.model_origin.to_string(),
+            },
+            sandbox: prepared
+                .spec
+                .tools
+                .has_shell()
+                .then(|| prepared.spec.tools.sandbox()),
+        })
+    }
+}
+
+/// Checks and prepares a delegation without contacting the model: the source (looked up in
+/// `catalog`), its parameters, an agent's task, the working directory, and the provider and
+/// model. A background start runs this before it stores a task, so it refuses exactly what
+/// the foreground refuses, with the same message.
+pub(crate) fn ready(
+    env: &Env,
+    config: &Config,
+    catalog: &Catalog,
+    request: &DelegationRequest,
+) -> Result<Ready> {
+    let source = match &request.source {
+        Some(name) => Some(
+            catalog
+                .get(name)
+                .ok_or_else(|| Error::from(catalog.not_found(name)))?,
+        ),
+        None => None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let prepared = match runtime.block_on(prepare(env, config, source, &request.to_request())) {
+        Ok(prepared) => prepared,
+        Err(PrepareError::Input(diags)) => return Err(Error::Input(diags)),
+        Err(PrepareError::Task(message)) => return Err(Error::Failed(message)),
+    };
+    Ok(Ready { runtime, prepared })
+}
+
+/// Runs a delegation in this process: [`ready`], then [`Ready::run`].
+pub(crate) fn run(
+    env: &Env,
+    config: &Config,
+    catalog: &Catalog,
+    request: &DelegationRequest,
+    observer: &mut Observer<'_>,
+    cancel: Option<CancellationToken>,
+) -> Result<DelegationOutcome> {
+    ready(env, config, catalog, request)?.run(env, observer, cancel)
+}
