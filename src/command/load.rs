@@ -132,7 +132,7 @@ fn list_tasks(json: bool, ctx: &mut Ctx) -> Result<()> {
     let Some(tasks) = crate::delegation::TaskStore::open_existing(&ctx.env)? else {
         return Ok(());
     };
-    let done = tasks.store().list(crate::store::TaskFilter::Finished)?;
+    let done = tasks.list(crate::store::TaskFilter::Finished)?;
     if done.is_empty() {
         return Ok(());
     }
@@ -141,7 +141,8 @@ fn list_tasks(json: bool, ctx: &mut Ctx) -> Result<()> {
 ",
         ctx.out_palette.bold("Completed tasks awaiting retrieval")
     );
-    for task in done {
+    for view in done {
+        let task = view.task;
         text.push_str(&format!(
             "  {}  {}  ({})\n",
             task.id,

@@ -4,13 +4,15 @@
 //! the caller's [`run::Observer`].
 
 mod background;
+mod collect;
 mod prepare;
 mod request;
 mod run;
 mod tasks;
 
 pub(crate) use background::{Started, run_worker, start};
+pub(crate) use collect::{CollectError, cancel, cancel_grace, peek, wait};
 pub(crate) use prepare::{Draft, PrepareError, Prepared, Request, Resolver, draft, prepare_with};
 pub(crate) use request::DelegationRequest;
 pub(crate) use run::{DelegationOutcome, run};
-pub(crate) use tasks::TaskStore;
+pub(crate) use tasks::{TaskStore, TaskView};
