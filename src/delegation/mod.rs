@@ -8,6 +8,7 @@ mod collect;
 mod prepare;
 mod request;
 mod run;
+mod sources;
 mod tasks;
 
 pub(crate) use background::{Started, run_worker, start};
@@ -15,4 +16,5 @@ pub(crate) use collect::{CollectError, cancel, cancel_grace, peek, wait};
 pub(crate) use prepare::{Draft, PrepareError, Prepared, Request, Resolver, draft, prepare_with};
 pub(crate) use request::DelegationRequest;
 pub(crate) use run::{DelegationOutcome, run};
+pub(crate) use sources::{LoadedSource, SourceList, list as list_sources, load as load_source};
 pub(crate) use tasks::{TaskStore, TaskView};
