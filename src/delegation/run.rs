@@ -93,9 +93,12 @@ impl Ready {
         let run = run_subagent(&client, &policy, &limiter, &prepared.spec, &mut events);
         let result = runtime.block_on(async {
             match cancel {
+                // The token first: a run cancelled before it starts, or as it ends, is
+                // cancelled, whichever branch would be ready.
                 Some(token) => tokio::select! {
-                    result = run => Some(result),
+                    biased;
                     () = token.cancelled() => None,
+                    result = run => Some(result),
                 },
                 None => Some(run.await),
             }
