@@ -346,3 +346,100 @@ impl Progress<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use summon_mock_llm::{MockConfig, Reply};
+
+    use super::*;
+    use crate::delegation::test_support::MockProject;
+
+    #[test]
+    fn the_worker_records_progress_and_the_result_and_passes_events_on() {
+        let mock = MockProject::start(MockConfig::new().replies([
+            Reply::tool_call("read_file", json!({"path": "notes.md"})),
+            Reply::text("the summary"),
+        ]));
+        let request = DelegationRequest {
+            instructions: Some("summarise notes.md".into()),
+            ..DelegationRequest::default()
+        };
+        let store = Store::open_for(&mock.env.cwd).unwrap();
+        let task = store
+            .create_task(
+                &request.description(),
+                None,
+                &serde_json::to_string(&request).unwrap(),
+                5,
+                false,
+            )
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut observer = |label: &str, event: SubagentEvent| {
+            if let SubagentEvent::ToolCall { name, ok, .. } = event {
+                seen.push(format!("{label} {name} {ok}"));
+            }
+        };
+        let notes = run_worker(&mock.env, task.id, &mut observer).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!(seen, ["task read_file true"]);
+
+        let done = store.get(&task.id).unwrap().unwrap();
+        assert_eq!(done.status, TaskStatus::Completed);
+        assert_eq!(done.output.as_deref(), Some("the summary"));
+        assert_eq!(done.error, None);
+        assert_eq!((done.turns, done.tool_calls), (2, 1));
+        assert_eq!(done.recent_tool_calls, ["read_file: completed"]);
+        assert_eq!(done.pid, Some(std::process::id()));
+        assert_eq!(done.model.as_deref(), Some("mock-model"));
+        assert!(done.tokens.input_tokens > 0);
+    }
+
+    #[test]
+    fn the_worker_records_a_task_that_cannot_be_prepared_as_failed() {
+        let mock = MockProject::start(MockConfig::new().default_reply(Reply::text("no")));
+        let request = DelegationRequest {
+            source: Some("nowhere".into()),
+            ..DelegationRequest::default()
+        };
+        let store = Store::open_for(&mock.env.cwd).unwrap();
+        let json = serde_json::to_string(&request).unwrap();
+        let id = store
+            .create_task("nowhere", None, &json, 5, false)
+            .unwrap()
+            .id;
+        let mut events = 0;
+        let notes = run_worker(&mock.env, id, &mut |_: &str, _: SubagentEvent| events += 1);
+        assert!(notes.unwrap().is_empty());
+        assert_eq!(events, 0);
+        let failed = store.get(&id).unwrap().unwrap();
+        assert_eq!(failed.status, TaskStatus::Failed);
+        assert_eq!(
+            failed.error.as_deref(),
+            Some("Source 'nowhere' not found. Use summon load to see available sources.")
+        );
+        assert!(mock.server.requests().is_empty());
+    }
+
+    #[test]
+    fn a_start_that_would_fail_in_the_foreground_records_no_task() {
+        let mock = MockProject::start(MockConfig::new().default_reply(Reply::text("no")));
+        let request = DelegationRequest {
+            instructions: Some("go".into()),
+            working_dir: Some("../elsewhere".into()),
+            ..DelegationRequest::default()
+        };
+        std::fs::create_dir_all(mock.dir.path().join("elsewhere")).unwrap();
+        let Err(Error::Input(diags)) =
+            start(&mock.env, &mock.config(), &mock.catalog(), &request, false)
+        else {
+            panic!("a working directory outside the project was accepted");
+        };
+        assert_eq!(
+            diags.items[0].message,
+            "--working-dir `../elsewhere` is outside the current directory"
+        );
+        assert!(!mock.env.cwd.join(crate::store::DIR_NAME).exists());
+    }
+}

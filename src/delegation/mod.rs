@@ -10,6 +10,8 @@ mod request;
 mod run;
 mod sources;
 mod tasks;
+#[cfg(test)]
+mod test_support;
 
 pub(crate) use background::{Started, run_worker, start};
 pub(crate) use collect::{CollectError, cancel, cancel_grace, peek, wait};

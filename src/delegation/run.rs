@@ -184,3 +184,135 @@ pub(crate) fn run(
 ) -> Result<DelegationOutcome> {
     ready(env, config, catalog, request)?.run(env, observer, cancel)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use summon_mock_llm::{MockConfig, Reply};
+
+    use super::*;
+    use crate::delegation::test_support::MockProject;
+
+    fn ad_hoc(task: &str) -> DelegationRequest {
+        DelegationRequest {
+            instructions: Some(task.into()),
+            ..DelegationRequest::default()
+        }
+    }
+
+    #[test]
+    fn a_delegation_reports_its_events_and_returns_its_outcome() {
+        let mock = MockProject::start(MockConfig::new().replies([
+            Reply::tool_call("read_file", json!({"path": "notes.md"})),
+            Reply::text("the summary"),
+        ]));
+        let mut events = Vec::new();
+        let mut observer =
+            |label: &str, event: SubagentEvent| events.push((label.to_owned(), event));
+        let outcome = run(
+            &mock.env,
+            &mock.config(),
+            &mock.catalog(),
+            &ad_hoc("summarise notes.md"),
+            &mut observer,
+            None,
+        )
+        .unwrap();
+        assert!(outcome.completed());
+        assert_eq!(outcome.error, None);
+        assert_eq!(outcome.answer(), "the summary");
+        assert_eq!((outcome.turns, outcome.tool_calls), (2, 1));
+        assert!(outcome.usage.input_tokens > 0 && outcome.usage.output_tokens > 0);
+        assert_eq!(outcome.model.model, "mock-model");
+        assert_eq!(
+            outcome.model.model_from,
+            "environment variable SUMMON_MODEL"
+        );
+        assert_eq!(outcome.sandbox, None, "an ad-hoc task has no shell");
+        assert!(outcome.warnings.is_empty());
+
+        assert!(events.iter().all(|(label, _)| label == "task"));
+        let tool_calls: Vec<_> = events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                SubagentEvent::ToolCall { name, ok, .. } => Some((name.as_str(), *ok)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tool_calls, [("read_file", true)]);
+        let tokens = events
+            .iter()
+            .filter(|(_, e)| matches!(e, SubagentEvent::Tokens { .. }))
+            .count();
+        assert_eq!(tokens, 2, "one token total per response");
+        assert!(matches!(
+            events.last(),
+            Some((_, SubagentEvent::Text { text })) if text == "the summary"
+        ));
+        // The tool ran in the project: the file's text went back to the model.
+        let second = &mock.server.requests()[1];
+        assert!(second.body.to_string().contains("three notes"));
+    }
+
+    #[test]
+    fn running_out_of_turns_is_a_failure_that_keeps_the_last_text() {
+        let mock = MockProject::start(
+            MockConfig::new().default_reply(Reply::tool_call("list_files", json!({}))),
+        );
+        let request = DelegationRequest {
+            max_turns: Some(2),
+            ..ad_hoc("list forever")
+        };
+        let outcome = run(
+            &mock.env,
+            &mock.config(),
+            &mock.catalog(),
+            &request,
+            &mut |_: &str, _: SubagentEvent| {},
+            None,
+        )
+        .unwrap();
+        assert_eq!(outcome.status, SubagentStatus::MaxTurns);
+        assert!(!outcome.completed());
+        assert_eq!(outcome.error.as_deref(), Some("max turns (2) reached"));
+        assert_eq!(outcome.turns, 2);
+    }
+
+    #[test]
+    fn a_cancelled_delegation_ends_failed_without_an_answer() {
+        let mock = MockProject::start(MockConfig::new().default_reply(Reply::text("late")));
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let outcome = run(
+            &mock.env,
+            &mock.config(),
+            &mock.catalog(),
+            &ad_hoc("anything"),
+            &mut |_: &str, _: SubagentEvent| {},
+            Some(cancel),
+        )
+        .unwrap();
+        assert_eq!(outcome.status, SubagentStatus::Failed("cancelled".into()));
+        assert_eq!(outcome.error.as_deref(), Some("cancelled"));
+        assert_eq!((outcome.answer().as_str(), outcome.turns), ("", 0));
+        assert!(mock.server.requests().is_empty(), "the model was asked");
+    }
+
+    #[test]
+    fn an_unknown_source_is_refused_before_the_model_is_asked() {
+        let mock = MockProject::start(MockConfig::new().default_reply(Reply::text("no")));
+        let request = DelegationRequest {
+            source: Some("nowhere".into()),
+            ..DelegationRequest::default()
+        };
+        let Err(Error::Input(diags)) = ready(&mock.env, &mock.config(), &mock.catalog(), &request)
+        else {
+            panic!("an unknown source was accepted");
+        };
+        assert_eq!(
+            diags.items[0].message,
+            "Source 'nowhere' not found. Use summon load to see available sources."
+        );
+        assert!(mock.server.requests().is_empty());
+    }
+}
