@@ -22,11 +22,11 @@ use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::provider::Usage;
 use crate::source::Catalog;
-use crate::store::{Claim, Control, Store, TaskId, TaskStatus};
+use crate::store::{Claim, Control, Store, StoreError, TaskId, TaskStatus};
 use crate::subagent::SubagentEvent;
 
 use super::request::DelegationRequest;
-use super::run::{Observer, ready, run};
+use super::run::{DelegationOutcome, Observer, ready, run};
 use super::tasks::{TaskStore, fail_dead_workers, max_tasks};
 
 /// How often a worker proves it is alive.
@@ -147,18 +147,13 @@ pub(crate) fn run_worker(
     let _ = store.set_pid(&id, std::process::id());
     if task.status == TaskStatus::Queued {
         let cap = max_tasks(env)?;
-        loop {
-            match store.claim_slot(&id, cap) {
-                Ok(Claim::Claimed) => break,
-                Ok(Claim::Full) => std::thread::sleep(Duration::from_millis(200)),
-                Ok(Claim::Gone(_)) => return Ok(Vec::new()),
-                Err(e) => {
-                    fail(&store, &e.to_string());
-                    return Err(e.into());
-                }
+        match wait_for_slot(&store, id, cap) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Vec::new()),
+            Err(e) => {
+                fail(&store, &e.to_string());
+                return Err(e.into());
             }
-            // Slots held by dead workers are given back.
-            let _ = fail_dead_workers(&store);
         }
     } else if task.status.is_terminal() {
         return Ok(Vec::new());
@@ -213,44 +208,75 @@ pub(crate) fn run_worker(
         .unwrap_or_default();
     match outcome {
         Ok((outcome, warnings)) => {
-            let _ = store.set_model(&id, &outcome.model.provider, &outcome.model.model);
-            let cancelled = cancel.is_cancelled();
-            let text = if cancelled {
-                last_text.lock().map(|t| t.clone()).unwrap_or_default()
-            } else {
-                outcome.answer()
-            };
-            let (status, error) = if cancelled {
-                (TaskStatus::Cancelled, Some("cancelled".to_owned()))
-            } else if outcome.error.is_some() {
-                (TaskStatus::Failed, outcome.error.clone())
-            } else {
-                (TaskStatus::Completed, None)
-            };
-            let tokens = if cancelled { tokens } else { outcome.usage };
-            let turns = if cancelled { turns } else { outcome.turns };
-            store.set_warnings(&id, &outcome.warnings)?;
-            store.finish(&id, status, Some(&text), error.as_deref(), tokens, turns)?;
+            // A cancelled task keeps what it produced so far.
+            let so_far = cancel.is_cancelled().then(|| {
+                let text = last_text.lock().map(|t| t.clone()).unwrap_or_default();
+                (text, turns, tokens)
+            });
+            record_outcome(&store, id, &outcome, so_far)?;
             let mut notes = warnings.items;
             notes.extend(outcome.notes);
             Ok(notes)
         }
         Err(error) => {
-            let message = match &error {
-                Error::Input(diags) => diags
-                    .items
-                    .iter()
-                    .map(|d| d.message.clone())
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                Error::Failed(message) => message.clone(),
-                Error::Store(e) => e.to_string(),
-                Error::Internal(message) => format!("internal error: {message}"),
-                other => format!("{other:?}"),
-            };
+            let message = failure_message(&error);
             let _ = store.finish(&id, TaskStatus::Failed, None, Some(&message), tokens, turns);
             Ok(Vec::new())
         }
+    }
+}
+
+/// Records how a task ended: completed or failed as `outcome` says, or cancelled with what it
+/// produced so far (`so_far`: the last text, turns and tokens).
+fn record_outcome(
+    store: &Store,
+    id: TaskId,
+    outcome: &DelegationOutcome,
+    so_far: Option<(String, u32, Usage)>,
+) -> Result<()> {
+    let _ = store.set_model(&id, &outcome.model.provider, &outcome.model.model);
+    let (status, error, (text, turns, tokens)) = match so_far {
+        Some(so_far) => (TaskStatus::Cancelled, Some("cancelled"), so_far),
+        None => {
+            let ended = (outcome.answer(), outcome.turns, outcome.usage);
+            match &outcome.error {
+                Some(error) => (TaskStatus::Failed, Some(error.as_str()), ended),
+                None => (TaskStatus::Completed, None, ended),
+            }
+        }
+    };
+    store.set_warnings(&id, &outcome.warnings)?;
+    store.finish(&id, status, Some(&text), error, tokens, turns)?;
+    Ok(())
+}
+
+/// Waits until the queued task `id` holds one of the `cap` slots: `false` when it stopped
+/// waiting (cancelled, failed, or gone).
+fn wait_for_slot(store: &Store, id: TaskId, cap: usize) -> Result<bool, StoreError> {
+    loop {
+        match store.claim_slot(&id, cap)? {
+            Claim::Claimed => return Ok(true),
+            Claim::Full => std::thread::sleep(Duration::from_millis(200)),
+            Claim::Gone(_) => return Ok(false),
+        }
+        // Slots held by dead workers are given back.
+        let _ = fail_dead_workers(store);
+    }
+}
+
+/// The error of a task that could not run, as recorded for `summon load`.
+fn failure_message(error: &Error) -> String {
+    match error {
+        Error::Input(diags) => diags
+            .items
+            .iter()
+            .map(|d| d.message.clone())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Error::Failed(message) => message.clone(),
+        Error::Store(e) => e.to_string(),
+        Error::Internal(message) => format!("internal error: {message}"),
+        other => format!("{other:?}"),
     }
 }
 
