@@ -13,7 +13,7 @@ use serde_json::json;
 use super::Ctx;
 use crate::cli::DelegateArgs;
 use crate::config::load_config;
-use crate::delegation::{self, DelegationOutcome, DelegationRequest, Started};
+use crate::delegation::{self, DelegationOutcome, DelegationRequest, Observer, Started};
 use crate::error::{Error, Result};
 use crate::recipe::ParamInput;
 use crate::store::{TaskId, TaskStatus};
@@ -55,10 +55,10 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
         let started = delegation::start(&ctx.env, &config, &catalog, &request, args.queue)?;
         return show_started(&started, args.output.json, ctx);
     }
-    let label_palette = ctx.err_palette;
-    let mut observer =
-        move |label: &str, event: SubagentEvent| progress_line(label, label_palette, event);
-    let outcome = delegation::run(&ctx.env, &config, &catalog, &request, &mut observer, None)?;
+    let palette = ctx.err_palette;
+    let observer: &mut Observer<'_> =
+        &mut move |label: &str, event: SubagentEvent| progress_line(label, palette, event);
+    let outcome = delegation::run(&ctx.env, &config, &catalog, &request, observer, None)?;
     let mut notes = warnings.items;
     notes.extend(outcome.notes.iter().cloned());
     ctx.report(&notes);
@@ -132,9 +132,9 @@ pub(super) fn worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         .parse()
         .map_err(|_| Error::usage(format!("not a task id: `{id_text}`")))?;
     let palette = crate::color::Palette::default();
-    let mut observer =
-        move |label: &str, event: SubagentEvent| progress_line(label, palette, event);
-    let notes = delegation::run_worker(&ctx.env, id, &mut observer)?;
+    let observer: &mut Observer<'_> =
+        &mut move |label: &str, event: SubagentEvent| progress_line(label, palette, event);
+    let notes = delegation::run_worker(&ctx.env, id, observer)?;
     for note in &notes {
         eprintln!("{}", note.message);
     }

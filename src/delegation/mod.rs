@@ -1,7 +1,7 @@
 //! One delegation, from a request to its result: preparing the subagent, running it in the
 //! foreground or as a background task, and collecting a background task's result. Nothing
 //! here prints: each operation returns typed values, and a running task reports its events to
-//! the caller's [`run::Observer`].
+//! the caller's [`Observer`].
 
 mod background;
 mod collect;
@@ -17,6 +17,6 @@ pub(crate) use background::{Started, run_worker, start};
 pub(crate) use collect::{CollectError, cancel, cancel_grace, peek, wait};
 pub(crate) use prepare::{Draft, PrepareError, Prepared, Request, Resolver, draft, prepare_with};
 pub(crate) use request::DelegationRequest;
-pub(crate) use run::{DelegationOutcome, run};
+pub(crate) use run::{DelegationOutcome, Observer, run};
 pub(crate) use sources::{LoadedSource, SourceList, list as list_sources, load as load_source};
 pub(crate) use tasks::{TaskStore, TaskView};
