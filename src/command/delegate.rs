@@ -1,5 +1,5 @@
 //! `summon delegate`: run one subagent; its final text on stdout, progress on stderr. With
-//! `--async` the task goes to a detached worker (see [`crate::command::background`]).
+//! `--async` the task goes to a detached worker (see [`crate::delegation`]).
 //!
 //! JSON (`--json`): `{"status": "completed"|"failed", "output", "structured", "error",
 //! "turns", "tool_calls", "tokens": {"input", "output"}, "duration_ms", "provider",
@@ -12,10 +12,12 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::cli::DelegateArgs;
-use crate::command::background::{self, DelegationRequest};
+use crate::config::load_config;
+use crate::delegation::{self, DelegationOutcome, DelegationRequest, Observer, Started};
 use crate::error::{Error, Result};
 use crate::recipe::ParamInput;
-use crate::subagent::{SubagentEvent, SubagentStatus};
+use crate::store::{TaskId, TaskStatus};
+use crate::subagent::SubagentEvent;
 
 pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
     // The variable every subagent process gets, or an ancestor started with it.
@@ -46,48 +48,101 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
         return Err(Error::usage("--queue only applies with --async"));
     }
     let request = request_from_args(args, ctx)?;
+    let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
+    // The catalog is read once and frozen for the delegation.
+    let catalog = ctx.catalog();
     if args.r#async {
-        return background::start(request, args.queue, args.output.json, ctx);
+        let started = delegation::start(&ctx.env, &config, &catalog, &request, args.queue)?;
+        return show_started(&started, args.output.json, ctx);
     }
-    let label_palette = ctx.err_palette;
-    let mut observer =
-        move |label: &str, event: SubagentEvent| progress_line(label, label_palette, event);
-    let outcome = background::execute(&ctx.env, &request, &mut observer, None)?;
-    ctx.report(&outcome.notes);
-    let result = &outcome.result;
-    let error = outcome.error.clone();
+    let palette = ctx.err_palette;
+    let observer: &mut Observer<'_> =
+        &mut move |label: &str, event: SubagentEvent| progress_line(label, palette, event);
+    let outcome = delegation::run(&ctx.env, &config, &catalog, &request, observer, None)?;
+    let mut notes = warnings.items;
+    notes.extend(outcome.notes.iter().cloned());
+    ctx.report(&notes);
+    show(&outcome, args, ctx)?;
+    match outcome.error {
+        None => Ok(()),
+        Some(failure) => Err(Error::Failed(failure.message)),
+    }
+}
+
+/// The result: the answer on stdout (all of it with `--json`).
+fn show(outcome: &DelegationOutcome, args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
     if args.output.json {
         ctx.out.json(&json!({
-            "status": if result.status == SubagentStatus::Completed { "completed" } else { "failed" },
-            "output": result.text,
-            "structured": result.structured,
-            "error": error,
-            "turns": result.turns,
-            "tool_calls": result.tool_calls,
-            "tokens": {"input": result.usage.input_tokens, "output": result.usage.output_tokens},
-            "duration_ms": u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX),
-            "provider": outcome.provider,
-            "provider_from": outcome.provider_from,
-            "model": outcome.model,
-            "model_from": outcome.model_from,
+            "status": if outcome.completed() { "completed" } else { "failed" },
+            "output": outcome.text,
+            "structured": outcome.structured,
+            "error": outcome.error.as_ref().map(|f| &f.message),
+            "turns": outcome.turns,
+            "tool_calls": outcome.tool_calls,
+            "tokens": {"input": outcome.usage.input_tokens, "output": outcome.usage.output_tokens},
+            "duration_ms": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
+            "provider": outcome.model.provider,
+            "provider_from": outcome.model.provider_from,
+            "model": outcome.model.model,
+            "model_from": outcome.model.model_from,
             "source": args.source,
             "sandbox": outcome.sandbox.map(crate::sandbox::Sandbox::to_json),
-            "warnings": result.warnings,
+            "warnings": outcome.warnings,
         }))?;
     } else {
-        let text = outcome.final_text();
+        let text = outcome.answer();
         if !text.is_empty() {
             ctx.out.line(text.trim_end())?;
         }
     }
-    match error {
-        None => Ok(()),
-        Some(message) => Err(Error::Failed(message)),
+    Ok(())
+}
+
+/// `delegate --async`: the task's id, and how to collect it.
+fn show_started(started: &Started, json: bool, ctx: &mut Ctx) -> Result<()> {
+    if json {
+        ctx.out.json(&json!({
+            "task_id": started.id.to_string(),
+            "status": started.status.as_str(),
+            "description": started.description,
+        }))?;
+    } else {
+        let queued = if started.status == TaskStatus::Queued {
+            format!(
+                " (queued: {cap} tasks are running; it starts when one finishes)",
+                cap = started.cap
+            )
+        } else {
+            String::new()
+        };
+        ctx.out.write(&format!(
+            "Task {id} started in background: \"{description}\"{queued}\n\
+             Collect the result with `summon load {id}` (`--peek` to check on it, `--cancel` to stop it).\n",
+            id = started.id,
+            description = started.description,
+        ))?;
     }
+    Ok(())
+}
+
+/// `summon __worker ID`: the worker process of a background task; its progress lines and
+/// notes go to the task's log.
+pub(super) fn worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
+    let id: TaskId = id_text
+        .parse()
+        .map_err(|_| Error::usage(format!("not a task id: `{id_text}`")))?;
+    let palette = crate::color::Palette::default();
+    let observer: &mut Observer<'_> =
+        &mut move |label: &str, event: SubagentEvent| progress_line(label, palette, event);
+    let notes = delegation::run_worker(&ctx.env, id, observer)?;
+    for note in &notes {
+        eprintln!("{}", note.message);
+    }
+    Ok(())
 }
 
 /// One progress line on stderr: `[subagent NAME] read_file: completed`.
-pub(crate) fn progress_line(label: &str, palette: crate::color::Palette, event: SubagentEvent) {
+fn progress_line(label: &str, palette: crate::color::Palette, event: SubagentEvent) {
     match event {
         SubagentEvent::ToolCall { name, ok, summary } => {
             if ok {

@@ -10,10 +10,11 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::cli::LoadArgs;
+use crate::delegation::{self, LoadedSource, SourceList, TaskStore};
 use crate::diag::render::display_path;
 use crate::error::{Error, Result};
 use crate::recipe::Parameter;
-use crate::source::{Catalog, Scope, Source, SourceDef, SourceKind};
+use crate::source::{Scope, SourceKind};
 use crate::store::TaskId;
 
 pub(crate) fn run(args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
@@ -32,21 +33,19 @@ pub(crate) fn run(args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
     match &args.name {
         None => {
             list_tasks(args.output.json, ctx)?;
-            list(&catalog, args.output.json, ctx)
+            list(&delegation::list_sources(&catalog), args.output.json, ctx)
         }
         Some(name) => {
-            let source = catalog
-                .get(name)
-                .ok_or_else(|| Error::from(catalog.not_found(name)))?;
-            show(source, args.output.json, ctx)
+            let source = delegation::load_source(&catalog, name)?;
+            show(&source, args.output.json, ctx)
         }
     }
 }
 
-fn list(catalog: &Catalog, json: bool, ctx: &mut Ctx) -> Result<()> {
+fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
     let cwd = ctx.env.cwd.clone();
     if json {
-        let sources: Vec<_> = catalog
+        let sources: Vec<_> = listing
             .sources
             .iter()
             .map(|s| {
@@ -56,32 +55,29 @@ fn list(catalog: &Catalog, json: bool, ctx: &mut Ctx) -> Result<()> {
                     "description": s.description,
                     "path": s.path.display().to_string(),
                     "scope": if s.scope == Scope::Local { "local" } else { "global" },
-                    "parent": match &s.def {
-                        SourceDef::Subrecipe { parent, .. } => Some(parent.path().display().to_string()),
-                        _ => None,
-                    },
+                    "parent": s.parent.as_ref().map(|p| p.display().to_string()),
                 })
             })
             .collect();
-        let searched: Vec<_> = catalog
+        let searched: Vec<_> = listing
             .searched
             .iter()
-            .map(|d| d.path.display().to_string())
+            .map(|d| d.display().to_string())
             .collect();
         ctx.out
             .json(&json!({ "sources": sources, "searched": searched }))?;
         return Ok(());
     }
-    let problems = catalog.diagnostics.error_count();
-    if problems > 0 {
+    if listing.problems > 0 {
         ctx.note(&format!(
-            "{problems} source file(s) have errors and are left out; run `summon validate` to see them"
+            "{} source file(s) have errors and are left out; run `summon validate` to see them",
+            listing.problems
         ));
     }
-    if catalog.sources.is_empty() {
+    if listing.sources.is_empty() {
         let mut text = String::from("No sources found. Searched:\n");
-        for dir in &catalog.searched {
-            let shown = display_path(&dir.path, &cwd);
+        for dir in &listing.searched {
+            let shown = display_path(dir, &cwd);
             text.push_str(&format!(
                 "  {}\n",
                 if shown.is_empty() { "." } else { &shown }
@@ -96,7 +92,7 @@ fn list(catalog: &Catalog, json: bool, ctx: &mut Ctx) -> Result<()> {
         (SourceKind::Recipe, "Recipes"),
         (SourceKind::Agent, "Agents"),
     ] {
-        let group: Vec<&Source> = catalog.sources.iter().filter(|s| s.kind == kind).collect();
+        let group: Vec<_> = listing.of_kind(kind).collect();
         if group.is_empty() {
             continue;
         }
@@ -129,19 +125,19 @@ fn list_tasks(json: bool, ctx: &mut Ctx) -> Result<()> {
     if json {
         return Ok(());
     }
-    let Some(store) = crate::command::background::open_existing_store(&ctx.env)? else {
+    let Some(tasks) = TaskStore::open_existing(&ctx.env)? else {
         return Ok(());
     };
-    let done = store.list(crate::store::TaskFilter::Finished)?;
+    let done = tasks.list(crate::store::TaskFilter::Finished)?;
     if done.is_empty() {
         return Ok(());
     }
     let mut text = format!(
-        "{}:
-",
+        "{}:\n",
         ctx.out_palette.bold("Completed tasks awaiting retrieval")
     );
-    for task in done {
+    for view in done {
+        let task = view.task;
         text.push_str(&format!(
             "  {}  {}  ({})\n",
             task.id,
@@ -164,75 +160,20 @@ fn one_line(text: &str) -> String {
     }
 }
 
-fn show(source: &Source, json: bool, ctx: &mut Ctx) -> Result<()> {
-    let content = content_of(source);
-    let parameters: &[Parameter] = match &source.def {
-        SourceDef::Subrecipe { recipe, .. } => &recipe.parameters,
-        _ => &[],
-    };
+fn show(source: &LoadedSource, json: bool, ctx: &mut Ctx) -> Result<()> {
     if json {
         ctx.out.json(&json!({
             "name": source.name,
             "kind": source.kind.name(),
             "path": source.path.display().to_string(),
             "description": source.description,
-            "content": content,
-            "parameters": parameters.iter().map(parameter_json).collect::<Vec<_>>(),
+            "content": source.content,
+            "parameters": source.parameters.iter().map(parameter_json).collect::<Vec<_>>(),
         }))?;
         return Ok(());
     }
-    let mut text = format!(
-        "# Loaded: {} ({})\n\n{}\n",
-        source.name,
-        source.kind.name(),
-        content.trim_end()
-    );
-    if !parameters.is_empty() {
-        text.push_str("\n## Parameters\n\n");
-        text.push_str(&format_parameters(parameters));
-    }
-    text.push_str("\nThis knowledge is now available in your context.\n");
-    ctx.out.write(&text)?;
+    ctx.out.write(&source.render())?;
     Ok(())
-}
-
-/// The text a source contributes: a recipe's instructions and prompt, an agent's role text.
-pub(crate) fn content_of(source: &Source) -> String {
-    match &source.def {
-        SourceDef::Agent(agent) => agent.body.trim().to_owned(),
-        SourceDef::Recipe(recipe) | SourceDef::Subrecipe { recipe, .. } => {
-            let mut parts = Vec::new();
-            if let Some(instructions) = &recipe.instructions {
-                parts.push(instructions.trim_end().to_owned());
-            }
-            if let Some(prompt) = &recipe.prompt {
-                parts.push(format!("## Prompt\n\n{}", prompt.trim_end()));
-            }
-            parts.join("\n\n")
-        }
-    }
-}
-
-pub(crate) fn format_parameters(parameters: &[Parameter]) -> String {
-    let mut text = String::new();
-    for p in parameters {
-        let mut facts = vec![
-            p.input_type.name().to_owned(),
-            p.requirement.name().to_owned(),
-        ];
-        if let Some(default) = &p.default {
-            facts.push(format!("default: {default}"));
-        }
-        if !p.options.is_empty() {
-            facts.push(format!("options: {}", p.options.join(", ")));
-        }
-        text.push_str(&format!("- `{}` ({})", p.key, facts.join(", ")));
-        if !p.description.is_empty() {
-            text.push_str(&format!(": {}", p.description.trim()));
-        }
-        text.push('\n');
-    }
-    text
 }
 
 pub(crate) fn parameter_json(p: &Parameter) -> serde_json::Value {

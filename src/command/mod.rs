@@ -1,6 +1,5 @@
 //! One small module per subcommand; shared set-up lives in [`Ctx`].
 
-mod background;
 pub(crate) mod completions;
 mod ctx;
 mod delegate;
@@ -20,7 +19,6 @@ mod trust;
 mod validate;
 
 pub(crate) use ctx::Ctx;
-pub(crate) use delegate::progress_line;
 
 use crate::cli::Command;
 use crate::error::Result;
@@ -55,7 +53,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Completions(args) => completions::run_completions(&args, ctx),
         Command::Man(args) => completions::run_man(&args, ctx),
         Command::Schema(args) => schema::run(&args, ctx),
-        Command::Worker(args) => crate::command::background::run_worker(&args.task_id, ctx),
+        Command::Worker(args) => delegate::worker(&args.task_id, ctx),
         Command::Sandbox(args) => std::process::exit(crate::sandbox::helper::run(
             args.policy,
             args.network,

@@ -3,18 +3,17 @@
 //! JSON (`--json`): `{"tasks": [TASK]}` where TASK is `{"id", "status", "description",
 //! "source", "elapsed_secs", "turns", "tool_calls", "error"}`.
 
-use jiff::Timestamp;
 use serde_json::json;
 
 use super::Ctx;
 use crate::cli::TasksArgs;
-use crate::command::background::open_existing_store;
+use crate::delegation::{TaskStore, TaskView};
 use crate::error::Result;
-use crate::store::{TaskFilter, TaskRecord};
+use crate::store::TaskFilter;
 
 pub(crate) fn run(args: &TasksArgs, ctx: &mut Ctx) -> Result<()> {
-    let tasks = match open_existing_store(&ctx.env)? {
-        Some(store) => store.list(TaskFilter::All)?,
+    let tasks = match TaskStore::open_existing(&ctx.env)? {
+        Some(tasks) => tasks.list(TaskFilter::All)?,
         None => Vec::new(),
     };
     if args.output.json {
@@ -31,25 +30,19 @@ pub(crate) fn run(args: &TasksArgs, ctx: &mut Ctx) -> Result<()> {
         "{:<14} {:<10} {:>8} {:>6}  {}\n",
         "ID", "STATUS", "ELAPSED", "TURNS", "TASK"
     );
-    for task in &tasks {
+    for view in &tasks {
+        let task = &view.task;
         text.push_str(&format!(
             "{:<14} {:<10} {:>8} {:>6}  {}\n",
             task.id.to_string(),
             task.status.as_str(),
-            format_secs(elapsed_secs(task)),
+            format_secs(view.elapsed_secs),
             task.turns,
             task.description
         ));
     }
     ctx.out.write(&text)?;
     Ok(())
-}
-
-/// Seconds from start (or creation) to finish (or now).
-pub(crate) fn elapsed_secs(task: &TaskRecord) -> f64 {
-    let start = task.started_at.unwrap_or(task.created_at);
-    let end = task.finished_at.unwrap_or_else(Timestamp::now);
-    end.duration_since(start).as_secs_f64().max(0.0)
 }
 
 pub(crate) fn format_secs(secs: f64) -> String {
@@ -61,13 +54,14 @@ pub(crate) fn format_secs(secs: f64) -> String {
     }
 }
 
-pub(crate) fn task_json(task: &TaskRecord) -> serde_json::Value {
+pub(crate) fn task_json(view: &TaskView) -> serde_json::Value {
+    let task = &view.task;
     json!({
         "id": task.id.to_string(),
         "status": task.status.as_str(),
         "description": task.description,
         "source": task.source,
-        "elapsed_secs": (elapsed_secs(task) * 10.0).round() / 10.0,
+        "elapsed_secs": (view.elapsed_secs * 10.0).round() / 10.0,
         "turns": task.turns,
         "tool_calls": task.tool_calls,
         "error": task.error,
