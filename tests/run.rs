@@ -352,6 +352,45 @@ async fn on_error_continue_meets_a_min_success_count() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_succeeds_with_failed_tasks_names_them_by_cause_and_the_report() {
+    let server = MockServer::start(failing_mock()).await;
+    let pipeline = fan_out_pipeline(
+        &ten_with_three_bad(),
+        "Check {{ item }}",
+        "    on_error: continue\n",
+        SYNTH_TAIL,
+    );
+    let out = project(&server)
+        .write_raw("p.yaml", &pipeline)
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .code(0)
+        .run();
+    let failures = out
+        .stderr
+        .split_once("summon: failed tasks, by cause:\n")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("no failures named:\n{}", out.stderr));
+    let first = failures.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("  provider: bad_request: 3 tasks (each: "),
+        "{failures}"
+    );
+    // The three, in the order they finished.
+    for item in ["each: bad1", "each: bad3", "each: bad6"] {
+        assert!(first.contains(item), "{first}");
+    }
+    assert!(failures.contains("this item is bad"), "{failures}");
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l == "summon: report: out/report.html"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.dir.join("out/report.html").is_file());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn on_error_continue_below_a_min_success_percentage_fails_the_step() {
     let server = MockServer::start(failing_mock()).await;
     let pipeline = fan_out_pipeline(

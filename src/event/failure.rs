@@ -28,6 +28,25 @@ pub(crate) enum FailureClass {
     Other,
 }
 
+impl FailureClass {
+    /// How the end of a run names the class: `provider: rate_limited`, `timeout`,
+    /// `max turns`, ...
+    pub(crate) fn label(self) -> String {
+        match self {
+            Self::Provider(class) => format!("provider: {class}"),
+            Self::Answer => "unusable answer".to_owned(),
+            Self::Schema => "answer not matching its schema".to_owned(),
+            Self::MaxTurns => "max turns".to_owned(),
+            Self::Check => "retry checks".to_owned(),
+            Self::Extension => "extension".to_owned(),
+            Self::Timeout => "timeout".to_owned(),
+            Self::Cancelled => "cancelled".to_owned(),
+            Self::Prepare => "task not ready".to_owned(),
+            Self::Other => "other".to_owned(),
+        }
+    }
+}
+
 /// A task's failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Failure {

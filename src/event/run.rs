@@ -58,16 +58,8 @@ pub(crate) enum RunEvent {
     /// `class` is [`crate::provider::ProviderError::retry_class`] (`rate_limited` for a
     /// rate-limit wait).
     Retry {
-        #[cfg_attr(
-            not(test),
-            expect(dead_code, reason = "the outputs count retries by class")
-        )]
         step: usize,
         class: &'static str,
-        #[cfg_attr(
-            not(test),
-            expect(dead_code, reason = "the outputs count retries by class")
-        )]
         wait: std::time::Duration,
     },
     /// A task finished (or was taken from an earlier run), with all it did. `level`: the

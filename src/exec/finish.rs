@@ -67,14 +67,16 @@ impl Finish<'_> {
         sink.report.finish();
         sink.report
             .set_pipeline(pipeline_graph(pipeline, self.graph, &ends, run_id));
+        let mut page = None;
         if let Some(dir) = &out_dir {
             sink.report.write_json(&dir.join("report.json"))?;
             // The page is a view of the two files: a problem with it does not change the run.
-            if let Err(e) = crate::output::write_html(dir) {
-                eprintln!(
+            match crate::output::write_html(dir) {
+                Ok(_) => page = self.out_dir.map(|d| d.join(crate::output::HTML_FILE)),
+                Err(e) => eprintln!(
                     "summon: warning: cannot write {}: {e}",
                     crate::output::HTML_FILE
-                );
+                ),
             }
         }
         if let (Some(junit), Some(path)) = (&sink.junit, self.junit) {
@@ -143,6 +145,12 @@ impl Finish<'_> {
         };
         let summary_line = sink.report.summary_line();
         eprintln!("summon: {summary_line}");
+        if let Some(failures) = sink.failure_summary() {
+            eprintln!("{failures}");
+        }
+        if let Some(page) = page {
+            eprintln!("summon: report: {}", page.display());
+        }
         Ok(RunSummary {
             run_id: run_id.to_owned(),
             steps,

@@ -2,6 +2,7 @@
 //!
 //! - [`DisplayMode::Bar`] on a terminal: one indicatif bar per step,
 //!   `notes [=====>    ] 120/400 16 in flight, 3 failed, 52.1k tokens, $0.21 · 41s, ETA 1m`,
+//!   (`, 2 waiting to retry (next in 1.5s)` while tasks wait out a provider's retry delay),
 //!   a spinner while the step's total is unknown, redrawn at most [`BAR_HZ`] times a second.
 //!   When the run ends (or is interrupted) the bars are cleared and each step's final line is
 //!   printed once.
@@ -17,7 +18,7 @@ use std::io::{self, Write};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -52,7 +53,11 @@ pub(crate) fn resolve(is_terminal: bool, is_ci: bool, quiet: bool) -> DisplayMod
 struct StepState {
     total: Option<u64>,
     done: u64,
+    /// Tasks sent and not finished, those waiting to retry among them.
     in_flight: u64,
+    /// When the retry waits of the step's tasks end: a task is waiting until then, not in
+    /// flight.
+    retry_ends: Vec<Instant>,
     failed: u64,
     tokens: u64,
     /// Input tokens, and those of them read from the provider's prompt cache.
@@ -85,6 +90,34 @@ impl StepState {
         Some(format!("{at_least}{}", fmt_cost(self.cost)))
     }
 
+    /// How many tasks wait to retry now, and when the first of them goes again.
+    fn waiting(&self) -> (u64, Option<Duration>) {
+        let now = Instant::now();
+        let left = self
+            .retry_ends
+            .iter()
+            .filter_map(|end| end.checked_duration_since(now));
+        left.fold((0, None), |(n, next), wait| {
+            (
+                n + 1,
+                Some(next.map_or(wait, |next: Duration| next.min(wait))),
+            )
+        })
+    }
+
+    /// `16 in flight` and, while some tasks wait to retry, `2 waiting to retry (next in 1.5s)`.
+    fn flight(&self) -> String {
+        let (waiting, next) = self.waiting();
+        let mut text = format!("{} in flight", self.in_flight.saturating_sub(waiting));
+        if let Some(next) = next {
+            text.push_str(&format!(
+                ", {waiting} waiting to retry (next in {:.1}s)",
+                next.as_secs_f64()
+            ));
+        }
+        text
+    }
+
     /// `120/400 done, 16 in flight, 3 failed, 52.1k tokens, $0.21`
     fn line(&self, id: &str) -> String {
         let mut line = format!("[summon] {id}: {}", self.done);
@@ -93,7 +126,8 @@ impl StepState {
         }
         line.push_str(" done");
         if !self.finished {
-            line.push_str(&format!(", {} in flight", self.in_flight));
+            line.push_str(", ");
+            line.push_str(&self.flight());
         }
         line.push_str(&format!(
             ", {} failed, {} tokens",
@@ -115,7 +149,7 @@ impl StepState {
     fn message(&self) -> String {
         let mut parts = Vec::new();
         if !self.finished {
-            parts.push(format!("{} in flight", self.in_flight));
+            parts.push(self.flight());
         }
         parts.push(format!("{} failed", self.failed));
         parts.push(format!("{} tokens", fmt_tokens(self.tokens)));
@@ -183,7 +217,11 @@ impl Shared {
         match self.mode {
             DisplayMode::Bar => {
                 for state in steps.values_mut() {
-                    if state.dirty {
+                    // A retry wait counts down: drawn again until it is over.
+                    let now = Instant::now();
+                    let waits = state.retry_ends.len();
+                    state.retry_ends.retain(|end| *end > now);
+                    if state.dirty || waits > 0 {
                         state.draw();
                     } else if let (Some(bar), false) = (&state.bar, state.finished) {
                         // The spinner turns and the elapsed time and ETA move on.
@@ -313,6 +351,16 @@ impl Progress {
                 }
             }
             state.in_flight += 1;
+            state.dirty = true;
+        }
+    }
+
+    /// A task of `step` waits `wait` before its request is sent again.
+    pub(crate) fn retry(&self, step: &str, wait: Duration) {
+        if let Some(state) = lock(&self.shared.steps).get_mut(step) {
+            let now = Instant::now();
+            state.retry_ends.retain(|end| *end > now);
+            state.retry_ends.push(now + wait);
             state.dirty = true;
         }
     }
@@ -471,6 +519,41 @@ impl Drop for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_waiting_to_retry_is_not_in_flight_and_its_wait_counts_down() {
+        let mut state = StepState {
+            total: Some(3),
+            in_flight: 2,
+            ..StepState::default()
+        };
+        assert_eq!(
+            state.line("s"),
+            "[summon] s: 0/3 done, 2 in flight, 0 failed, 0 tokens"
+        );
+        state
+            .retry_ends
+            .push(Instant::now() + Duration::from_secs(30));
+        let line = state.line("s");
+        assert!(
+            line.starts_with("[summon] s: 0/3 done, 1 in flight, 1 waiting to retry (next in "),
+            "{line}"
+        );
+        let next: f64 = line
+            .split("next in ")
+            .nth(1)
+            .and_then(|rest| rest.split('s').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(next > 25.0 && next <= 30.0, "{line}");
+        // A wait that is over: the task is in flight again.
+        state.retry_ends = vec![Instant::now() - Duration::from_millis(1)];
+        assert!(
+            state.message().starts_with("2 in flight, 0 failed"),
+            "{}",
+            state.message()
+        );
+    }
 
     #[test]
     fn display_mode_table() {

@@ -31,7 +31,21 @@ pub(crate) struct Recorder {
     /// Provider retries of the run's tasks, per
     /// [`crate::provider::ProviderError::retry_class`].
     retries: BTreeMap<&'static str, u64>,
+    /// The failed tasks, by the label of their failure's class, in the order first seen.
+    failures: indexmap::IndexMap<String, FailureGroup>,
 }
+
+/// The failed tasks of one class.
+struct FailureGroup {
+    count: u64,
+    /// The first few, as `step: item`.
+    first: Vec<String>,
+    /// The first one's message.
+    message: String,
+}
+
+/// How many failed tasks of a class the end of a run names.
+const FAILURES_NAMED: usize = 3;
 
 /// What a [`Recorder`] writes to.
 pub(crate) struct RecorderParts {
@@ -69,7 +83,31 @@ impl Recorder {
             levels: HashMap::new(),
             warned: HashSet::new(),
             retries: BTreeMap::new(),
+            failures: indexmap::IndexMap::new(),
         }
+    }
+
+    /// The end of a run with failed tasks: a line per class of failure with its count, the
+    /// first few tasks and the first message; `None` when no task failed.
+    pub(crate) fn failure_summary(&self) -> Option<String> {
+        if self.failures.is_empty() {
+            return None;
+        }
+        let mut text = String::from("summon: failed tasks, by cause:");
+        for (label, group) in &self.failures {
+            let more = group.count.saturating_sub(group.first.len() as u64);
+            let mut named = group.first.join(", ");
+            if more > 0 {
+                named.push_str(&format!(" and {more} more"));
+            }
+            let message = group.message.lines().next().unwrap_or_default();
+            let message = crate::event::TaskTrace::clip(message, 200);
+            text.push_str(&format!(
+                "\n  {label}: {} ({named}): {message}",
+                crate::plural::count(group.count, "task")
+            ));
+        }
+        Some(text)
     }
 
     /// Provider retries so far, per class.
@@ -139,6 +177,9 @@ impl Recorder {
                 self.progress
                     .println(&format!("summon: warning: cannot write results.jsonl: {e}"));
             }
+        }
+        if !done.ok {
+            count_failure(&mut self.failures, done, step);
         }
         crate::env::crash_point("task-recorded");
         if level.is_none() {
@@ -235,7 +276,10 @@ impl Consumer for Recorder {
                     self.progress.task_started(&self.step_ids[*step]);
                 }
             }
-            RunEvent::Retry { class, .. } => *self.retries.entry(*class).or_default() += 1,
+            RunEvent::Retry { step, class, wait } => {
+                *self.retries.entry(*class).or_default() += 1;
+                self.progress.retry(&self.step_ids[*step], *wait);
+            }
             RunEvent::TaskFinished { done, level, row } => self.record(done, *level, *row),
             RunEvent::Notice {
                 kind: Notice::Warning,
@@ -260,5 +304,28 @@ impl Consumer for Recorder {
                 self.report.step_finished(id);
             }
         }
+    }
+}
+
+/// Counts a failed task under its class.
+fn count_failure(
+    failures: &mut indexmap::IndexMap<String, FailureGroup>,
+    done: &TaskDone,
+    step: &str,
+) {
+    let (label, message) = match &done.error {
+        Some(failure) => (failure.class.label(), failure.message.as_str()),
+        None => (crate::event::FailureClass::Other.label(), ""),
+    };
+    let group = failures.entry(label).or_insert_with(|| FailureGroup {
+        count: 0,
+        first: Vec::new(),
+        message: message.to_owned(),
+    });
+    group.count += 1;
+    if group.first.len() < FAILURES_NAMED {
+        group
+            .first
+            .push(format!("{step}: {}", item_label(&done.item, done.index)));
     }
 }
