@@ -163,6 +163,23 @@ impl StepKind {
     }
 }
 
+/// The keys of a decompose step's item sources besides a subagent's `source`/`instructions`,
+/// in the order they are documented.
+pub(crate) const DECOMPOSE_FORMS: [&str; 4] = ["command", "items", "file", "glob"];
+
+/// The keys that make a decompose step a subagent one.
+pub(crate) const DECOMPOSE_AGENT_KEYS: [&str; 2] = ["source", "instructions"];
+
+/// [`DECOMPOSE_FORMS`] and the subagent form, as messages list them.
+pub(crate) fn decompose_forms_text() -> String {
+    let forms: Vec<String> = DECOMPOSE_FORMS.iter().map(|f| format!("`{f}`")).collect();
+    let agent: Vec<String> = DECOMPOSE_AGENT_KEYS
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect();
+    format!("{}, or {} (a subagent)", forms.join(", "), agent.join("/"))
+}
+
 /// Where a decompose step's items come from.
 #[derive(Debug, Clone)]
 pub(crate) enum Decompose {

@@ -12,9 +12,9 @@ use indexmap::IndexMap;
 use super::duration::{from_seconds, parse_duration};
 use super::graph::{self, Graph};
 use super::model::{
-    Backend, Decompose, FanOut, MinSuccess, OnError, OnExtensionError, OutputBody, OutputFile,
-    Pipeline, PipelineSettings, Reduce, Step, StepKind, TABLE_VARIABLES, Table, TableFormat,
-    TaskTemplate, Template,
+    Backend, DECOMPOSE_AGENT_KEYS, DECOMPOSE_FORMS, Decompose, FanOut, MinSuccess, OnError,
+    OnExtensionError, OutputBody, OutputFile, Pipeline, PipelineSettings, Reduce, Step, StepKind,
+    TABLE_VARIABLES, Table, TableFormat, TaskTemplate, Template,
 };
 use super::refs;
 use crate::diag::{Diagnostic, Diagnostics, FileDiags, Pos, SourceFile};
@@ -27,8 +27,6 @@ use crate::yaml::{self, MapReader, Node, ScalarStyle, Value};
 /// The step kinds; a step has exactly one.
 const KINDS: [&str; 4] = ["decompose", "fan_out", "synthesize", "delegate"];
 const KINDS_TEXT: &str = "`decompose`, `fan_out`, `synthesize`, `delegate`";
-const DECOMPOSE_FORMS_TEXT: &str =
-    "`command`, `items`, `file`, `glob`, or `source`/`instructions` (a subagent)";
 /// Template variables every template may read besides the parameters.
 const GLOBAL_VARIABLES: [&str; 2] = ["steps", "agents"];
 /// Template variables only a fan_out step's templates may read.
@@ -500,8 +498,10 @@ fn read_step(
                 "{label} has no kind: set exactly one of {KINDS_TEXT}"
             ))
             .at(d.span(pos));
-            let misplaced = ["source", "instructions", "over", "command", "items", "glob"]
+            let misplaced = DECOMPOSE_AGENT_KEYS
                 .into_iter()
+                .chain(["over"])
+                .chain(DECOMPOSE_FORMS)
                 .find(|key| node.get(key).is_some());
             if let Some(key) = misplaced {
                 diagnostic = diagnostic.with_hint(format!(
@@ -849,7 +849,7 @@ fn read_task(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> TaskTemplate {
 /// Keys of a step's kind written at the step's own level, where nothing reads them: each is
 /// a warning that says where it goes (`extensions` beside `id` instead of under `fan_out:`).
 fn warn_kind_keys(r: &mut MapReader<'_>, path: &str, kind: &str, d: &mut FileDiags<'_>) {
-    const KIND_KEYS: [&str; 12] = [
+    const TASK_KEYS: [&str; 8] = [
         "source",
         "instructions",
         "prompt",
@@ -858,12 +858,8 @@ fn warn_kind_keys(r: &mut MapReader<'_>, path: &str, kind: &str, d: &mut FileDia
         "context",
         "schema",
         "over",
-        "items",
-        "command",
-        "file",
-        "glob",
     ];
-    for key in KIND_KEYS {
+    for key in TASK_KEYS.into_iter().chain(DECOMPOSE_FORMS) {
         if let Some(node) = r.misplaced(key) {
             d.warning(
                 node.pos,
@@ -1056,12 +1052,13 @@ fn read_fan_out(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) -> F
 
 fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) -> Decompose {
     let fallback = Decompose::Items(Vec::new());
-    let wants = format!("one of {DECOMPOSE_FORMS_TEXT}");
+    let forms_text = super::model::decompose_forms_text();
+    let wants = format!("one of {forms_text}");
     let Some(mut r) = kind_map(key, node, path, &wants, d) else {
         return fallback;
     };
     // which forms are given, in file order
-    let mut forms: Vec<(&str, Pos)> = ["command", "items", "file", "glob"]
+    let mut forms: Vec<(&str, Pos)> = DECOMPOSE_FORMS
         .into_iter()
         .filter_map(|form| {
             r.get_entry(form)
@@ -1070,7 +1067,7 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
         })
         .collect();
     // a subagent: `source` and/or `instructions`, named by the first one written
-    let agent_key = ["source", "instructions"]
+    let agent_key = DECOMPOSE_AGENT_KEYS
         .into_iter()
         .filter_map(|key| {
             r.get_entry(key)
@@ -1086,7 +1083,7 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
         [first, second, ..] => d.error(
             second.1,
             format!(
-                "`{path}` takes exactly one of {DECOMPOSE_FORMS_TEXT}; `{}` and `{}` are both set",
+                "`{path}` takes exactly one of {forms_text}; `{}` and `{}` are both set",
                 first.0, second.0
             ),
         ),
