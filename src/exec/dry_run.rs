@@ -16,7 +16,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
@@ -27,14 +26,11 @@ use crate::config::{Config, resolve::resolve_with};
 use crate::delegation::{Draft, Resolver, draft};
 use crate::env::Env;
 use crate::pipeline::graph::{Graph, step_templates};
-use crate::pipeline::items::{command_items, glob_items, open_file_items};
+use crate::pipeline::items::{self, StaticForm, expand_items, open_file_items};
 use crate::pipeline::model::{Decompose, Pipeline, Step, StepKind, TaskTemplate};
 use crate::pipeline::refs;
 use crate::provider::ToolSpec;
 use crate::source::Catalog;
-
-/// How long a decompose command may run in a dry run.
-const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 
 /// The plan of one step.
 #[derive(Debug, Default)]
@@ -447,7 +443,7 @@ enum Expanded<'p> {
     Later(Later),
 }
 
-/// Expands a decompose step; `Err` when its template does not render.
+/// Expands a decompose step as the run would; `Err` when its template does not render.
 fn expand<'p>(
     env: &Env,
     tenv: &minijinja::Environment<'_>,
@@ -456,32 +452,20 @@ fn expand<'p>(
     decompose: &'p Decompose,
     base: &minijinja::Value,
 ) -> Result<Expanded<'p>, String> {
-    let template = match decompose {
+    let (form, template) = match decompose {
         Decompose::Items(items) => return Ok(Expanded::Known(Known::Items(items.clone()))),
         Decompose::Agent(task) => return Ok(Expanded::Subagent(task)),
-        Decompose::Command(t) | Decompose::Glob(t) | Decompose::File(t) => t,
+        Decompose::Static(form, template) => (*form, template),
     };
     let text = tenv
         .render_str(&template.text, base)
         .map_err(|e| super::step::render_error(template, &e))?;
-    let found = match decompose {
-        Decompose::Command(_) => command_items(&text, &env.cwd, COMMAND_LIMIT).map(Known::Items),
-        Decompose::Glob(_) => glob_items(&text, &env.cwd).map(Known::Items),
-        _ => {
-            let path = env.cwd.join(text.trim());
-            open_file_items(&path).and_then(|reader| {
-                if Graph::new(pipeline).items_needed_by(&step.id) {
-                    reader.collect::<Result<_, _>>().map(Known::Items)
-                } else {
-                    Ok(Known::File(path))
-                }
-            })
-        }
-    };
-    Ok(match found {
-        Ok(known) => Expanded::Known(known),
+    let keep_items = Graph::new(pipeline).items_needed_by(&step.id);
+    Ok(match expand_items(form, &text, &env.cwd, keep_items) {
+        Ok(items::Expanded::Items(items)) => Expanded::Known(Known::Items(items)),
+        Ok(items::Expanded::File(path)) => Expanded::Known(Known::File(path)),
         // An items file the run could not read is an error now, as it would be then.
-        Err(e) if matches!(decompose, Decompose::File(_)) => return Err(e.to_string()),
+        Err(e) if form == StaticForm::File => return Err(e.to_string()),
         Err(e) => Expanded::Later(Later::Failed(e.to_string())),
     })
 }

@@ -3,7 +3,6 @@
 //! run's sink, and a [`Tally`] keeps what the step's outcome and later steps need.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde_json::{Value, json};
@@ -14,7 +13,7 @@ use super::final_text::FinalTextBuilder;
 use super::scheduler::{Sink, SinkReporter};
 use super::step::{Shared, StepConfig, TaskContext, Tasks};
 use super::step_error::StepError;
-use crate::pipeline::items::{command_items, glob_items, open_file_items};
+use crate::pipeline::items::{Expanded, expand_items, open_file_items};
 use crate::pipeline::model::{
     Backend, Decompose, FanOut, OnError, Pipeline, Step, StepKind, TaskTemplate,
 };
@@ -170,35 +169,30 @@ impl StepRun {
         let cwd = &self.run.shared.env.cwd;
         let items: Vec<Value> = match decompose {
             Decompose::Items(list) => list.clone(),
-            Decompose::Command(t) => {
-                let command = scope.render(t)?;
-                let cwd = cwd.clone();
-                tokio::task::spawn_blocking(move || {
-                    command_items(&command, &cwd, Duration::from_secs(600))
+            Decompose::Static(form, template) => {
+                let form = *form;
+                let text = scope.render(template)?;
+                let (cwd, keep_items) = (cwd.clone(), self.keep_items);
+                let expanded = tokio::task::spawn_blocking(move || {
+                    expand_items(form, &text, &cwd, keep_items)
                 })
                 .await
                 .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?
-            }
-            Decompose::Glob(t) => glob_items(&scope.render(t)?, cwd).map_err(|e| e.to_string())?,
-            Decompose::File(t) => {
-                let path = cwd.join(scope.render(t)?.trim());
-                let reader = open_file_items(&path).map_err(|e| e.to_string())?;
-                if !self.keep_items {
-                    // Checked now (it opens), streamed by the fan-out later.
-                    drop(reader);
-                    self.run.outputs.set(
-                        self.index,
-                        StepData {
-                            file: Some(path),
-                            ..StepData::default()
-                        },
-                    );
-                    return Ok(());
+                .map_err(|e| e.to_string())?;
+                match expanded {
+                    Expanded::Items(items) => items,
+                    Expanded::File(path) => {
+                        // Checked now (it opens), streamed by the fan-out later.
+                        self.run.outputs.set(
+                            self.index,
+                            StepData {
+                                file: Some(path),
+                                ..StepData::default()
+                            },
+                        );
+                        return Ok(());
+                    }
                 }
-                reader
-                    .map(|r| r.map_err(|e| e.to_string()))
-                    .collect::<Result<_, _>>()?
             }
             Decompose::Agent(task) => {
                 let mut items = listed(vec![Value::Null]);

@@ -183,14 +183,11 @@ pub(crate) fn decompose_forms_text() -> String {
 /// Where a decompose step's items come from.
 #[derive(Debug, Clone)]
 pub(crate) enum Decompose {
-    /// One item per non-empty output line, run with `sh -c` in the working directory.
-    Command(Template),
     /// A literal list (any JSON values).
     Items(Vec<serde_json::Value>),
-    /// A CSV file with a header (one object per row) or JSONL (one value per line), streamed.
-    File(Template),
-    /// Matching paths, sorted.
-    Glob(Template),
+    /// A command, glob or file, its template rendered when the step runs
+    /// ([`super::items::expand_items`]).
+    Static(super::items::StaticForm, Template),
     /// A subagent whose final answer must be a JSON array.
     Agent(TaskTemplate),
 }

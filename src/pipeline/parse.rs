@@ -11,6 +11,7 @@ use indexmap::IndexMap;
 
 use super::duration::{from_seconds, parse_duration};
 use super::graph::{self, Graph};
+use super::items::StaticForm;
 use super::model::{
     Backend, DECOMPOSE_AGENT_KEYS, DECOMPOSE_FORMS, Decompose, FanOut, MinSuccess, OnError,
     OnExtensionError, OutputBody, OutputFile, Pipeline, PipelineSettings, Reduce, Step, StepKind,
@@ -1128,10 +1129,10 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
     };
     r.finish(d);
     match forms.first().map(|(f, _)| *f) {
-        Some("command") => command.map_or(fallback, Decompose::Command),
+        Some("command") => command.map_or(fallback, |t| Decompose::Static(StaticForm::Command, t)),
         Some("items") => items.map_or(fallback, Decompose::Items),
-        Some("file") => file.map_or(fallback, Decompose::File),
-        Some("glob") => glob.map_or(fallback, Decompose::Glob),
+        Some("file") => file.map_or(fallback, |t| Decompose::Static(StaticForm::File, t)),
+        Some("glob") => glob.map_or(fallback, |t| Decompose::Static(StaticForm::Glob, t)),
         Some(_) => agent.map_or(fallback, Decompose::Agent),
         None => fallback,
     }
@@ -1834,7 +1835,8 @@ outputs:
 
         let areas = &p.steps[0];
         assert_eq!((areas.pos.line, areas.pos.col), (12, 9));
-        let StepKind::Decompose(Decompose::Command(command)) = &areas.kind else {
+        let StepKind::Decompose(Decompose::Static(StaticForm::Command, command)) = &areas.kind
+        else {
             panic!("{:?}", areas.kind);
         };
         same_template(
@@ -1994,11 +1996,11 @@ outputs:
             ]
         );
         assert!(
-            matches!(&p.steps[3].kind, StepKind::Decompose(Decompose::Glob(g)) if g.text == "docs/**/*.md")
+            matches!(&p.steps[3].kind, StepKind::Decompose(Decompose::Static(StaticForm::Glob, g)) if g.text == "docs/**/*.md")
         );
         assert_eq!(p.steps[3].needs.len(), 2);
         assert!(
-            matches!(&p.steps[4].kind, StepKind::Decompose(Decompose::File(f)) if f.text == "data.csv")
+            matches!(&p.steps[4].kind, StepKind::Decompose(Decompose::Static(StaticForm::File, f)) if f.text == "data.csv")
         );
         assert_eq!(p.steps[5].timeout, Some(Duration::from_millis(2500)));
         assert!(matches!(&p.steps[5].kind, StepKind::Delegate(_)));
