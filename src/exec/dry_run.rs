@@ -19,9 +19,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::context::{agents_json, base_context, item_context};
-use super::source_check::{Contexts, check_task};
 use super::step::{Compiled, Rendered, StepConfig, prepare_message, task_request, task_source};
+use crate::compile::{
+    Check, CompiledPipeline, Contexts, agents_json, base_context, check_task, item_context,
+};
 use crate::config::{Config, resolve::resolve_with};
 use crate::delegation::{Draft, Resolver, draft};
 use crate::env::Env;
@@ -185,15 +186,17 @@ enum Known {
     File(std::path::PathBuf),
 }
 
-/// Plans `pipeline` with `params`: expands static decompositions, drafts every request that
-/// needs no model output, and sends nothing.
+/// Plans a compiled pipeline with `params` (those it was compiled with): expands static
+/// decompositions, drafts every request that needs no model output, and sends nothing. The
+/// compile's findings are its errors, with what drafting finds besides.
 pub(crate) fn plan(
     env: &Env,
     config: &Config,
     catalog: &Catalog,
-    pipeline: &Pipeline,
+    compiled: &CompiledPipeline,
     params: &indexmap::IndexMap<String, String>,
 ) -> DryRun {
+    let pipeline = &compiled.pipeline;
     let graph = Graph::new(pipeline);
     let tenv = crate::template::environment(pipeline.file.path().parent());
     let agents = agents_json(catalog);
@@ -314,15 +317,26 @@ pub(crate) fn plan(
                 }
             }
         };
-        // A source the catalog lacks is told at its `source:` value, before what drafting
-        // made of it.
+        // What the compile found is told at its position, before what drafting made of the
+        // step; a source is also checked with every item expanded here.
         let over_items = over.and_then(|o| known[o].as_ref());
-        let named = source_problem(&tenv, catalog, step, &base, reads_known, over_items)
-            .or_else(|| super::tool_check::check_step(step, catalog));
+        let found = |check| {
+            compiled
+                .finding(i, check)
+                .map(|f| (f.pos, compiled.step_message(f)))
+        };
+        let named = found(Check::Source)
+            .or_else(|| {
+                source_problem(&tenv, catalog, step, &base, reads_known, over_items)
+                    .map(|(pos, message)| (pos, format!("step `{}`: {message}", step.id)))
+            })
+            .or_else(|| {
+                [Check::Tools, Check::Parameters, Check::Items]
+                    .into_iter()
+                    .find_map(found)
+            });
         match (named, outcome) {
-            (Some((pos, message)), _) => {
-                errors.push((pos, format!("step `{}`: {message}", step.id)))
-            }
+            (Some(error), _) => errors.push(error),
             (None, Err(message)) => {
                 errors.push((step.pos, format!("step `{}`: {message}", step.id)))
             }

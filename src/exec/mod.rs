@@ -15,11 +15,9 @@ pub(crate) mod overhead;
 pub(crate) mod plan;
 pub(crate) mod reduce;
 mod scheduler;
-pub(crate) mod source_check;
 mod step;
 mod step_error;
 mod step_run;
-pub(crate) mod tool_check;
 
 pub(crate) use event::{RunSummary, StepStatus, TaskDone, TaskTrace};
 pub(crate) use final_text::FinalText;

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::context::item_context;
 use super::event::{PROMPT_LIMIT, Spent, TaskDone, TaskTrace};
 use super::hash::request_hash;
+use crate::compile::{Flags, StepSettings, named_source};
 use crate::config::Config;
 use crate::delegation::{Request, Resolver, prepare_with};
 use crate::env::Env;
@@ -264,13 +265,6 @@ impl<'env> Compiled<'env> {
     }
 }
 
-/// The source a rendered `source:` names; `None` when it is empty or null (a general
-/// subagent).
-pub(crate) fn named_source(rendered: &str) -> Option<&str> {
-    let name = rendered.trim();
-    (!name.is_empty() && !matches!(name, "null" | "none" | "None")).then_some(name)
-}
-
 /// How a step's tasks are run.
 #[derive(Clone)]
 pub(crate) struct StepConfig {
@@ -308,24 +302,24 @@ pub(crate) struct StepConfig {
 }
 
 impl StepConfig {
+    /// The step's settings as [`StepSettings::layer`] gives them (the run's flags are in the
+    /// pipeline the engine runs: [`crate::compile::compile_pipeline`] wrote them there).
     pub(crate) fn new(index: usize, step: &Step, settings: &PipelineSettings) -> Self {
+        let layered = StepSettings::layer(&Flags::default(), step, settings);
         Self {
             index,
             id: step.id.clone(),
-            provider: step.provider.clone().or_else(|| settings.provider.clone()),
-            model: step.model.clone().or_else(|| settings.model.clone()),
-            temperature: step.temperature.or(settings.temperature),
-            max_turns: step.max_turns.or(settings.max_turns),
-            max_output_tokens: step.max_output_tokens.or(settings.max_output_tokens),
+            provider: layered.provider,
+            model: layered.model,
+            temperature: layered.temperature,
+            max_turns: layered.max_turns,
+            max_output_tokens: layered.max_output_tokens,
             allow_empty: step.allow_empty,
             retries: step.retries,
             timeout: step.timeout,
             shard: None,
             reuse: step.reuse,
-            sandbox: (
-                step.sandbox.or(settings.sandbox),
-                step.network.or(settings.network),
-            ),
+            sandbox: (layered.sandbox, layered.network),
             on_extension_error: step.on_extension_error,
             context_window: step.context_window,
             cache: step.cache.unwrap_or(true),
@@ -707,7 +701,7 @@ pub(super) fn task_source<'c>(
         Some(name) => catalog
             .get(name)
             .map(Some)
-            .ok_or_else(|| super::source_check::run_catalog_error(catalog, name)),
+            .ok_or_else(|| crate::compile::run_catalog_error(catalog, name)),
         None => Ok(None),
     }
 }
@@ -920,10 +914,7 @@ impl Tasks<'_, '_> {
         if let Some(name) = &rendered.source
             && shared.catalog.get(name).is_none()
         {
-            return Err(super::source_check::run_catalog_error(
-                &shared.catalog,
-                name,
-            ));
+            return Err(crate::compile::run_catalog_error(&shared.catalog, name));
         }
         let hash = self.step.hash(&rendered);
         if !self.step.owns(&hash) {

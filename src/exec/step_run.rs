@@ -444,13 +444,10 @@ fn check_sources(
         let name = template
             .render(&ctx)
             .map_err(|e| super::step::render_error(source, &e))?;
-        if let Some(name) = super::step::named_source(&name)
+        if let Some(name) = crate::compile::named_source(&name)
             && shared.catalog.get(name).is_none()
         {
-            return Err(super::source_check::run_catalog_error(
-                &shared.catalog,
-                name,
-            ));
+            return Err(crate::compile::run_catalog_error(&shared.catalog, name));
         }
     }
     Ok(())

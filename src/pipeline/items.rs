@@ -323,12 +323,28 @@ enum ReaderKind {
     Array(std::vec::IntoIter<Value>),
 }
 
+/// Whether [`open_file_items`] reads a file of this name: an error for an extension it does
+/// not know, decided without the file.
+pub(crate) fn check_items_path(path: &Path) -> Result<(), ItemError> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("csv" | "jsonl" | "ndjson" | "json") => Ok(()),
+        _ => Err(ItemError::Unsupported {
+            path: path.to_owned(),
+        }),
+    }
+}
+
 /// Opens a file of items, chosen by extension (case-insensitive): `.csv` (a header row, then
 /// one JSON object per row, keys in column order, values strings), `.jsonl`/`.ndjson` (one JSON
 /// value per non-empty line) or `.json` (an array, read whole). The header (CSV) or the whole
 /// document (JSON) is read here, so their errors come from this call; row errors come from
 /// the iterator.
 pub(crate) fn open_file_items(path: &Path) -> Result<ItemReader, ItemError> {
+    check_items_path(path)?;
     let ext = path
         .extension()
         .and_then(|e| e.to_str())

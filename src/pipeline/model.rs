@@ -23,35 +23,6 @@ pub(crate) struct Pipeline {
     pub(crate) outputs: Vec<OutputFile>,
 }
 
-impl Pipeline {
-    /// `--sandbox` / `--network`: what they set wins over every step's and the settings'.
-    pub(crate) fn override_sandbox(
-        &mut self,
-        level: (Option<crate::sandbox::Policy>, Option<bool>),
-    ) {
-        let (policy, network) = level;
-        for (p, n) in std::iter::once((&mut self.settings.sandbox, &mut self.settings.network))
-            .chain(
-                self.steps
-                    .iter_mut()
-                    .map(|s| (&mut s.sandbox, &mut s.network)),
-            )
-        {
-            *p = policy.or(*p);
-            *n = network.or(*n);
-        }
-    }
-
-    /// `--max-output-tokens`: one output limit for every request, over the file's.
-    pub(crate) fn override_output_limit(&mut self, limit: Option<u32>) {
-        let Some(limit) = limit else { return };
-        self.settings.max_output_tokens = Some(limit);
-        for step in &mut self.steps {
-            step.max_output_tokens = Some(limit);
-        }
-    }
-}
-
 /// `settings`: defaults for every step.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PipelineSettings {

@@ -9,8 +9,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::context::{agents_json, base_context, item_context};
-use super::step::named_source;
+use super::context::{agents_json, base_context, item_context, named_source};
 use crate::diag::Pos;
 use crate::pipeline::model::{Decompose, Pipeline, StepKind, TaskTemplate};
 use crate::pipeline::refs;
@@ -66,14 +65,14 @@ pub(crate) fn check_task(
     }
 }
 
-/// Every source name of `pipeline` known before it runs (`summon validate`, `summon run`):
-/// literal ones, and templated ones rendered with `params` and the items of literal `items:`
-/// lists (each item of a fan-out over one).
-pub(crate) fn check_pipeline(
+/// Every source name of `pipeline` known before it runs: literal ones, and templated ones
+/// rendered with `params` and the items of literal `items:` lists (each item of a fan-out
+/// over one); each problem with the index of its step.
+pub(crate) fn check_sources(
     pipeline: &Pipeline,
     catalog: &Catalog,
     params: &indexmap::IndexMap<String, String>,
-) -> Vec<(Pos, String)> {
+) -> Vec<(usize, Pos, String)> {
     let tenv = crate::template::environment(pipeline.file.path().parent());
     let literal_items = |id: &str| {
         pipeline.steps.iter().find_map(|s| match &s.kind {
@@ -89,7 +88,7 @@ pub(crate) fn check_pipeline(
     }
     let base = base_context(params, Value::Object(steps), &agents_json(catalog));
     let mut problems = Vec::new();
-    for step in &pipeline.steps {
+    for (index, step) in pipeline.steps.iter().enumerate() {
         let (task, over) = match &step.kind {
             StepKind::Decompose(Decompose::Agent(task))
             | StepKind::Synthesize(task)
@@ -116,11 +115,10 @@ pub(crate) fn check_pipeline(
                 None => Contexts::Unknown,
             },
         };
-        if let Some(problem) = check_task(&tenv, catalog, task, contexts) {
-            problems.push(problem);
+        if let Some((pos, message)) = check_task(&tenv, catalog, task, contexts) {
+            problems.push((index, pos, message));
         }
     }
-    problems.extend(super::tool_check::check_step_tools(pipeline, catalog));
     problems
 }
 

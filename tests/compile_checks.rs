@@ -1,0 +1,197 @@
+//! What `summon run --dry-run` finds before anything is sent, `summon validate` finds too, at
+//! the same `file:line:col`, and `summon run` refuses the pipeline before its first request:
+//! a recipe's required parameter a step does not give, a parameter the recipe does not
+//! declare, parameters given to an agent, an agent without instructions, an items file no
+//! reader knows.
+
+use crate::support;
+
+use summon_mock_llm::{MockConfig, MockServer};
+use support::{Output, Test};
+
+/// A recipe with two required parameters and no defaults.
+const NOTES: &str = "
+    version: 1.0.0
+    title: Notes
+    description: Notes for one area
+    instructions: Write notes for {{ area }} in {{ lang }}.
+    parameters:
+      - key: area
+        input_type: string
+        requirement: required
+        description: the area
+      - key: lang
+        input_type: string
+        requirement: required
+        description: the language
+";
+
+const EXPLORER: &str = "
+    ---
+    name: explorer
+    description: Explores
+    ---
+    You explore carefully.
+";
+
+/// A project with the recipe and the agent, wired to the mock as an OpenAI-compatible
+/// provider.
+fn project(server: &MockServer, pipeline: &str) -> Test {
+    Test::new()
+        .write("recipes/notes.yaml", NOTES)
+        .write(".claude/agents/explorer.md", EXPLORER)
+        .write("pipelines/p.yaml", pipeline)
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+}
+
+/// `validate` (of the file, and of the folder that holds it), `run --dry-run` and `run` all
+/// exit 1 with `wanted` on stderr, and nothing is sent or journaled.
+async fn every_command_reports(pipeline: &str, wanted: &str) {
+    let server = MockServer::start(MockConfig::new()).await;
+    let commands: [&[&str]; 4] = [
+        &["validate", "pipelines/p.yaml"],
+        &["validate", "pipelines"],
+        &["run", "pipelines/p.yaml", "--dry-run"],
+        &["run", "pipelines/p.yaml", "--quiet"],
+    ];
+    for args in commands {
+        let out: Output = project(&server, pipeline)
+            .args(["--color", "never"])
+            .args(args.iter().copied())
+            .output();
+        assert_eq!(out.code, 1, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(wanted),
+            "{args:?}: want {wanted}\n---\n{}",
+            out.stderr
+        );
+        assert!(
+            !out.dir.join(".summon").exists(),
+            "{args:?}: a run was journaled"
+        );
+    }
+    assert_eq!(server.request_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fan_out_without_a_required_recipe_parameter_is_an_error_at_its_source() {
+    // `source: notes` on line 10, its value at column 15.
+    let pipeline = r#"
+        version: 1
+        name: p
+        steps:
+          - id: areas
+            decompose:
+              items: [parser, lexer]
+          - id: notes
+            fan_out:
+              over: areas
+              source: notes
+              parameters: { area: "{{ item }}" }
+    "#;
+    every_command_reports(
+        pipeline,
+        "pipelines/p.yaml:10:15: error: step `notes`: recipe `notes` has a required parameter \
+         the step does not give: `lang`",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parameter_the_recipe_does_not_declare_is_an_error_at_its_value() {
+    // `langauge: en` on line 7, its value at column 55.
+    let pipeline = r#"
+        version: 1
+        name: p
+        steps:
+          - id: notes
+            delegate:
+              source: notes
+              parameters: { area: parser, lang: en, langauge: en }
+    "#;
+    every_command_reports(
+        pipeline,
+        "pipelines/p.yaml:7:55: error: step `notes`: unknown parameter `langauge` of recipe `notes`",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parameters_given_to_an_agent_are_an_error() {
+    let pipeline = r#"
+        version: 1
+        name: p
+        steps:
+          - id: look
+            delegate:
+              source: explorer
+              instructions: Find the parser.
+              parameters: { area: parser }
+    "#;
+    every_command_reports(
+        pipeline,
+        "pipelines/p.yaml:8:27: error: step `look`: agent `explorer` takes no parameters",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_without_instructions_is_an_error_at_its_source() {
+    let pipeline = r#"
+        version: 1
+        name: p
+        steps:
+          - id: look
+            delegate:
+              source: explorer
+    "#;
+    every_command_reports(
+        pipeline,
+        "pipelines/p.yaml:6:15: error: step `look`: agent `explorer` needs a task",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_items_file_no_reader_knows_is_an_error_at_its_name() {
+    let pipeline = r#"
+        version: 1
+        name: p
+        steps:
+          - id: rows
+            decompose:
+              file: tickets.txt
+          - id: each
+            fan_out:
+              over: rows
+              instructions: "Read {{ item }}"
+    "#;
+    every_command_reports(
+        pipeline,
+        "pipelines/p.yaml:6:13: error: step `rows`: items file tickets.txt has an unsupported \
+         extension; supported: .csv, .jsonl, .ndjson, .json",
+    )
+    .await;
+}
+
+#[test]
+fn a_step_that_gives_every_required_parameter_validates() {
+    let pipeline = r#"
+        version: 1
+        name: p
+        steps:
+          - id: notes
+            delegate:
+              source: notes
+              parameters: { area: parser, lang: en }
+    "#;
+    Test::new()
+        .write("recipes/notes.yaml", NOTES)
+        .write("pipelines/p.yaml", pipeline)
+        .args(["--color", "never", "validate", "pipelines/p.yaml"])
+        .code(0)
+        .stderr("summon: checked 1 file(s): 0 error(s), 0 warning(s)\n")
+        .run();
+}
