@@ -195,3 +195,94 @@ fn a_step_that_gives_every_required_parameter_validates() {
         .stderr("summon: checked 1 file(s): 0 error(s), 0 warning(s)\n")
         .run();
 }
+
+/// A fan-out over four items, each task from the `worker` recipe, then a synthesis from the
+/// `summary` recipe (its `source:` value on line 14, column 15).
+const SHARDED: &str = r#"
+    version: 1
+    name: sharded
+    steps:
+      - id: list
+        decompose:
+          items: [a, b, c, d]
+      - id: each
+        fan_out:
+          over: list
+          source: worker
+          parameters: { item: "{{ item }}" }
+      - id: sum
+        synthesize:
+          source: summary
+          instructions: "{% for r in steps.each.results %}{{ r.output }} {% endfor %}"
+"#;
+
+const WORKER: &str = "
+    version: 1.0.0
+    title: Worker
+    description: One item
+    instructions: Process {{ item }}.
+    parameters:
+      - key: item
+        input_type: string
+        requirement: required
+        description: the item
+";
+
+const SUMMARY: &str = "
+    version: 1.0.0
+    title: Summary
+    description: All of them
+    instructions: Merge the answers.
+";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn merge_checks_the_steps_it_runs_before_any_request() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = Test::new()
+        .write("p.yaml", SHARDED)
+        .write("recipes/worker.yaml", WORKER)
+        .write("recipes/summary.yaml", SUMMARY)
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model");
+    for (shard, out) in [("1/2", "s1"), ("2/2", "s2")] {
+        let ran = t
+            .command()
+            .args(["run", "p.yaml", "--shard", shard, "--out", out, "--quiet"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            ran.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+    }
+    let sent = server.request_count();
+    assert_eq!(sent, 4, "one request per item");
+    // The shards' step is given to the merge: its recipe may be gone. The synthesis the merge
+    // runs now names a recipe with a required parameter the step does not give.
+    std::fs::remove_file(t.path().join("recipes/worker.yaml")).unwrap();
+    let summary = format!(
+        "{}parameters:\n  - key: tone\n    input_type: string\n    requirement: required\n    \
+         description: the tone\n",
+        support::unindent(SUMMARY)
+    );
+    std::fs::write(t.path().join("recipes/summary.yaml"), summary).unwrap();
+    let merged = t
+        .command()
+        .args(["--color", "never", "merge", "p.yaml", "s1", "s2", "--quiet"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&merged.stderr);
+    assert_eq!(merged.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "p.yaml:14:15: error: step `sum`: recipe `summary` has a required parameter the step \
+             does not give: `tone`"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("worker"), "{stderr}");
+    assert_eq!(server.request_count(), sent, "the merge sent a request");
+}
