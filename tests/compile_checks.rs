@@ -2,7 +2,8 @@
 //! the same `file:line:col`, and `summon run` refuses the pipeline before its first request:
 //! a recipe's required parameter a step does not give, a parameter the recipe does not
 //! declare, parameters given to an agent, an agent without instructions, an items file no
-//! reader knows.
+//! reader knows, a template that fails to render over a literal item; and `summon merge`
+//! checks the steps it runs.
 
 use crate::support;
 
@@ -172,6 +173,29 @@ async fn an_items_file_no_reader_knows_is_an_error_at_its_name() {
         pipeline,
         "pipelines/p.yaml:6:13: error: step `rows`: items file tickets.txt has an unsupported \
          extension; supported: .csv, .jsonl, .ndjson, .json",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_that_fails_over_a_literal_item_is_an_error_at_its_step() {
+    // `- id: each` on line 7, the id at column 9; the instructions on line 10.
+    let pipeline = r#"
+        version: 1
+        name: p
+        steps:
+          - id: list
+            decompose:
+              items: [{title: a, text: x}, {title: b}]
+          - id: each
+            fan_out:
+              over: list
+              instructions: "Read {{ item.text | upper }}"
+    "#;
+    every_command_reports(
+        pipeline,
+        "pipelines/p.yaml:7:9: error: step `each`: item 1: line 10: cannot render template: \
+         undefined value",
     )
     .await;
 }

@@ -7,11 +7,13 @@
 mod context;
 mod params;
 mod pipeline;
+mod render;
 mod settings;
 mod sources;
 mod tools;
 
 pub(crate) use context::{agents_json, base_context, item_context, named_source};
 pub(crate) use pipeline::{Check, CompiledPipeline, Inputs, ModelChoice, compile_pipeline};
+pub(crate) use render::{Compiled, Rendered, render_error};
 pub(crate) use settings::{Flags, StepSettings};
 pub(crate) use sources::{Contexts, check_task, run_catalog_error};

@@ -10,7 +10,10 @@
 //! - the `parameters:` of a task with a literal source: a required recipe parameter not
 //!   given, a key the recipe does not declare, parameters or no instructions for an agent
 //!   ([`super::params`]);
-//! - a literal items `file:` with an extension no reader knows.
+//! - a literal items `file:` with an extension no reader knows;
+//! - a template that fails to render with everything it reads known before the run (the
+//!   parameters given, the items of literal `items:` lists): as the dry run renders it
+//!   ([`super::render`]).
 
 use indexmap::IndexMap;
 
@@ -102,6 +105,8 @@ pub(crate) enum Check {
     Tools,
     Parameters,
     Items,
+    /// A template that fails to render with everything it reads known.
+    Render,
 }
 
 /// A problem of one step, certain before the run.
@@ -131,6 +136,17 @@ pub(crate) fn compile_pipeline(mut pipeline: Pipeline, inputs: &Inputs<'_>) -> C
                 hint: None,
             })
             .collect();
+    findings.extend(
+        super::render::check_renders(&pipeline, catalog, inputs.params)
+            .into_iter()
+            .map(|(step, pos, message)| Finding {
+                step,
+                check: Check::Render,
+                pos,
+                message,
+                hint: None,
+            }),
+    );
     let mut steps = Vec::with_capacity(pipeline.steps.len());
     for (index, step) in pipeline.steps.iter().enumerate() {
         let settings = StepSettings::layer(&Flags::default(), step, &pipeline.settings);
@@ -333,12 +349,20 @@ mod tests {
     }
 
     fn compile(text: &str, flags: Flags, catalog: &Catalog) -> CompiledPipeline {
+        compile_with(text, flags, catalog, &IndexMap::new())
+    }
+
+    fn compile_with(
+        text: &str,
+        flags: Flags,
+        catalog: &Catalog,
+        params: &IndexMap<String, String>,
+    ) -> CompiledPipeline {
         let file = SourceFile::new(std::path::Path::new("p.yaml"), text.to_owned());
         let mut diags = Diagnostics::default();
         let pipeline = parse_pipeline(&file, &mut diags).expect("a valid pipeline");
-        let params = IndexMap::new();
         let inputs = Inputs {
-            params: &params,
+            params,
             flags,
             catalog,
         };
@@ -461,5 +485,30 @@ mod tests {
         assert_eq!(compiled.steps[0].source, SourceRef::Templated);
         assert_eq!(compiled.steps[0].model, None);
         assert!(compiled.findings.is_empty(), "{:?}", compiled.findings);
+    }
+
+    #[test]
+    fn a_template_is_rendered_only_when_everything_it_reads_is_known() {
+        let (catalog, _dir) = catalog(&[]);
+        let text = "version: 1\nparameters:\n\
+            - {key: who, input_type: string, requirement: required, description: w}\n\
+            steps:\n- id: a\n  delegate:\n    instructions: \"{{ who.name }}\"\n";
+        // Without the parameter (validate), the template is left to the run.
+        let compiled = compile(text, Flags::default(), &catalog);
+        assert!(compiled.findings.is_empty(), "{:?}", compiled.findings);
+        // With it, it renders as the run would, and fails as the run would.
+        let params = IndexMap::from([("who".to_owned(), "ann".to_owned())]);
+        let compiled = compile_with(text, Flags::default(), &catalog, &params);
+        let [finding] = compiled.findings.as_slice() else {
+            panic!("{:?}", compiled.findings);
+        };
+        assert_eq!((finding.check, finding.pos.line), (Check::Render, 5));
+        assert!(
+            finding
+                .message
+                .starts_with("line 7: cannot render template: undefined value"),
+            "{}",
+            finding.message
+        );
     }
 }

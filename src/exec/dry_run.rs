@@ -331,7 +331,7 @@ pub(crate) fn plan(
                     .map(|(pos, message)| (pos, format!("step `{}`: {message}", step.id)))
             })
             .or_else(|| {
-                [Check::Tools, Check::Parameters, Check::Items]
+                [Check::Tools, Check::Parameters, Check::Items, Check::Render]
                     .into_iter()
                     .find_map(found)
             });

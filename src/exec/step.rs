@@ -13,11 +13,12 @@ use tokio_util::sync::CancellationToken;
 use super::context::item_context;
 use super::event::{PROMPT_LIMIT, Spent, TaskDone, TaskTrace};
 use super::hash::request_hash;
-use crate::compile::{Flags, StepSettings, named_source};
+pub(crate) use crate::compile::{Compiled, Rendered, render_error};
+use crate::compile::{Flags, StepSettings};
 use crate::config::Config;
 use crate::delegation::{Request, Resolver, prepare_with};
 use crate::env::Env;
-use crate::pipeline::model::{OnExtensionError, PipelineSettings, Step, TaskTemplate, Template};
+use crate::pipeline::model::{OnExtensionError, PipelineSettings, Step, TaskTemplate};
 use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
 use crate::recipe::ParamInput;
 use crate::recipe::params::Origin;
@@ -132,135 +133,6 @@ impl crate::subagent::Slot for TaskSlot {
             if let Ok(mut held) = self.held.lock() {
                 *held = Some((global, local));
             }
-        })
-    }
-}
-
-/// A task with its templates rendered.
-#[derive(Debug, Clone)]
-pub(crate) struct Rendered {
-    pub(crate) source: Option<String>,
-    pub(crate) instructions: Option<String>,
-    pub(crate) params: Vec<(String, String)>,
-    pub(crate) context: Option<String>,
-    pub(crate) extensions: Option<Vec<String>>,
-    pub(crate) schema: Option<Value>,
-}
-
-/// A step's templates compiled once, rendered per task.
-pub(crate) struct Compiled<'env> {
-    source: Option<minijinja::Template<'env, 'env>>,
-    instructions: Option<minijinja::Template<'env, 'env>>,
-    context: Option<minijinja::Template<'env, 'env>>,
-    params: Vec<(String, minijinja::Template<'env, 'env>)>,
-    extensions: Option<Vec<String>>,
-}
-
-/// A render failure, positioned in the pipeline file.
-pub(crate) fn render_error(template: &Template, error: &minijinja::Error) -> String {
-    let line = template.first_line()
-        + error
-            .line()
-            .map_or(0, |l| u32::try_from(l).unwrap_or(1).saturating_sub(1));
-    let mut message = error.kind().to_string();
-    if let Some(detail) = error.detail() {
-        message = format!("{message}: {detail}");
-    }
-    format!("line {line}: cannot render template: {message}")
-}
-
-/// [`render_error`], naming the keys there are when the template reads a field an object
-/// of the context does not have (`item.body` of a CSV row: "the item has id, title, text").
-pub(crate) fn render_error_in(
-    template: &Template,
-    error: &minijinja::Error,
-    ctx: &minijinja::Value,
-) -> String {
-    let message = render_error(template, error);
-    match missing_field(template, error, ctx) {
-        Some(hint) => format!("{message}; {hint}"),
-        None => message,
-    }
-}
-
-fn missing_field(
-    template: &Template,
-    error: &minijinja::Error,
-    ctx: &minijinja::Value,
-) -> Option<String> {
-    if error.kind() != minijinja::ErrorKind::UndefinedError {
-        return None;
-    }
-    let expr = template.text.get(error.range()?)?.trim();
-    let (base, field) = expr.split_once('.')?;
-    let field = field.split(['.', '[', ' ', '|']).next()?;
-    let value = ctx.get_attr(base.trim()).ok()?;
-    if value.kind() != minijinja::value::ValueKind::Map
-        || value.get_attr(field).is_ok_and(|v| !v.is_undefined())
-    {
-        return None;
-    }
-    let keys: Vec<String> = value.try_iter().ok()?.map(|k| k.to_string()).collect();
-    Some(if keys.is_empty() {
-        format!("`{}` has no keys", base.trim())
-    } else {
-        format!("the keys of `{}` are: {}", base.trim(), keys.join(", "))
-    })
-}
-
-impl<'env> Compiled<'env> {
-    pub(crate) fn new(
-        env: &'env minijinja::Environment<'env>,
-        task: &'env TaskTemplate,
-    ) -> Result<Self, String> {
-        let compile = |t: &'env Template| {
-            env.template_from_str(&t.text)
-                .map_err(|e| render_error(t, &e))
-        };
-        Ok(Self {
-            source: task.source.as_ref().map(compile).transpose()?,
-            instructions: task.instructions.as_ref().map(compile).transpose()?,
-            context: task.context.as_ref().map(compile).transpose()?,
-            params: task
-                .parameters
-                .iter()
-                .map(|(k, t)| Ok((k.clone(), compile(t)?)))
-                .collect::<Result<_, String>>()?,
-            extensions: task.extensions.clone(),
-        })
-    }
-
-    pub(crate) fn render(
-        &self,
-        task: &TaskTemplate,
-        ctx: &minijinja::Value,
-    ) -> Result<Rendered, String> {
-        let render = |t: &minijinja::Template<'_, '_>, src: &Template| {
-            t.render(ctx).map_err(|e| render_error_in(src, &e, ctx))
-        };
-        let source = match (&self.source, &task.source) {
-            (Some(t), Some(src)) => named_source(&render(t, src)?).map(str::to_owned),
-            _ => None,
-        };
-        let instructions = match (&self.instructions, &task.instructions) {
-            (Some(t), Some(src)) => Some(render(t, src)?),
-            _ => None,
-        };
-        let context = match (&self.context, &task.context) {
-            (Some(t), Some(src)) => Some(render(t, src)?),
-            _ => None,
-        };
-        let mut params = Vec::with_capacity(self.params.len());
-        for ((key, t), (_, src)) in self.params.iter().zip(&task.parameters) {
-            params.push((key.clone(), render(t, src)?));
-        }
-        Ok(Rendered {
-            source,
-            instructions,
-            params,
-            context,
-            extensions: self.extensions.clone(),
-            schema: task.schema.as_deref().cloned(),
         })
     }
 }
