@@ -7,7 +7,10 @@
 
 use crate::support;
 
-use summon_mock_llm::{MockConfig, MockServer};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::{Output, Test};
 
 /// A recipe with two required parameters and no defaults.
@@ -309,4 +312,81 @@ async fn merge_checks_the_steps_it_runs_before_any_request() {
     );
     assert!(!stderr.contains("worker"), "{stderr}");
     assert_eq!(server.request_count(), sent, "the merge sent a request");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_run_is_checked_against_the_catalog_it_was_started_with() {
+    let fixed = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&fixed);
+    let server = MockServer::start(MockConfig::new().rule(move |req| {
+        let text = req.last_user_text().unwrap_or_default();
+        if text.contains("Process b.") && !flag.load(Ordering::SeqCst) {
+            Reply::status(
+                400,
+                r#"{"error":{"message":"this item is bad","type":"invalid_request_error"}}"#,
+            )
+        } else {
+            Reply::Echo
+        }
+    }))
+    .await;
+    let pipeline = r#"
+        version: 1
+        name: p
+        steps:
+          - id: list
+            decompose:
+              items: [a, b, c]
+          - id: each
+            fan_out:
+              over: list
+              source: worker
+              parameters: { item: "{{ item }}" }
+            on_error: continue
+            min_success: 100%
+    "#;
+    let t = Test::new()
+        .write("p.yaml", pipeline)
+        .write("recipes/worker.yaml", WORKER)
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model");
+    let run = |extra: &[&str]| {
+        let out = t
+            .command()
+            .args(["--color", "never", "run", "p.yaml", "--quiet"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(server.request_count(), 3);
+    // A recipe added since is not in the catalog the run was started with: the resumed run
+    // is refused at the `source:` value, before any request; a new run takes it.
+    fixed.store(true, Ordering::SeqCst);
+    std::fs::write(
+        t.path().join("recipes/other.yaml"),
+        support::unindent(WORKER).replace("Worker", "Other"),
+    )
+    .unwrap();
+    std::fs::write(
+        t.path().join("p.yaml"),
+        support::unindent(pipeline).replace("source: worker", "source: other"),
+    )
+    .unwrap();
+    let (code, stderr) = run(&["--resume"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("p.yaml:10:15: error: Source 'other' not found."),
+        "{stderr}"
+    );
+    assert_eq!(server.request_count(), 3, "the resumed run sent a request");
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(server.request_count(), 6);
 }
