@@ -1,7 +1,7 @@
 //! What `summon run --dry-run` finds before anything is sent, `summon validate` finds too, at
 //! the same `file:line:col`, and `summon run` refuses the pipeline before its first request:
 //! a recipe's required parameter a step does not give, a parameter the recipe does not
-//! declare, parameters given to an agent, an agent without instructions, an items file no
+//! declare, a literal value its type rejects, parameters given to an agent, an agent without instructions, an items file no
 //! reader knows, a template that fails to render over a literal item; and `summon merge`
 //! checks the steps it runs.
 
@@ -28,6 +28,11 @@ const NOTES: &str = "
         input_type: string
         requirement: required
         description: the language
+      - key: count
+        input_type: number
+        requirement: optional
+        default: \"3\"
+        description: how many
 ";
 
 const EXPLORER: &str = "
@@ -118,6 +123,25 @@ async fn a_parameter_the_recipe_does_not_declare_is_an_error_at_its_value() {
     every_command_reports(
         pipeline,
         "pipelines/p.yaml:7:55: error: step `notes`: unknown parameter `langauge` of recipe `notes`",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_literal_value_the_parameter_type_rejects_is_an_error_at_the_value() {
+    // `count: many` on line 7, its value at column 52.
+    let pipeline = r#"
+        version: 1
+        name: p
+        steps:
+          - id: notes
+            delegate:
+              source: notes
+              parameters: { area: parser, lang: en, count: many }
+    "#;
+    every_command_reports(
+        pipeline,
+        "pipelines/p.yaml:7:52: error: step `notes`: parameter `count` must be a number, got `many`",
     )
     .await;
 }

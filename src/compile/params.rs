@@ -1,14 +1,18 @@
 //! A task's `parameters:` against the source it names, before anything is sent: a required
-//! recipe parameter the step does not give, a key the recipe does not declare, or parameters
-//! given to an agent fail every task of the step, so each is an error at its position.
+//! recipe parameter the step does not give, a key the recipe does not declare, a literal value
+//! its type rejects, or parameters given to an agent fail every task of the step, so each is
+//! an error at its position.
 //!
 //! Only a literal `source:` is checked (a templated one is known per task, when the run
-//! prepares it). The values are templates, rendered per task: only their keys are checked
-//! here; the run checks each rendered value against its type.
+//! prepares it). A value that is a template is rendered per task and checked against its type
+//! by the run; a literal one is checked here.
+
+use std::path::Path;
 
 use crate::diag::Pos;
 use crate::pipeline::model::TaskTemplate;
-use crate::recipe::Requirement;
+use crate::recipe::params::check_value;
+use crate::recipe::{InputType, Requirement};
 use crate::source::{Source, SourceDef};
 
 /// A problem of a task's parameters: where, what, and how to fix it.
@@ -50,7 +54,19 @@ pub(crate) fn check_params(
     let mut problems = Vec::new();
     let declared: Vec<&str> = recipe.parameters.iter().map(|p| p.key.as_str()).collect();
     for (key, value) in &task.parameters {
-        if declared.contains(&key.as_str()) {
+        if let Some(parameter) = recipe.parameters.iter().find(|p| &p.key == key) {
+            // A literal value is what every task sends: its type is checked now (a file
+            // parameter is read by the run).
+            if !crate::template::has_template(&value.text)
+                && parameter.input_type != InputType::File
+                && let Err(message) = check_value(parameter, &value.text, Path::new("."))
+            {
+                problems.push(ParamProblem {
+                    pos: value.pos,
+                    message,
+                    hint: None,
+                });
+            }
             continue;
         }
         let (message, hint) = if declared.is_empty() {
