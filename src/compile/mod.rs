@@ -13,7 +13,9 @@ mod sources;
 mod tools;
 
 pub(crate) use context::{agents_json, base_context, item_context, named_source};
-pub(crate) use pipeline::{Check, CompiledPipeline, Inputs, ModelChoice, compile_pipeline};
+pub(crate) use pipeline::{
+    Check, CompiledPipeline, Inputs, ItemSource, ModelChoice, compile_pipeline,
+};
 pub(crate) use render::{Compiled, Rendered, render_error};
 pub(crate) use settings::{Flags, StepSettings};
 pub(crate) use sources::{Contexts, check_task, run_catalog_error};

@@ -21,7 +21,8 @@ use serde_json::{Map, Value, json};
 
 use super::step::{Compiled, Rendered, StepConfig, prepare_message, task_request, task_source};
 use crate::compile::{
-    Check, CompiledPipeline, Contexts, agents_json, base_context, check_task, item_context,
+    Check, CompiledPipeline, Contexts, ItemSource, agents_json, base_context, check_task,
+    item_context,
 };
 use crate::config::{Config, resolve::resolve_with};
 use crate::delegation::{Draft, Resolver, draft};
@@ -109,18 +110,19 @@ pub(crate) fn levels(n: u64, per_result: u64, per_partial: u64, budget: u64) -> 
 fn plan_levels(
     env: &Env,
     config: &Config,
-    pipeline: &Pipeline,
+    compiled: &CompiledPipeline,
     i: usize,
     plans: &[StepPlan],
 ) -> Option<LevelsPlan> {
+    let pipeline = &compiled.pipeline;
     let step = &pipeline.steps[i];
     let (StepKind::Synthesize(task), Some(reduce)) = (&step.kind, &step.reduce) else {
         return None;
     };
     let over = super::reduce::reduced_step(pipeline, step)?;
     let n = plans[over].tasks?;
-    let fan_out = StepConfig::new(over, &pipeline.steps[over], &pipeline.settings);
-    let own = StepConfig::new(i, step, &pipeline.settings);
+    let fan_out = &compiled.steps[over].settings;
+    let own = &compiled.steps[i].settings;
     let (per_result, from_limit) = match fan_out.max_output_tokens {
         Some(limit) => (u64::from(limit), true),
         None => (ANSWER_ESTIMATE, false),
@@ -230,8 +232,8 @@ pub(crate) fn plan(
     for &i in graph.order() {
         let step = &pipeline.steps[i];
         // A fan-out's width is that of the step it goes over, counted there.
-        let over = match &step.kind {
-            StepKind::FanOut(fan_out) => fan_out.over_step,
+        let over = match compiled.steps[i].items {
+            Some(ItemSource::Over(over)) => Some(over),
             _ => None,
         };
         let over_width = over.and_then(|o| plans[o].width);
@@ -344,7 +346,7 @@ pub(crate) fn plan(
         }
     }
     for i in 0..pipeline.steps.len() {
-        let levels = plan_levels(env, config, pipeline, i, &plans);
+        let levels = plan_levels(env, config, compiled, i, &plans);
         if let Some(l) = levels.as_ref().filter(|l| !l.tasks.is_empty()) {
             plans[i].tasks = Some(l.tasks.iter().sum());
         }
