@@ -17,6 +17,7 @@
 
 use indexmap::IndexMap;
 
+use super::context::Known;
 use super::params::check_params;
 use super::settings::{Flags, StepSettings, apply_flags};
 use crate::diag::{Diagnostic, Diagnostics, Pos, Span};
@@ -125,28 +126,26 @@ pub(crate) struct Finding {
 pub(crate) fn compile_pipeline(mut pipeline: Pipeline, inputs: &Inputs<'_>) -> CompiledPipeline {
     apply_flags(&mut pipeline, &inputs.flags);
     let catalog = inputs.catalog;
-    let mut findings: Vec<Finding> =
-        super::sources::check_sources(&pipeline, catalog, inputs.params)
-            .into_iter()
-            .map(|(step, pos, message)| Finding {
-                step,
-                check: Check::Source,
-                pos,
-                message,
-                hint: None,
-            })
-            .collect();
-    findings.extend(
-        super::render::check_renders(&pipeline, catalog, inputs.params)
-            .into_iter()
-            .map(|(step, pos, message)| Finding {
-                step,
-                check: Check::Render,
-                pos,
-                message,
-                hint: None,
-            }),
-    );
+    let tenv = crate::template::environment(pipeline.file.path().parent());
+    let known = Known::new(&pipeline, catalog, inputs.params);
+    let each = |check, found: Vec<(usize, Pos, String)>| {
+        found.into_iter().map(move |(step, pos, message)| Finding {
+            step,
+            check,
+            pos,
+            message,
+            hint: None,
+        })
+    };
+    let mut findings: Vec<Finding> = each(
+        Check::Source,
+        super::sources::check_sources(&tenv, &pipeline, catalog, &known),
+    )
+    .chain(each(
+        Check::Render,
+        super::render::check_renders(&tenv, &pipeline, &known, inputs.params),
+    ))
+    .collect();
     let mut steps = Vec::with_capacity(pipeline.steps.len());
     for (index, step) in pipeline.steps.iter().enumerate() {
         let settings = StepSettings::layer(&Flags::default(), step, &pipeline.settings);

@@ -3,14 +3,12 @@
 //! file: the run, its dry run and the checks before it render alike.
 
 use indexmap::IndexMap;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
-use super::context::{agents_json, base_context, item_context, named_source};
+use super::context::{Known, item_context, named_source};
 use crate::diag::Pos;
 use crate::pipeline::graph::step_templates;
 use crate::pipeline::model::{Decompose, Pipeline, StepKind, TaskTemplate, Template};
-use crate::pipeline::refs;
-use crate::source::Catalog;
 
 /// A task with its templates rendered.
 #[derive(Debug, Clone)]
@@ -141,63 +139,48 @@ impl<'env> Compiled<'env> {
     }
 }
 
-/// Every task template of `pipeline` that reads only what is known before the run (the
-/// parameters in `params`, `agents`, and the items of literal `items:` lists, with `item`
-/// and `loop` over one), rendered as the run renders it: the first failure of each step, at
-/// the step, as the dry run words it (`item 1: line 12: cannot render template: ...`).
+/// Every task template of `pipeline` that reads only what is `known` before the run (the
+/// parameters given, `agents`, and the items of literal `items:` lists, with `item` and
+/// `loop` over one), rendered as the run renders it: the first failure of each step, at the
+/// step, as the dry run words it (`item 1: line 12: cannot render template: ...`).
 pub(crate) fn check_renders(
+    tenv: &minijinja::Environment<'_>,
     pipeline: &Pipeline,
-    catalog: &Catalog,
+    known: &Known<'_>,
     params: &IndexMap<String, String>,
 ) -> Vec<(usize, Pos, String)> {
-    let literal_items = |id: &str| {
-        pipeline.steps.iter().find_map(|s| match &s.kind {
-            StepKind::Decompose(Decompose::Items(items)) if s.id == id => Some(items),
-            _ => None,
-        })
-    };
-    let mut steps = Map::new();
-    for step in &pipeline.steps {
-        if let Some(items) = literal_items(&step.id) {
-            steps.insert(step.id.clone(), json!({"items": items}));
-        }
-    }
-    let base = base_context(params, Value::Object(steps), &agents_json(catalog));
     let declared: Vec<&str> = pipeline.parameters.iter().map(|p| p.key.as_str()).collect();
-    let known = |template: &Template| {
-        refs::whole_steps_uses(&template.text).is_empty()
-            && refs::step_refs(&template.text)
-                .iter()
-                .all(|r| r.field.as_deref() == Some("items") && literal_items(&r.id).is_some())
+    let reads_known = |template: &Template| {
+        known.reads_only_literal_items(&template.text)
             && crate::template::variables(&template.text).is_ok_and(|vars| {
                 vars.iter()
                     .all(|v| !declared.contains(&v.as_str()) || params.contains_key(v))
             })
     };
-    let tenv = crate::template::environment(pipeline.file.path().parent());
+    let base = &known.base;
     let mut problems = Vec::new();
     for (index, step) in pipeline.steps.iter().enumerate() {
-        if !step_templates(step).into_iter().all(known) {
+        if !step_templates(step).into_iter().all(reads_known) {
             continue;
         }
         let problem = match &step.kind {
             StepKind::Decompose(Decompose::Items(_)) => None,
             StepKind::Decompose(Decompose::Static(_, template)) => tenv
-                .render_str(&template.text, &base)
+                .render_str(&template.text, base)
                 .err()
                 .map(|e| render_error(template, &e)),
             StepKind::Decompose(Decompose::Agent(task))
             | StepKind::Synthesize(task)
-            | StepKind::Delegate(task) => Compiled::new(&tenv, task)
-                .and_then(|compiled| compiled.render(task, &base))
+            | StepKind::Delegate(task) => Compiled::new(tenv, task)
+                .and_then(|compiled| compiled.render(task, base))
                 .err(),
-            StepKind::FanOut(fan_out) => literal_items(&fan_out.over).and_then(|items| {
-                let compiled = match Compiled::new(&tenv, &fan_out.task) {
+            StepKind::FanOut(fan_out) => known.literal_items(&fan_out.over).and_then(|items| {
+                let compiled = match Compiled::new(tenv, &fan_out.task) {
                     Ok(compiled) => compiled,
                     Err(message) => return Some(message),
                 };
                 items.iter().enumerate().find_map(|(i, item)| {
-                    let ctx = item_context(&base, item, i as u64);
+                    let ctx = item_context(base, item, i as u64);
                     compiled
                         .render(&fan_out.task, &ctx)
                         .err()

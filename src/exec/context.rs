@@ -1,5 +1,6 @@
 //! The template context of a run: parameters, `steps.<id>.output|items|results|data`, `agents`,
-//! and per task `item` and `loop`.
+//! and per task `item` and `loop`. What finished steps produced is kept here; the context is
+//! built as the checks before the run build it ([`crate::compile`]'s builders, re-exported).
 
 use std::sync::Mutex;
 
