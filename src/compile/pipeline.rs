@@ -148,7 +148,7 @@ pub(crate) fn compile_pipeline(mut pipeline: Pipeline, inputs: &Inputs<'_>) -> C
     .collect();
     let mut steps = Vec::with_capacity(pipeline.steps.len());
     for (index, step) in pipeline.steps.iter().enumerate() {
-        let settings = StepSettings::layer(&Flags::default(), step, &pipeline.settings);
+        let settings = StepSettings::layer(&inputs.flags, step, &pipeline.settings);
         if let Some((pos, message)) = super::tools::check_step(step, catalog) {
             findings.push(Finding {
                 step: index,

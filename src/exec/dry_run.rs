@@ -9,10 +9,13 @@
 //! (`steps.<id>.output|results` of a subagent step, or the items of a subagent decompose) are
 //! rendered when the run gets there and are left out of the estimate, which says so.
 //!
-//! A file of items is streamed, never held whole. Commands run (a dry run needs their items);
-//! a command, glob or file that fails here is reported, as it may work once earlier steps
-//! ran. A template that fails to render with everything it reads known, or a source missing
-//! from the catalog, is an error the run would hit: it is reported at its position.
+//! A file of items is streamed, never held whole. Commands run (a dry run needs their items),
+//! expanded as the run expands them; a command, glob or file that fails here is reported, as
+//! it may work once earlier steps ran. The plan starts from the compiled pipeline
+//! ([`crate::compile`]): what the compile finds (sources, tools, parameters, items files,
+//! templates over literal items) is reported first, at its position; a template that fails
+//! to render over the items expanded here, or a source they name that the catalog lacks, is
+//! an error the run would hit too.
 
 use std::collections::HashMap;
 use std::sync::Arc;
