@@ -15,6 +15,7 @@ mod agent;
 mod cli;
 mod color;
 mod command;
+mod compile;
 mod config;
 mod delegation;
 mod diag;

@@ -45,9 +45,10 @@ outputs:
     content: "{{ steps.summary.output }}"
 "#;
 
-/// The recipe the SPEC example's `source:` names (source names are checked against the
+/// The recipe the SPEC example's `source:` names, with the `area` parameter its step gives
+/// (source names and the parameters a step gives its source are checked against the
 /// catalog).
-const RELEASE_NOTES_RECIPE: &str = "version: 1.0.0\ntitle: Release notes\ndescription: Notes for one area\ninstructions: Write them.\n";
+const RELEASE_NOTES_RECIPE: &str = "version: 1.0.0\ntitle: Release notes\ndescription: Notes for one area\ninstructions: Write them for {{ area }}.\nparameters:\n  - key: area\n    input_type: string\n    requirement: required\n    description: the area\n";
 
 /// Validates `pipelines/x.yaml` holding `text` (written as is), whatever the exit code.
 fn validate(text: &str) -> Output {

@@ -12,6 +12,7 @@ mod support;
 mod background_edges;
 mod batch;
 mod batch_calls;
+mod compile_checks;
 mod completions;
 mod corpus;
 mod crash;

@@ -14,6 +14,7 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::cli::MergeArgs;
+use crate::compile::{Flags, Inputs, compile_pipeline};
 use crate::config::load_config;
 use crate::error::{Error, Result};
 use crate::exec::plan::{plan_for_merge, shard_params};
@@ -69,9 +70,23 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
     }
     let params = binding.values();
     let plan = plan_for_merge(&ctx.env, &pipeline, &params, &args.dirs, &shown)?;
+    let catalog = ctx.catalog();
+    let compiled = compile_pipeline(
+        pipeline,
+        &Inputs {
+            params: &params,
+            flags: Flags::default(),
+            catalog: &catalog,
+        },
+    );
+    // The steps the shards ran are given; those left for the merge are checked as a run
+    // checks them.
+    compiled
+        .check(|step| plan.given(step).is_none())
+        .map_err(Error::Input)?;
+    let pipeline = compiled.pipeline;
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
-    let catalog = ctx.catalog();
     let display = resolve_display(
         std::io::stderr().is_terminal(),
         ctx.env.is_set("CI"),

@@ -16,6 +16,7 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::cli::RunArgs;
+use crate::compile::{CompiledPipeline, Flags, Inputs, ModelChoice, compile_pipeline};
 use crate::config::load_config;
 use crate::diag::{Diagnostics, SourceFile};
 use crate::error::{Error, Result};
@@ -28,9 +29,7 @@ use crate::recipe::{ParamInput, bind_params};
 use crate::source::read_source_text;
 
 pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
-    let mut pipeline = load_pipeline(&args.pipeline, ctx)?;
-    pipeline.override_output_limit(args.max_output_tokens);
-    pipeline.override_sandbox(args.sandbox.level());
+    let pipeline = load_pipeline(&args.pipeline, ctx)?;
     let shown = args.pipeline.display().to_string();
     // `--resume` continues with what the run was started with.
     let earlier = match &args.resume {
@@ -70,13 +69,23 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         shown: &shown,
     };
     let plan = crate::exec::plan::plan_for_run(&ctx.env, &pipeline, &params, &request)?;
-    if args.dry_run {
-        return dry_run(&pipeline, &params, args.output.json, ctx);
-    }
     let catalog = ctx.catalog();
-    if args.resume.is_none() {
-        // A resumed run keeps the catalog it started with: its tasks check against that.
-        check_source_names(&pipeline, &catalog, &params)?;
+    // A resumed run keeps the catalog it started with: it is checked against that.
+    let frozen = earlier.as_ref().and_then(|setup| setup.catalog.as_ref());
+    let compiled = compile_pipeline(
+        pipeline,
+        &Inputs {
+            params: &params,
+            flags: Flags::new(args.max_output_tokens, args.sandbox.level()),
+            catalog: frozen.unwrap_or(&catalog),
+        },
+    );
+    if args.dry_run {
+        return dry_run(&compiled, &catalog, &params, args.output.json, ctx);
+    }
+    // Without the run to resume, the run says so before anything else.
+    if args.resume.is_none() || frozen.is_some() {
+        compiled.check(|_| true).map_err(Error::Input)?;
     }
     for note in &plan.notes {
         ctx.note(&format!("note: {note}"));
@@ -87,7 +96,8 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         .and_then(|out| plan.closing_note(out, &shown));
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
-    preflight(&pipeline, &config, &catalog, &ctx.env)?;
+    preflight(&compiled, &config, &ctx.env)?;
+    let pipeline = compiled.pipeline;
     let display = resolve_display(
         std::io::stderr().is_terminal(),
         ctx.env.is_set("CI"),
@@ -153,6 +163,8 @@ struct Setup {
     out: Option<String>,
     junit: Option<String>,
     concurrency: Option<u32>,
+    /// The catalog the run was started with.
+    catalog: Option<crate::source::Catalog>,
 }
 
 impl Setup {
@@ -254,6 +266,10 @@ fn resumed_setup(
         out: setup.out,
         junit: setup.junit,
         concurrency: setup.concurrency.and_then(|n| u32::try_from(n).ok()),
+        catalog: serde_json::from_str::<serde_json::Value>(&run.catalog_json)
+            .ok()
+            .filter(serde_json::Value::is_array)
+            .map(|frozen| crate::source::thaw(&frozen)),
         run_id: run.run_id,
     }))
 }
@@ -263,60 +279,30 @@ fn resumed_setup(
 /// with exit 1, not after every task of a step has failed. What is decided only by templates
 /// or model output (a templated `source:`, provider or model) is left to the tasks.
 fn preflight(
-    pipeline: &Pipeline,
+    compiled: &CompiledPipeline,
     config: &crate::config::Config,
-    catalog: &crate::source::Catalog,
     env: &crate::env::Env,
 ) -> Result<()> {
-    use crate::pipeline::model::{Decompose, StepKind};
-    use crate::source::SourceDef;
-    let literal = |text: Option<&str>| -> std::result::Result<Option<String>, ()> {
-        match text {
-            Some(t) if t.contains("{{") || t.contains("{%") => Err(()),
-            Some(t) => Ok(Some(t.trim().to_owned())),
-            None => Ok(None),
-        }
-    };
-    let mut wanted: Vec<(String, [Option<String>; 4], String)> = Vec::new();
-    for step in &pipeline.steps {
-        let task = match &step.kind {
-            StepKind::Decompose(Decompose::Agent(task))
-            | StepKind::Synthesize(task)
-            | StepKind::Delegate(task) => task,
-            StepKind::FanOut(fan_out) => &fan_out.task,
-            StepKind::Decompose(_) => continue,
-        };
-        let Ok(source) = literal(task.source.as_ref().map(|t| t.text.as_str())) else {
+    let mut wanted: Vec<(&str, &ModelChoice)> = Vec::new();
+    for (step, resolved) in compiled.pipeline.steps.iter().zip(&compiled.steps) {
+        let Some(choice) = &resolved.model else {
             continue;
         };
-        let source = source.and_then(|name| catalog.get(&name));
-        let (recipe_provider, recipe_model, origin) = match source.map(|s| (&s.name, &s.def)) {
-            Some((name, SourceDef::Recipe(recipe) | SourceDef::Subrecipe { recipe, .. })) => (
-                recipe.settings.provider.clone(),
-                recipe.settings.model.clone(),
-                format!("recipe `{name}` settings"),
-            ),
-            Some((name, SourceDef::Agent(agent))) => {
-                (None, agent.model.clone(), format!("agent `{name}`"))
-            }
-            None => (None, None, String::new()),
+        let same = |other: &ModelChoice| {
+            (
+                &other.provider,
+                &other.model,
+                &other.source_provider,
+                &other.source_model,
+            ) == (
+                &choice.provider,
+                &choice.model,
+                &choice.source_provider,
+                &choice.source_model,
+            )
         };
-        let flags = (
-            literal(
-                step.provider
-                    .as_deref()
-                    .or(pipeline.settings.provider.as_deref()),
-            ),
-            literal(step.model.as_deref().or(pipeline.settings.model.as_deref())),
-            literal(recipe_provider.as_deref()),
-            literal(recipe_model.as_deref()),
-        );
-        let (Ok(provider), Ok(model), Ok(recipe_provider), Ok(recipe_model)) = flags else {
-            continue;
-        };
-        let key = [provider, model, recipe_provider, recipe_model];
-        if !wanted.iter().any(|(_, k, _)| *k == key) {
-            wanted.push((step.id.clone(), key, origin));
+        if !wanted.iter().any(|(_, other)| same(other)) {
+            wanted.push((&step.id, choice));
         }
     }
     if wanted.is_empty() {
@@ -325,13 +311,13 @@ fn preflight(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    for (step, [provider, model, recipe_provider, recipe_model], origin) in &wanted {
+    for (step, choice) in wanted {
         let overrides = crate::config::Overrides {
-            provider_flag: provider.as_deref(),
-            model_flag: model.as_deref(),
-            recipe_provider: recipe_provider.as_deref(),
-            recipe_model: recipe_model.as_deref(),
-            recipe_origin: origin,
+            provider_flag: choice.provider.as_deref(),
+            model_flag: choice.model.as_deref(),
+            recipe_provider: choice.source_provider.as_deref(),
+            recipe_model: choice.source_model.as_deref(),
+            recipe_origin: &choice.origin,
         };
         runtime
             .block_on(crate::config::resolve(env, config, &overrides))
@@ -469,38 +455,19 @@ fn not_a_pipeline(path: &std::path::Path, text: &str) -> Option<String> {
     })
 }
 
-/// The source names known before the run (literal ones, templated ones over literal items),
-/// against the catalog: one that is not there is an error at its `source:` value, before any
-/// request is sent or the run is journaled.
-fn check_source_names(
-    pipeline: &Pipeline,
-    catalog: &crate::source::Catalog,
-    params: &indexmap::IndexMap<String, String>,
-) -> Result<()> {
-    let problems = crate::exec::source_check::check_pipeline(pipeline, catalog, params);
-    if problems.is_empty() {
-        return Ok(());
-    }
-    let mut diags = Diagnostics::default();
-    let mut file = diags.for_file(&pipeline.file);
-    for (pos, message) in problems {
-        file.error(pos, message);
-    }
-    Err(Error::Input(diags))
-}
-
 /// Prints the plan of a run: the graph, the widths, every request that needs no model output
 /// drafted, and an estimate of their input tokens and cost. Sends nothing.
 fn dry_run(
-    pipeline: &Pipeline,
+    compiled: &CompiledPipeline,
+    catalog: &crate::source::Catalog,
     params: &indexmap::IndexMap<String, String>,
     json: bool,
     ctx: &mut Ctx,
 ) -> Result<()> {
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
-    let catalog = ctx.catalog();
-    let plan = crate::exec::dry_run::plan(&ctx.env, &config, &catalog, pipeline, params);
+    let pipeline = &compiled.pipeline;
+    let plan = crate::exec::dry_run::plan(&ctx.env, &config, catalog, compiled, params);
     let mut cost = 0.0f64;
     let mut unpriced: Vec<String> = Vec::new();
     for (model, tokens) in &plan.tokens_by_model {

@@ -14,9 +14,9 @@ use serde_json::json;
 use super::Ctx;
 use crate::agent::{AgentDef, AgentDir, AgentParse, parse_agent};
 use crate::cli::ValidateArgs;
+use crate::compile::{Flags, Inputs, compile_pipeline};
 use crate::diag::{Diagnostic, Diagnostics, SourceFile, Span};
 use crate::error::{Error, Result};
-use crate::exec::source_check::check_pipeline;
 use crate::pipeline::model::Pipeline;
 use crate::recipe::{Recipe, Strictness, check_templates, parse_recipe};
 use crate::source::{Catalog, SourceDef, read_source_text};
@@ -232,7 +232,7 @@ fn validate_source_file(
         && let Some(pipeline) = crate::pipeline::parse::validate_if_pipeline(&file, diags)
     {
         if let (Some(pipeline), Some(catalog)) = (pipeline, catalog.get()) {
-            check_source_names(&pipeline, catalog, diags);
+            check_compiled(pipeline, catalog, diags);
         }
         return;
     }
@@ -241,14 +241,16 @@ fn validate_source_file(
     }
 }
 
-/// The source names a valid pipeline asks for, against the catalog, at their `source:`
-/// values (parameters are not known: a source that reads one is checked by the run).
-fn check_source_names(pipeline: &Pipeline, catalog: &Catalog, diags: &mut Diagnostics) {
-    let problems = check_pipeline(pipeline, catalog, &indexmap::IndexMap::new());
-    let mut file = diags.for_file(&pipeline.file);
-    for (pos, message) in problems {
-        file.error(pos, message);
-    }
+/// What compiling a valid pipeline against the catalog finds, as `summon run` and its dry
+/// run find it before anything is sent (parameters are not known: a source that reads one
+/// is checked by the run).
+fn check_compiled(pipeline: Pipeline, catalog: &Catalog, diags: &mut Diagnostics) {
+    let inputs = Inputs {
+        params: &indexmap::IndexMap::new(),
+        flags: Flags::default(),
+        catalog,
+    };
+    diags.extend(compile_pipeline(pipeline, &inputs).diagnostics(|_| true));
 }
 
 /// Template checks, and the sub-recipes a recipe refers to.

@@ -162,10 +162,7 @@ pub(super) async fn run_batch_tasks(
             if let Some(name) = &rendered.source
                 && shared.catalog.get(name).is_none()
             {
-                return Err(super::source_check::run_catalog_error(
-                    &shared.catalog,
-                    name,
-                ));
+                return Err(crate::compile::run_catalog_error(&shared.catalog, name));
             }
             let hash = step.hash(&rendered);
             // Another shard's task: that shard runs it.

@@ -1,12 +1,13 @@
 //! The template context of a run: parameters, `steps.<id>.output|items|results|data`, `agents`,
-//! and per task `item` and `loop`.
+//! and per task `item` and `loop`. What finished steps produced is kept here; the context is
+//! built as the checks before the run build it ([`crate::compile`]'s builders, re-exported).
 
 use std::sync::Mutex;
 
 use serde_json::{Map, Value, json};
 
+pub(crate) use crate::compile::{agents_json, base_context, item_context};
 use crate::pipeline::model::Pipeline;
-use crate::source::{Catalog, SourceDef};
 
 /// What finished steps produced, readable by later steps' templates.
 #[derive(Debug, Default, Clone)]
@@ -76,47 +77,4 @@ impl StepOutputs {
         }
         Value::Object(steps)
     }
-}
-
-/// The run's frozen catalog as templates see it: name, kind, description and tools, never
-/// the role text.
-pub(crate) fn agents_json(catalog: &Catalog) -> Value {
-    catalog
-        .sources
-        .iter()
-        .map(|s| {
-            let tools = match &s.def {
-                SourceDef::Agent(agent) => agent
-                    .tools
-                    .as_ref()
-                    .map(|t| t.iter().map(|r| r.raw.clone()).collect::<Vec<_>>()),
-                _ => None,
-            };
-            json!({"name": s.name, "kind": s.kind.name(), "description": s.description, "tools": tools})
-        })
-        .collect()
-}
-
-/// The context shared by every task of a step.
-pub(crate) fn base_context(
-    params: &indexmap::IndexMap<String, String>,
-    steps: Value,
-    agents: &Value,
-) -> minijinja::Value {
-    let mut map = Map::new();
-    for (key, value) in params {
-        map.insert(key.clone(), Value::String(value.clone()));
-    }
-    map.insert("steps".into(), steps);
-    map.insert("agents".into(), agents.clone());
-    minijinja::Value::from(minijinja::value::Serde(Value::Object(map)))
-}
-
-/// The context of one fan-out task: `item` and `loop` over the step's base.
-pub(crate) fn item_context(base: &minijinja::Value, item: &Value, index: u64) -> minijinja::Value {
-    let local = minijinja::context! {
-        item => minijinja::Value::from(minijinja::value::Serde(item)),
-        loop => minijinja::context! { index => index + 1, index0 => index },
-    };
-    minijinja::value::merge_maps([local, base.clone()])
 }

@@ -9,32 +9,33 @@
 //! (`steps.<id>.output|results` of a subagent step, or the items of a subagent decompose) are
 //! rendered when the run gets there and are left out of the estimate, which says so.
 //!
-//! A file of items is streamed, never held whole. Commands run (a dry run needs their items);
-//! a command, glob or file that fails here is reported, as it may work once earlier steps
-//! ran. A template that fails to render with everything it reads known, or a source missing
-//! from the catalog, is an error the run would hit: it is reported at its position.
+//! A file of items is streamed, never held whole. Commands run (a dry run needs their items),
+//! expanded as the run expands them; a command, glob or file that fails here is reported, as
+//! it may work once earlier steps ran. The plan starts from the compiled pipeline
+//! ([`crate::compile`]): what the compile finds (sources, tools, parameters, items files,
+//! templates over literal items) is reported first, at its position; a template that fails
+//! to render over the items expanded here, or a source they name that the catalog lacks, is
+//! an error the run would hit too.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::context::{agents_json, base_context, item_context};
-use super::source_check::{Contexts, check_task};
 use super::step::{Compiled, Rendered, StepConfig, prepare_message, task_request, task_source};
+use crate::compile::{
+    Check, CompiledPipeline, Contexts, ItemSource, agents_json, base_context, check_task,
+    item_context,
+};
 use crate::config::{Config, resolve::resolve_with};
 use crate::delegation::{Draft, Resolver, draft};
 use crate::env::Env;
 use crate::pipeline::graph::{Graph, step_templates};
-use crate::pipeline::items::{command_items, glob_items, open_file_items};
+use crate::pipeline::items::{self, StaticForm, expand_items, open_file_items};
 use crate::pipeline::model::{Decompose, Pipeline, Step, StepKind, TaskTemplate};
 use crate::pipeline::refs;
 use crate::provider::ToolSpec;
 use crate::source::Catalog;
-
-/// How long a decompose command may run in a dry run.
-const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 
 /// The plan of one step.
 #[derive(Debug, Default)]
@@ -112,18 +113,19 @@ pub(crate) fn levels(n: u64, per_result: u64, per_partial: u64, budget: u64) -> 
 fn plan_levels(
     env: &Env,
     config: &Config,
-    pipeline: &Pipeline,
+    compiled: &CompiledPipeline,
     i: usize,
     plans: &[StepPlan],
 ) -> Option<LevelsPlan> {
+    let pipeline = &compiled.pipeline;
     let step = &pipeline.steps[i];
     let (StepKind::Synthesize(task), Some(reduce)) = (&step.kind, &step.reduce) else {
         return None;
     };
     let over = pipeline.reduced_step(step)?;
     let n = plans[over].tasks?;
-    let fan_out = StepConfig::new(over, &pipeline.steps[over], &pipeline.settings);
-    let own = StepConfig::new(i, step, &pipeline.settings);
+    let fan_out = &compiled.steps[over].settings;
+    let own = &compiled.steps[i].settings;
     let (per_result, from_limit) = match fan_out.max_output_tokens {
         Some(limit) => (u64::from(limit), true),
         None => (ANSWER_ESTIMATE, false),
@@ -189,15 +191,17 @@ enum Known {
     File(std::path::PathBuf),
 }
 
-/// Plans `pipeline` with `params`: expands static decompositions, drafts every request that
-/// needs no model output, and sends nothing.
+/// Plans a compiled pipeline with `params` (those it was compiled with): expands static
+/// decompositions, drafts every request that needs no model output, and sends nothing. The
+/// compile's findings are its errors, with what drafting finds besides.
 pub(crate) fn plan(
     env: &Env,
     config: &Config,
     catalog: &Catalog,
-    pipeline: &Pipeline,
+    compiled: &CompiledPipeline,
     params: &indexmap::IndexMap<String, String>,
 ) -> DryRun {
+    let pipeline = &compiled.pipeline;
     let graph = Graph::new(pipeline);
     let tenv = crate::template::environment(pipeline.file.path().parent());
     let agents = agents_json(catalog);
@@ -231,8 +235,8 @@ pub(crate) fn plan(
     for &i in graph.order() {
         let step = &pipeline.steps[i];
         // A fan-out's width is that of the step it goes over, counted there.
-        let over = match &step.kind {
-            StepKind::FanOut(fan_out) => fan_out.over_step,
+        let over = match compiled.steps[i].items {
+            Some(ItemSource::Over(over)) => Some(over),
             _ => None,
         };
         let over_width = over.and_then(|o| plans[o].width);
@@ -318,15 +322,26 @@ pub(crate) fn plan(
                 }
             }
         };
-        // A source the catalog lacks is told at its `source:` value, before what drafting
-        // made of it.
+        // What the compile found is told at its position, before what drafting made of the
+        // step; a source is also checked with every item expanded here.
         let over_items = over.and_then(|o| known[o].as_ref());
-        let named = source_problem(&tenv, catalog, step, &base, reads_known, over_items)
-            .or_else(|| super::tool_check::check_step(step, catalog));
+        let found = |check| {
+            compiled
+                .finding(i, check)
+                .map(|f| (f.pos, compiled.step_message(f)))
+        };
+        let named = found(Check::Source)
+            .or_else(|| {
+                source_problem(&tenv, catalog, step, &base, reads_known, over_items)
+                    .map(|(pos, message)| (pos, format!("step `{}`: {message}", step.id)))
+            })
+            .or_else(|| {
+                [Check::Tools, Check::Parameters, Check::Items, Check::Render]
+                    .into_iter()
+                    .find_map(found)
+            });
         match (named, outcome) {
-            (Some((pos, message)), _) => {
-                errors.push((pos, format!("step `{}`: {message}", step.id)))
-            }
+            (Some(error), _) => errors.push(error),
             (None, Err(message)) => {
                 errors.push((step.pos, format!("step `{}`: {message}", step.id)))
             }
@@ -334,7 +349,7 @@ pub(crate) fn plan(
         }
     }
     for i in 0..pipeline.steps.len() {
-        let levels = plan_levels(env, config, pipeline, i, &plans);
+        let levels = plan_levels(env, config, compiled, i, &plans);
         if let Some(l) = levels.as_ref().filter(|l| !l.tasks.is_empty()) {
             plans[i].tasks = Some(l.tasks.iter().sum());
         }
@@ -447,7 +462,7 @@ enum Expanded<'p> {
     Later(Later),
 }
 
-/// Expands a decompose step; `Err` when its template does not render.
+/// Expands a decompose step as the run would; `Err` when its template does not render.
 fn expand<'p>(
     env: &Env,
     tenv: &minijinja::Environment<'_>,
@@ -456,32 +471,20 @@ fn expand<'p>(
     decompose: &'p Decompose,
     base: &minijinja::Value,
 ) -> Result<Expanded<'p>, String> {
-    let template = match decompose {
+    let (form, template) = match decompose {
         Decompose::Items(items) => return Ok(Expanded::Known(Known::Items(items.clone()))),
         Decompose::Agent(task) => return Ok(Expanded::Subagent(task)),
-        Decompose::Command(t) | Decompose::Glob(t) | Decompose::File(t) => t,
+        Decompose::Static(form, template) => (*form, template),
     };
     let text = tenv
         .render_str(&template.text, base)
         .map_err(|e| template.render_error(&e))?;
-    let found = match decompose {
-        Decompose::Command(_) => command_items(&text, &env.cwd, COMMAND_LIMIT).map(Known::Items),
-        Decompose::Glob(_) => glob_items(&text, &env.cwd).map(Known::Items),
-        _ => {
-            let path = env.cwd.join(text.trim());
-            open_file_items(&path).and_then(|reader| {
-                if Graph::new(pipeline).items_needed_by(&step.id) {
-                    reader.collect::<Result<_, _>>().map(Known::Items)
-                } else {
-                    Ok(Known::File(path))
-                }
-            })
-        }
-    };
-    Ok(match found {
-        Ok(known) => Expanded::Known(known),
+    let keep_items = Graph::new(pipeline).items_needed_by(&step.id);
+    Ok(match expand_items(form, &text, &env.cwd, keep_items) {
+        Ok(items::Expanded::Items(items)) => Expanded::Known(Known::Items(items)),
+        Ok(items::Expanded::File(path)) => Expanded::Known(Known::File(path)),
         // An items file the run could not read is an error now, as it would be then.
-        Err(e) if matches!(decompose, Decompose::File(_)) => return Err(e.to_string()),
+        Err(e) if form == StaticForm::File => return Err(e.to_string()),
         Err(e) => Expanded::Later(Later::Failed(e.to_string())),
     })
 }

@@ -13,10 +13,8 @@ pub(crate) mod reduce;
 #[cfg(test)]
 mod run_tests;
 mod scheduler;
-pub(crate) mod source_check;
 mod step;
 mod step_error;
 mod step_run;
-pub(crate) mod tool_check;
 
 pub(crate) use scheduler::{RunOptions, run_pipeline};

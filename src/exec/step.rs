@@ -12,13 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::item_context;
 use super::hash::request_hash;
+pub(crate) use crate::compile::{Compiled, Rendered};
+use crate::compile::{Flags, StepSettings};
 use crate::config::Config;
 use crate::delegation::{Request, Resolver, prepare_with};
 use crate::env::Env;
 use crate::event::{
     Events, Failure, FailureClass, PROMPT_LIMIT, RunEvent, Spent, TaskDone, TaskTrace,
 };
-use crate::pipeline::model::{OnExtensionError, PipelineSettings, Step, TaskTemplate, Template};
+use crate::pipeline::model::{OnExtensionError, PipelineSettings, Step, TaskTemplate};
 use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
 use crate::recipe::ParamInput;
 use crate::recipe::params::Origin;
@@ -135,129 +137,6 @@ impl crate::subagent::Slot for TaskSlot {
     }
 }
 
-/// A task with its templates rendered.
-#[derive(Debug, Clone)]
-pub(crate) struct Rendered {
-    pub(crate) source: Option<String>,
-    pub(crate) instructions: Option<String>,
-    pub(crate) params: Vec<(String, String)>,
-    pub(crate) context: Option<String>,
-    pub(crate) extensions: Option<Vec<String>>,
-    pub(crate) schema: Option<Value>,
-}
-
-/// A step's templates compiled once, rendered per task.
-pub(crate) struct Compiled<'env> {
-    source: Option<minijinja::Template<'env, 'env>>,
-    instructions: Option<minijinja::Template<'env, 'env>>,
-    context: Option<minijinja::Template<'env, 'env>>,
-    params: Vec<(String, minijinja::Template<'env, 'env>)>,
-    extensions: Option<Vec<String>>,
-}
-
-/// [`Template::render_error`], naming the keys there are when the template reads a field an object
-/// of the context does not have (`item.body` of a CSV row: "the item has id, title, text").
-pub(crate) fn render_error_in(
-    template: &Template,
-    error: &minijinja::Error,
-    ctx: &minijinja::Value,
-) -> String {
-    let message = template.render_error(error);
-    match missing_field(template, error, ctx) {
-        Some(hint) => format!("{message}; {hint}"),
-        None => message,
-    }
-}
-
-fn missing_field(
-    template: &Template,
-    error: &minijinja::Error,
-    ctx: &minijinja::Value,
-) -> Option<String> {
-    if error.kind() != minijinja::ErrorKind::UndefinedError {
-        return None;
-    }
-    let expr = template.text.get(error.range()?)?.trim();
-    let (base, field) = expr.split_once('.')?;
-    let field = field.split(['.', '[', ' ', '|']).next()?;
-    let value = ctx.get_attr(base.trim()).ok()?;
-    if value.kind() != minijinja::value::ValueKind::Map
-        || value.get_attr(field).is_ok_and(|v| !v.is_undefined())
-    {
-        return None;
-    }
-    let keys: Vec<String> = value.try_iter().ok()?.map(|k| k.to_string()).collect();
-    Some(if keys.is_empty() {
-        format!("`{}` has no keys", base.trim())
-    } else {
-        format!("the keys of `{}` are: {}", base.trim(), keys.join(", "))
-    })
-}
-
-impl<'env> Compiled<'env> {
-    pub(crate) fn new(
-        env: &'env minijinja::Environment<'env>,
-        task: &'env TaskTemplate,
-    ) -> Result<Self, String> {
-        let compile = |t: &'env Template| {
-            env.template_from_str(&t.text)
-                .map_err(|e| t.render_error(&e))
-        };
-        Ok(Self {
-            source: task.source.as_ref().map(compile).transpose()?,
-            instructions: task.instructions.as_ref().map(compile).transpose()?,
-            context: task.context.as_ref().map(compile).transpose()?,
-            params: task
-                .parameters
-                .iter()
-                .map(|(k, t)| Ok((k.clone(), compile(t)?)))
-                .collect::<Result<_, String>>()?,
-            extensions: task.extensions.clone(),
-        })
-    }
-
-    pub(crate) fn render(
-        &self,
-        task: &TaskTemplate,
-        ctx: &minijinja::Value,
-    ) -> Result<Rendered, String> {
-        let render = |t: &minijinja::Template<'_, '_>, src: &Template| {
-            t.render(ctx).map_err(|e| render_error_in(src, &e, ctx))
-        };
-        let source = match (&self.source, &task.source) {
-            (Some(t), Some(src)) => named_source(&render(t, src)?).map(str::to_owned),
-            _ => None,
-        };
-        let instructions = match (&self.instructions, &task.instructions) {
-            (Some(t), Some(src)) => Some(render(t, src)?),
-            _ => None,
-        };
-        let context = match (&self.context, &task.context) {
-            (Some(t), Some(src)) => Some(render(t, src)?),
-            _ => None,
-        };
-        let mut params = Vec::with_capacity(self.params.len());
-        for ((key, t), (_, src)) in self.params.iter().zip(&task.parameters) {
-            params.push((key.clone(), render(t, src)?));
-        }
-        Ok(Rendered {
-            source,
-            instructions,
-            params,
-            context,
-            extensions: self.extensions.clone(),
-            schema: task.schema.as_deref().cloned(),
-        })
-    }
-}
-
-/// The source a rendered `source:` names; `None` when it is empty or null (a general
-/// subagent).
-pub(crate) fn named_source(rendered: &str) -> Option<&str> {
-    let name = rendered.trim();
-    (!name.is_empty() && !matches!(name, "null" | "none" | "None")).then_some(name)
-}
-
 /// How a step's tasks are run.
 #[derive(Clone)]
 pub(crate) struct StepConfig {
@@ -295,24 +174,24 @@ pub(crate) struct StepConfig {
 }
 
 impl StepConfig {
+    /// The step's settings as [`StepSettings::layer`] gives them (the run's flags are in the
+    /// pipeline the engine runs: [`crate::compile::compile_pipeline`] wrote them there).
     pub(crate) fn new(index: usize, step: &Step, settings: &PipelineSettings) -> Self {
+        let layered = StepSettings::layer(&Flags::default(), step, settings);
         Self {
             index,
             id: step.id.clone(),
-            provider: step.provider.clone().or_else(|| settings.provider.clone()),
-            model: step.model.clone().or_else(|| settings.model.clone()),
-            temperature: step.temperature.or(settings.temperature),
-            max_turns: step.max_turns.or(settings.max_turns),
-            max_output_tokens: step.max_output_tokens.or(settings.max_output_tokens),
+            provider: layered.provider,
+            model: layered.model,
+            temperature: layered.temperature,
+            max_turns: layered.max_turns,
+            max_output_tokens: layered.max_output_tokens,
             allow_empty: step.allow_empty,
             retries: step.retries,
             timeout: step.timeout,
             shard: None,
             reuse: step.reuse,
-            sandbox: (
-                step.sandbox.or(settings.sandbox),
-                step.network.or(settings.network),
-            ),
+            sandbox: (layered.sandbox, layered.network),
             on_extension_error: step.on_extension_error,
             context_window: step.context_window,
             cache: step.cache.unwrap_or(true),
@@ -699,7 +578,7 @@ pub(super) fn task_source<'c>(
         Some(name) => catalog
             .get(name)
             .map(Some)
-            .ok_or_else(|| super::source_check::run_catalog_error(catalog, name)),
+            .ok_or_else(|| crate::compile::run_catalog_error(catalog, name)),
         None => Ok(None),
     }
 }
@@ -889,10 +768,7 @@ impl Tasks<'_, '_> {
         if let Some(name) = &rendered.source
             && shared.catalog.get(name).is_none()
         {
-            return Err(super::source_check::run_catalog_error(
-                &shared.catalog,
-                name,
-            ));
+            return Err(crate::compile::run_catalog_error(&shared.catalog, name));
         }
         let hash = self.step.hash(&rendered);
         if !self.step.owns(&hash) {

@@ -3,7 +3,6 @@
 //! run's events, and a [`Tally`] keeps what the step's outcome and later steps need.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde_json::{Value, json};
@@ -12,7 +11,7 @@ use super::context::{StepData, StepOutputs, base_context};
 use super::step::{Shared, StepConfig, TaskContext, Tasks};
 use super::step_error::StepError;
 use crate::event::{Events, FinalTextBuilder, RunEvent, TaskDone};
-use crate::pipeline::items::{command_items, glob_items, open_file_items};
+use crate::pipeline::items::{Expanded, expand_items, open_file_items};
 use crate::pipeline::model::{
     Backend, Decompose, FanOut, OnError, Pipeline, Step, StepKind, TaskTemplate,
 };
@@ -163,35 +162,30 @@ impl StepRun {
         let cwd = &self.run.shared.env.cwd;
         let items: Vec<Value> = match decompose {
             Decompose::Items(list) => list.clone(),
-            Decompose::Command(t) => {
-                let command = scope.render(t)?;
-                let cwd = cwd.clone();
-                tokio::task::spawn_blocking(move || {
-                    command_items(&command, &cwd, Duration::from_secs(600))
+            Decompose::Static(form, template) => {
+                let form = *form;
+                let text = scope.render(template)?;
+                let (cwd, keep_items) = (cwd.clone(), self.keep_items);
+                let expanded = tokio::task::spawn_blocking(move || {
+                    expand_items(form, &text, &cwd, keep_items)
                 })
                 .await
                 .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?
-            }
-            Decompose::Glob(t) => glob_items(&scope.render(t)?, cwd).map_err(|e| e.to_string())?,
-            Decompose::File(t) => {
-                let path = cwd.join(scope.render(t)?.trim());
-                let reader = open_file_items(&path).map_err(|e| e.to_string())?;
-                if !self.keep_items {
-                    // Checked now (it opens), streamed by the fan-out later.
-                    drop(reader);
-                    self.run.outputs.set(
-                        self.index,
-                        StepData {
-                            file: Some(path),
-                            ..StepData::default()
-                        },
-                    );
-                    return Ok(());
+                .map_err(|e| e.to_string())?;
+                match expanded {
+                    Expanded::Items(items) => items,
+                    Expanded::File(path) => {
+                        // Checked now (it opens), streamed by the fan-out later.
+                        self.run.outputs.set(
+                            self.index,
+                            StepData {
+                                file: Some(path),
+                                ..StepData::default()
+                            },
+                        );
+                        return Ok(());
+                    }
                 }
-                reader
-                    .map(|r| r.map_err(|e| e.to_string()))
-                    .collect::<Result<_, _>>()?
             }
             Decompose::Agent(task) => {
                 let mut items = listed(vec![Value::Null]);
@@ -440,13 +434,10 @@ fn check_sources(
     for (index, item) in items.iter().enumerate() {
         let ctx = super::context::item_context(scope.base, item, index as u64);
         let name = template.render(&ctx).map_err(|e| source.render_error(&e))?;
-        if let Some(name) = super::step::named_source(&name)
+        if let Some(name) = crate::compile::named_source(&name)
             && shared.catalog.get(name).is_none()
         {
-            return Err(super::source_check::run_catalog_error(
-                &shared.catalog,
-                name,
-            ));
+            return Err(crate::compile::run_catalog_error(&shared.catalog, name));
         }
     }
     Ok(())

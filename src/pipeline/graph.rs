@@ -30,9 +30,7 @@ pub(crate) fn referenced_steps(template_text: &str) -> Vec<(String, usize)> {
 /// Every template of a step, in file order of the keys that hold them.
 pub(crate) fn step_templates(step: &Step) -> Vec<&Template> {
     match &step.kind {
-        StepKind::Decompose(Decompose::Command(t) | Decompose::File(t) | Decompose::Glob(t)) => {
-            vec![t]
-        }
+        StepKind::Decompose(Decompose::Static(_, t)) => vec![t],
         StepKind::Decompose(Decompose::Items(_)) => Vec::new(),
         StepKind::Decompose(Decompose::Agent(task))
         | StepKind::Synthesize(task)

@@ -77,6 +77,54 @@ fn fmt_secs(d: Duration) -> String {
     }
 }
 
+/// How long a decompose command may run, in a run and in a dry run alike.
+pub(crate) const COMMAND_LIMIT: Duration = Duration::from_secs(600);
+
+/// A decompose step's items that need no model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StaticForm {
+    /// One item per non-empty output line, run with `sh -c` in the working directory.
+    Command,
+    /// Matching paths, sorted.
+    Glob,
+    /// A CSV file with a header (one object per row) or JSONL (one value per line), streamed.
+    File,
+}
+
+/// What a static decompose form produced.
+#[derive(Debug)]
+pub(crate) enum Expanded {
+    Items(Vec<Value>),
+    /// A file of items no template reads whole: opened (so it is known to be readable) and
+    /// left to be streamed by the fan-out over it.
+    File(PathBuf),
+}
+
+/// The items of a static decompose form whose template rendered to `text`, as the run and
+/// the dry run both produce them: a command runs in `cwd` for at most [`COMMAND_LIMIT`]; a
+/// file is read whole only when `keep_items` (a template reads the step's items), else only
+/// opened.
+pub(crate) fn expand_items(
+    form: StaticForm,
+    text: &str,
+    cwd: &Path,
+    keep_items: bool,
+) -> Result<Expanded, ItemError> {
+    match form {
+        StaticForm::Command => command_items(text, cwd, COMMAND_LIMIT).map(Expanded::Items),
+        StaticForm::Glob => glob_items(text, cwd).map(Expanded::Items),
+        StaticForm::File => {
+            let path = cwd.join(text.trim());
+            let reader = open_file_items(&path)?;
+            if keep_items {
+                reader.collect::<Result<_, _>>().map(Expanded::Items)
+            } else {
+                Ok(Expanded::File(path))
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // command
 
@@ -275,12 +323,28 @@ enum ReaderKind {
     Array(std::vec::IntoIter<Value>),
 }
 
+/// Whether [`open_file_items`] reads a file of this name: an error for an extension it does
+/// not know, decided without the file.
+pub(crate) fn check_items_path(path: &Path) -> Result<(), ItemError> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("csv" | "jsonl" | "ndjson" | "json") => Ok(()),
+        _ => Err(ItemError::Unsupported {
+            path: path.to_owned(),
+        }),
+    }
+}
+
 /// Opens a file of items, chosen by extension (case-insensitive): `.csv` (a header row, then
 /// one JSON object per row, keys in column order, values strings), `.jsonl`/`.ndjson` (one JSON
 /// value per non-empty line) or `.json` (an array, read whole). The header (CSV) or the whole
 /// document (JSON) is read here, so their errors come from this call; row errors come from
 /// the iterator.
 pub(crate) fn open_file_items(path: &Path) -> Result<ItemReader, ItemError> {
+    check_items_path(path)?;
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -580,6 +644,34 @@ mod tests {
 
     fn collect(path: &Path) -> Result<Vec<Value>, ItemError> {
         open_file_items(path)?.collect()
+    }
+
+    #[test]
+    fn a_file_is_read_whole_only_when_its_items_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "in.jsonl", "1\n2\n");
+        let kept = expand_items(StaticForm::File, " in.jsonl\n", dir.path(), true).unwrap();
+        assert!(
+            matches!(&kept, Expanded::Items(items) if *items == [json!(1), json!(2)]),
+            "{kept:?}"
+        );
+        let streamed = expand_items(StaticForm::File, "in.jsonl", dir.path(), false).unwrap();
+        assert!(
+            matches!(&streamed, Expanded::File(path) if *path == dir.path().join("in.jsonl")),
+            "{streamed:?}"
+        );
+        // Missing, it is an error either way.
+        assert!(expand_items(StaticForm::File, "no.jsonl", dir.path(), false).is_err());
+        let lines = expand_items(
+            StaticForm::Command,
+            "printf 'a\\n\\nb\\n'",
+            dir.path(),
+            false,
+        );
+        assert!(
+            matches!(&lines, Ok(Expanded::Items(items)) if *items == [json!("a"), json!("b")]),
+            "{lines:?}"
+        );
     }
 
     #[test]

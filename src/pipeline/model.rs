@@ -54,33 +54,6 @@ impl Pipeline {
             _ => None,
         }
     }
-
-    /// `--sandbox` / `--network`: what they set wins over every step's and the settings'.
-    pub(crate) fn override_sandbox(
-        &mut self,
-        level: (Option<crate::sandbox::Policy>, Option<bool>),
-    ) {
-        let (policy, network) = level;
-        for (p, n) in std::iter::once((&mut self.settings.sandbox, &mut self.settings.network))
-            .chain(
-                self.steps
-                    .iter_mut()
-                    .map(|s| (&mut s.sandbox, &mut s.network)),
-            )
-        {
-            *p = policy.or(*p);
-            *n = network.or(*n);
-        }
-    }
-
-    /// `--max-output-tokens`: one output limit for every request, over the file's.
-    pub(crate) fn override_output_limit(&mut self, limit: Option<u32>) {
-        let Some(limit) = limit else { return };
-        self.settings.max_output_tokens = Some(limit);
-        for step in &mut self.steps {
-            step.max_output_tokens = Some(limit);
-        }
-    }
 }
 
 /// `settings`: defaults for every step.
@@ -207,17 +180,31 @@ impl StepKind {
     }
 }
 
+/// The keys of a decompose step's item sources besides a subagent's `source`/`instructions`,
+/// in the order they are documented.
+pub(crate) const DECOMPOSE_FORMS: [&str; 4] = ["command", "items", "file", "glob"];
+
+/// The keys that make a decompose step a subagent one.
+pub(crate) const DECOMPOSE_AGENT_KEYS: [&str; 2] = ["source", "instructions"];
+
+/// [`DECOMPOSE_FORMS`] and the subagent form, as messages list them.
+pub(crate) fn decompose_forms_text() -> String {
+    let forms: Vec<String> = DECOMPOSE_FORMS.iter().map(|f| format!("`{f}`")).collect();
+    let agent: Vec<String> = DECOMPOSE_AGENT_KEYS
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect();
+    format!("{}, or {} (a subagent)", forms.join(", "), agent.join("/"))
+}
+
 /// Where a decompose step's items come from.
 #[derive(Debug, Clone)]
 pub(crate) enum Decompose {
-    /// One item per non-empty output line, run with `sh -c` in the working directory.
-    Command(Template),
     /// A literal list (any JSON values).
     Items(Vec<serde_json::Value>),
-    /// A CSV file with a header (one object per row) or JSONL (one value per line), streamed.
-    File(Template),
-    /// Matching paths, sorted.
-    Glob(Template),
+    /// A command, glob or file, its template rendered when the step runs
+    /// ([`super::items::expand_items`]).
+    Static(super::items::StaticForm, Template),
     /// A subagent whose final answer must be a JSON array.
     Agent(TaskTemplate),
 }

@@ -11,10 +11,11 @@ use indexmap::IndexMap;
 
 use super::duration::{from_seconds, parse_duration};
 use super::graph::{self, Graph};
+use super::items::StaticForm;
 use super::model::{
-    Backend, Decompose, FanOut, MinSuccess, OnError, OnExtensionError, OutputBody, OutputFile,
-    Pipeline, PipelineSettings, Reduce, Step, StepKind, TABLE_VARIABLES, Table, TableFormat,
-    TaskTemplate, Template,
+    Backend, DECOMPOSE_AGENT_KEYS, DECOMPOSE_FORMS, Decompose, FanOut, MinSuccess, OnError,
+    OnExtensionError, OutputBody, OutputFile, Pipeline, PipelineSettings, Reduce, Step, StepKind,
+    TABLE_VARIABLES, Table, TableFormat, TaskTemplate, Template,
 };
 use super::refs;
 use crate::diag::suggestions;
@@ -27,8 +28,6 @@ use crate::yaml::{self, MapReader, Node, ScalarStyle, Value};
 /// The step kinds; a step has exactly one.
 const KINDS: [&str; 4] = ["decompose", "fan_out", "synthesize", "delegate"];
 const KINDS_TEXT: &str = "`decompose`, `fan_out`, `synthesize`, `delegate`";
-const DECOMPOSE_FORMS_TEXT: &str =
-    "`command`, `items`, `file`, `glob`, or `source`/`instructions` (a subagent)";
 /// Template variables every template may read besides the parameters.
 const GLOBAL_VARIABLES: [&str; 2] = ["steps", "agents"];
 /// Template variables only a fan_out step's templates may read.
@@ -500,8 +499,10 @@ fn read_step(
                 "{label} has no kind: set exactly one of {KINDS_TEXT}"
             ))
             .at(d.span(pos));
-            let misplaced = ["source", "instructions", "over", "command", "items", "glob"]
+            let misplaced = DECOMPOSE_AGENT_KEYS
                 .into_iter()
+                .chain(["over"])
+                .chain(DECOMPOSE_FORMS)
                 .find(|key| node.get(key).is_some());
             if let Some(key) = misplaced {
                 diagnostic = diagnostic.with_hint(format!(
@@ -849,7 +850,7 @@ fn read_task(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> TaskTemplate {
 /// Keys of a step's kind written at the step's own level, where nothing reads them: each is
 /// a warning that says where it goes (`extensions` beside `id` instead of under `fan_out:`).
 fn warn_kind_keys(r: &mut MapReader<'_>, path: &str, kind: &str, d: &mut FileDiags<'_>) {
-    const KIND_KEYS: [&str; 12] = [
+    const TASK_KEYS: [&str; 8] = [
         "source",
         "instructions",
         "prompt",
@@ -858,12 +859,8 @@ fn warn_kind_keys(r: &mut MapReader<'_>, path: &str, kind: &str, d: &mut FileDia
         "context",
         "schema",
         "over",
-        "items",
-        "command",
-        "file",
-        "glob",
     ];
-    for key in KIND_KEYS {
+    for key in TASK_KEYS.into_iter().chain(DECOMPOSE_FORMS) {
         if let Some(node) = r.misplaced(key) {
             d.warning(
                 node.pos,
@@ -1056,12 +1053,13 @@ fn read_fan_out(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) -> F
 
 fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) -> Decompose {
     let fallback = Decompose::Items(Vec::new());
-    let wants = format!("one of {DECOMPOSE_FORMS_TEXT}");
+    let forms_text = super::model::decompose_forms_text();
+    let wants = format!("one of {forms_text}");
     let Some(mut r) = kind_map(key, node, path, &wants, d) else {
         return fallback;
     };
     // which forms are given, in file order
-    let mut forms: Vec<(&str, Pos)> = ["command", "items", "file", "glob"]
+    let mut forms: Vec<(&str, Pos)> = DECOMPOSE_FORMS
         .into_iter()
         .filter_map(|form| {
             r.get_entry(form)
@@ -1070,7 +1068,7 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
         })
         .collect();
     // a subagent: `source` and/or `instructions`, named by the first one written
-    let agent_key = ["source", "instructions"]
+    let agent_key = DECOMPOSE_AGENT_KEYS
         .into_iter()
         .filter_map(|key| {
             r.get_entry(key)
@@ -1086,7 +1084,7 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
         [first, second, ..] => d.error(
             second.1,
             format!(
-                "`{path}` takes exactly one of {DECOMPOSE_FORMS_TEXT}; `{}` and `{}` are both set",
+                "`{path}` takes exactly one of {forms_text}; `{}` and `{}` are both set",
                 first.0, second.0
             ),
         ),
@@ -1131,10 +1129,10 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
     };
     r.finish(d);
     match forms.first().map(|(f, _)| *f) {
-        Some("command") => command.map_or(fallback, Decompose::Command),
+        Some("command") => command.map_or(fallback, |t| Decompose::Static(StaticForm::Command, t)),
         Some("items") => items.map_or(fallback, Decompose::Items),
-        Some("file") => file.map_or(fallback, Decompose::File),
-        Some("glob") => glob.map_or(fallback, Decompose::Glob),
+        Some("file") => file.map_or(fallback, |t| Decompose::Static(StaticForm::File, t)),
+        Some("glob") => glob.map_or(fallback, |t| Decompose::Static(StaticForm::Glob, t)),
         Some(_) => agent.map_or(fallback, Decompose::Agent),
         None => fallback,
     }
@@ -1837,7 +1835,8 @@ outputs:
 
         let areas = &p.steps[0];
         assert_eq!((areas.pos.line, areas.pos.col), (12, 9));
-        let StepKind::Decompose(Decompose::Command(command)) = &areas.kind else {
+        let StepKind::Decompose(Decompose::Static(StaticForm::Command, command)) = &areas.kind
+        else {
             panic!("{:?}", areas.kind);
         };
         same_template(
@@ -1997,11 +1996,11 @@ outputs:
             ]
         );
         assert!(
-            matches!(&p.steps[3].kind, StepKind::Decompose(Decompose::Glob(g)) if g.text == "docs/**/*.md")
+            matches!(&p.steps[3].kind, StepKind::Decompose(Decompose::Static(StaticForm::Glob, g)) if g.text == "docs/**/*.md")
         );
         assert_eq!(p.steps[3].needs.len(), 2);
         assert!(
-            matches!(&p.steps[4].kind, StepKind::Decompose(Decompose::File(f)) if f.text == "data.csv")
+            matches!(&p.steps[4].kind, StepKind::Decompose(Decompose::Static(StaticForm::File, f)) if f.text == "data.csv")
         );
         assert_eq!(p.steps[5].timeout, Some(Duration::from_millis(2500)));
         assert!(matches!(&p.steps[5].kind, StepKind::Delegate(_)));

@@ -261,7 +261,7 @@ fn placeholder(parameter: &Parameter) -> String {
 }
 
 /// Checks a value against the parameter's type; a file parameter becomes the file's text.
-fn check_value(parameter: &Parameter, raw: &str, cwd: &Path) -> Result<String, String> {
+pub(crate) fn check_value(parameter: &Parameter, raw: &str, cwd: &Path) -> Result<String, String> {
     let key = &parameter.key;
     match parameter.input_type {
         InputType::String => Ok(raw.to_owned()),

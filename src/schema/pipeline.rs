@@ -83,12 +83,13 @@ fn decompose() -> Value {
     ] {
         properties.insert(key.to_owned(), value);
     }
-    let forms = ["command", "items", "file", "glob", "source", "instructions"];
+    use crate::pipeline::model::{DECOMPOSE_AGENT_KEYS, DECOMPOSE_FORMS};
+    let forms = DECOMPOSE_FORMS.into_iter().chain(DECOMPOSE_AGENT_KEYS);
     json!({
         "description": "Produces the work items: exactly one of `command`, `items`, `file`, `glob`, or a subagent (`source`/`instructions`) whose answer is a JSON array.",
         "type": "object",
         "properties": properties,
-        "anyOf": forms.iter().map(|f| json!({"required": [f]})).collect::<Vec<_>>(),
+        "anyOf": forms.map(|f| json!({"required": [f]})).collect::<Vec<_>>(),
         "additionalProperties": false
     })
 }

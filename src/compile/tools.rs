@@ -6,35 +6,17 @@
 //! literal (a recipe's own extensions, an agent's `mcp__server` entries; none for an ad-hoc
 //! task). A templated source is checked when the run prepares each task.
 
-use super::step::named_source;
+use super::context::named_source;
 use crate::agent::ToolKind;
 use crate::diag::Pos;
-use crate::pipeline::model::{Decompose, Pipeline, Step, StepKind, TaskTemplate};
+use crate::pipeline::model::{Step, TaskTemplate};
 use crate::source::{Catalog, SourceDef};
 use crate::subagent::tool::Subset;
-
-/// Every `tools:` entry of `pipeline` its task cannot have, at the entry.
-pub(crate) fn check_step_tools(pipeline: &Pipeline, catalog: &Catalog) -> Vec<(Pos, String)> {
-    pipeline
-        .steps
-        .iter()
-        .filter_map(|step| {
-            check_step(step, catalog)
-                .map(|(pos, message)| (pos, format!("step `{}`: {message}", step.id)))
-        })
-        .collect()
-}
 
 /// The first `tools:` entry of `step` its task cannot have, at the entry.
 pub(crate) fn check_step(step: &Step, catalog: &Catalog) -> Option<(Pos, String)> {
     let listed = step.tools.as_ref()?;
-    let task = match &step.kind {
-        StepKind::Decompose(Decompose::Agent(task))
-        | StepKind::Synthesize(task)
-        | StepKind::Delegate(task) => task,
-        StepKind::FanOut(fan_out) => &fan_out.task,
-        StepKind::Decompose(_) => return None,
-    };
+    let task = super::pipeline::step_task(step)?;
     let extensions = task_extensions(task, catalog)?;
     let raw: Vec<String> = listed.iter().map(|(name, _)| name.clone()).collect();
     let subset = Subset::parse(&raw).ok()?;

@@ -7,13 +7,12 @@
 //! the items of a literal `items:` list; in a dry run, every item it expands. Names that only
 //! model output decides are checked when the run renders them.
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
-use super::context::{agents_json, base_context, item_context};
-use super::step::named_source;
+use super::context::{Known, item_context, named_source};
+use super::pipeline::step_task;
 use crate::diag::Pos;
-use crate::pipeline::model::{Decompose, Pipeline, StepKind, TaskTemplate};
-use crate::pipeline::refs;
+use crate::pipeline::model::{Pipeline, StepKind, TaskTemplate};
 use crate::source::Catalog;
 
 /// The contexts a task's source is rendered in to be checked.
@@ -66,61 +65,45 @@ pub(crate) fn check_task(
     }
 }
 
-/// Every source name of `pipeline` known before it runs (`summon validate`, `summon run`):
-/// literal ones, and templated ones rendered with `params` and the items of literal `items:`
-/// lists (each item of a fan-out over one).
-pub(crate) fn check_pipeline(
+/// Every source name of `pipeline` known before it runs: literal ones, and templated ones
+/// rendered with what is `known` (each item of a fan-out over a literal list); each problem
+/// with the index of its step.
+pub(crate) fn check_sources(
+    tenv: &minijinja::Environment<'_>,
     pipeline: &Pipeline,
     catalog: &Catalog,
-    params: &indexmap::IndexMap<String, String>,
-) -> Vec<(Pos, String)> {
-    let tenv = crate::template::environment(pipeline.file.path().parent());
-    let literal_items = |id: &str| {
-        pipeline.steps.iter().find_map(|s| match &s.kind {
-            StepKind::Decompose(Decompose::Items(items)) if s.id == id => Some(items),
-            _ => None,
-        })
-    };
-    let mut steps = Map::new();
-    for step in &pipeline.steps {
-        if let Some(items) = literal_items(&step.id) {
-            steps.insert(step.id.clone(), json!({ "items": items }));
-        }
-    }
-    let base = base_context(params, Value::Object(steps), &agents_json(catalog));
+    known: &Known<'_>,
+) -> Vec<(usize, Pos, String)> {
     let mut problems = Vec::new();
-    for step in &pipeline.steps {
-        let (task, over) = match &step.kind {
-            StepKind::Decompose(Decompose::Agent(task))
-            | StepKind::Synthesize(task)
-            | StepKind::Delegate(task) => (task, None),
-            StepKind::FanOut(fan_out) => (&fan_out.task, Some(fan_out.over.as_str())),
-            StepKind::Decompose(_) => continue,
+    for (index, step) in pipeline.steps.iter().enumerate() {
+        let Some(task) = step_task(step) else {
+            continue;
+        };
+        let over = match &step.kind {
+            StepKind::FanOut(fan_out) => Some(fan_out.over.as_str()),
+            _ => None,
         };
         // A source that reads what a step produces during the run is rendered then.
-        let reads_known = task.source.as_ref().is_none_or(|source| {
-            refs::whole_steps_uses(&source.text).is_empty()
-                && refs::step_refs(&source.text)
-                    .iter()
-                    .all(|r| r.field.as_deref() == Some("items") && literal_items(&r.id).is_some())
-        });
+        let reads_known = task
+            .source
+            .as_ref()
+            .is_none_or(|source| known.reads_only_literal_items(&source.text));
         let mut items;
         let contexts = match over {
             _ if !reads_known => Contexts::Unknown,
-            None => Contexts::One(&base),
-            Some(over) => match literal_items(over) {
+            None => Contexts::One(&known.base),
+            Some(over) => match known.literal_items(over) {
                 Some(list) => {
                     items = list.iter().cloned();
-                    Contexts::Items(&base, &mut items)
+                    Contexts::Items(&known.base, &mut items)
                 }
                 None => Contexts::Unknown,
             },
         };
-        if let Some(problem) = check_task(&tenv, catalog, task, contexts) {
-            problems.push(problem);
+        if let Some((pos, message)) = check_task(tenv, catalog, task, contexts) {
+            problems.push((index, pos, message));
         }
     }
-    problems.extend(super::tool_check::check_step_tools(pipeline, catalog));
     problems
 }
 
