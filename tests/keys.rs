@@ -1,0 +1,325 @@
+//! The API keys stay out of the model's reach, against a hostile model whose tool calls the
+//! mock scripts: the model's `shell` commands cannot read summon's (or an ancestor's)
+//! `/proc/PID/environ`, as root or as an unprivileged user; root in the sandbox has no
+//! capability left.
+
+#![cfg(target_os = "linux")]
+
+use crate::support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply};
+use support::Test;
+
+const KEY: &str = "sk-test-keys-Rv7Lq2Wx9Zt4Mn8P";
+
+/// Fails the test unless this kernel can confine a command (Landlock, Linux 5.13+).
+fn require_landlock() {
+    let status = Command::new(env!("CARGO_BIN_EXE_summon"))
+        .args(["__sandbox", "--policy", "read-only", "--", "true"])
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run summon __sandbox");
+    assert!(
+        status.status.success(),
+        "this kernel cannot confine commands (no Landlock): {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+}
+
+/// `id ARGS`, as a number.
+fn id(args: &[&str]) -> Option<u32> {
+    let out = Command::new("id").args(args).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+fn is_root() -> bool {
+    id(&["-u"]) == Some(0)
+}
+
+/// The uid and gid of an unprivileged user to run summon as: `nobody`, else `summon-test`,
+/// made with `useradd` when missing. `None` (the caller then says why it skips) only when
+/// this process is not root, so it could not switch users anyway.
+fn unprivileged_user() -> Option<(u32, u32)> {
+    if !is_root() {
+        return None;
+    }
+    let lookup = |name: &str| Some((id(&["-u", name])?, id(&["-g", name])?));
+    if let Some(ids) = lookup("nobody") {
+        return Some(ids);
+    }
+    if lookup("summon-test").is_none() {
+        let made = Command::new("useradd")
+            .args(["--system", "--no-create-home", "summon-test"])
+            .status()
+            .expect("run useradd");
+        assert!(made.success(), "useradd summon-test failed");
+    }
+    Some(lookup("summon-test").expect("the user useradd made"))
+}
+
+/// `command` run as `uid:gid` with no supplementary groups (`setpriv`, which keeps the
+/// environment, arguments and working directory as they are), its output captured.
+fn as_user(command: &Command, (uid, gid): (u32, u32)) -> Command {
+    let mut wrapped = Command::new("setpriv");
+    wrapped
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(command.get_program())
+        .args(command.get_args())
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            wrapped.env(key, value);
+        }
+    }
+    if let Some(dir) = command.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    wrapped
+}
+
+/// Gives `dir` and everything in it to `uid:gid`, so summon run as that user can work there.
+fn give(dir: &Path, (uid, gid): (u32, u32)) {
+    let status = Command::new("chown")
+        .args(["-R", &format!("{uid}:{gid}")])
+        .arg(dir)
+        .status()
+        .expect("run chown");
+    assert!(status.success(), "chown {}", dir.display());
+}
+
+/// The tool results of a request, in order.
+fn tool_results(request: &RecordedRequest) -> Vec<String> {
+    request.body["messages"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// A hostile model: its first answer calls `shell` with each of `commands`; once it has the
+/// results it answers with all of them, as a model that found a key would repeat it.
+async fn hostile(commands: &[&str]) -> MockServer {
+    let calls: Vec<(String, Value)> = commands
+        .iter()
+        .map(|c| ("shell".to_owned(), json!({ "command": c })))
+        .collect();
+    MockServer::start(MockConfig::new().rule(move |request: &RecordedRequest| {
+        let results = tool_results(request);
+        if results.is_empty() {
+            Reply::tool_calls(calls.clone())
+        } else {
+            Reply::text(format!("Here is what I found:\n{}", results.join("\n")))
+        }
+    }))
+    .await
+}
+
+/// A project wired to the mock, its key in `OPENAI_API_KEY`; the subagent works in `work/`.
+fn project(server: &MockServer) -> Test {
+    Test::new()
+        .mkdir("work")
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+}
+
+/// `summon delegate` with the shell granted, in `work/`.
+fn delegate(t: &Test) -> Command {
+    let mut command = t.command();
+    command
+        .args([
+            "delegate",
+            "--instructions",
+            "find the key",
+            "--extensions",
+            "developer",
+            "--working-dir",
+            "work",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// What a finished summon printed, with its pid.
+struct Ran {
+    pid: u32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(mut command: Command) -> Ran {
+    let child = command.spawn().expect("start summon");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait for summon");
+    let ran = Ran {
+        pid,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert_eq!(out.status.code(), Some(0), "{}", ran.stderr);
+    ran
+}
+
+/// Reads `/proc/$PPID/environ` (summon's) and then walks the parent chain up, saying for each
+/// ancestor whether its environment could be read.
+const READ_ANCESTORS: &str = "echo \"ppid=$PPID\"; tr '\\0' '\\n' < /proc/$PPID/environ; \
+     p=$PPID; while [ \"$p\" -gt 1 ]; do \
+     if cat /proc/$p/environ > /dev/null 2>&1; then echo \"read $p\"; else echo \"denied $p\"; fi; \
+     p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2); done";
+
+/// Runs the hostile model's environ reads as `user` (or as this process's user) and checks
+/// that neither the tool results nor anything summon printed carries the key.
+async fn environ_reads_are_refused(user: Option<(u32, u32)>, extra: &[&str]) {
+    let server = hostile(&[READ_ANCESTORS]).await;
+    let t = project(&server);
+    let mut command = delegate(&t);
+    command.args(extra);
+    let ran = match user {
+        Some(ids) => {
+            give(t.path(), ids);
+            run(as_user(&command, ids))
+        }
+        None => run(command),
+    };
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{}", ran.stderr);
+    let result = &tool_results(&requests[1])[0];
+    // With `setpriv` between, summon is the one whose pid the test knows only as the
+    // wrapper's, which `setpriv` execs into: the same pid.
+    assert!(
+        result.contains(&format!("ppid={}\n", ran.pid)),
+        "the command's parent is not summon ({}): {result}",
+        ran.pid
+    );
+    assert!(
+        result.contains(&format!("denied {}", ran.pid)),
+        "summon's environment was readable: {result}"
+    );
+    assert!(
+        !result.contains("read "),
+        "an ancestor's environment was readable: {result}"
+    );
+    assert!(!result.contains(KEY), "the key reached the model: {result}");
+    assert!(!ran.stdout.contains(KEY), "{}", ran.stdout);
+    assert!(!ran.stderr.contains(KEY), "{}", ran.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shell_cannot_read_the_environment_of_summon_or_its_ancestors_as_root() {
+    require_landlock();
+    assert!(
+        is_root(),
+        "this test checks what root can do in the sandbox; run the suite as root (CI does)"
+    );
+    environ_reads_are_refused(None, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shell_cannot_read_the_environment_of_summon_or_its_ancestors_unprivileged() {
+    require_landlock();
+    let Some(user) = unprivileged_user() else {
+        eprintln!("skipped: not root, so summon cannot be run as another, unprivileged user");
+        environ_reads_are_refused(None, &[]).await;
+        return;
+    };
+    environ_reads_are_refused(Some(user), &[]).await;
+}
+
+/// summon is not dumpable: even a command outside the sandbox, run as the same unprivileged
+/// user, cannot read its environment.
+#[tokio::test(flavor = "multi_thread")]
+async fn summons_environment_is_closed_to_its_own_user_without_the_sandbox() {
+    let Some(user) = unprivileged_user() else {
+        eprintln!("skipped: not root, so summon cannot be run as another, unprivileged user");
+        return;
+    };
+    environ_reads_are_refused(Some(user), &["--sandbox", "off"]).await;
+}
+
+/// The capability lines of `/proc/self/status` in the sandbox, then root's powers tried
+/// without changing anything: setting the host name to the one it has, giving a file in the
+/// working directory to another user, reading a file whose mode lets nobody read it.
+const USE_CAPABILITIES: &str = "grep -E '^(CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs)' /proc/self/status; \
+     hostname \"$(hostname)\" 2>/dev/null && echo sethostname-ok; \
+     touch owned && chown 12345 owned 2>/dev/null && echo chown-ok; \
+     echo locked > locked && chmod 000 locked && cat locked 2>/dev/null && echo read-locked-ok";
+
+fn status_line<'a>(result: &'a str, name: &str) -> &'a str {
+    result
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{name}:")))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no {name} line: {result}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn root_in_the_sandbox_has_no_capability_and_gains_none() {
+    require_landlock();
+    assert!(
+        is_root(),
+        "this test checks what root can do in the sandbox; run the suite as root (CI does)"
+    );
+    let server = hostile(&[USE_CAPABILITIES]).await;
+    let t = project(&server);
+    let ran = run(delegate(&t));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{}", ran.stderr);
+    let result = &tool_results(&requests[1])[0];
+    for set in ["CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(
+            status_line(result, set).trim_start_matches('0'),
+            "",
+            "{set}: {result}"
+        );
+    }
+    assert_eq!(status_line(result, "NoNewPrivs"), "1", "{result}");
+    for power in ["sethostname-ok", "chown-ok", "read-locked-ok"] {
+        assert!(!result.contains(power), "{power}: {result}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_command_has_no_capability_and_gains_none() {
+    require_landlock();
+    let server = hostile(&["grep -E '^(CapPrm|CapEff|CapAmb|NoNewPrivs)' /proc/self/status"]).await;
+    let t = project(&server);
+    let command = delegate(&t);
+    let ran = match unprivileged_user() {
+        Some(ids) => {
+            give(t.path(), ids);
+            run(as_user(&command, ids))
+        }
+        None => {
+            eprintln!("not root: checking as this user");
+            run(command)
+        }
+    };
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{}", ran.stderr);
+    let result = &tool_results(&requests[1])[0];
+    for set in ["CapPrm", "CapEff", "CapAmb"] {
+        assert_eq!(
+            status_line(result, set).trim_start_matches('0'),
+            "",
+            "{set}: {result}"
+        );
+    }
+    assert_eq!(status_line(result, "NoNewPrivs"), "1", "{result}");
+}
