@@ -1,7 +1,8 @@
 //! The API keys stay out of the model's reach, against a hostile model whose tool calls the
 //! mock scripts: the model's `shell` commands cannot read summon's (or an ancestor's)
 //! `/proc/PID/environ`, as root or as an unprivileged user; root in the sandbox has no
-//! capability left.
+//! capability left; a key named by a provider's `api_key_env` is never in a command's
+//! environment, while a variable the config's `shell_env` adds is.
 
 #![cfg(target_os = "linux")]
 
@@ -15,6 +16,8 @@ use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply};
 use support::Test;
 
 const KEY: &str = "sk-test-keys-Rv7Lq2Wx9Zt4Mn8P";
+/// The value of a key variable whose name does not read as a key (`WORK_LLM_TOKEN`).
+const TOKEN: &str = "work-token-Jd3Kf8Hs1Qp6Vb0Y";
 
 /// Fails the test unless this kernel can confine a command (Landlock, Linux 5.13+).
 fn require_landlock() {
@@ -322,4 +325,133 @@ async fn an_unprivileged_command_has_no_capability_and_gains_none() {
         );
     }
     assert_eq!(status_line(result, "NoNewPrivs"), "1", "{result}");
+}
+
+/// A global config with a provider `work` whose key is in `WORK_LLM_TOKEN`, and `extra`
+/// appended.
+fn work_provider(server: &MockServer, extra: &str) -> Test {
+    Test::new()
+        .mkdir("work")
+        .env("SUMMON_MODEL", "mock-model")
+        .env("WORK_LLM_TOKEN", TOKEN)
+        .env("OPENAI_API_KEY", KEY)
+        .env("PROJECT_SETTING", "visible-setting-42")
+        .env("UNLISTED_SETTING", "hidden-setting-43")
+        .write_raw(
+            ".config/summon/config.yaml",
+            &format!(
+                "default_provider: work\nproviders:\n  work:\n    kind: openai\n    \
+                 base_url: {}\n    api_key_env: WORK_LLM_TOKEN\n{extra}",
+                server.url_openai()
+            ),
+        )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_get_the_allowlist_and_what_shell_env_adds_never_a_key() {
+    require_landlock();
+    let server = hostile(&["env"]).await;
+    let t = work_provider(&server, "shell_env: [PROJECT_SETTING]\n");
+    let ran = run(delegate(&t));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{}", ran.stderr);
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some(format!("Bearer {TOKEN}").as_str()),
+        "the provider gets its key"
+    );
+    let result = &tool_results(&requests[1])[0];
+    assert!(
+        result.contains("PROJECT_SETTING=visible-setting-42"),
+        "{result}"
+    );
+    assert!(result.contains("PATH="), "{result}");
+    assert!(result.contains("HOME="), "{result}");
+    assert!(result.contains("TMPDIR="), "{result}");
+    for absent in [
+        "WORK_LLM_TOKEN",
+        TOKEN,
+        "OPENAI_API_KEY",
+        KEY,
+        "UNLISTED_SETTING",
+    ] {
+        assert!(!result.contains(absent), "{absent} is there: {result}");
+    }
+    assert!(!ran.stdout.contains(TOKEN), "{}", ran.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shell_env_may_not_list_a_key() {
+    let server = MockServer::start(MockConfig::new()).await;
+    for (extra, error) in [
+        (
+            "shell_env: [PROJECT_SETTING, WORK_LLM_TOKEN]\n",
+            "`shell_env` lists WORK_LLM_TOKEN, which holds the API key of provider `work`",
+        ),
+        // Any provider's key, not only the one in use.
+        (
+            "  spare:\n    kind: anthropic\n    api_key_env: SPARE_LLM_SECRET\n\
+             shell_env: [SPARE_LLM_SECRET]\n",
+            "`shell_env` lists SPARE_LLM_SECRET, which holds the API key of provider `spare`",
+        ),
+        (
+            "shell_env: [PROJECT_SETTING, ANTHROPIC_API_KEY]\n",
+            "`shell_env[1]` is ANTHROPIC_API_KEY, named like an API key",
+        ),
+        (
+            "shell_env: [GITHUB_AUTH_TOKEN]\n",
+            "`shell_env[0]` is GITHUB_AUTH_TOKEN, named like an API key",
+        ),
+    ] {
+        let t = work_provider(&server, extra);
+        let out = t
+            .command()
+            .args(["delegate", "--instructions", "hi"])
+            .output();
+        let out = out.expect("run summon");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra}: {stderr}");
+        assert!(stderr.contains(error), "{extra}: {stderr}");
+    }
+    let t = work_provider(&server, "shell_env: GOPATH\n");
+    let out = t
+        .command()
+        .args(["delegate", "--instructions", "hi"])
+        .output();
+    let stderr = String::from_utf8_lossy(&out.expect("run summon").stderr).into_owned();
+    assert!(
+        stderr.contains("`shell_env` must be a list of environment variable names"),
+        "{stderr}"
+    );
+    assert!(server.requests().is_empty(), "a request was sent");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_projects_shell_env_needs_trust() {
+    require_landlock();
+    let server = hostile(&["env"]).await;
+    let t = work_provider(&server, "").write_raw("summon.yaml", "shell_env: [PROJECT_SETTING]\n");
+    let out = delegate(&t).output().expect("run summon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "`shell_env` in this project's summon.yaml would give the model's shell commands \
+             PROJECT_SETTING from your environment, and this project is not trusted"
+        ),
+        "{stderr}"
+    );
+    assert!(server.requests().is_empty(), "a request was sent");
+    let ran = run({
+        let mut command = delegate(&t);
+        command.arg("--trust");
+        command
+    });
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{}", ran.stderr);
+    let result = &tool_results(&requests[1])[0];
+    assert!(
+        result.contains("PROJECT_SETTING=visible-setting-42"),
+        "{result}"
+    );
 }

@@ -478,7 +478,7 @@ async fn spawn_stdio(
     // summon's own secrets are not handed to servers unless the extension names them.
     for (name, _) in std::env::vars_os() {
         if let Some(name) = name.to_str()
-            && crate::subagent::tool::is_secret_name(name)
+            && crate::sandbox::is_secret_name(name)
             && !envs.iter().any(|(k, _)| k == name)
         {
             command.env_remove(name);

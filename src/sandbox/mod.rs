@@ -8,10 +8,12 @@
 //! reads its memory or environment. Where the kernel cannot
 //! confine ([`support`]), the shell refuses unless the policy is `off`.
 
+pub(crate) mod environment;
 pub(crate) mod helper;
 mod policy;
 pub(crate) mod support;
 
+pub(crate) use environment::{CommandEnv, is_secret_name};
 pub(crate) use policy::{Policy, Sandbox};
 
 /// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): its memory and its

@@ -15,7 +15,7 @@ mod subset;
 mod workdir;
 
 pub(crate) use set::ToolSet;
-pub(crate) use shell::{Scratch, is_secret_name};
+pub(crate) use shell::Scratch;
 pub(crate) use subset::{StepTool, Subset};
 pub(crate) use workdir::WorkDir;
 
