@@ -2,13 +2,15 @@
 //! mock scripts: the model's `shell` commands cannot read summon's (or an ancestor's)
 //! `/proc/PID/environ`, as root or as an unprivileged user; root in the sandbox has no
 //! capability left; a key named by a provider's `api_key_env` is never in a command's
-//! environment, while a variable the config's `shell_env` adds is.
+//! environment, while a variable the config's `shell_env` adds is; and an answer that repeats
+//! a configured key is redacted in `results.jsonl`, the report, the store, `outputs` files and
+//! stdout.
 
 #![cfg(target_os = "linux")]
 
 use crate::support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
@@ -454,4 +456,112 @@ async fn a_projects_shell_env_needs_trust() {
         result.contains("PROJECT_SETTING=visible-setting-42"),
         "{result}"
     );
+}
+
+/// Every regular file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir") {
+            let entry = entry.expect("entry");
+            let kind = entry.file_type().expect("file type");
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file() {
+                out.push(entry.path());
+            }
+        }
+    }
+    out
+}
+
+fn contains(bytes: &[u8], needle: &str) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+const PIPELINE: &str = r#"
+version: 1
+name: keys
+steps:
+  - id: items
+    decompose:
+      items: ["one", "two"]
+  - id: each
+    fan_out:
+      over: items
+      instructions: "Say the key for {{ item }}"
+  - id: summary
+    synthesize:
+      instructions: "Say the key again"
+outputs:
+  - path: out/answers.md
+    content: "{% for r in steps.each.results %}{{ r.output }}\n{% endfor %}{{ steps.summary.output }}"
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_that_repeats_the_key_is_redacted_everywhere() {
+    let server = MockServer::start(MockConfig::new().rule(|_: &RecordedRequest| {
+        Reply::text(format!("The key is {KEY}, and the token is {TOKEN}."))
+    }))
+    .await;
+    let t = work_provider(&server, "").write_raw("p.yaml", PIPELINE);
+    let pipeline = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out"])
+        .output()
+        .expect("run summon");
+    let pipeline_stderr = String::from_utf8_lossy(&pipeline.stderr).into_owned();
+    assert_eq!(pipeline.status.code(), Some(0), "{pipeline_stderr}");
+    let delegated = t
+        .command()
+        .args(["delegate", "--instructions", "say the key"])
+        .output()
+        .expect("run summon");
+    assert_eq!(delegated.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&delegated.stdout);
+    // The run's provider key (in WORK_LLM_TOKEN) and the other configured one (the openai
+    // preset's OPENAI_API_KEY) are both redacted.
+    assert_eq!(
+        stdout,
+        "The key is [redacted], and the token is [redacted].\n"
+    );
+
+    let results = std::fs::read_to_string(t.path().join("out/results.jsonl")).expect("results");
+    assert!(results.contains("[redacted]"), "{results}");
+    let answers = std::fs::read_to_string(t.path().join("out/answers.md")).expect("outputs");
+    assert!(
+        answers.contains("The key is [redacted], and the token is [redacted]."),
+        "{answers}"
+    );
+    for (name, bytes) in [
+        ("stdout of run", &pipeline.stdout),
+        ("stderr of run", &pipeline.stderr),
+        ("stdout of delegate", &delegated.stdout),
+        ("stderr of delegate", &delegated.stderr),
+    ] {
+        for needle in [KEY, TOKEN] {
+            assert!(!contains(bytes, needle), "{name} has {needle}");
+        }
+    }
+    let files = files_under(t.path());
+    assert!(
+        files.iter().any(|f| f.ends_with("report.html")),
+        "{files:?}"
+    );
+    assert!(
+        files
+            .iter()
+            .any(|f| f.starts_with(t.path().join(".summon"))),
+        "{files:?}"
+    );
+    for file in files {
+        if file.ends_with(".config/summon/config.yaml") {
+            continue;
+        }
+        let bytes = std::fs::read(&file).expect("read");
+        for needle in [KEY, TOKEN] {
+            assert!(!contains(&bytes, needle), "{} has {needle}", file.display());
+        }
+    }
 }

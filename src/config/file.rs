@@ -305,16 +305,21 @@ impl Config {
             .with_hint(self.trust.how_to_trust())
             .at(first.name.span()));
         }
-        let credentials = super::presets::key_variables(env, self)
+        let credentials: Vec<String> = super::presets::key_variables(env, self)
             .into_iter()
             .map(|(variable, _)| variable)
+            .collect();
+        let keys = credentials
+            .iter()
+            .filter_map(|variable| env.var(variable))
+            .map(|key| crate::provider::Secret::new(key.trim()))
             .collect();
         let names = self
             .shell_env
             .iter()
             .map(|n| n.name.value.clone())
             .collect();
-        Ok(crate::sandbox::CommandEnv::new(names, credentials))
+        Ok(crate::sandbox::CommandEnv::new(names, credentials, keys))
     }
 
     /// The price of a model, when one is configured.

@@ -9,23 +9,37 @@
 
 use std::ffi::OsString;
 
+use crate::provider::Secret;
+
 /// What every command gets, when summon has it.
 pub(crate) const DEFAULT_NAMES: [&str; 9] = [
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ",
 ];
 
 /// The allowlist of one run's commands: the names passed besides [`DEFAULT_NAMES`], and the
-/// credentials never passed. Names only: the values are read when a command starts.
+/// credentials never passed, with their values (which a run's reports redact). The values of
+/// the names passed are read when a command starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct CommandEnv {
     extra: Vec<String>,
     credentials: Vec<String>,
+    keys: Vec<Secret>,
 }
 
 impl CommandEnv {
-    /// `extra` (the config's `shell_env`) passed besides the defaults, none of `credentials`.
-    pub(crate) fn new(extra: Vec<String>, credentials: Vec<String>) -> Self {
-        Self { extra, credentials }
+    /// `extra` (the config's `shell_env`) passed besides the defaults, none of `credentials`;
+    /// `keys` are the values of those that are set.
+    pub(crate) fn new(extra: Vec<String>, credentials: Vec<String>, keys: Vec<Secret>) -> Self {
+        Self {
+            extra,
+            credentials,
+            keys,
+        }
+    }
+
+    /// The configured keys: the values of the credential variables that are set.
+    pub(crate) fn keys(&self) -> &[Secret] {
+        &self.keys
     }
 
     /// Whether `name` is a credential: named by the configuration, or named like one.
@@ -69,6 +83,7 @@ mod tests {
                 "MY_API_KEY".into(),
             ],
             vec!["WORK_LLM_TOKEN".into()],
+            Vec::new(),
         );
         let vars = [
             ("PATH", "/bin"),

@@ -167,6 +167,11 @@ impl ToolSet {
         self
     }
 
+    /// The environment `shell` commands get.
+    pub(crate) fn command_env(&self) -> &CommandEnv {
+        &self.command_env
+    }
+
     /// The sandbox `shell` commands run in.
     pub(crate) fn sandbox(&self) -> Sandbox {
         self.sandbox
