@@ -2,7 +2,8 @@
 //! mock scripts: the model's `shell` commands cannot read summon's (or an ancestor's)
 //! `/proc/PID/environ`, as root or as an unprivileged user; root in the sandbox has no
 //! capability left; a key named by a provider's `api_key_env` is never in a command's
-//! environment, while a variable the config's `shell_env` adds is; and an answer that repeats
+//! environment, while a variable the config's `shell_env` adds is (nor in an MCP server's,
+//! unless its extension names it); and an answer that repeats
 //! a configured key is redacted in `results.jsonl`, the report, the store, `outputs` files and
 //! stdout.
 
@@ -563,5 +564,56 @@ async fn an_answer_that_repeats_the_key_is_redacted_everywhere() {
         for needle in [KEY, TOKEN] {
             assert!(!contains(&bytes, needle), "{} has {needle}", file.display());
         }
+    }
+}
+
+/// An MCP server (the fixture's `env` tool reports a variable) gets summon's environment
+/// without the providers' key variables, whatever their names, unless its extension names one
+/// in `env_keys`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_server_gets_no_key_variable_unless_its_extension_names_it() {
+    let asks: Vec<(String, Value)> = ["WORK_LLM_TOKEN", "OPENAI_API_KEY", "UNLISTED_SETTING"]
+        .iter()
+        .map(|name| ("probe__env".to_owned(), json!({ "name": name })))
+        .collect();
+    let server = MockServer::start(MockConfig::new().rule(move |request: &RecordedRequest| {
+        if tool_results(request).is_empty() {
+            Reply::tool_calls(asks.clone())
+        } else {
+            Reply::text("probed")
+        }
+    }))
+    .await;
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/misbehaving.py");
+    let recipe = |env_keys: &str| {
+        format!(
+            "title: Probe\ndescription: reads variables through an MCP server\nprompt: Probe.\n\
+             extensions:\n  - type: stdio\n    name: probe\n    cmd: python3\n    \
+             args: ['{}', 'ok']\n    timeout: 30\n    env_keys: [{env_keys}]\n",
+            fixture.display()
+        )
+    };
+    let t = work_provider(&server, "")
+        .write_raw("recipes/probe.yaml", &recipe(""))
+        .write_raw("recipes/keyed.yaml", &recipe("WORK_LLM_TOKEN"));
+    for (source, token_result) in [("probe", "unset"), ("keyed", TOKEN)] {
+        let out = t
+            .command()
+            .args(["delegate", "--source", source, "--instructions", "probe"])
+            .output()
+            .expect("run summon");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let requests = server.requests();
+        let results = tool_results(requests.last().expect("a request"));
+        assert_eq!(
+            results,
+            [token_result, "unset", "hidden-setting-43"],
+            "{source}"
+        );
     }
 }

@@ -137,7 +137,12 @@ impl Tools {
                 warnings: std::sync::Mutex::default(),
             };
         }
-        let started = Session::start(&spec.extensions, spec.workdir.path()).await;
+        let started = Session::start(
+            &spec.extensions,
+            spec.workdir.path(),
+            spec.tools.command_env(),
+        )
+        .await;
         for message in &started.warnings {
             observer(SubagentEvent::Warning {
                 message: message.clone(),
