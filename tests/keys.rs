@@ -3,9 +3,8 @@
 //! `/proc/PID/environ`, as root or as an unprivileged user; root in the sandbox has no
 //! capability left; a key named by a provider's `api_key_env` is never in a command's
 //! environment, while a variable the config's `shell_env` adds is (nor in an MCP server's,
-//! unless its extension names it); and an answer that repeats
-//! a configured key is redacted in `results.jsonl`, the report, the store, `outputs` files and
-//! stdout.
+//! unless its extension names it); and an answer that repeats a configured key is redacted in
+//! `results.jsonl`, the report, the store, `outputs` files and stdout.
 
 #![cfg(target_os = "linux")]
 
@@ -185,18 +184,56 @@ fn run(mut command: Command) -> Ran {
 
 /// Reads `/proc/$PPID/environ` (summon's) and then walks the parent chain up, saying for each
 /// ancestor whether its environment could be read.
-const READ_ANCESTORS: &str = "echo \"ppid=$PPID\"; tr '\\0' '\\n' < /proc/$PPID/environ; \
+const READ_ANCESTORS: &str = "echo \"ppid=$PPID comm=$(cat /proc/$PPID/comm)\"; \
+     tr '\\0' '\\n' < /proc/$PPID/environ; \
      p=$PPID; while [ \"$p\" -gt 1 ]; do \
      if cat /proc/$p/environ > /dev/null 2>&1; then echo \"read $p\"; else echo \"denied $p\"; fi; \
      p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2); done";
 
-/// Runs the hostile model's environ reads as `user` (or as this process's user) and checks
-/// that neither the tool results nor anything summon printed carries the key.
-async fn environ_reads_are_refused(user: Option<(u32, u32)>, extra: &[&str]) {
-    let server = hostile(&[READ_ANCESTORS]).await;
+/// Like [`READ_ANCESTORS`], for summon alone.
+const READ_PARENT: &str = "echo \"ppid=$PPID comm=$(cat /proc/$PPID/comm)\"; \
+     tr '\\0' '\\n' < /proc/$PPID/environ; \
+     if cat /proc/$PPID/environ > /dev/null 2>&1; then echo \"read $PPID\"; \
+     else echo \"denied $PPID\"; fi";
+
+/// `command` started by a shell that waits for it, as a login shell would: an ancestor of
+/// summon that holds the key in its environment. Its output captured.
+fn through_shell(command: &Command) -> Command {
+    let mut shell = Command::new("sh");
+    shell
+        .args(["-c", "\"$@\"; status=$?; exit $status", "sh"])
+        .arg(command.get_program())
+        .args(command.get_args())
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            shell.env(key, value);
+        }
+    }
+    if let Some(dir) = command.get_current_dir() {
+        shell.current_dir(dir);
+    }
+    shell
+}
+
+/// Runs the hostile model's environ reads (`probe`, with summon's `extra` flags) as `user`
+/// (or as this process's user), summon started by a shell of that user, and checks that no
+/// environment was read: summon's, the shell's (with `ancestors`) or any other ancestor's,
+/// and that neither the tool results nor anything summon printed carries the key.
+async fn environ_reads_are_refused(
+    user: Option<(u32, u32)>,
+    probe: &str,
+    extra: &[&str],
+    ancestors: bool,
+) {
+    let server = hostile(&[probe]).await;
     let t = project(&server);
     let mut command = delegate(&t);
     command.args(extra);
+    let command = through_shell(&command);
     let ran = match user {
         Some(ids) => {
             give(t.path(), ids);
@@ -207,17 +244,22 @@ async fn environ_reads_are_refused(user: Option<(u32, u32)>, extra: &[&str]) {
     let requests = server.requests();
     assert_eq!(requests.len(), 2, "{}", ran.stderr);
     let result = &tool_results(&requests[1])[0];
-    // With `setpriv` between, summon is the one whose pid the test knows only as the
-    // wrapper's, which `setpriv` execs into: the same pid.
+    let ppid: u32 = result
+        .strip_prefix("exit code: 0\n[stdout]\nppid=")
+        .and_then(|rest| rest.split_once(" comm=summon\n"))
+        .and_then(|(pid, _)| pid.parse().ok())
+        .unwrap_or_else(|| panic!("the command's parent is not summon: {result}"));
     assert!(
-        result.contains(&format!("ppid={}\n", ran.pid)),
-        "the command's parent is not summon ({}): {result}",
-        ran.pid
-    );
-    assert!(
-        result.contains(&format!("denied {}", ran.pid)),
+        result.contains(&format!("denied {ppid}")),
         "summon's environment was readable: {result}"
     );
+    if ancestors {
+        // `setpriv` execs the shell: its pid is the one the test started.
+        assert!(
+            result.contains(&format!("denied {}", ran.pid)),
+            "the shell that started summon is not among the ancestors: {result}"
+        );
+    }
     assert!(
         !result.contains("read "),
         "an ancestor's environment was readable: {result}"
@@ -234,7 +276,7 @@ async fn the_shell_cannot_read_the_environment_of_summon_or_its_ancestors_as_roo
         is_root(),
         "this test checks what root can do in the sandbox; run the suite as root (CI does)"
     );
-    environ_reads_are_refused(None, &[]).await;
+    environ_reads_are_refused(None, READ_ANCESTORS, &[], true).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -242,10 +284,10 @@ async fn the_shell_cannot_read_the_environment_of_summon_or_its_ancestors_unpriv
     require_landlock();
     let Some(user) = unprivileged_user() else {
         eprintln!("skipped: not root, so summon cannot be run as another, unprivileged user");
-        environ_reads_are_refused(None, &[]).await;
+        environ_reads_are_refused(None, READ_ANCESTORS, &[], true).await;
         return;
     };
-    environ_reads_are_refused(Some(user), &[]).await;
+    environ_reads_are_refused(Some(user), READ_ANCESTORS, &[], true).await;
 }
 
 /// summon is not dumpable: even a command outside the sandbox, run as the same unprivileged
@@ -256,7 +298,7 @@ async fn summons_environment_is_closed_to_its_own_user_without_the_sandbox() {
         eprintln!("skipped: not root, so summon cannot be run as another, unprivileged user");
         return;
     };
-    environ_reads_are_refused(Some(user), &["--sandbox", "off"]).await;
+    environ_reads_are_refused(Some(user), READ_PARENT, &["--sandbox", "off"], false).await;
 }
 
 /// The capability lines of `/proc/self/status` in the sandbox, then root's powers tried

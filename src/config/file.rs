@@ -1336,6 +1336,42 @@ mod tests {
     }
 
     #[test]
+    fn shell_env_is_a_list_of_variable_names_none_a_key() {
+        let (config, diags) = parse_text("shell_env: [GOPATH, CARGO_HOME]\n");
+        assert!(diags.items.is_empty(), "{}", rendered(&diags));
+        let names: Vec<&str> = config
+            .shell_env
+            .iter()
+            .map(|n| n.name.value.as_str())
+            .collect();
+        assert_eq!(names, ["GOPATH", "CARGO_HOME"]);
+        for (text, expected) in [
+            (
+                "shell_env: GOPATH\n",
+                "summon.yaml:1:12: error: `shell_env` must be a list of environment variable names",
+            ),
+            (
+                "shell_env: [GOPATH, {a: 1}]\n",
+                "summon.yaml:1:21: error: `shell_env[1]` must be the name of an environment variable, found a mapping",
+            ),
+            (
+                "shell_env: [not-a-name]\n",
+                "`shell_env[0]` must be the name of an environment variable (letters, digits and `_`, like GOPATH) (line 1)",
+            ),
+            (
+                "shell_env: [MY_API_KEY]\n",
+                "summon.yaml:1:13: error: `shell_env[0]` is MY_API_KEY, named like an API key",
+            ),
+        ] {
+            let (config, diags) = parse_text(text);
+            assert!(diags.has_errors(), "{text:?}");
+            let out = rendered(&diags);
+            assert!(out.contains(expected), "{text:?}\n{out}");
+            assert!(config.shell_env.len() <= 1, "{text:?}");
+        }
+    }
+
+    #[test]
     fn a_preset_name_needs_no_kind() {
         let (config, diags) =
             parse_text("providers:\n  openai:\n    requests_per_minute: 60\n  ollama: {}\n");
