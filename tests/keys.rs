@@ -69,17 +69,56 @@ fn unprivileged_user() -> Option<(u32, u32)> {
     Some(lookup("summon-test").expect("the user useradd made"))
 }
 
-/// `command` run as `uid:gid` with no supplementary groups (`setpriv`, which keeps the
-/// environment, arguments and working directory as they are), its output captured.
-fn as_user(command: &Command, (uid, gid): (u32, u32)) -> Command {
-    let mut wrapped = Command::new("setpriv");
-    wrapped
+/// `setpriv` running what follows as `uid:gid` with no supplementary groups, keeping the
+/// environment, arguments and working directory as they are.
+fn setpriv((uid, gid): (u32, u32)) -> Command {
+    let mut command = Command::new("setpriv");
+    command
         .arg(format!("--reuid={uid}"))
         .arg(format!("--regid={gid}"))
         .arg("--clear-groups")
-        .arg("--")
-        .arg(command.get_program())
-        .args(command.get_args())
+        .arg("--");
+    command
+}
+
+/// The summon binary as `ids` can run it: the built one, or (when the checkout is in a folder
+/// that user cannot enter, such as root's home) a copy in `dir`, which the test removes.
+fn summon_for(ids: (u32, u32), dir: &Path) -> std::ffi::OsString {
+    use std::os::unix::fs::PermissionsExt;
+    let built = env!("CARGO_BIN_EXE_summon");
+    let runs = setpriv(ids)
+        .args([built, "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if runs {
+        return built.into();
+    }
+    let copy = dir.join("summon-bin").join("summon");
+    std::fs::create_dir(dir.join("summon-bin")).expect("mkdir");
+    std::fs::copy(built, &copy).expect("copy summon");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    copy.into_os_string()
+}
+
+/// `command` run as `ids` (see [`setpriv`]), its output captured; the summon binary in it is
+/// one that user can run. Gives `dir`, the test's folder, to that user first.
+fn as_user(command: &Command, ids: (u32, u32), dir: &Path) -> Command {
+    give(dir, ids);
+    let summon = summon_for(ids, dir);
+    let built = std::ffi::OsStr::new(env!("CARGO_BIN_EXE_summon"));
+    let swap = |arg: &std::ffi::OsStr| {
+        if arg == built {
+            summon.clone()
+        } else {
+            arg.to_owned()
+        }
+    };
+    let mut wrapped = setpriv(ids);
+    wrapped
+        .arg(swap(command.get_program()))
+        .args(command.get_args().map(swap))
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -235,10 +274,7 @@ async fn environ_reads_are_refused(
     command.args(extra);
     let command = through_shell(&command);
     let ran = match user {
-        Some(ids) => {
-            give(t.path(), ids);
-            run(as_user(&command, ids))
-        }
+        Some(ids) => run(as_user(&command, ids, t.path())),
         None => run(command),
     };
     let requests = server.requests();
@@ -350,10 +386,7 @@ async fn an_unprivileged_command_has_no_capability_and_gains_none() {
     let t = project(&server);
     let command = delegate(&t);
     let ran = match unprivileged_user() {
-        Some(ids) => {
-            give(t.path(), ids);
-            run(as_user(&command, ids))
-        }
+        Some(ids) => run(as_user(&command, ids, t.path())),
         None => {
             eprintln!("not root: checking as this user");
             run(command)
