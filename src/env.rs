@@ -9,12 +9,6 @@ use std::path::PathBuf;
 /// Set in the environment of every process a subagent gets.
 pub(crate) const NESTED_ENV: &str = "SUMMON_SUBAGENT";
 
-/// Whether an environment variable looks like it holds an API key or token for a provider.
-pub(crate) fn is_secret_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    upper.ends_with("API_KEY") || upper.ends_with("_AUTH_TOKEN")
-}
-
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Env {
     vars: BTreeMap<String, String>,

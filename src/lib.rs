@@ -59,6 +59,8 @@ where
     if let Some(code) = sandbox::helper::early(&args) {
         return code;
     }
+    // Nothing the model runs may read summon's memory or environment (the API keys).
+    sandbox::forbid_inspection();
     let env = env::Env::from_process();
     if let Ok(env) = &env
         && let Some(code) = command::completions::complete_request(&args, env)

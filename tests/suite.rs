@@ -27,6 +27,7 @@ mod first_hour;
 mod fuzz_regressions;
 mod hostile;
 mod json_outputs;
+mod keys;
 mod lean_requests;
 mod load;
 mod mcp;

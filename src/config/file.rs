@@ -41,6 +41,8 @@
 //! store:                          # run history kept per pipeline (default: 20 runs, 7 days)
 //!   keep_runs: 20
 //!   keep_days: 7
+//! shell_env: [GOPATH, CARGO_HOME] # variables the model's shell commands get besides PATH,
+//!                                 # HOME, USER, LOGNAME, LANG, LC_ALL, LC_CTYPE, TERM, TZ
 //! ```
 //!
 //! Provider entries:
@@ -56,6 +58,10 @@
 //!   When it is set explicitly, the variable must be set when the provider is used.
 //! - `aliases` map model names (such as Claude Code's `sonnet`, `opus`, `haiku`) to the
 //!   provider's model ids; every `kind: anthropic` provider knows the Claude aliases already.
+//!
+//! `shell_env` names are added to those of the other file. A name that holds a credential (any
+//! provider's `api_key_env`, or one named like a key: `*API_KEY`, `*_AUTH_TOKEN`) is refused;
+//! the project file's list applies only in a trusted project.
 //!
 //! A literal `api_key:` is refused: keys live in environment variables only. Unknown keys are
 //! warnings naming their dotted path and line; bad values are errors at their position. A
@@ -156,6 +162,13 @@ impl ProviderConfig {
     }
 }
 
+/// One name of `shell_env`, and the file it is written in.
+#[derive(Debug, Clone)]
+pub(crate) struct ShellEnvName {
+    pub(crate) name: Located<String>,
+    pub(crate) scope: Scope,
+}
+
 /// USD per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Price {
@@ -227,6 +240,9 @@ pub(crate) struct Config {
     pub(crate) network: Option<bool>,
     /// `cache: false`: no prompt caching (breakpoints, cache key, warm-up) in any step.
     pub(crate) cache: Option<bool>,
+    /// `shell_env`: the variables the model's shell commands get besides the defaults, from
+    /// both files.
+    pub(crate) shell_env: Vec<ShellEnvName>,
     /// Where a file loosens the sandbox (`sandbox: off`, `network: true`), by key; kept for
     /// the project file only, whose loosening needs trust.
     pub(crate) loosened: Vec<(&'static str, Span)>,
@@ -264,6 +280,46 @@ impl Config {
         self.network = over.network.or(self.network);
         self.cache = over.cache.or(self.cache);
         self.loosened.extend(over.loosened);
+        self.shell_env.extend(over.shell_env);
+    }
+
+    /// The environment of the model's shell commands: the `shell_env` names, none of the
+    /// variables a provider takes its key from. An error when the project file adds names
+    /// and the project is not trusted: a cloned repository must not hand the user's
+    /// variables to the model.
+    pub(crate) fn command_env(&self, env: &Env) -> Result<crate::sandbox::CommandEnv, Diagnostic> {
+        if !self.trust.is_trusted()
+            && let Some(first) = self.shell_env.iter().find(|n| n.scope == Scope::Project)
+        {
+            let names: Vec<&str> = self
+                .shell_env
+                .iter()
+                .filter(|n| n.scope == Scope::Project)
+                .map(|n| n.name.value.as_str())
+                .collect();
+            return Err(Diagnostic::error(format!(
+                "`shell_env` in this project's summon.yaml would give the model's shell \
+                 commands {} from your environment, and this project is not trusted",
+                names.join(", ")
+            ))
+            .with_hint(self.trust.how_to_trust())
+            .at(first.name.span()));
+        }
+        let credentials: Vec<String> = super::presets::key_variables(env, self)
+            .into_iter()
+            .map(|(variable, _)| variable)
+            .collect();
+        let keys = credentials
+            .iter()
+            .filter_map(|variable| env.var(variable))
+            .map(|key| crate::provider::Secret::new(key.trim()))
+            .collect();
+        let names = self
+            .shell_env
+            .iter()
+            .map(|n| n.name.value.clone())
+            .collect();
+        Ok(crate::sandbox::CommandEnv::new(names, credentials, keys))
     }
 
     /// The price of a model, when one is configured.
@@ -325,11 +381,33 @@ pub(crate) fn load(env: &Env) -> Loaded {
             if scope != Scope::Project {
                 layer.loosened.clear();
             }
+            for name in &mut layer.shell_env {
+                name.scope = scope;
+            }
             loaded.config.merge(layer);
         }
     }
     loaded.config.trust = super::trust::project_trust(env);
+    refuse_listed_keys(&mut loaded, env);
     loaded
+}
+
+/// Refuses a `shell_env` name that a provider takes its key from: the model's commands
+/// never get a credential.
+fn refuse_listed_keys(loaded: &mut Loaded, env: &Env) {
+    let keys = super::presets::key_variables(env, &loaded.config);
+    for listed in &loaded.config.shell_env {
+        if let Some((variable, provider)) = keys.iter().find(|(v, _)| *v == listed.name.value) {
+            loaded.diagnostics.push(
+                Diagnostic::error(format!(
+                    "`shell_env` lists {variable}, which holds the API key of provider \
+                     `{provider}`: the model's shell commands never get a credential"
+                ))
+                .with_hint(format!("remove {variable} from `shell_env`"))
+                .at(listed.name.span()),
+            );
+        }
+    }
 }
 
 /// Reads both config files: the merged config and its warnings, or every diagnostic (errors
@@ -431,6 +509,9 @@ fn parse_inner(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Config {
             }
         };
     }
+    if let Some(node) = r.get("shell_env") {
+        config.shell_env = read_shell_env(node, &mut d);
+    }
     if let Some(node) = r.get("cache") {
         config.cache = match node.as_str() {
             Some("true") => Some(true),
@@ -443,6 +524,69 @@ fn parse_inner(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Config {
     }
     r.finish(&mut d);
     config
+}
+
+/// `shell_env: [NAME, ...]`: variables the model's shell commands get besides the defaults.
+fn read_shell_env(node: &Node, d: &mut FileDiags<'_>) -> Vec<ShellEnvName> {
+    let Some(items) = node.as_seq() else {
+        d.error(
+            node.pos,
+            format!(
+                "`shell_env` must be a list of environment variable names (`[GOPATH, \
+                 CARGO_HOME]`), found {}",
+                node.kind_name()
+            ),
+        );
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("shell_env[{i}]");
+        let text = match item.as_str() {
+            Some(text) if item.as_map().is_none() && item.as_seq().is_none() => text.trim(),
+            _ => {
+                d.error(
+                    item.pos,
+                    format!(
+                        "`{path}` must be the name of an environment variable, found {}",
+                        item.kind_name()
+                    ),
+                );
+                continue;
+            }
+        };
+        if !is_env_name(text) || looks_like_key(text) {
+            d.push(no_echo(
+                d.file.path(),
+                item.pos,
+                format!(
+                    "`{path}` must be the name of an environment variable (letters, digits and \
+                     `_`, like GOPATH)"
+                ),
+            ));
+            continue;
+        }
+        if crate::sandbox::is_secret_name(text) {
+            d.push(
+                Diagnostic::error(format!(
+                    "`{path}` is {text}, named like an API key: the model's shell commands \
+                     never get a credential"
+                ))
+                .with_hint(format!("remove {text} from `shell_env`"))
+                .at(Span::new(&d.file, item.pos)),
+            );
+            continue;
+        }
+        names.push(ShellEnvName {
+            name: Located {
+                value: text.to_owned(),
+                file: Arc::clone(&d.file),
+                pos: item.pos,
+            },
+            scope: Scope::Global,
+        });
+    }
+    names
 }
 
 /// `store: {keep_runs: N, keep_days: D}`: the run history's retention.
@@ -1188,6 +1332,42 @@ mod tests {
                 config.providers.is_empty(),
                 "{text:?}: a broken provider is left out"
             );
+        }
+    }
+
+    #[test]
+    fn shell_env_is_a_list_of_variable_names_none_a_key() {
+        let (config, diags) = parse_text("shell_env: [GOPATH, CARGO_HOME]\n");
+        assert!(diags.items.is_empty(), "{}", rendered(&diags));
+        let names: Vec<&str> = config
+            .shell_env
+            .iter()
+            .map(|n| n.name.value.as_str())
+            .collect();
+        assert_eq!(names, ["GOPATH", "CARGO_HOME"]);
+        for (text, expected) in [
+            (
+                "shell_env: GOPATH\n",
+                "summon.yaml:1:12: error: `shell_env` must be a list of environment variable names",
+            ),
+            (
+                "shell_env: [GOPATH, {a: 1}]\n",
+                "summon.yaml:1:21: error: `shell_env[1]` must be the name of an environment variable, found a mapping",
+            ),
+            (
+                "shell_env: [not-a-name]\n",
+                "`shell_env[0]` must be the name of an environment variable (letters, digits and `_`, like GOPATH) (line 1)",
+            ),
+            (
+                "shell_env: [MY_API_KEY]\n",
+                "summon.yaml:1:13: error: `shell_env[0]` is MY_API_KEY, named like an API key",
+            ),
+        ] {
+            let (config, diags) = parse_text(text);
+            assert!(diags.has_errors(), "{text:?}");
+            let out = rendered(&diags);
+            assert!(out.contains(expected), "{text:?}\n{out}");
+            assert!(config.shell_env.len() <= 1, "{text:?}");
         }
     }
 

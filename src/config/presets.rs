@@ -72,6 +72,18 @@ pub(crate) fn known_names(config: &Config) -> Vec<&str> {
     names
 }
 
+/// The variables providers take their keys from, with the provider's name: every preset's
+/// and every configured provider's `api_key_env`.
+pub(crate) fn key_variables(env: &Env, config: &Config) -> Vec<(String, String)> {
+    known_names(config)
+        .into_iter()
+        .filter_map(|name| {
+            let variable = lookup(name, env, config)?.api_key_env?;
+            Some((variable, name.to_owned()))
+        })
+        .collect()
+}
+
 /// The definition of provider `name`: a config entry over the preset of that name, or either
 /// alone; `None` when it is neither.
 pub(crate) fn lookup(name: &str, env: &Env, config: &Config) -> Option<ProviderDef> {

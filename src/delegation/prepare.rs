@@ -156,6 +156,7 @@ pub(crate) async fn prepare_with(
         request.sandbox,
         (config.sandbox, config.network),
     ]));
+    draft.tools = draft.tools.with_command_env(config.command_env(env)?);
     let mut prepared = draft.into_prepared(resolved);
     let limit = &mut prepared.spec.max_output_tokens;
     *limit = limit.or(config.max_output_tokens);

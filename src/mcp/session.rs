@@ -31,6 +31,7 @@ use super::stderr::StderrTail;
 use super::stdio::StdioTransport;
 use crate::provider::ToolOutput;
 use crate::provider::ToolSpec;
+use crate::sandbox::CommandEnv;
 
 /// How long a server gets to stop by itself (stdin closed) before its group is killed.
 const STOP_GRACE: Duration = Duration::from_millis(500);
@@ -71,9 +72,11 @@ struct Server {
 
 impl Session {
     /// Starts every server at once. A server that cannot be started is left out with a
-    /// warning; the others are still offered.
-    pub(crate) async fn start(specs: &[ServerSpec], workdir: &Path) -> Started {
-        let started = futures::future::join_all(specs.iter().map(|s| start_one(s, workdir))).await;
+    /// warning; the others are still offered. `env` says which of summon's variables are
+    /// credentials: a server gets none of them unless its extension names it.
+    pub(crate) async fn start(specs: &[ServerSpec], workdir: &Path, env: &CommandEnv) -> Started {
+        let started =
+            futures::future::join_all(specs.iter().map(|s| start_one(s, workdir, env))).await;
         let mut session = Session::default();
         let mut tool_specs = Vec::new();
         let mut warnings = Vec::new();
@@ -310,6 +313,7 @@ impl Server {
 async fn start_one(
     spec: &ServerSpec,
     workdir: &Path,
+    env: &CommandEnv,
 ) -> Result<(Server, Vec<ToolSpec>, Vec<String>), String> {
     let stderr = Arc::new(Mutex::new(StderrTail::default()));
     let observed = Arc::new(Observed::default());
@@ -331,7 +335,7 @@ async fn start_one(
                 return Err(fail(refusal, &stderr));
             }
             let (transport, group) =
-                spawn_stdio(cmd, args, envs, *sandbox, workdir, &stderr, &observed)
+                spawn_stdio(cmd, args, envs, *sandbox, workdir, env, &stderr, &observed)
                     .await
                     .map_err(|e| fail(format!("cannot run `{cmd}`: {e}"), &stderr))?;
             let client =
@@ -455,12 +459,14 @@ fn client_config() -> ClientConfig {
 
 /// Spawns a stdio server as the leader of a new process group, its stderr kept in `tail`.
 /// On Linux the server dies with summon (see [`super::spawn`]).
+#[allow(clippy::too_many_arguments)] // the command, where and how it runs, what watches it
 async fn spawn_stdio(
     cmd: &str,
     args: &[String],
     envs: &[(String, String)],
     sandbox: crate::sandbox::Sandbox,
     workdir: &Path,
+    env: &CommandEnv,
     tail: &Arc<Mutex<StderrTail>>,
     observed: &Arc<Observed>,
 ) -> std::io::Result<(StdioTransport, ProcessGroup)> {
@@ -475,10 +481,11 @@ async fn spawn_stdio(
     command
         .current_dir(workdir)
         .env(crate::env::NESTED_ENV, "1");
-    // summon's own secrets are not handed to servers unless the extension names them.
+    // summon's own secrets (the providers' key variables, and variables named like keys) are
+    // not handed to servers unless the extension names them.
     for (name, _) in std::env::vars_os() {
         if let Some(name) = name.to_str()
-            && crate::env::is_secret_name(name)
+            && env.is_credential(name)
             && !envs.iter().any(|(k, _)| k == name)
         {
             command.env_remove(name);

@@ -48,7 +48,7 @@ static TOKEN_PATTERN: LazyLock<Regex> = LazyLock::new(|| {
 
 /// Keys shorter than this are placeholders (`x`, `dummy`, `ollama` for a local server), not
 /// secrets: replacing them would cut every `x` out of a message.
-const MIN_KEY_CHARS: usize = 12;
+pub(crate) const MIN_KEY_CHARS: usize = 12;
 
 /// Replaces every occurrence of `key` (when it is long enough to be a real key) and of
 /// anything that looks like an API key by `[redacted]`.

@@ -1,5 +1,6 @@
-//! The hidden `summon __sandbox` subcommand: confines its own process, then executes the
-//! command, which inherits the confinement with everything it starts.
+//! The hidden `summon __sandbox` subcommand: confines its own process (no-new-privileges,
+//! every capability dropped, Landlock, seccomp), then executes the command, which inherits the
+//! confinement with everything it starts.
 //!
 //! Running the restrictions in a separate exec of summon keeps them off summon's own threads
 //! and needs no unsafe code: the `landlock` and `seccompiler` crates apply them to the calling
@@ -208,6 +209,7 @@ const DEVICES: [&str; 6] = [
 
 #[cfg(target_os = "linux")]
 fn confine(policy: Policy, network: bool, writable: &[PathBuf]) -> Result<(), String> {
+    give_up_privileges()?;
     use landlock::{
         ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr,
         RulesetCreatedAttr, RulesetStatus,
@@ -251,6 +253,39 @@ fn confine(policy: Policy, network: bool, writable: &[PathBuf]) -> Result<(), St
     }
     if !network {
         deny_sockets()?;
+    }
+    Ok(())
+}
+
+/// Sets no-new-privileges and drops every capability: the bounding set (when this process
+/// may, that is with `CAP_SETPCAP`), then the ambient, inheritable, effective and permitted
+/// sets. With no-new-privileges and nothing permitted, no program the command executes gains
+/// a capability, not even as root (the kernel caps an exec's permitted set at the caller's).
+///
+/// Without `CAP_SYS_PTRACE`, and with fewer capabilities than the processes outside, a
+/// command run as root can no longer read their memory or `/proc/PID/environ` (summon's own is
+/// also closed by [`super::forbid_inspection`]), nor use root's powers (`sethostname`,
+/// mounts, reading files only root's capabilities would open).
+#[cfg(target_os = "linux")]
+fn give_up_privileges() -> Result<(), String> {
+    use caps::{CapSet, Capability};
+    nix::sys::prctl::set_no_new_privs()
+        .map_err(|e| format!("cannot set no-new-privileges: {e}"))?;
+    let fail = |what: &str, e: caps::errors::CapsError| format!("cannot drop {what}: {e}");
+    if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).unwrap_or(false) {
+        caps::clear(None, CapSet::Bounding).map_err(|e| fail("the bounding capabilities", e))?;
+    }
+    caps::clear(None, CapSet::Ambient).map_err(|e| fail("the ambient capabilities", e))?;
+    for (set, what) in [
+        (CapSet::Inheritable, "the inheritable capabilities"),
+        (CapSet::Effective, "the effective capabilities"),
+        (CapSet::Permitted, "the permitted capabilities"),
+    ] {
+        caps::clear(None, set).map_err(|e| fail(what, e))?;
+    }
+    let left = caps::read(None, CapSet::Permitted).map_err(|e| fail("capabilities", e))?;
+    if !left.is_empty() {
+        return Err(format!("{} capabilities are still permitted", left.len()));
     }
     Ok(())
 }

@@ -1,16 +1,19 @@
-//! Keeps the values of `env_keys` variables out of everything a subagent run reports.
+//! Keeps the provider's API key and the values of `env_keys` variables out of everything a
+//! subagent run reports.
 //!
-//! An MCP server gets those values by design, and a tool result may hand one to the model,
-//! which may repeat it in its answer; a provider may quote it back in an error. Whatever the
-//! path, the run's result (final text, failure message, structured answer) and every event
-//! it sends to its observer (progress lines, the store, `--out` files, JUnit) carry
-//! `[redacted]` instead. What goes to the provider and to the servers is left as it is.
+//! An MCP server gets `env_keys` values by design, and a tool result may hand one to the
+//! model, which may repeat it in its answer; a provider may quote one back in an error; a model
+//! that found the API key somewhere (a file, a command's output) may write it in its answer.
+//! Whatever the path, the run's result (final text, failure message, structured answer) and
+//! every event it sends to its observer (progress lines, the store, `--out` files, JUnit)
+//! carry `[redacted]` instead. What goes to the provider and to the servers is left as it is.
 
 use serde_json::Value;
 
 use super::event::SubagentEvent;
 use super::run::{SubagentResult, SubagentStatus};
 use crate::mcp::ServerSpec;
+use crate::provider::{MIN_KEY_CHARS, Secret};
 
 /// Shorter values are not replaced: a `1` or `true` would be cut out of every text.
 const MIN_SECRET_LEN: usize = 6;
@@ -24,11 +27,23 @@ pub(crate) struct Redactor {
 }
 
 impl Redactor {
-    pub(crate) fn new(servers: &[ServerSpec]) -> Self {
+    /// The secrets of a run: the `env_keys` values of its `servers`, and `keys`, its
+    /// provider's and the other configured ones (each when long enough to be a real key, as in
+    /// provider errors: see [`crate::provider::redact`]).
+    pub(crate) fn new<'a>(
+        servers: &'a [ServerSpec],
+        keys: impl IntoIterator<Item = &'a Secret>,
+    ) -> Self {
+        let keys = keys
+            .into_iter()
+            .map(Secret::expose)
+            .filter(|key| key.chars().count() >= MIN_KEY_CHARS);
         Self::of(
             servers
                 .iter()
-                .flat_map(|server| server.secrets.iter().cloned()),
+                .flat_map(|server| server.secrets.iter().map(String::as_str))
+                .chain(keys)
+                .map(str::to_owned),
         )
     }
 
@@ -105,6 +120,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_provider_key_goes_when_it_is_long_enough_to_be_a_key() {
+        let key = Secret::new("sk-live-0123456789");
+        let mut text = "the key is sk-live-0123456789, the model said".to_owned();
+        Redactor::new(&[], [&key]).in_place(&mut text);
+        assert_eq!(text, "the key is [redacted], the model said");
+        // A placeholder such as Ollama's is no secret: the word stays in every answer.
+        let mut text = "ask ollama".to_owned();
+        Redactor::new(&[], [&Secret::new("ollama")]).in_place(&mut text);
+        assert_eq!(text, "ask ollama");
+    }
 
     #[test]
     fn texts_events_and_results_lose_their_secrets() {

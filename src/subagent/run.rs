@@ -95,8 +95,12 @@ pub(crate) async fn run_subagent(
     observer: &mut (dyn FnMut(SubagentEvent) + Send),
 ) -> SubagentResult {
     let started = Instant::now();
-    // `env_keys` values never reach what the run reports.
-    let redactor = Redactor::new(&spec.extensions);
+    // The configured API keys and `env_keys` values never reach what the run reports.
+    let keys = client.endpoint().api_key.iter();
+    let redactor = Redactor::new(
+        &spec.extensions,
+        keys.chain(spec.tools.command_env().keys()),
+    );
     let mut redacting = |event: SubagentEvent| observer(redactor.event(event));
     let observer: &mut (dyn FnMut(SubagentEvent) + Send) = &mut redacting;
     let mut total = Totals::default();
@@ -137,7 +141,12 @@ impl Tools {
                 warnings: std::sync::Mutex::default(),
             };
         }
-        let started = Session::start(&spec.extensions, spec.workdir.path()).await;
+        let started = Session::start(
+            &spec.extensions,
+            spec.workdir.path(),
+            spec.tools.command_env(),
+        )
+        .await;
         for message in &started.warnings {
             observer(SubagentEvent::Warning {
                 message: message.clone(),

@@ -13,7 +13,7 @@ use super::workdir::WorkDir;
 use super::{ToolOutput, fs, search, shell, shown};
 use crate::agent::{BuiltinTool, ToolKind, ToolRef};
 use crate::provider::ToolSpec;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{CommandEnv, Sandbox};
 
 /// A listed MCP tool: server, tool (`None` = all of the server's), the entry as written.
 pub(crate) type McpWanted = (String, Option<String>, String);
@@ -42,6 +42,8 @@ pub(crate) struct ToolSet {
     shell_patterns: Option<Vec<String>>,
     /// The sandbox `shell` commands run in.
     sandbox: Sandbox,
+    /// The environment variables `shell` commands get.
+    command_env: CommandEnv,
 }
 
 impl ToolSet {
@@ -70,6 +72,7 @@ impl ToolSet {
                     tools,
                     shell_patterns: None,
                     sandbox: Sandbox::default(),
+                    command_env: CommandEnv::default(),
                 },
                 Vec::new(),
                 Vec::new(),
@@ -136,6 +139,7 @@ impl ToolSet {
                 tools,
                 shell_patterns,
                 sandbox: Sandbox::default(),
+                command_env: CommandEnv::default(),
             },
             unavailable,
             mcp,
@@ -155,6 +159,17 @@ impl ToolSet {
     pub(crate) fn with_sandbox(mut self, sandbox: Sandbox) -> Self {
         self.sandbox = sandbox;
         self
+    }
+
+    /// The set with `shell` commands given the variables `env` allows.
+    pub(crate) fn with_command_env(mut self, env: CommandEnv) -> Self {
+        self.command_env = env;
+        self
+    }
+
+    /// The environment `shell` commands get.
+    pub(crate) fn command_env(&self) -> &CommandEnv {
+        &self.command_env
     }
 
     /// The sandbox `shell` commands run in.
@@ -257,6 +272,7 @@ impl ToolSet {
                         workdir,
                         scratch,
                         sandbox: self.sandbox,
+                        env: &self.command_env,
                     };
                     shell::shell(args, &context, self.shell_patterns.as_deref()).await
                 }

@@ -1,9 +1,9 @@
 //! The `shell` tool: `sh -c COMMAND` in the working directory, bounded in time and output.
 //!
 //! The command runs in the task's sandbox (see [`crate::sandbox`]; refused where the kernel
-//! cannot confine it), with stdin from `/dev/null`, in a process group of its own, with the
-//! environment minus variables that look like API keys and `TMPDIR` set to the task's private
-//! temporary directory. A failure that looks like a sandbox denial gets a line naming the
+//! cannot confine it), with stdin from `/dev/null`, in a process group of its own, with an
+//! environment built from an allowlist (see [`crate::sandbox::environment`]: never a
+//! credential) and `TMPDIR` set to the task's private temporary directory. A failure that looks like a sandbox denial gets a line naming the
 //! policy. stdout and stderr are captured separately (each capped at [`OUTPUT_CAP`], the
 //! rest drained and counted). When the command ends, its timeout passes, or the call is dropped (the task cancelled), the whole process
 //! group is killed, so background processes neither outlive the call nor keep it waiting on
@@ -24,9 +24,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use super::args::Args;
 use super::workdir::WorkDir;
 use super::{ToolError, shown};
-use crate::env::is_secret_name;
 use crate::provider::ToolSpec;
-use crate::sandbox::{Policy, Sandbox, helper};
+use crate::sandbox::{CommandEnv, Policy, Sandbox, helper};
 
 /// The most bytes kept of each of stdout and stderr.
 pub(crate) const OUTPUT_CAP: usize = 128 * 1024;
@@ -80,6 +79,8 @@ pub(crate) struct Context<'a> {
     /// The task's private temporary directory (TMPDIR).
     pub(crate) scratch: &'a Scratch,
     pub(crate) sandbox: Sandbox,
+    /// The variables commands get.
+    pub(crate) env: &'a CommandEnv,
 }
 
 /// A task's private temporary directory: made on its first shell command, TMPDIR of every
@@ -205,14 +206,11 @@ async fn run(command: &str, context: &Context<'_>, timeout: Duration) -> Result<
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true)
+        .env_clear()
+        .envs(context.env.select(std::env::vars_os()))
         .env("TMPDIR", tmp)
         // A `summon delegate` run from here is refused: subagents cannot delegate.
         .env(crate::subagent::NESTED_ENV, "1");
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(is_secret_name) {
-            cmd.env_remove(name);
-        }
-    }
     let mut child = cmd
         .spawn()
         .map_err(|e| ToolError::Failed(format!("cannot start `sh`: {e}")))?;
@@ -412,6 +410,7 @@ mod tests {
             workdir: &sb.wd,
             scratch: &scratch,
             sandbox: OFF,
+            env: &CommandEnv::default(),
         };
         shell(&args, &context, None).await
     }
@@ -590,6 +589,7 @@ mod tests {
                     workdir: &wd,
                     scratch: &scratch,
                     sandbox: OFF,
+                    env: &CommandEnv::default(),
                 };
                 shell(&args, &context, Some(&allowed[..])).await
             }
@@ -624,20 +624,5 @@ mod tests {
             spec.description
         );
         assert!(!shell_spec(None).description.contains("Restricted"));
-    }
-
-    #[test]
-    fn secret_names() {
-        for name in [
-            "OPENAI_API_KEY",
-            "anthropic_api_key",
-            "API_KEY",
-            "ANTHROPIC_AUTH_TOKEN",
-        ] {
-            assert!(is_secret_name(name), "{name}");
-        }
-        for name in ["PATH", "HOME", "API_KEYS_DIR", "TOKENIZERS_PARALLELISM"] {
-            assert!(!is_secret_name(name), "{name}");
-        }
     }
 }
