@@ -50,9 +50,12 @@ pub(crate) fn foreseen(pipeline: &Pipeline, step: &Step) -> Option<Foreseen> {
     else {
         return None;
     };
-    let per_item = fan_out
-        .max_output_tokens
-        .or(pipeline.settings.max_output_tokens)?;
+    let per_item = crate::compile::StepSettings::layer(
+        &crate::compile::Flags::default(),
+        fan_out,
+        &pipeline.settings,
+    )
+    .max_output_tokens?;
     Some(Foreseen {
         over,
         items_step,

@@ -243,7 +243,7 @@ fn new_report(config: &Config, pipeline: &Pipeline) -> Report {
         .collect();
     let mut report = Report::new(prices);
     for (i, step) in pipeline.steps.iter().enumerate() {
-        let level = StepConfig::new(i, step, &pipeline.settings).sandbox;
+        let level = StepConfig::new(i, step, &pipeline.settings).sandbox();
         let effective = crate::sandbox::Sandbox::pick(&[level, (config.sandbox, config.network)]);
         report.set_sandbox(&step.id, effective);
     }

@@ -142,11 +142,9 @@ impl crate::subagent::Slot for TaskSlot {
 pub(crate) struct StepConfig {
     pub(crate) index: usize,
     pub(crate) id: String,
-    pub(crate) provider: Option<String>,
-    pub(crate) model: Option<String>,
-    pub(crate) temperature: Option<f64>,
-    pub(crate) max_turns: Option<u32>,
-    pub(crate) max_output_tokens: Option<u32>,
+    /// Provider, model, temperature, turns, output limit and sandbox: flag > step >
+    /// pipeline, as the compile layers them.
+    pub(crate) settings: StepSettings,
     pub(crate) allow_empty: bool,
     pub(crate) retries: u32,
     pub(crate) timeout: Option<Duration>,
@@ -154,9 +152,6 @@ pub(crate) struct StepConfig {
     pub(crate) shard: Option<crate::pipeline::shard::Shard>,
     /// Take a completed task of an earlier run with the same request instead of sending it.
     pub(crate) reuse: bool,
-    /// The sandbox of the model's shell commands: `--sandbox`/`--network`, the step's, the
-    /// settings'.
-    pub(crate) sandbox: (Option<crate::sandbox::Policy>, Option<bool>),
     /// Whether a task whose extension failed counts as failed.
     pub(crate) on_extension_error: OnExtensionError,
     /// The step's `context_window`, over the model's.
@@ -181,17 +176,11 @@ impl StepConfig {
         Self {
             index,
             id: step.id.clone(),
-            provider: layered.provider,
-            model: layered.model,
-            temperature: layered.temperature,
-            max_turns: layered.max_turns,
-            max_output_tokens: layered.max_output_tokens,
             allow_empty: step.allow_empty,
             retries: step.retries,
             timeout: step.timeout,
             shard: None,
             reuse: step.reuse,
-            sandbox: (layered.sandbox, layered.network),
             on_extension_error: step.on_extension_error,
             context_window: step.context_window,
             cache: step.cache.unwrap_or(true),
@@ -202,7 +191,14 @@ impl StepConfig {
                 .tools
                 .as_ref()
                 .map(|list| list.iter().map(|(name, _)| name.clone()).collect()),
+            settings: layered,
         }
+    }
+
+    /// The sandbox of the model's shell commands and whether they may use the network, as
+    /// the step's settings give them (`None`: left to the config file).
+    pub(crate) fn sandbox(&self) -> (Option<crate::sandbox::Policy>, Option<bool>) {
+        (self.settings.sandbox, self.settings.network)
     }
 
     /// Turns caching off when the config file does, and keys the step's cache by the
@@ -226,21 +222,22 @@ impl StepConfig {
     pub(crate) fn hash(&self, rendered: &Rendered) -> String {
         let params = serde_json::to_string(&rendered.params).unwrap_or_default();
         let schema = rendered.schema.as_ref().map(Value::to_string);
-        let turns = self.max_turns.map(|t| t.to_string());
-        let temperature = self.temperature.map(|t| t.to_string());
+        let turns = self.settings.max_turns.map(|t| t.to_string());
+        let temperature = self.settings.temperature.map(|t| t.to_string());
         let mut parts = vec![
             rendered.source.as_deref(),
             rendered.instructions.as_deref(),
             Some(&params),
             rendered.context.as_deref(),
-            self.provider.as_deref(),
-            self.model.as_deref(),
+            self.settings.provider.as_deref(),
+            self.settings.model.as_deref(),
             temperature.as_deref(),
             turns.as_deref(),
             schema.as_deref(),
         ];
         // Only when set, so that the hashes of runs without a limit stay what they were.
         let limit = self
+            .settings
             .max_output_tokens
             .map(|l| format!("max_output_tokens={l}"));
         if limit.is_some() {
@@ -595,16 +592,16 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         instructions: rendered.instructions.clone(),
         params,
         extensions: rendered.extensions.clone(),
-        provider: step.provider.clone(),
-        model: step.model.clone(),
-        temperature: step.temperature,
-        max_turns: step.max_turns,
-        max_output_tokens: step.max_output_tokens,
+        provider: step.settings.provider.clone(),
+        model: step.settings.model.clone(),
+        temperature: step.settings.temperature,
+        max_turns: step.settings.max_turns,
+        max_output_tokens: step.settings.max_output_tokens,
         allow_empty: step.allow_empty,
         context: rendered.context.clone(),
         working_dir: None,
         response_schema: rendered.schema.clone(),
-        sandbox: step.sandbox,
+        sandbox: step.sandbox(),
         context_window: step.context_window,
         tools: step.tools.clone(),
     }
