@@ -97,6 +97,7 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         reuse: false,
         wait: false,
         watch: None,
+        stop: None,
         pipeline,
         params,
         concurrency: args.concurrency.map(|c| c as usize),

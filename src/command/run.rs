@@ -120,6 +120,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         reuse: args.reuse,
         wait: args.wait,
         watch: None,
+        stop: None,
     };
     let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
     write_step_summary("run", &name, &summary, ctx);

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use summon_mock_llm::{MockConfig, MockServer, RecordedRequest, Reply};
+use tokio_util::sync::CancellationToken;
 
 use super::plan::{RunRequest, plan_for_run};
 use super::{RunOptions, run_pipeline};
@@ -33,10 +34,16 @@ enum Seen {
     Other,
 }
 
-struct Tap(Arc<Mutex<Vec<Seen>>>);
+/// Keeps every event; with `stop`, cancels it when the first task of step 1 finishes.
+struct Tap(Arc<Mutex<Vec<Seen>>>, Option<CancellationToken>);
 
 impl Consumer for Tap {
     fn on_event(&mut self, event: &RunEvent) {
+        if let (Some(stop), RunEvent::TaskFinished { done, .. }) = (&self.1, event)
+            && done.step == 1
+        {
+            stop.cancel();
+        }
         let mut seen = self.0.lock().unwrap();
         if let RunEvent::TaskFinished { done, .. } = event {
             if let Some(failure) = &done.error {
@@ -110,6 +117,17 @@ impl Engine {
         concurrency: Option<usize>,
         resume: Option<&str>,
     ) -> (crate::error::Result<RunSummary>, Vec<Seen>) {
+        self.run_stopped(yaml, concurrency, resume, None)
+    }
+
+    /// [`Self::run`], stopped through `stop` when the first task of step 1 finishes.
+    fn run_stopped(
+        &self,
+        yaml: &str,
+        concurrency: Option<usize>,
+        resume: Option<&str>,
+        stop: Option<CancellationToken>,
+    ) -> (crate::error::Result<RunSummary>, Vec<Seen>) {
         let env = self.env();
         let path = self.dir.path().join("p.yaml");
         std::fs::write(&path, yaml).unwrap();
@@ -141,7 +159,8 @@ impl Engine {
             plan,
             reuse: false,
             wait: false,
-            watch: Some(Box::new(Tap(Arc::clone(&seen)))),
+            watch: Some(Box::new(Tap(Arc::clone(&seen), stop.clone()))),
+            stop,
         };
         let summary = run_pipeline(&env, config, catalog, options);
         let seen = seen.lock().unwrap().clone();
@@ -434,5 +453,44 @@ fn a_task_past_its_timeout_fails_as_a_timeout_and_a_retry_runs_it_again() {
         engine.server.request_count(),
         2,
         "the step's retry ran it again"
+    );
+}
+
+#[test]
+fn a_stopped_run_starts_no_new_task_ends_interrupted_and_resumes_the_rest() {
+    let engine = Engine::new(MockConfig::new());
+    let items = ["a", "b", "c", "d", "e", "f"];
+    let yaml = pipeline(&items, "");
+    let stop = CancellationToken::new();
+    let (summary, seen) = engine.run_stopped(&yaml, Some(1), None, Some(stop.clone()));
+    let summary = summary.unwrap();
+    assert!(summary.interrupted);
+    assert!(stop.is_cancelled());
+    // One task at a time: the stop came as the first finished, so no other was started.
+    assert_eq!(finished(&seen, 1).len(), 1, "{seen:#?}");
+    assert!(
+        !seen.contains(&Seen::StepStarted(2)),
+        "the synthesis never starts"
+    );
+    assert_ne!(summary.steps[1].1, StepStatus::Succeeded);
+
+    let (summary, seen) = engine.run(&yaml, Some(1), Some(&summary.run_id));
+    assert!(
+        summary
+            .unwrap()
+            .steps
+            .iter()
+            .all(|s| s.1 == StepStatus::Succeeded)
+    );
+    let rows: Vec<Option<u64>> = finished(&seen, 1).iter().map(|f| f.2).collect();
+    assert_eq!(
+        rows.iter().filter(|r| r.is_none()).count(),
+        1,
+        "one from the journal"
+    );
+    assert_eq!(
+        engine.server.request_count(),
+        7,
+        "six items and the synthesis, once each"
     );
 }

@@ -59,6 +59,9 @@ pub(crate) struct RunOptions {
     pub(crate) wait: bool,
     /// Another consumer of the run's events, beside its outputs.
     pub(crate) watch: Option<Box<dyn Consumer>>,
+    /// Cancelled by the caller to stop the run as a first Ctrl-C does: no new task starts,
+    /// the tasks in flight finish, and the run ends interrupted (resumable).
+    pub(crate) stop: Option<CancellationToken>,
 }
 
 /// Default global cap on tasks in flight.
@@ -159,7 +162,7 @@ pub(crate) fn run_pipeline(
         finished,
         reusable,
         reuse_all: options.reuse,
-        drain: CancellationToken::new(),
+        drain: options.stop.clone().unwrap_or_default(),
         kill: CancellationToken::new(),
         policy: RetryPolicy::from_env(env),
         committed,
