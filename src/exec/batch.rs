@@ -37,6 +37,7 @@ use super::step::{
     Compiled, Rendered, Shared, StepConfig, TaskSlot, Tasks, acquire_slot, client_for,
     prepare_task, resumed, run_task,
 };
+use super::step_error::StepError;
 use crate::delegation::Prepared;
 use crate::event::{Failure, FailureClass, PROMPT_LIMIT, RunEvent, TaskDone, TaskTrace};
 use crate::provider::{
@@ -125,7 +126,7 @@ pub(super) async fn run_batch_tasks(
     tasks: Tasks<'_, '_>,
     items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
     on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let Tasks {
         step,
         task,
@@ -135,7 +136,7 @@ pub(super) async fn run_batch_tasks(
         ..
     } = tasks;
     let started = Instant::now();
-    let store = Store::open_for(&shared.env.cwd).map_err(|e| e.to_string())?;
+    let store = Store::open_for(&shared.env.cwd).map_err(|e| StepError::Store(e.to_string()))?;
     let mut run = BatchRun {
         store: std::sync::Mutex::new(store),
         shared,
@@ -153,16 +154,19 @@ pub(super) async fn run_batch_tasks(
 
     // Render every item; what the journal has is done already.
     let fresh = {
-        let compiled = Compiled::new(env, task)?;
+        let compiled = Compiled::new(env, task).map_err(StepError::Render)?;
         let mut fresh = Vec::new();
         for (index, next) in (0_u64..).zip(items) {
-            let item = next?;
+            let item = next.map_err(StepError::Items)?;
             let ctx = item_context(base, &item, index);
-            let rendered = compiled.render(task, &ctx)?;
+            let rendered = compiled.render(task, &ctx).map_err(StepError::Render)?;
             if let Some(name) = &rendered.source
                 && shared.catalog.get(name).is_none()
             {
-                return Err(crate::compile::run_catalog_error(&shared.catalog, name));
+                return Err(StepError::Source(crate::compile::run_catalog_error(
+                    &shared.catalog,
+                    name,
+                )));
             }
             let hash = step.hash(&rendered);
             // Another shard's task: that shard runs it.
@@ -666,7 +670,11 @@ impl BatchRun<'_> {
     }
 
     /// Runs the tasks that need tools, live, under the run's and the step's caps.
-    async fn run_live(&mut self, tasks: Vec<LiveTask>, cap: Option<usize>) -> Result<(), String> {
+    async fn run_live(
+        &mut self,
+        tasks: Vec<LiveTask>,
+        cap: Option<usize>,
+    ) -> Result<(), StepError> {
         let step_cap = cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
         let mut running = JoinSet::new();
         for (index, item, rendered, hash) in tasks {
@@ -695,7 +703,7 @@ impl BatchRun<'_> {
                 }
                 Ok(None) => {}
                 Err(e) if e.is_cancelled() => {}
-                Err(e) => return Err(format!("a task crashed: {e}")),
+                Err(e) => return Err(StepError::Failed(format!("a task crashed: {e}"))),
             }
         }
         Ok(())

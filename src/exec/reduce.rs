@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::context::base_context;
 use super::step::{Compiled, Rendered, Shared, StepConfig, TaskContext, Tasks, prepare_task};
+use super::step_error::StepError;
 use crate::event::{RunEvent, TaskDone};
 use crate::pipeline::model::{Pipeline, Reduce, Step, StepKind, TaskTemplate};
 use crate::provider::{ChatRequest, Message, estimate_tokens};
@@ -226,10 +227,12 @@ pub(super) struct Reduction<'a> {
 impl Reduction<'_> {
     /// Runs the reduction to one answer; `Ok(None)` when every result fits one request (the
     /// step then runs as a plain synthesis).
-    pub(super) async fn run(mut self) -> Result<Option<String>, String> {
+    pub(super) async fn run(mut self) -> Result<Option<String>, StepError> {
         let over = self.pipeline.reduced_step(self.step).ok_or_else(|| {
-            "`reduce` needs the step to read `steps.<id>.results` of exactly one fan_out step"
-                .to_owned()
+            StepError::Failed(
+                "`reduce` needs the step to read `steps.<id>.results` of exactly one fan_out step"
+                    .to_owned(),
+            )
         })?;
         let over_id = self.pipeline.steps[over].id.clone();
         let results = match self.steps.get_mut(&over_id).map(|s| s["results"].take()) {
@@ -254,13 +257,13 @@ impl Reduction<'_> {
                 return Ok(None);
             }
             if level.number > 1 && chunks.len() >= level.inputs.len() {
-                return Err(format!(
+                return Err(StepError::Failed(format!(
                     "the reduction does not converge: the {} partial answers of level {} do not \
                      fit together in one chunk; shorten them (max_output_tokens, \
                      reduce_instructions) or raise chunk_tokens",
                     level.inputs.len(),
                     level.number - 1
-                ));
+                )));
             }
             self.shared.events.emit(RunEvent::LevelStarted {
                 step: self.config.index,
@@ -272,9 +275,9 @@ impl Reduction<'_> {
                 return Ok(partials.into_iter().next());
             }
             if level.number >= MAX_LEVELS {
-                return Err(format!(
+                return Err(StepError::Failed(format!(
                     "the reduction did not converge in {MAX_LEVELS} levels"
-                ));
+                )));
             }
             level = Level {
                 number: level.number + 1,
@@ -359,7 +362,7 @@ impl Reduction<'_> {
         level: &Level<'_>,
         chunks: &[Range<usize>],
         over_id: &str,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, StepError> {
         let mut config = self.config.clone();
         config.id = format!("{}#{}", self.step.id, level.number);
         let build = |item: &Value| -> Result<minijinja::Value, String> {
@@ -404,15 +407,15 @@ impl Reduction<'_> {
             .run(self.shared, &mut iter, &mut on_done)
             .await?;
         if let Some(failure) = failure {
-            return Err(failure);
+            return Err(StepError::Failed(failure));
         }
         let done = partials.iter().filter(|p| p.is_some()).count();
         if done < partials.len() {
-            return Err(format!(
+            return Err(StepError::Failed(format!(
                 "interrupted: {done} of the {} chunks of level {} finished; `--resume` runs the rest",
                 partials.len(),
                 level.number
-            ));
+            )));
         }
         Ok(partials.into_iter().flatten().collect())
     }

@@ -1,6 +1,7 @@
 //! Running one step: render each task, skip what the journal already has, run the rest
 //! under the global and per-step caps, and report every finished task.
 
+use super::step_error::StepError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -718,7 +719,7 @@ impl<'a, 'e> Tasks<'a, 'e> {
         shared: &Arc<Shared>,
         items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
         on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
-    ) -> Result<(), String> {
+    ) -> Result<(), StepError> {
         run_tasks(shared, self, items, on_done).await
     }
 
@@ -729,7 +730,7 @@ impl<'a, 'e> Tasks<'a, 'e> {
         shared: &Arc<Shared>,
         items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
         on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
-    ) -> Result<(), String> {
+    ) -> Result<(), StepError> {
         super::batch::run_batch_tasks(shared, self, items, on_done).await
     }
 }
@@ -752,20 +753,25 @@ impl Tasks<'_, '_> {
         compiled: &Compiled<'_>,
         index: u64,
         item: &Value,
-    ) -> Result<ItemTask, String> {
+    ) -> Result<ItemTask, StepError> {
         let ctx = match &self.contexts {
             TaskContext::Shared => self.base.clone(),
             TaskContext::PerItem => item_context(self.base, item, index),
-            TaskContext::Built(build) => build(item)?,
+            TaskContext::Built(build) => build(item).map_err(StepError::Render)?,
         };
-        let mut rendered = compiled.render(self.task, &ctx)?;
+        let mut rendered = compiled
+            .render(self.task, &ctx)
+            .map_err(StepError::Render)?;
         if self.schema.is_some() {
             rendered.schema.clone_from(&self.schema);
         }
         if let Some(name) = &rendered.source
             && shared.catalog.get(name).is_none()
         {
-            return Err(crate::compile::run_catalog_error(&shared.catalog, name));
+            return Err(StepError::Source(crate::compile::run_catalog_error(
+                &shared.catalog,
+                name,
+            )));
         }
         let hash = self.step.hash(&rendered);
         if !self.step.owns(&hash) {
@@ -785,10 +791,10 @@ async fn run_tasks(
     tasks: Tasks<'_, '_>,
     items: &mut (dyn Iterator<Item = Result<Value, String>> + Send),
     on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let step = tasks.step;
     // The compiled templates borrow `env` and `task`; render synchronously here.
-    let compiled = Compiled::new(tasks.env, tasks.task)?;
+    let compiled = Compiled::new(tasks.env, tasks.task).map_err(StepError::Render)?;
     let mut items = items.peekable();
     // The warm-up: while the first task's prefix is not yet in the provider's cache, no other
     // task starts (they would all miss and all write it).
@@ -830,7 +836,7 @@ async fn run_tasks(
                 exhausted = true;
                 break;
             };
-            let item = next?;
+            let item = next.map_err(StepError::Items)?;
             let this = index;
             index += 1;
             let (rendered, hash) = match tasks.item_task(shared, &compiled, this, &item)? {
@@ -915,7 +921,7 @@ async fn run_tasks(
                     None => drop(permits),
                 }
             }
-            Some(Err(e)) => return Err(format!("a task crashed: {e}")),
+            Some(Err(e)) => return Err(StepError::Failed(format!("a task crashed: {e}"))),
             None => {}
         }
     }

@@ -6,9 +6,17 @@ use std::fmt;
 /// How one step ended without succeeding.
 #[derive(Debug)]
 pub(crate) enum StepError {
-    /// The step could not run or one of its tasks failed it: a template that does not render,
-    /// items that cannot be read, a source missing from the catalog, a failed task's error.
+    /// One of its tasks failed it (a decompose subagent's, a reduction's chunk), or it could
+    /// not run for a reason of its own.
     Failed(String),
+    /// A template of the step did not render (its message names the line).
+    Render(String),
+    /// The step's items could not be produced or read.
+    Items(String),
+    /// A task names a source missing from the run's catalog.
+    Source(String),
+    /// The run's store could not be read or written (a batch's records).
+    Store(String),
     /// Fewer tasks succeeded than the step needs (`min_success`, `on_error`).
     TooFewSucceeded {
         succeeded: usize,
@@ -48,7 +56,11 @@ impl From<String> for StepError {
 impl fmt::Display for StepError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Failed(message) => f.write_str(message),
+            Self::Failed(message)
+            | Self::Render(message)
+            | Self::Items(message)
+            | Self::Source(message)
+            | Self::Store(message) => f.write_str(message),
             Self::TooFewSucceeded {
                 succeeded,
                 total,

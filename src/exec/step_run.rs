@@ -170,8 +170,8 @@ impl StepRun {
                     expand_items(form, &text, &cwd, keep_items)
                 })
                 .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| StepError::Failed(e.to_string()))?
+                .map_err(|e| StepError::Items(e.to_string()))?;
                 match expanded {
                     Expanded::Items(items) => items,
                     Expanded::File(path) => {
@@ -221,15 +221,16 @@ impl StepRun {
 
     /// The items a fan-out runs over: streamed from a file, or the list of the step it
     /// fans out over. Every source name they render to is checked first.
-    fn fan_out_items(&self, scope: &Scope<'_, '_>, fan_out: &FanOut) -> Result<Items, String> {
+    fn fan_out_items(&self, scope: &Scope<'_, '_>, fan_out: &FanOut) -> Result<Items, StepError> {
         let shared = &self.run.shared;
         let over = fan_out
             .over_step
-            .ok_or_else(|| format!("unknown step `{}`", fan_out.over))?;
+            .ok_or_else(|| StepError::Items(format!("unknown step `{}`", fan_out.over)))?;
         let over_data = self.run.outputs.get(over);
         let (items, total): (Items, usize) = match &over_data.file {
             Some(path) => {
-                let first_pass = open_file_items(path).map_err(|e| e.to_string())?;
+                let first_pass =
+                    open_file_items(path).map_err(|e| StepError::Items(e.to_string()))?;
                 let total = if has_templated_source(&fan_out.task) {
                     let items: Vec<Value> = first_pass.filter_map(Result::ok).collect();
                     check_sources(shared, scope, &fan_out.task, &items)?;
@@ -237,7 +238,7 @@ impl StepRun {
                 } else {
                     first_pass.count()
                 };
-                let reader = open_file_items(path).map_err(|e| e.to_string())?;
+                let reader = open_file_items(path).map_err(|e| StepError::Items(e.to_string()))?;
                 (
                     Box::new(reader.map(|r| r.map_err(|e| e.to_string()))),
                     total,
@@ -402,10 +403,10 @@ struct Scope<'a, 'e> {
 
 impl Scope<'_, '_> {
     /// A template of the step rendered with its base context (no item).
-    fn render(&self, template: &crate::pipeline::model::Template) -> Result<String, String> {
+    fn render(&self, template: &crate::pipeline::model::Template) -> Result<String, StepError> {
         self.env
             .render_str(&template.text, self.base)
-            .map_err(|e| template.render_error(&e))
+            .map_err(|e| StepError::Render(template.render_error(&e)))
     }
 }
 
@@ -423,21 +424,25 @@ fn check_sources(
     scope: &Scope<'_, '_>,
     task: &TaskTemplate,
     items: &[Value],
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let Some(source) = task.source.as_ref().filter(|_| has_templated_source(task)) else {
         return Ok(());
     };
+    let render_error = |e: minijinja::Error| StepError::Render(source.render_error(&e));
     let template = scope
         .env
         .template_from_str(&source.text)
-        .map_err(|e| source.render_error(&e))?;
+        .map_err(render_error)?;
     for (index, item) in items.iter().enumerate() {
         let ctx = super::context::item_context(scope.base, item, index as u64);
-        let name = template.render(&ctx).map_err(|e| source.render_error(&e))?;
+        let name = template.render(&ctx).map_err(render_error)?;
         if let Some(name) = crate::compile::named_source(&name)
             && shared.catalog.get(name).is_none()
         {
-            return Err(crate::compile::run_catalog_error(&shared.catalog, name));
+            return Err(StepError::Source(crate::compile::run_catalog_error(
+                &shared.catalog,
+                name,
+            )));
         }
     }
     Ok(())
