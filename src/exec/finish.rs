@@ -51,25 +51,26 @@ impl Finish<'_> {
         let (store, run_id) = (self.store, self.run_id);
         let interrupted = self.shared.drain.is_cancelled();
         // Flush everything that records results before deciding the outcome.
-        sink.progress.finish();
-        sink.journal.flush()?;
-        if let Some(results) = &mut sink.results {
+        sink.out.progress.finish();
+        sink.out.journal.flush()?;
+        if let Some(results) = &mut sink.out.results {
             results.flush()?;
         }
-        drop(sink.results.take());
+        drop(sink.out.results.take());
         let out_dir = self.out_dir.map(|dir| env.cwd.join(dir));
         if let (Some(dir), true) = (&out_dir, self.resuming) {
             compact_results(dir)?;
         }
         let retries = sink.retries().clone();
-        sink.report.set_retries(&retries);
+        sink.out.report.set_retries(&retries);
         // One clock for report.json and the report kept in the run history.
-        sink.report.finish();
-        sink.report
+        sink.out.report.finish();
+        sink.out
+            .report
             .set_pipeline(pipeline_graph(pipeline, self.graph, &ends, run_id));
         let mut page = None;
         if let Some(dir) = &out_dir {
-            sink.report.write_json(&dir.join("report.json"))?;
+            sink.out.report.write_json(&dir.join("report.json"))?;
             // The page is a view of the two files: a problem with it does not change the run.
             match crate::output::write_html(dir) {
                 Ok(_) => page = self.out_dir.map(|d| d.join(crate::output::HTML_FILE)),
@@ -79,7 +80,7 @@ impl Finish<'_> {
                 ),
             }
         }
-        if let (Some(junit), Some(path)) = (&sink.junit, self.junit) {
+        if let (Some(junit), Some(path)) = (&sink.out.junit, self.junit) {
             junit.write(&env.cwd.join(path))?;
         }
         let steps: Vec<(String, StepStatus, Option<String>)> = pipeline
@@ -108,7 +109,7 @@ impl Finish<'_> {
                 self.outputs,
                 self.params,
                 self.agents,
-                &mut sink.tables,
+                &mut sink.out.tables,
             )?;
         }
         if let (true, Some(dir)) = (self.plan.writes_manifest(), &out_dir) {
@@ -131,7 +132,7 @@ impl Finish<'_> {
             RunStatus::Failed
         };
         store.set_run_status(run_id, run_status)?;
-        if let Err(e) = store.set_run_report(run_id, &sink.report.to_json()) {
+        if let Err(e) = store.set_run_report(run_id, &sink.out.report.to_json()) {
             eprintln!("summon: warning: cannot record the run's report: {e}");
         }
         prune(store, &self.shared.config, self.path_text, run_id);
@@ -143,7 +144,7 @@ impl Finish<'_> {
         } else {
             None
         };
-        let summary_line = sink.report.summary_line();
+        let summary_line = sink.out.report.summary_line();
         eprintln!("summon: {summary_line}");
         if let Some(failures) = sink.failure_summary() {
             eprintln!("{failures}");
@@ -156,7 +157,7 @@ impl Finish<'_> {
             steps,
             final_output,
             interrupted,
-            report: sink.report.to_json(),
+            report: sink.out.report.to_json(),
             summary_line,
         })
     }

@@ -32,7 +32,7 @@ use crate::config::Config;
 use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::event::{Bus, Consumer, Events, RunEvent, RunSummary};
-use crate::output::{DisplayMode, JunitWriter, Progress, Recorder, RecorderParts, Report};
+use crate::output::{DisplayMode, JunitWriter, Outputs, Progress, Recorder, Report};
 use crate::pipeline::graph::Graph;
 use crate::pipeline::model::{Decompose, Pipeline, StepKind};
 use crate::pipeline::shard::Role;
@@ -126,7 +126,7 @@ pub(crate) fn run_pipeline(
     } = opened;
     let agents = Arc::new(agents_json(&catalog));
     let step_ids: Vec<String> = pipeline.steps.iter().map(|s| s.id.clone()).collect();
-    let recorder = Recorder::new(RecorderParts {
+    let recorder = Recorder::new(Outputs {
         journal,
         results,
         report,

@@ -11,19 +11,9 @@ use super::{DisplayMode, JunitWriter, Progress, Report, ResultLine, ResultsWrite
 use crate::event::{Consumer, Notice, RunEvent, TaskDone, item_label};
 use crate::store::{JournalStatus, JournalWriter, TaskResultRow};
 
-/// Everything a run's events go to.
+/// Everything a run's events go to: its outputs, and what the events add up to.
 pub(crate) struct Recorder {
-    pub(crate) journal: JournalWriter,
-    pub(crate) results: Option<ResultsWriter>,
-    pub(crate) report: Report,
-    pub(crate) junit: Option<JunitWriter>,
-    /// The run's live display.
-    pub(crate) progress: Arc<Progress>,
-    /// The rows of the table `outputs`.
-    pub(crate) tables: Tables,
-    step_ids: Vec<String>,
-    /// Results already in `results.jsonl` from before a resume.
-    already_written: HashSet<(String, u64)>,
+    pub(crate) out: Outputs,
     /// The tasks of each reducing step's levels so far (its progress total).
     levels: HashMap<usize, u64>,
     /// The warnings shown so far: each is shown once per run.
@@ -48,38 +38,24 @@ struct FailureGroup {
 const FAILURES_NAMED: usize = 3;
 
 /// What a [`Recorder`] writes to.
-pub(crate) struct RecorderParts {
+pub(crate) struct Outputs {
     pub(crate) journal: JournalWriter,
     pub(crate) results: Option<ResultsWriter>,
     pub(crate) report: Report,
     pub(crate) junit: Option<JunitWriter>,
+    /// The run's live display.
     pub(crate) progress: Arc<Progress>,
+    /// The rows of the table `outputs`.
     pub(crate) tables: Tables,
     pub(crate) step_ids: Vec<String>,
+    /// Results already in `results.jsonl` from before a resume.
     pub(crate) already_written: HashSet<(String, u64)>,
 }
 
 impl Recorder {
-    pub(crate) fn new(parts: RecorderParts) -> Self {
-        let RecorderParts {
-            journal,
-            results,
-            report,
-            junit,
-            progress,
-            tables,
-            step_ids,
-            already_written,
-        } = parts;
+    pub(crate) fn new(out: Outputs) -> Self {
         Self {
-            journal,
-            results,
-            report,
-            junit,
-            progress,
-            tables,
-            step_ids,
-            already_written,
+            out,
             levels: HashMap::new(),
             warned: HashSet::new(),
             retries: BTreeMap::new(),
@@ -119,7 +95,7 @@ impl Recorder {
     /// listed in `results.jsonl` as `<step>#<level>`, counted in the step's report and
     /// progress. `row`: journal it (none for a result taken from the journal).
     fn record(&mut self, done: &TaskDone, level: Option<u32>, row: Option<u64>) {
-        let step_id = &self.step_ids[done.step];
+        let step_id = &self.out.step_ids[done.step];
         let leveled = level.map(|l| format!("{step_id}#{l}"));
         let step = leveled.as_ref().unwrap_or(step_id);
         let status = if done.ok { "completed" } else { "failed" };
@@ -142,15 +118,20 @@ impl Recorder {
                 finished_at: Timestamp::now(),
                 batch_id: done.batch_id.clone(),
             };
-            if let Err(e) = self.journal.record(row) {
-                self.progress
+            if let Err(e) = self.out.journal.record(row) {
+                self.out
+                    .progress
                     .println(&format!("summon: warning: cannot journal a result: {e}"));
             }
         }
         // A task that ran again after `--resume` gets a new line; the file is compacted to
         // one line per task when the run ends.
-        if let Some(results) = &mut self.results
-            && !(done.resumed && self.already_written.contains(&(step.clone(), done.index)))
+        if let Some(results) = &mut self.out.results
+            && !(done.resumed
+                && self
+                    .out
+                    .already_written
+                    .contains(&(step.clone(), done.index)))
         {
             let line = ResultLine {
                 step,
@@ -174,7 +155,8 @@ impl Recorder {
                 cache_write_tokens: done.usage.cache_write_tokens,
             };
             if let Err(e) = results.write(&line) {
-                self.progress
+                self.out
+                    .progress
                     .println(&format!("summon: warning: cannot write results.jsonl: {e}"));
             }
         }
@@ -183,24 +165,24 @@ impl Recorder {
         }
         crate::env::crash_point("task-recorded");
         if level.is_none() {
-            self.tables.push(done);
+            self.out.tables.push(done);
         }
         let step = step_id;
         if let Some(level) = level {
-            self.report.record_level(step, level, done.ok);
+            self.out.report.record_level(step, level, done.ok);
         }
-        self.report.record_warnings(
+        self.out.report.record_warnings(
             step,
             done.index,
             &item_label(&done.item, done.index),
             &done.warnings,
         );
-        self.report.record_overhead(step, done.trace.overhead());
+        self.out.report.record_overhead(step, done.trace.overhead());
         let cost = if done.reused {
-            self.report.record_reused(step);
+            self.out.report.record_reused(step);
             Some(0.0)
         } else {
-            self.report.record_task(
+            self.out.report.record_task(
                 step,
                 done.model.as_deref(),
                 status,
@@ -212,7 +194,7 @@ impl Recorder {
                 done.corrections,
             )
         };
-        if let Some(junit) = &mut self.junit {
+        if let Some(junit) = &mut self.out.junit {
             let label = item_label(&done.item, done.index);
             let label = match level {
                 Some(level) => format!("level {level}, chunk {}", done.index),
@@ -232,16 +214,17 @@ impl Recorder {
                 done.error_message(),
             );
         }
-        self.progress
+        self.out
+            .progress
             .task_input(step, done.usage.input_tokens, done.usage.cache_read_tokens);
-        if let Some(junit) = &mut self.junit {
+        if let Some(junit) = &mut self.out.junit {
             junit.add_cache(
                 step,
                 done.usage.cache_read_tokens,
                 done.usage.cache_write_tokens,
             );
         }
-        self.progress.task_finished(
+        self.out.progress.task_finished(
             step,
             done.ok,
             done.usage.input_tokens + done.usage.output_tokens,
@@ -253,32 +236,37 @@ impl Recorder {
 impl Consumer for Recorder {
     fn on_event(&mut self, event: &RunEvent) {
         match event {
-            RunEvent::StepStarted { step } => self.report.step_started(&self.step_ids[*step]),
+            RunEvent::StepStarted { step } => {
+                self.out.report.step_started(&self.out.step_ids[*step])
+            }
             RunEvent::StepTotal { step, total } => {
-                self.progress.set_total(&self.step_ids[*step], *total);
+                self.out
+                    .progress
+                    .set_total(&self.out.step_ids[*step], *total);
             }
             RunEvent::LevelStarted {
                 step,
                 level,
                 chunks,
             } => {
-                let id = &self.step_ids[*step];
+                let id = &self.out.step_ids[*step];
                 let total = self.levels.entry(*step).or_default();
                 *total += *chunks as u64;
-                self.progress.set_total(id, *total);
-                if self.progress.mode() != DisplayMode::Quiet {
-                    self.progress
+                self.out.progress.set_total(id, *total);
+                if self.out.progress.mode() != DisplayMode::Quiet {
+                    self.out
+                        .progress
                         .println(&format!("[summon] {id}: level {level}: {chunks} chunk(s)"));
                 }
             }
             RunEvent::TasksStarted { step, count } => {
                 for _ in 0..*count {
-                    self.progress.task_started(&self.step_ids[*step]);
+                    self.out.progress.task_started(&self.out.step_ids[*step]);
                 }
             }
             RunEvent::Retry { step, class, wait } => {
                 *self.retries.entry(*class).or_default() += 1;
-                self.progress.retry(&self.step_ids[*step], *wait);
+                self.out.progress.retry(&self.out.step_ids[*step], *wait);
             }
             RunEvent::TaskFinished { done, level, row } => self.record(done, *level, *row),
             RunEvent::Notice {
@@ -286,22 +274,24 @@ impl Consumer for Recorder {
                 text,
             } => {
                 if self.warned.insert(text.clone()) {
-                    self.progress.println(&format!("summon: warning: {text}"));
+                    self.out
+                        .progress
+                        .println(&format!("summon: warning: {text}"));
                 }
             }
             RunEvent::Notice {
                 kind: Notice::Progress,
                 text,
             } => {
-                if self.progress.mode() != DisplayMode::Quiet {
-                    self.progress.println(&format!("[summon] {text}"));
+                if self.out.progress.mode() != DisplayMode::Quiet {
+                    self.out.progress.println(&format!("[summon] {text}"));
                 }
             }
-            RunEvent::Interrupted { text } => self.progress.interrupted(text),
+            RunEvent::Interrupted { text } => self.out.progress.interrupted(text),
             RunEvent::StepFinished { step, .. } => {
-                let id = &self.step_ids[*step];
-                self.progress.step_finished(id);
-                self.report.step_finished(id);
+                let id = &self.out.step_ids[*step];
+                self.out.progress.step_finished(id);
+                self.out.report.step_finished(id);
             }
         }
     }
