@@ -45,10 +45,10 @@ impl Consumer for Tap {
             stop.cancel();
         }
         let mut seen = self.0.lock().unwrap();
-        if let RunEvent::TaskFinished { done, .. } = event {
-            if let Some(failure) = &done.error {
-                seen.push(Seen::Failed(done.index, failure.class));
-            }
+        if let RunEvent::TaskFinished { done, .. } = event
+            && let Some(failure) = &done.error
+        {
+            seen.push(Seen::Failed(done.index, failure.class));
         }
         let one = match event {
             RunEvent::StepStarted { step } => Seen::StepStarted(*step),

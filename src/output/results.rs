@@ -280,7 +280,7 @@ mod tests {
             step,
             index,
             item,
-            status: if index % 2 == 0 {
+            status: if index.is_multiple_of(2) {
                 "completed"
             } else {
                 "failed"

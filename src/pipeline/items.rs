@@ -926,7 +926,7 @@ mod tests {
             let item = item.unwrap();
             assert!(item.get("text").is_some());
             count += 1;
-            if count % 50_000 == 0 {
+            if count.is_multiple_of(50_000) {
                 peak = peak.max(rss_kib());
             }
         }

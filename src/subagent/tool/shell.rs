@@ -274,11 +274,12 @@ async fn run(command: &str, context: &Context<'_>, timeout: Duration) -> Result<
             "\n[output not captured: a process that left the command's process group kept it open]",
         );
     }
-    if status.is_some_and(|s| !s.success()) && context.sandbox.policy != Policy::Off {
-        if let Some(line) = denial_note(context.sandbox, &out, &err) {
-            text.push('\n');
-            text.push_str(&line);
-        }
+    if status.is_some_and(|s| !s.success())
+        && context.sandbox.policy != Policy::Off
+        && let Some(line) = denial_note(context.sandbox, &out, &err)
+    {
+        text.push('\n');
+        text.push_str(&line);
     }
     match status {
         Some(_) => Ok(text),
