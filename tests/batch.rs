@@ -590,3 +590,39 @@ async fn a_schema_answer_is_validated_and_corrected_in_the_next_batch() {
         assert_eq!(line["turns"], 2);
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_answer_that_repeats_the_key_is_redacted() {
+    // A hostile answer for `beta`: the provider key, in text a later step would read.
+    let server = MockServer::start(MockConfig::new().rule(|req: &RecordedRequest| {
+        if req.last_user_text().unwrap_or_default().contains("beta") {
+            Reply::text(format!("the key is {KEY}"))
+        } else {
+            Reply::Echo
+        }
+    }))
+    .await;
+    let t =
+        project(&server, Provider::OpenAi).write_raw("p.yaml", &pipeline("    backend: batch\n"));
+    let ran = summon(&t, &["run", "p.yaml", "--out", "out", "--quiet"]).expect(0);
+    let lines = results(&t.path().join("out"));
+    assert_eq!(
+        lines[&("each".to_owned(), 1)]["output"],
+        "the key is [redacted]"
+    );
+    assert!(!ran.stdout.contains(KEY), "{}", ran.stdout);
+    for file in ["results.jsonl", "report.html"] {
+        let text = std::fs::read_to_string(t.path().join("out").join(file)).unwrap();
+        assert!(!text.contains(KEY), "{file} holds the key");
+    }
+    // The synthesis was sent the cleaned answer.
+    let sent: Vec<String> = chats(&server)
+        .iter()
+        .filter_map(|r| r.last_user_text())
+        .collect();
+    assert!(
+        sent.iter().any(|s| s.contains("the key is [redacted]")),
+        "{sent:?}"
+    );
+    assert!(sent.iter().all(|s| !s.contains(KEY)));
+}

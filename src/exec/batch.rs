@@ -146,6 +146,7 @@ pub(super) async fn run_batch_tasks(
         stop: false,
         last_seq: None,
         clients: HashMap::new(),
+        redactors: HashMap::new(),
         live: Vec::new(),
         live_reason: None,
         waiting: Vec::new(),
@@ -308,6 +309,8 @@ struct BatchRun<'a> {
     /// The journal row number of the last result handed to `on_done`.
     last_seq: Option<u64>,
     clients: HashMap<String, Client>,
+    /// The secrets each provider's answers are cleaned of: its key and the configured ones.
+    redactors: HashMap<String, crate::subagent::Redactor>,
     live: Vec<LiveTask>,
     live_reason: Option<String>,
     /// Tasks to send in the next batch.
@@ -342,9 +345,17 @@ impl BatchRun<'_> {
         ok: bool,
         output: String,
         structured: Option<Value>,
-        error: Option<Failure>,
+        mut error: Option<Failure>,
         batch_id: Option<String>,
     ) {
+        // A model's answer that repeats a configured key is cleaned as a live task's is.
+        let (mut output, mut structured) = (output, structured);
+        if let Some(redactor) = self.redactors.get(&task.provider) {
+            redactor.answer(&mut output, structured.as_mut());
+            if let Some(failure) = &mut error {
+                redactor.answer(&mut failure.message, None);
+            }
+        }
         let done = TaskDone {
             step: self.step.index,
             index: task.index,
@@ -429,6 +440,12 @@ impl BatchRun<'_> {
         if !self.clients.contains_key(&provider) {
             match client_for(self.shared, &prepared) {
                 Ok((client, _)) => {
+                    let keys = client.endpoint().api_key.iter();
+                    let redactor = crate::subagent::Redactor::new(
+                        &[],
+                        keys.chain(prepared.spec.tools.command_env().keys()),
+                    );
+                    self.redactors.insert(provider.clone(), redactor);
                     self.clients.insert(provider.clone(), client);
                 }
                 Err(error) => return self.fail_unprepared(index, item, hash, error),

@@ -22,6 +22,7 @@ pub(crate) use nesting::inside_subagent;
 pub(crate) use prompt::{
     FirstMessage, content_len as prompt_content_len, system_prompt, tools_section,
 };
+pub(crate) use redact::Redactor;
 pub(crate) use role::read_role_text;
 pub(crate) use run::{SubagentResult, SubagentSpec, SubagentStatus, run_subagent};
 pub(crate) use slot::Slot;

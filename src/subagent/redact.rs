@@ -74,6 +74,15 @@ impl Redactor {
         }
     }
 
+    /// `text` and a structured answer with every secret replaced (a batch's answers, which do
+    /// not pass through [`Self::result`]).
+    pub(crate) fn answer(&self, text: &mut String, structured: Option<&mut Value>) {
+        self.in_place(text);
+        if let Some(value) = structured {
+            self.value(value);
+        }
+    }
+
     /// The event with every text it carries redacted.
     pub(crate) fn event(&self, mut event: SubagentEvent) -> SubagentEvent {
         if self.secrets.is_empty() {
