@@ -32,6 +32,7 @@ mod plural;
 mod process;
 mod provider;
 mod recipe;
+mod safe_fs;
 mod sandbox;
 mod scaffold;
 mod schema;

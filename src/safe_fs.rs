@@ -1,0 +1,213 @@
+//! Opening and writing files without following a symlink someone else planted.
+//!
+//! A model's commands can create symlinks in the working directory (and so in a run's `--out`
+//! folder or the store when they live there) while summon works. Checking a path and then
+//! opening it by name again leaves a window in which a folder can become a link to anywhere, so
+//! the file tools open a path beneath the working directory in one step ([`open_beneath`]:
+//! `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or a walk of `openat` with
+//! `O_NOFOLLOW` one name at a time where the kernel has no `openat2`).
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Write as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+/// How a folder is opened to be a base for other opens.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const DIR_FLAGS: OFlags = OFlags::PATH.union(OFlags::DIRECTORY);
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const DIR_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY);
+
+/// The error for a path that went through a symbolic link where none may be.
+pub(crate) fn is_link_error(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+}
+
+/// Opens the folder at `path` (an absolute, canonical path) as a base for [`open_beneath`].
+pub(crate) fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        path,
+        DIR_FLAGS | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// The plain names of `rel`; anything else (`..`, a root) is refused.
+fn names(rel: &Path) -> io::Result<Vec<&OsStr>> {
+    rel.components()
+        .filter(|c| *c != Component::CurDir)
+        .map(|c| match c {
+            Component::Normal(name) => Ok(name),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a plain relative path",
+            )),
+        })
+        .collect()
+}
+
+/// Opens `rel` beneath the folder `dir` in one step, following no symbolic link on the way
+/// nor at the end, and never leaving `dir` (a link swapped in fails with `ELOOP`).
+pub(crate) fn open_beneath(
+    dir: impl AsFd,
+    rel: &Path,
+    flags: OFlags,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    let names = names(rel)?;
+    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::fs::ResolveFlags;
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let joined: std::path::PathBuf = if names.is_empty() {
+            ".".into()
+        } else {
+            names.iter().collect()
+        };
+        // EAGAIN: a rename elsewhere raced the resolution; try again, then walk.
+        for _ in 0..8 {
+            match rustix::fs::openat2(dir.as_fd(), &joined, flags, mode, resolve) {
+                Err(rustix::io::Errno::AGAIN) => continue,
+                Err(rustix::io::Errno::NOSYS) => break,
+                result => return Ok(result?),
+            }
+        }
+    }
+    walk(dir.as_fd(), &names, flags, mode)
+}
+
+/// [`open_beneath`] one name at a time with `openat` and `O_NOFOLLOW`.
+fn walk(dir: impl AsFd, names: &[&OsStr], flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+    let Some((last, folders)) = names.split_last() else {
+        return Ok(rustix::fs::openat(dir, ".", flags, mode)?);
+    };
+    let mut current = rustix::fs::openat(dir, ".", DIR_FLAGS | OFlags::CLOEXEC, Mode::empty())?;
+    for name in folders {
+        current = rustix::fs::openat(
+            &current,
+            *name,
+            DIR_FLAGS | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+    }
+    Ok(rustix::fs::openat(&current, *last, flags, mode)?)
+}
+
+/// Opens the folder `rel` beneath `dir`, creating the folders that are missing, following no
+/// symbolic link.
+pub(crate) fn create_dirs_beneath(dir: impl AsFd, rel: &Path) -> io::Result<OwnedFd> {
+    let mut current = rustix::fs::openat(dir, ".", DIR_FLAGS | OFlags::CLOEXEC, Mode::empty())?;
+    for name in names(rel)? {
+        let open = |at: &OwnedFd| {
+            rustix::fs::openat(
+                at,
+                name,
+                DIR_FLAGS | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )
+        };
+        current = match open(&current) {
+            Err(rustix::io::Errno::NOENT) => {
+                match rustix::fs::mkdirat(&current, name, Mode::from_raw_mode(0o777)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                open(&current)?
+            }
+            result => result?,
+        };
+    }
+    Ok(current)
+}
+
+/// A fresh temporary name next to `name`.
+fn temp_name(name: &OsStr) -> OsString {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut temp = OsString::from(".");
+    temp.push(name);
+    temp.push(format!(
+        ".{}.{}.summon-tmp",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    temp
+}
+
+/// Writes `bytes` to `name` in the folder `dir`: a new temporary file (never an existing one
+/// or a link) renamed over `name`, so a reader sees the old file or the new one. An existing
+/// regular file's permissions are kept.
+pub(crate) fn write_in(dir: &OwnedFd, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
+    let temp = temp_name(name);
+    let result = (|| {
+        let fd = rustix::fs::openat(
+            dir,
+            &temp,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o666),
+        )?;
+        let mut file = File::from(fd);
+        file.write_all(bytes)?;
+        if let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            if rustix::fs::FileType::from_raw_mode(stat.st_mode)
+                == rustix::fs::FileType::RegularFile
+            {
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(stat.st_mode as _))?;
+            }
+        }
+        drop(file);
+        rustix::fs::renameat(dir, &temp, dir, name)?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = rustix::fs::unlinkat(dir, &temp, AtFlags::empty());
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_beneath_and_refuses_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f"), "x").unwrap();
+        std::os::unix::fs::symlink(root.join("d"), root.join("link")).unwrap();
+        std::os::unix::fs::symlink("f", root.join("d/rel")).unwrap();
+        let base = open_dir(root).unwrap();
+        let read = |rel: &str| open_beneath(&base, Path::new(rel), OFlags::RDONLY, Mode::empty());
+        assert!(read("d/f").is_ok());
+        assert!(read("./d/f").is_ok());
+        assert!(read("").is_ok());
+        assert!(is_link_error(&read("link/f").unwrap_err()));
+        assert!(is_link_error(&read("d/rel").unwrap_err()));
+        assert!(read("../x").is_err());
+        assert!(read("/etc/passwd").is_err());
+        // The walk refuses the same.
+        let walked = |rel: &str| {
+            walk(
+                &base,
+                &names(Path::new(rel)).unwrap(),
+                OFlags::RDONLY | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )
+        };
+        assert!(walked("d/f").is_ok());
+        assert!(walked("link/f").is_err());
+        assert!(walked("d/rel").is_err());
+
+        let made = create_dirs_beneath(&base, Path::new("n/m")).unwrap();
+        write_in(&made, OsStr::new("g"), b"hi").unwrap();
+        assert_eq!(std::fs::read_to_string(root.join("n/m/g")).unwrap(), "hi");
+        assert!(create_dirs_beneath(&base, Path::new("link/x")).is_err());
+        assert!(!root.join("d/x").exists());
+    }
+}
