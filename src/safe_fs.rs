@@ -5,12 +5,16 @@
 //! opening it by name again leaves a window in which a folder can become a link to anywhere, so
 //! the file tools open a path beneath the working directory in one step ([`open_beneath`]:
 //! `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or a walk of `openat` with
-//! `O_NOFOLLOW` one name at a time where the kernel has no `openat2`).
+//! `O_NOFOLLOW` one name at a time where the kernel has no `openat2`), and every file summon
+//! writes for a run (`--out`, tables, `outputs`, JUnit, a background task's log) is created
+//! without following a link at its name ([`open_no_follow`], [`write_replacing`]): a link there
+//! is refused with [`link_error`].
 
 use std::ffi::{OsStr, OsString};
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Component, Path};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -141,8 +145,8 @@ fn temp_name(name: &OsStr) -> OsString {
 
 /// Writes `bytes` to `name` in the folder `dir`: a new temporary file (never an existing one
 /// or a link) renamed over `name`, so a reader sees the old file or the new one. An existing
-/// regular file's permissions are kept.
-pub(crate) fn write_in(dir: &OwnedFd, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
+/// regular file's permissions are kept. With `sync`, the data is on disk before the rename.
+pub(crate) fn write_in(dir: &OwnedFd, name: &OsStr, bytes: &[u8], sync: bool) -> io::Result<()> {
     let temp = temp_name(name);
     let result = (|| {
         let fd = rustix::fs::openat(
@@ -153,6 +157,9 @@ pub(crate) fn write_in(dir: &OwnedFd, name: &OsStr, bytes: &[u8]) -> io::Result<
         )?;
         let mut file = File::from(fd);
         file.write_all(bytes)?;
+        if sync {
+            file.sync_all()?;
+        }
         if let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             if rustix::fs::FileType::from_raw_mode(stat.st_mode)
                 == rustix::fs::FileType::RegularFile
@@ -168,6 +175,56 @@ pub(crate) fn write_in(dir: &OwnedFd, name: &OsStr, bytes: &[u8]) -> io::Result<
         let _ = rustix::fs::unlinkat(dir, &temp, AtFlags::empty());
     }
     result
+}
+
+/// An error when `path` is a symbolic link: summon writes its own files, never through a link
+/// someone planted at their name.
+pub(crate) fn refuse_link(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(link_error(path)),
+        _ => Ok(()),
+    }
+}
+
+/// The error for a symbolic link where summon writes a file.
+pub(crate) fn link_error(path: &Path) -> io::Error {
+    io::Error::other(format!(
+        "{} is a symbolic link; summon does not write through a link (remove it, or choose \
+         another path)",
+        path.display()
+    ))
+}
+
+/// Opens `path` with `options`, never following a symbolic link at its name: a link there is
+/// refused with [`link_error`].
+pub(crate) fn open_no_follow(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
+    options
+        .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(|e| {
+            if is_link_error(&e) {
+                link_error(path)
+            } else {
+                e
+            }
+        })
+}
+
+/// Writes `bytes` to `path` through a new temporary file in the same folder (created if
+/// missing), synced, and a rename, so a reader sees the old file or the new one; refuses when
+/// `path` is a symbolic link.
+pub(crate) fn write_replacing(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    refuse_link(path)?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))?;
+    let dir = rustix::fs::open(dir, DIR_FLAGS | OFlags::CLOEXEC, Mode::empty())?;
+    write_in(&dir, name, bytes, true)
 }
 
 #[cfg(test)]
@@ -205,9 +262,32 @@ mod tests {
         assert!(walked("d/rel").is_err());
 
         let made = create_dirs_beneath(&base, Path::new("n/m")).unwrap();
-        write_in(&made, OsStr::new("g"), b"hi").unwrap();
+        write_in(&made, OsStr::new("g"), b"hi", false).unwrap();
         assert_eq!(std::fs::read_to_string(root.join("n/m/g")).unwrap(), "hi");
         assert!(create_dirs_beneath(&base, Path::new("link/x")).is_err());
         assert!(!root.join("d/x").exists());
+    }
+
+    #[test]
+    fn writes_refuse_a_link_at_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, "keep").unwrap();
+        let link = dir.path().join("out.jsonl");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        for append in [false, true] {
+            let mut options = OpenOptions::new();
+            options.create(true).append(append).write(!append);
+            let err = open_no_follow(&mut options, &link).unwrap_err();
+            assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        }
+        let err = write_replacing(&link, b"x").unwrap_err();
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        write_replacing(&dir.path().join("new/plain"), b"ok").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("new/plain")).unwrap(),
+            "ok"
+        );
     }
 }

@@ -36,6 +36,7 @@ mod mcp_names;
 mod new;
 mod pipeline_edges;
 mod pipeline_validate;
+mod planted_links;
 mod prompt_cache;
 mod provider_errors;
 mod provider_fidelity;

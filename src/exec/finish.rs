@@ -70,7 +70,9 @@ impl Finish<'_> {
         let mut page = None;
         if let Some(dir) = &out_dir {
             sink.report.write_json(&dir.join("report.json"))?;
-            // The page is a view of the two files: a problem with it does not change the run.
+            // A problem with the page does not change the run; a link planted at it does.
+            crate::safe_fs::refuse_link(&dir.join(crate::output::HTML_FILE))?;
+            // The page is a view of the two files.
             match crate::output::write_html(dir) {
                 Ok(_) => page = self.out_dir.map(|d| d.join(crate::output::HTML_FILE)),
                 Err(e) => eprintln!(

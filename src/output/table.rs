@@ -213,6 +213,7 @@ impl TableRows {
             _ => Path::new("."),
         };
         std::fs::create_dir_all(dir)?;
+        crate::safe_fs::refuse_link(path)?;
         let mut tmp = tempfile::Builder::new()
             .prefix(&format!(
                 ".{}.",

@@ -268,7 +268,7 @@ pub(crate) async fn write_file(args: &Value, wd: &WorkDir) -> Result<String, Too
     blocking(move || {
         let (dir, name) =
             parent_beneath(&root, &path).map_err(|e| io_error("create folders for", &shown, &e))?;
-        crate::safe_fs::write_in(&dir, &name, content.as_bytes())
+        crate::safe_fs::write_in(&dir, &name, content.as_bytes(), false)
             .map_err(|e| io_error("write", &shown, &e))?;
         Ok(format!("wrote {} bytes to {shown}", content.len()))
     })
@@ -326,7 +326,7 @@ pub(crate) async fn edit_file(args: &Value, wd: &WorkDir) -> Result<String, Tool
         };
         let (dir, name) =
             parent_beneath(&root, &path).map_err(|e| io_error("write", &shown, &e))?;
-        crate::safe_fs::write_in(&dir, &name, edited.as_bytes())
+        crate::safe_fs::write_in(&dir, &name, edited.as_bytes(), false)
             .map_err(|e| io_error("write", &shown, &e))?;
         let noun = if count == 1 {
             "occurrence"

@@ -1,0 +1,131 @@
+//! Links planted where summon writes its own files: a model's commands (or a cloned
+//! repository) can leave a symlink at `out/results.jsonl`, `report.json`, a table or a
+//! background task's log, pointing at a file of the user's. summon refuses to write through
+//! it, with an error naming the link, and the file it points at is left as it was.
+
+use crate::support;
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::json;
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::Test;
+
+fn project(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+}
+
+const PIPELINE: &str = "version: 1
+name: links
+steps:
+  - id: notes
+    decompose:
+      file: items.jsonl
+  - id: echo
+    fan_out:
+      over: notes
+      instructions: 'Echo {{ item.id }}'
+outputs:
+  - path: out/table.csv
+    rows: echo
+    columns:
+      id: '{{ item.id }}'
+";
+
+fn items() -> String {
+    (0..3)
+        .map(|i| json!({"id": i}).to_string() + "\n")
+        .collect()
+}
+
+/// A project with the pipeline and `victim.txt`, a file of the user's outside `out/`.
+fn links_project(server: &MockServer) -> Test {
+    project(server)
+        .write_raw("items.jsonl", &items())
+        .write("p.yaml", PIPELINE)
+        .write_raw("victim.txt", "the user's file\n")
+        .mkdir("out")
+}
+
+fn plant(dir: &Path, at: &str) {
+    std::os::unix::fs::symlink(dir.join("victim.txt"), dir.join(at)).unwrap();
+}
+
+fn summon(t: &Test, args: &[&str]) -> Output {
+    t.command().args(args).output().expect("run summon")
+}
+
+fn assert_refused(out: &Output, link: &str, dir: &Path) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(link) && stderr.contains("is a symbolic link"),
+        "{link}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("victim.txt")).unwrap(),
+        "the user's file\n",
+        "written through {link}"
+    );
+    assert!(
+        std::fs::symlink_metadata(dir.join(link))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "{link} was replaced"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_at_any_file_of_out_is_refused() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("ok"))).await;
+    for link in [
+        "out/results.jsonl",
+        "out/report.json",
+        "out/report.html",
+        "out/junit.xml",
+        "out/table.csv",
+    ] {
+        let t = links_project(&server);
+        plant(t.path(), link);
+        let out = summon(
+            &t,
+            &[
+                "run",
+                "p.yaml",
+                "--out",
+                "out",
+                "--junit",
+                "out/junit.xml",
+                "--quiet",
+            ],
+        );
+        assert_refused(&out, link, t.path());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_refuses_a_link_at_results_jsonl() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("ok"))).await;
+    let t = links_project(&server);
+    let first = summon(&t, &["run", "p.yaml", "--out", "out", "--quiet"]);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let results = t.path().join("out/results.jsonl");
+    std::fs::remove_file(&results).unwrap();
+    plant(t.path(), "out/results.jsonl");
+    let out = summon(
+        &t,
+        &["run", "p.yaml", "--out", "out", "--resume", "--quiet"],
+    );
+    assert_refused(&out, "out/results.jsonl", t.path());
+}
