@@ -6,9 +6,9 @@
 //! the file tools open a path beneath the working directory in one step ([`open_beneath`]:
 //! `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or a walk of `openat` with
 //! `O_NOFOLLOW` one name at a time where the kernel has no `openat2`), and every file summon
-//! writes for a run (`--out`, tables, `outputs`, JUnit, a background task's log) is created
-//! without following a link at its name ([`open_no_follow`], [`write_replacing`]): a link there
-//! is refused with [`link_error`].
+//! writes for a run (`--out`, tables, `outputs`, JUnit) is created without following a link
+//! at its name ([`open_no_follow`], [`write_replacing`]): a link there is refused with
+//! [`link_error`]; a background task's log takes its name back ([`create_log`]).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
@@ -210,6 +210,23 @@ pub(crate) fn open_no_follow(options: &mut OpenOptions, path: &Path) -> io::Resu
         })
 }
 
+/// Creates the file `path` afresh for summon alone (a background task's log): whatever is at
+/// its name — a link, a hard link, a file — is removed first (the name, never what it points
+/// at), then the file is created with `O_EXCL | O_NOFOLLOW`. Something planted again in
+/// between makes it fail with an error naming the file.
+pub(crate) fn create_log(path: &Path) -> io::Result<File> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))
+}
+
 /// Writes `bytes` to `path` through a new temporary file in the same folder (created if
 /// missing), synced, and a rename, so a reader sees the old file or the new one; refuses when
 /// `path` is a symbolic link.
@@ -283,6 +300,14 @@ mod tests {
         }
         let err = write_replacing(&link, b"x").unwrap_err();
         assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        // A log takes its name back: the link goes, its target stays.
+        create_log(&link).unwrap().write_all(b"log").unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
+        std::fs::hard_link(&target, dir.path().join("hard")).unwrap();
+        create_log(&dir.path().join("hard"))
+            .unwrap()
+            .write_all(b"log")
+            .unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
         write_replacing(&dir.path().join("new/plain"), b"ok").unwrap();
         assert_eq!(

@@ -129,3 +129,50 @@ async fn resume_refuses_a_link_at_results_jsonl() {
     );
     assert_refused(&out, "out/results.jsonl", t.path());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_background_task_log_is_never_written_through_a_link() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("done"))).await;
+    let t = links_project(&server);
+    let start = |what: &str| {
+        let out = summon(
+            &t,
+            &["delegate", "--async", "--json", "--instructions", what],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_str(&stdout).expect(&stdout);
+        json["task_id"].as_str().expect("task_id").to_owned()
+    };
+    let collect = |id: &str| {
+        let out = summon(&t, &["load", id, "--timeout", "60"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let first = start("first");
+    collect(&first);
+    // The next id is the same day's next number.
+    let (day, seq) = first.split_once('_').expect("DAY_SEQ");
+    let next = format!("{day}_{}", seq.parse::<u64>().unwrap() + 1);
+    let log = format!(".summon/tasks/{next}.log");
+    plant(t.path(), &log);
+    let second = start("second");
+    assert_eq!(second, next);
+    collect(&second);
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("victim.txt")).unwrap(),
+        "the user's file\n",
+        "the worker's log went through the link"
+    );
+    let meta = std::fs::symlink_metadata(t.path().join(&log)).unwrap();
+    assert!(meta.file_type().is_file(), "the log is a file of its own");
+}
