@@ -147,6 +147,16 @@ fn temp_name(name: &OsStr) -> OsString {
 /// or a link) renamed over `name`, so a reader sees the old file or the new one. An existing
 /// regular file's permissions are kept. With `sync`, the data is on disk before the rename.
 pub(crate) fn write_in(dir: &OwnedFd, name: &OsStr, bytes: &[u8], sync: bool) -> io::Result<()> {
+    write_in_with(dir, name, sync, |file| file.write_all(bytes))
+}
+
+/// [`write_in`] with the content written by `fill`.
+pub(crate) fn write_in_with(
+    dir: &OwnedFd,
+    name: &OsStr,
+    sync: bool,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
     let temp = temp_name(name);
     let result = (|| {
         let fd = rustix::fs::openat(
@@ -156,7 +166,7 @@ pub(crate) fn write_in(dir: &OwnedFd, name: &OsStr, bytes: &[u8], sync: bool) ->
             Mode::from_raw_mode(0o666),
         )?;
         let mut file = File::from(fd);
-        file.write_all(bytes)?;
+        fill(&mut file)?;
         if sync {
             file.sync_all()?;
         }
@@ -175,6 +185,161 @@ pub(crate) fn write_in(dir: &OwnedFd, name: &OsStr, bytes: &[u8], sync: bool) ->
         let _ = rustix::fs::unlinkat(dir, &temp, AtFlags::empty());
     }
     result
+}
+
+/// Where summon writes one of its files: the folder, open, and the name in it.
+pub(crate) struct Dest {
+    dir: OwnedFd,
+    name: OsString,
+    /// The path, for messages.
+    path: std::path::PathBuf,
+}
+
+impl Dest {
+    /// `path`, its missing folders created (folders that are links are followed: the path is
+    /// the user's choice).
+    pub(crate) fn at(path: &Path) -> io::Result<Self> {
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        std::fs::create_dir_all(dir)?;
+        let name = path
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))?;
+        Ok(Self {
+            dir: rustix::fs::open(dir, DIR_FLAGS | OFlags::CLOEXEC, Mode::empty())?,
+            name: name.to_owned(),
+            path: path.to_owned(),
+        })
+    }
+
+    /// `rel` beneath the folder `root` (canonical): its folders opened, or created, one name at
+    /// a time without following a link ([`inside`] gives such an `rel`).
+    pub(crate) fn beneath(root: &Path, rel: &Path) -> io::Result<Self> {
+        let name = rel
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))?;
+        let folder = rel.parent().unwrap_or(Path::new(""));
+        Ok(Self {
+            dir: create_dirs_beneath(open_dir(root)?, folder)?,
+            name: name.to_owned(),
+            path: root.join(rel),
+        })
+    }
+
+    /// Writes the file through a new temporary file, synced, and a rename; a symbolic link at
+    /// its name is refused.
+    pub(crate) fn write_with(
+        &self,
+        fill: impl FnOnce(&mut File) -> io::Result<()>,
+    ) -> io::Result<()> {
+        if let Ok(stat) = rustix::fs::statat(&self.dir, &self.name, AtFlags::SYMLINK_NOFOLLOW) {
+            if rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Symlink {
+                return Err(link_error(&self.path));
+            }
+        }
+        write_in_with(&self.dir, &self.name, true, fill)
+    }
+
+    pub(crate) fn write(&self, bytes: &[u8]) -> io::Result<()> {
+        self.write_with(|file| file.write_all(bytes))
+    }
+}
+
+/// Why a path is not inside a folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outside {
+    /// An absolute path elsewhere.
+    Absolute,
+    /// `..` leads out.
+    Parent,
+    /// A symbolic link leads out (or nowhere).
+    Link,
+}
+
+impl Outside {
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Self::Absolute => "is an absolute path",
+            Self::Parent => "goes up with `..`",
+            Self::Link => "goes through a symbolic link",
+        }
+    }
+}
+
+/// `path` (relative to `root`, or absolute) as a path relative to `root` (a canonical folder)
+/// with no link and no `..` in it, when its folder stays inside `root` as the kernel would
+/// resolve it: the part that exists is canonicalized (links inside `root` are fine) and must be
+/// inside `root`, the rest must be plain names. The file name is kept as it is (a link there is
+/// refused when the file is written).
+pub(crate) fn inside(root: &Path, path: &Path) -> Result<std::path::PathBuf, Outside> {
+    let Some(name) = path.file_name() else {
+        return Err(if path.is_absolute() && !path.starts_with(root) {
+            Outside::Absolute
+        } else {
+            Outside::Parent
+        });
+    };
+    let mut rel = folder_inside(root, path.parent().unwrap_or(Path::new("")))?;
+    rel.push(name);
+    Ok(rel)
+}
+
+/// [`inside`] for the folder `path`.
+fn folder_inside(root: &Path, path: &Path) -> Result<std::path::PathBuf, Outside> {
+    let lexical_escape = || {
+        let mut depth = 0i64;
+        for c in path.components() {
+            match c {
+                Component::ParentDir => depth -= 1,
+                Component::Normal(_) => depth += 1,
+                _ => {}
+            }
+            if depth < 0 {
+                return true;
+            }
+        }
+        false
+    };
+    let outside = || {
+        if path.is_absolute() && !path.starts_with(root) {
+            Outside::Absolute
+        } else if lexical_escape() {
+            Outside::Parent
+        } else {
+            Outside::Link
+        }
+    };
+    let candidate = root.join(path);
+    let (base, rest) = candidate
+        .ancestors()
+        .find_map(|prefix| {
+            let base = std::fs::canonicalize(prefix).ok()?;
+            Some((base, candidate.strip_prefix(prefix).ok()?.to_path_buf()))
+        })
+        .ok_or_else(outside)?;
+    let Ok(within) = base.strip_prefix(root) else {
+        return Err(outside());
+    };
+    let mut rel = within.to_path_buf();
+    let mut first = true;
+    for c in rest.components() {
+        match c {
+            Component::CurDir => {}
+            Component::Normal(name) => {
+                // It exists yet did not canonicalize: a dangling or looping link.
+                if first && std::fs::symlink_metadata(base.join(name)).is_ok() {
+                    return Err(Outside::Link);
+                }
+                first = false;
+                rel.push(name);
+            }
+            Component::ParentDir => return Err(Outside::Parent),
+            _ => return Err(outside()),
+        }
+    }
+    Ok(rel)
 }
 
 /// An error when `path` is a symbolic link: summon writes its own files, never through a link
@@ -232,16 +397,7 @@ pub(crate) fn create_log(path: &Path) -> io::Result<File> {
 /// `path` is a symbolic link.
 pub(crate) fn write_replacing(path: &Path, bytes: &[u8]) -> io::Result<()> {
     refuse_link(path)?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    std::fs::create_dir_all(dir)?;
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))?;
-    let dir = rustix::fs::open(dir, DIR_FLAGS | OFlags::CLOEXEC, Mode::empty())?;
-    write_in(&dir, name, bytes, true)
+    Dest::at(path)?.write(bytes)
 }
 
 #[cfg(test)]
@@ -313,6 +469,37 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(dir.path().join("new/plain")).unwrap(),
             "ok"
+        );
+    }
+
+    #[test]
+    fn inside_tells_why_a_path_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap().join("p");
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::os::unix::fs::symlink(root.join("d"), root.join("in")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), root.join("up")).unwrap();
+        std::os::unix::fs::symlink("/nowhere/x", root.join("dangling")).unwrap();
+        let rel = |p: &str| inside(&root, Path::new(p));
+        assert_eq!(rel("out/a.md"), Ok("out/a.md".into()));
+        assert_eq!(rel("in/a.md"), Ok("d/a.md".into()));
+        assert_eq!(rel("d/../x"), Ok("x".into()));
+        assert_eq!(rel(&root.join("x").display().to_string()), Ok("x".into()));
+        assert_eq!(rel("../x"), Err(Outside::Parent));
+        assert_eq!(rel("new/../../x"), Err(Outside::Parent));
+        assert_eq!(rel("/etc/x"), Err(Outside::Absolute));
+        assert_eq!(rel("up/x"), Err(Outside::Link));
+        assert_eq!(rel("dangling/x"), Err(Outside::Link));
+        assert_eq!(
+            rel("in"),
+            Ok("in".into()),
+            "a link at the name is the writer's to refuse"
+        );
+        let dest = Dest::beneath(&root, Path::new("new/deep/f")).unwrap();
+        dest.write(b"x").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("new/deep/f")).unwrap(),
+            "x"
         );
     }
 }

@@ -176,3 +176,88 @@ async fn the_next_background_task_log_is_never_written_through_a_link() {
     let meta = std::fs::symlink_metadata(t.path().join(&log)).unwrap();
     assert!(meta.file_type().is_file(), "the log is a file of its own");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_output_path_that_leaves_the_project_is_refused() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("ok"))).await;
+    for chosen in [
+        "../escape.txt",
+        "{ABS}",
+        "linked/escape.txt",
+        "out/../../escape.txt",
+    ] {
+        let t = project(&server)
+            .write_raw("items.jsonl", &items())
+            .write_raw("victim.txt", "the user's file\n")
+            .mkdir("work")
+            .current_dir("work");
+        let root = t.path().to_path_buf();
+        std::os::unix::fs::symlink(&root, root.join("work/linked")).unwrap();
+        let chosen = chosen.replace("{ABS}", &root.join("escape.txt").display().to_string());
+        let pipeline = format!(
+            "version: 1
+name: chosen
+steps:
+  - id: notes
+    decompose:
+      items: ['{chosen}']
+  - id: echo
+    fan_out:
+      over: notes
+      instructions: 'Echo {{{{ item }}}}'
+outputs:
+  - path: '{{{{ steps.notes.items[0] }}}}'
+    content: 'pwned'
+"
+        );
+        std::fs::write(root.join("work/p.yaml"), pipeline).unwrap();
+        let out = summon(&t, &["run", "p.yaml", "--quiet"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{chosen}: {stderr}");
+        assert!(
+            stderr.contains("outputs[0]") && stderr.contains("outside the project"),
+            "{chosen}: {stderr}"
+        );
+        assert!(!root.join("escape.txt").exists(), "{chosen} was written");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn outside_project_lets_an_output_leave_and_validate_says_so() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("ok"))).await;
+    let t = project(&server).mkdir("work").current_dir("work");
+    let root = t.path().to_path_buf();
+    std::fs::write(
+        root.join("work/p.yaml"),
+        "version: 1
+name: out
+steps:
+  - id: one
+    delegate:
+      instructions: 'hi'
+outputs:
+  - path: ../shared/notes.md
+    content: '{{ steps.one.output }}'
+    outside_project: true
+",
+    )
+    .unwrap();
+    let validate = summon(&t, &["validate", "p.yaml"]);
+    let stderr = String::from_utf8_lossy(&validate.stderr).into_owned()
+        + &String::from_utf8_lossy(&validate.stdout);
+    assert!(
+        stderr.contains("outside_project") && stderr.contains("outside the project"),
+        "{stderr}"
+    );
+    let out = summon(&t, &["run", "p.yaml", "--quiet"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("shared/notes.md")).unwrap(),
+        "ok\n"
+    );
+}

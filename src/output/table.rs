@@ -68,12 +68,12 @@ impl Tables {
         }
     }
 
-    /// Writes the table of `outputs[index]` to `path`, atomically.
-    pub(crate) fn write(&mut self, index: usize, path: &Path) -> Result<()> {
+    /// Writes the table of `outputs[index]` to `dest`, atomically.
+    pub(crate) fn write(&mut self, index: usize, dest: &crate::safe_fs::Dest) -> Result<()> {
         let Some(rows) = self.entries.get_mut(index).and_then(Option::take) else {
             return Err(Error::internal("a table output without its rows"));
         };
-        rows.write(path)
+        rows.write(dest)
     }
 }
 
@@ -195,7 +195,7 @@ impl TableRows {
     }
 
     /// Copies the rows to a temporary file beside `path`, then renames it over `path`.
-    fn write(mut self, path: &Path) -> Result<()> {
+    fn write(mut self, dest: &crate::safe_fs::Dest) -> Result<()> {
         // Rows still waiting for a task that never finished follow in item order.
         for row in std::mem::take(&mut self.early).into_values().flatten() {
             self.append(&row);
@@ -208,24 +208,7 @@ impl TableRows {
             .into_inner()
             .map_err(io::IntoInnerError::into_error)?;
         spill.seek(SeekFrom::Start(0))?;
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        std::fs::create_dir_all(dir)?;
-        crate::safe_fs::refuse_link(path)?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(&format!(
-                ".{}.",
-                path.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            ))
-            .suffix(".tmp")
-            .tempfile_in(dir)?;
-        io::copy(&mut spill, tmp.as_file_mut())?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(path).map_err(|e| Error::from(e.error))?;
+        dest.write_with(|file| io::copy(&mut spill, file).map(drop))?;
         Ok(())
     }
 }

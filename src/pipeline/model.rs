@@ -288,6 +288,9 @@ pub(crate) enum Backend {
 pub(crate) struct OutputFile {
     pub(crate) path: Template,
     pub(crate) body: OutputBody,
+    /// `outside_project: true`: the rendered path may leave the working directory (`..`, an
+    /// absolute path, a link); without it such a path is refused.
+    pub(crate) outside_project: bool,
 }
 
 /// What an `outputs` file holds.

@@ -1166,6 +1166,16 @@ fn read_outputs(node: &Node, d: &mut FileDiags<'_>) -> Vec<OutputFile> {
         let rows = r.get("rows");
         let columns = r.get("columns");
         let only = r.get("only");
+        let outside_key = r.get_entry("outside_project").map(|(k, _)| k.pos);
+        let outside_project = bool_field(&mut r, "outside_project", d).unwrap_or(false);
+        if let (true, Some(pos)) = (outside_project, outside_key) {
+            d.warning(
+                pos,
+                format!(
+                    "`{path}.outside_project: true`: this file may be written outside the project (its rendered path may use `..`, be absolute or go through a link), wherever the user can write"
+                ),
+            );
+        }
         r.finish(d);
         if file.is_none() && is_absent(item, "path") {
             d.error(item.pos, format!("`{path}` is missing `path`"));
@@ -1187,6 +1197,7 @@ fn read_outputs(node: &Node, d: &mut FileDiags<'_>) -> Vec<OutputFile> {
                 out.push(OutputFile {
                     path: file,
                     body: OutputBody::Table(table),
+                    outside_project,
                 });
             }
             continue;
@@ -1201,6 +1212,7 @@ fn read_outputs(node: &Node, d: &mut FileDiags<'_>) -> Vec<OutputFile> {
             out.push(OutputFile {
                 path: file,
                 body: OutputBody::Text(content),
+                outside_project,
             });
         }
     }

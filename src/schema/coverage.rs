@@ -53,7 +53,7 @@ steps:
   - id: one
     delegate: {instructions: "one", source: r, parameters: {}, context: c, extensions: x}
 outputs:
-  - {path: out.md, content: "{{ steps.sum.output }}"}
+  - {path: out.md, content: "{{ steps.sum.output }}", outside_project: false}
   - {path: out.csv, rows: work, columns: {id: "{{ item }}", label: "{{ data.label }}"}, only: completed}
 "#;
 

@@ -253,6 +253,10 @@ pub(super) fn schema() -> Value {
                         "only": {
                             "description": "`completed`: failed items are left out of the table.",
                             "enum": ["completed"]
+                        },
+                        "outside_project": {
+                            "description": "true: the rendered path may leave the project (`..`, an absolute path, a symbolic link); without it such a path is refused. `summon validate` warns about it.",
+                            "type": "boolean"
                         }
                     },
                     "additionalProperties": false
