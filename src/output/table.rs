@@ -156,7 +156,14 @@ impl TableRows {
             values.push(render_column(&self.env, i, t, &ctx, done.index)?);
         }
         Ok(match self.table.format {
-            TableFormat::Csv => self.csv_line(&values),
+            TableFormat::Csv => {
+                if !self.table.keep_formulas {
+                    for value in &mut values {
+                        neutralise_formula(value);
+                    }
+                }
+                self.csv_line(&values)
+            }
             TableFormat::Jsonl => {
                 let mut object = serde_json::Map::new();
                 for ((name, _), value) in self.table.columns.iter().zip(values) {
@@ -211,6 +218,26 @@ impl TableRows {
         dest.write_with(|file| io::copy(&mut spill, file).map(drop))?;
         Ok(())
     }
+}
+
+/// A CSV cell a spreadsheet would take for a formula (it starts with `=`, `+`, `-`, `@`, a tab
+/// or a carriage return) gets a leading `'`, so it is shown as text (OWASP's advice against
+/// CSV injection); a plain number (`-5`, `+3.25`) is left as it is.
+fn neutralise_formula(cell: &mut String) {
+    let risky = cell.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    if risky && !is_plain_number(cell) {
+        cell.insert(0, '\'');
+    }
+}
+
+/// `-5`, `+3.25`: a sign, digits, at most one `.` between digits.
+fn is_plain_number(cell: &str) -> bool {
+    let digits = cell.strip_prefix(['+', '-']).unwrap_or(cell);
+    let mut parts = digits.splitn(2, '.');
+    let whole = parts.next().unwrap_or_default();
+    let fraction = parts.next();
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    all_digits(whole) && fraction.is_none_or(all_digits)
 }
 
 fn render_column(

@@ -313,6 +313,9 @@ pub(crate) struct Table {
     pub(crate) columns: Vec<(String, Template)>,
     /// `only: completed`: failed items are left out.
     pub(crate) only_completed: bool,
+    /// `keep_formulas: true`: CSV cells that start like a formula (`=`, `+`, `-`, `@`, tab,
+    /// carriage return) are written as they are instead of behind a `'`.
+    pub(crate) keep_formulas: bool,
     pub(crate) format: TableFormat,
 }
 
