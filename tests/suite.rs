@@ -20,6 +20,7 @@ mod delegate;
 mod discovery;
 mod doctor;
 mod error_messages;
+mod escapes;
 mod examples;
 mod exit_codes;
 mod faults;
