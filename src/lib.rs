@@ -32,6 +32,7 @@ mod plural;
 mod process;
 mod provider;
 mod recipe;
+mod safe_fs;
 mod sandbox;
 mod scaffold;
 mod schema;
@@ -103,19 +104,31 @@ where
         Err(error) => {
             match &error {
                 error::Error::Input(diags) => ctx.report(&diags.items),
+                // A message can quote a provider's answer or a model's path: shown without the
+                // control sequences a terminal would act on.
                 error::Error::Failed(message) | error::Error::Busy(message)
                     if !message.is_empty() =>
                 {
-                    let _ = writeln!(std::io::stderr(), "summon: error: {message}");
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "summon: error: {}",
+                        text::printable(message)
+                    );
                 }
                 error::Error::Io(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                    let _ = writeln!(std::io::stderr(), "summon: error: {e}");
+                    let e = e.to_string();
+                    let _ = writeln!(std::io::stderr(), "summon: error: {}", text::printable(&e));
                 }
                 error::Error::Store(e) => {
-                    let _ = writeln!(std::io::stderr(), "summon: error: {e}");
+                    let e = e.to_string();
+                    let _ = writeln!(std::io::stderr(), "summon: error: {}", text::printable(&e));
                 }
                 error::Error::Internal(message) => {
-                    let _ = writeln!(std::io::stderr(), "summon: internal error: {message}");
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "summon: internal error: {}",
+                        text::printable(message)
+                    );
                 }
                 _ => {}
             }

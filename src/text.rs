@@ -1,4 +1,4 @@
-//! Text cut to a size.
+//! Text cut to a size, and text from outside summon made safe to print on a terminal.
 
 /// Cuts `text` to at most `max` bytes at a character boundary; says whether it cut.
 pub(crate) fn truncate_at_boundary(text: &mut String, max: usize) -> bool {
@@ -11,4 +11,77 @@ pub(crate) fn truncate_at_boundary(text: &mut String, max: usize) -> bool {
     }
     text.truncate(end);
     true
+}
+/// `text` without the control characters and escape sequences a terminal would act on: a
+/// provider's error body, a path or name the model chose, an MCP server's stderr could set the
+/// window title, move the cursor or erase lines. `ESC` sequences (CSI, OSC, DCS and the
+/// rest) and C1 controls go whole; other control characters (`\r`, `\x07`, ...) go, except a
+/// line break and a tab.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let safe = |c: char| c == '\n' || c == '\t' || !c.is_control();
+    if text.chars().all(safe) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => match chars.next() {
+                Some('[') => skip_csi(&mut chars),
+                Some(']' | 'P' | 'X' | '^' | '_') => skip_string(&mut chars),
+                // A two-character sequence (`ESC c`, `ESC 7`, ...), or an ESC at the end.
+                _ => {}
+            },
+            '\u{9b}' => skip_csi(&mut chars),
+            '\u{9d}' | '\u{90}' | '\u{98}' | '\u{9e}' | '\u{9f}' => skip_string(&mut chars),
+            c if safe(c) => out.push(c),
+            _ => {}
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The rest of a control sequence: parameter and intermediate bytes, then one final byte.
+fn skip_csi(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    while let Some(&c) = chars.peek() {
+        chars.next();
+        if ('\u{40}'..='\u{7e}').contains(&c) || !('\u{20}'..='\u{3f}').contains(&c) {
+            return;
+        }
+    }
+}
+
+/// The rest of a string sequence (OSC, DCS, ...): up to BEL, `ESC \\` or ST, or the end of
+/// the line.
+fn skip_string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{7}' | '\u{9c}' | '\n' => return,
+            '\u{1b}' => {
+                if chars.peek() == Some(&'\\') {
+                    chars.next();
+                }
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_drops_what_a_terminal_acts_on() {
+        assert!(matches!(
+            printable("plain\ttext\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let hostile = "a\u{1b}]0;title\u{7}b\u{1b}[2Jc\u{1b}[1;31md\u{1b}P+q\u{1b}\\e\u{9b}31mf\rg\u{7}h\u{1b}7i\u{1b}]8;;http://x\u{1b}\\j\u{7f}k";
+        assert_eq!(printable(hostile), "abcdefghijk");
+        assert_eq!(printable("line\nnext"), "line\nnext");
+        assert_eq!(printable("end\u{1b}"), "end");
+        assert_eq!(printable("unterminated\u{1b}]0;title"), "unterminated");
+    }
 }

@@ -372,3 +372,27 @@ fn colour_follows_the_flag_no_color_and_the_terminal() {
     assert!(!usage("--color never").contains('\x1b'));
     assert!(!usage("--color=never").contains('\x1b'));
 }
+
+#[test]
+fn bash_completion_quotes_a_hostile_source_name() {
+    let name = "rev$(touch pwned);touch${IFS}pwned2 `touch pwned3`";
+    let test = script_is_accepted("bash").write(
+        &format!(".agents/agents/{name}.md"),
+        &format!("---\nname: '{name}'\ndescription: Reads\n---\nRead.\n"),
+    );
+    // Each candidate is inserted into the command line as it is, then the line runs.
+    let completed = shell(
+        &test,
+        "bash",
+        r#"source summon.bash
+COMP_WORDS=(summon delegate --source rev); COMP_CWORD=3; COMP_TYPE=9
+_clap_complete_summon summon rev --source
+for candidate in "${COMPREPLY[@]}"; do eval "printf 'arg:%s\n' $candidate"; done
+"#,
+    );
+    for made in ["pwned", "pwned2", "pwned3"] {
+        assert!(!test.path().join(made).exists(), "{made}: {completed}");
+    }
+    let args: Vec<&str> = completed.lines().collect();
+    assert_eq!(args, ["arg:review", &format!("arg:{name}")], "{completed}");
+}

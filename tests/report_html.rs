@@ -419,7 +419,10 @@ async fn report_html_in_headless_chromium_counts_filters_and_shows_errors() {
     assert_eq!(text_of(&all, "task-count"), total.to_string());
     assert_eq!(text_of(&all, "failed-count"), FAILED.to_string());
     // The run succeeded with failed tasks: the badge says so, not a bare "succeeded".
-    assert_eq!(text_of(&all, "status"), format!("completed, {FAILED} failed"));
+    assert_eq!(
+        text_of(&all, "status"),
+        format!("completed, {FAILED} failed")
+    );
     let statuses = row_statuses(&all);
     assert_eq!(statuses.len(), total, "every row fits on the first page");
     assert!(

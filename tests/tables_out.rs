@@ -442,3 +442,66 @@ async fn a_column_that_fails_to_render_writes_nothing() {
         .unwrap_or_default();
     assert!(left.is_empty(), "nothing half-written: {left:?}");
 }
+
+/// Cells a spreadsheet would run as formulas, and cells it would not.
+const FORMULAS: [(&str, &str); 10] = [
+    (
+        "=HYPERLINK(\"http://evil.example/\",\"x\")",
+        "'=HYPERLINK(\"http://evil.example/\",\"x\")",
+    ),
+    ("+1+cmd|' /C calc'!A0", "'+1+cmd|' /C calc'!A0"),
+    ("-2+3", "'-2+3"),
+    ("@SUM(A1:A2)", "'@SUM(A1:A2)"),
+    ("\t=1", "'\t=1"),
+    ("\r=1", "'\r=1"),
+    ("-5", "-5"),
+    ("+3.25", "+3.25"),
+    ("plain = text", "plain = text"),
+    ("", ""),
+];
+
+fn formula_server() -> MockConfig {
+    MockConfig::new().rule(|request| {
+        let text = request.last_user_text().unwrap_or_default();
+        let i: usize = text
+            .strip_prefix("Classify: ")
+            .unwrap_or("0")
+            .parse()
+            .unwrap_or(0);
+        Reply::text(json!({"category": FORMULAS[i].0}).to_string())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn csv_cells_that_start_a_formula_are_neutralised_unless_kept() {
+    let server = MockServer::start(formula_server()).await;
+    let outputs = "
+  - path: out/safe.csv
+    rows: labels
+    columns:
+      '=name': '{{ data.category }}'
+  - path: out/raw.csv
+    rows: labels
+    keep_formulas: true
+    columns:
+      category: '{{ data.category }}'
+  - path: out/rows.jsonl
+    rows: labels
+    columns:
+      category: '{{ data.category }}'";
+    let out = openai(&server)
+        .write_raw("items.jsonl", &items(FORMULAS.len()))
+        .write("p.yaml", &pipeline("", outputs))
+        .args(["run", "p.yaml", "--quiet"])
+        .run();
+    let safe = python_csv(&out.dir.join("out/safe.csv"));
+    assert_eq!(safe[0], ["=name"], "the author's header is kept");
+    let raw = python_csv(&out.dir.join("out/raw.csv"));
+    let jsonl = std::fs::read_to_string(out.dir.join("out/rows.jsonl")).unwrap();
+    for (i, (cell, neutral)) in FORMULAS.iter().enumerate() {
+        assert_eq!(safe[i + 1], [*neutral], "row {i}");
+        assert_eq!(raw[i + 1], [*cell], "row {i} kept raw");
+        let line: Value = serde_json::from_str(jsonl.lines().nth(i).unwrap()).unwrap();
+        assert_eq!(line["category"], *cell, "JSONL is data, unchanged");
+    }
+}

@@ -138,20 +138,49 @@ pub(crate) fn source_names() -> Vec<CompletionCandidate> {
     let Ok(env) = Env::from_process() else {
         return Vec::new();
     };
+    let bash = env.var(COMPLETE_VAR) == Some("bash");
     let catalog = discover(search_dirs(&env));
     catalog
         .sources
         .iter()
-        .map(|source| {
+        .filter_map(|source| {
+            // A name comes from a file anyone can commit: bash puts it into the command line
+            // as it is, so it goes there escaped (zsh and fish quote what they insert), and
+            // one with a control character is offered to no shell.
+            let value = if bash {
+                bash_word(&source.name)?
+            } else if source.name.chars().any(char::is_control) {
+                return None;
+            } else {
+                source.name.clone()
+            };
             let kind = match source.kind {
                 SourceKind::Recipe => "recipe",
                 SourceKind::Agent => "agent",
                 SourceKind::Subrecipe => "subrecipe",
             };
             let help = format!("{kind}: {}", short(&source.description));
-            CompletionCandidate::new(&source.name).help(Some(help.trim_end().to_owned().into()))
+            Some(CompletionCandidate::new(value).help(Some(help.trim_end().to_owned().into())))
         })
         .collect()
+}
+
+/// `text` as one word of a bash command line, each character the shell would read as syntax
+/// (`$`, `;`, quotes, backquotes, spaces, ...) escaped with a backslash, so a plain prefix
+/// still matches; `None` for text with a control character, which no escape makes safe to
+/// insert.
+fn bash_word(text: &str) -> Option<String> {
+    if text.chars().any(char::is_control) {
+        return None;
+    }
+    let mut word = String::with_capacity(text.len());
+    for c in text.chars() {
+        if !(c.is_alphanumeric() || "-_./:@%+=,".contains(c)) {
+            word.push('\\');
+        }
+        word.push(c);
+    }
+    Some(word)
 }
 
 /// [`source_names`], then the ids of background tasks that are running or can be collected.
@@ -250,6 +279,18 @@ mod tests {
         assert_eq!(Shell::from_name("/usr/bin/zsh"), Some(Shell::Zsh));
         assert_eq!(Shell::from_name("fish"), Some(Shell::Fish));
         assert_eq!(Shell::from_name("tcsh"), None);
+    }
+
+    #[test]
+    fn bash_words_escape_syntax() {
+        assert_eq!(bash_word("release-notes").as_deref(), Some("release-notes"));
+        assert_eq!(bash_word("résumé_v1.2").as_deref(), Some("résumé_v1.2"));
+        assert_eq!(
+            bash_word("a$(b);c `d` 'e'").as_deref(),
+            Some(r"a\$\(b\)\;c\ \`d\`\ \'e\'")
+        );
+        assert_eq!(bash_word("a\nb"), None);
+        assert_eq!(bash_word("a\u{b}b"), None);
     }
 
     #[test]

@@ -141,10 +141,14 @@ pub(super) fn worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-/// One progress line on stderr: `[subagent NAME] read_file: completed`.
+/// One progress line on stderr: `[subagent NAME] read_file: completed`. Names, paths and
+/// reasons can come from the model, a provider or a server: shown without control sequences.
 fn progress_line(label: &str, palette: crate::color::Palette, event: SubagentEvent) {
+    use crate::text::printable;
+    let label = printable(label);
     match event {
         SubagentEvent::ToolCall { name, ok, summary } => {
+            let (name, summary) = (printable(&name), printable(&summary));
             if ok {
                 eprintln!("[subagent {label}] {name}: {}", palette.green("completed"));
             } else {
@@ -160,19 +164,24 @@ fn progress_line(label: &str, palette: crate::color::Palette, event: SubagentEve
             reason,
             ..
         } => eprintln!(
-            "[subagent {label}] retry {attempt} in {:.1}s: {reason}",
-            delay.as_secs_f64()
+            "[subagent {label}] retry {attempt} in {:.1}s: {}",
+            delay.as_secs_f64(),
+            printable(&reason)
         ),
         SubagentEvent::SchemaRetry { .. } => {
             eprintln!("[subagent {label}] answer does not match the schema; asking again");
         }
         SubagentEvent::CheckRetry { attempt, reason } => {
-            eprintln!("[subagent {label}] retry checks failed (attempt {attempt}): {reason}");
+            eprintln!(
+                "[subagent {label}] retry checks failed (attempt {attempt}): {}",
+                printable(&reason)
+            );
         }
         SubagentEvent::Warning { message } => {
             eprintln!(
-                "[subagent {label}] {}: {message}",
-                palette.warning("warning")
+                "[subagent {label}] {}: {}",
+                palette.warning("warning"),
+                printable(&message)
             );
         }
         SubagentEvent::Turn { .. }

@@ -99,7 +99,7 @@ fn spawn_worker(store: &Store, id: &TaskId, env: &Env) -> std::io::Result<u32> {
     if let Some(dir) = log_path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let log = std::fs::File::create(&log_path)?;
+    let log = crate::safe_fs::create_log(&log_path)?;
     let exe = std::env::current_exe()?;
     let mut command = std::process::Command::new(exe);
     command

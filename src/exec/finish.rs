@@ -71,7 +71,9 @@ impl Finish<'_> {
         let mut page = None;
         if let Some(dir) = &out_dir {
             sink.out.report.write_json(&dir.join("report.json"))?;
-            // The page is a view of the two files: a problem with it does not change the run.
+            // A problem with the page does not change the run; a link planted at it does.
+            crate::safe_fs::refuse_link(&dir.join(crate::output::HTML_FILE))?;
+            // The page is a view of the two files.
             match crate::output::write_html(dir) {
                 Ok(_) => page = self.out_dir.map(|d| d.join(crate::output::HTML_FILE)),
                 Err(e) => eprintln!(
@@ -274,10 +276,10 @@ fn write_outputs(
         let path = tenv
             .render_str(&output.path.text, &base)
             .map_err(|e| Error::usage(output.path.render_error(&e)))?;
-        let path = env.cwd.join(path.trim());
+        let dest = output_dest(env, path.trim(), index, output.outside_project)?;
         let content = match &output.body {
             OutputBody::Table(_) => {
-                tables.write(index, &path)?;
+                tables.write(index, &dest)?;
                 continue;
             }
             OutputBody::Text(content) => content,
@@ -290,7 +292,32 @@ fn write_outputs(
         if !text.is_empty() {
             text.push('\n');
         }
-        crate::output::write_atomically(&path, text.as_bytes())?;
+        dest.write(text.as_bytes())?;
     }
     Ok(())
+}
+
+/// Where `outputs[index]` goes: its rendered `path` inside the project (the working
+/// directory), opened beneath it without following a link, unless the entry says
+/// `outside_project: true`.
+fn output_dest(
+    env: &Env,
+    path: &str,
+    index: usize,
+    outside_project: bool,
+) -> Result<crate::safe_fs::Dest> {
+    if outside_project {
+        return Ok(crate::safe_fs::Dest::at(&env.cwd.join(path))?);
+    }
+    let root = std::fs::canonicalize(&env.cwd)?;
+    let rel = crate::safe_fs::inside(&root, Path::new(path)).map_err(|why| {
+        Error::usage(format!(
+            "outputs[{index}]: the path `{}` {} and leads outside the project ({}); an output is \
+             written inside the project unless its entry sets `outside_project: true`",
+            path.escape_debug(),
+            why.reason(),
+            env.cwd.display()
+        ))
+    })?;
+    Ok(crate::safe_fs::Dest::beneath(&root, &rel)?)
 }

@@ -193,6 +193,13 @@ fn open_results(env: &Env, options: &RunOptions) -> Result<(Option<ResultsWriter
     let resuming = options.resume.is_some();
     let dir = env.cwd.join(dir);
     std::fs::create_dir_all(&dir)?;
+    // A link planted at a file the run writes is refused now, before any request.
+    for name in [crate::output::REPORT_FILE, crate::output::HTML_FILE] {
+        crate::safe_fs::refuse_link(&dir.join(name))?;
+    }
+    if let Some(junit) = &options.junit {
+        crate::safe_fs::refuse_link(&env.cwd.join(junit))?;
+    }
     if options.plan.writes_manifest() {
         // A manifest describes a finished run: the old one goes until this one ends.
         super::plan::remove_manifest(&dir)?;

@@ -514,11 +514,14 @@ async fn spawn_stdio(
     if let Some(stderr) = stderr {
         let tail = Arc::clone(tail);
         tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            // Bytes, not text: a line that is not UTF-8 must not end the reading.
+            let mut reader = tokio::io::BufReader::new(stderr);
+            let mut line = Vec::new();
+            while matches!(reader.read_until(b'\n', &mut line).await, Ok(n) if n > 0) {
                 if let Ok(mut tail) = tail.lock() {
-                    tail.push(&line);
+                    tail.push(&String::from_utf8_lossy(&line));
                 }
+                line.clear();
             }
             if let Ok(mut tail) = tail.lock() {
                 tail.close();

@@ -22,7 +22,8 @@ pub(crate) struct StderrTail {
 impl StderrTail {
     /// Adds one line (blank lines are skipped).
     pub(crate) fn push(&mut self, line: &str) {
-        let mut line = line.trim().to_owned();
+        // Quoted in messages shown on a terminal: without the server's control sequences.
+        let mut line = crate::text::printable(line).trim().to_owned();
         if line.is_empty() {
             return;
         }

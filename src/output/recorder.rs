@@ -83,7 +83,8 @@ impl Recorder {
                 crate::plural::count(group.count, "task")
             ));
         }
-        Some(text)
+        // Items and messages come from outside: no control sequences on the terminal.
+        Some(crate::text::printable(&text).into_owned())
     }
 
     /// Provider retries so far, per class.

@@ -78,7 +78,7 @@
 //!   "tool_tokens_per_task_max"}` (sums, then the largest of one task), `null` when none did.
 
 use std::collections::HashMap;
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -568,32 +568,11 @@ impl Report {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename, so a
-/// reader sees the old file or the new one, never a part.
+/// Writes `bytes` to `path` through a new temporary file in the same directory and a rename, so
+/// a reader sees the old file or the new one, never a part; a symbolic link at `path` is
+/// refused, never written through.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    std::fs::create_dir_all(dir)?;
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file path"))?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    crate::safe_fs::write_replacing(path, bytes)
 }
 
 /// `950`, `3.2k`, `52.1k`, `1.3M`.

@@ -121,12 +121,15 @@ impl ResultsWriter {
     pub(crate) fn create(dir: &Path, append: bool) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(RESULTS_FILE);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .read(true)
-            .truncate(!append)
-            .open(&path)?;
+        // Never through a link planted at its name (a model's command, a cloned repository).
+        let mut file = crate::safe_fs::open_no_follow(
+            OpenOptions::new()
+                .create(true)
+                .write(true)
+                .read(true)
+                .truncate(!append),
+            &path,
+        )?;
         if append {
             cut_torn_line(&mut file)?;
             file.seek(SeekFrom::End(0))?;

@@ -62,6 +62,23 @@ fn cell(text: &str) -> String {
     out.replace('|', "\\|")
 }
 
+/// Text from outside summon (a failure's message quotes a provider or a model) as a code span:
+/// one line of at most 300 characters, shown literally — no image, link, HTML or emphasis.
+fn literal(text: &str) -> String {
+    let line = crate::text::printable(text)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut out: String = line.chars().take(300).collect();
+    if line.chars().count() > 300 {
+        out.push('…');
+    }
+    // A fence longer than any run of backticks inside; spaces keep one at either end apart.
+    let longest = out.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    format!("{fence} {out} {fence}")
+}
+
 fn count(stats: &Value, key: &str) -> u64 {
     stats[key].as_u64().unwrap_or(0)
 }
@@ -113,7 +130,7 @@ fn markdown(command: &str, name: &str, summary: &RunSummary) -> String {
             text.push_str(&format!(
                 "- step `{}`: {}\n",
                 cell(id),
-                cell(error.as_deref().unwrap_or("failed"))
+                literal(error.as_deref().unwrap_or("failed"))
             ));
         }
     }
@@ -155,8 +172,29 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("- step `work`: 2 of 3 tasks \\| failed badly\n"),
+            text.contains("- step `work`: ` 2 of 3 tasks | failed badly `\n"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_failure_quoting_markdown_and_html_is_shown_as_text() {
+        let hostile = "![x](https://evil.example/pixel.png) <img src=x onerror=alert(1)> \
+                       [click](https://evil.example) **bold** ``tick`` \u{1b}]0;t\u{7}";
+        let summary = RunSummary {
+            run_id: "r1".into(),
+            steps: vec![("work".into(), StepStatus::Failed, Some(hostile.into()))],
+            final_output: None,
+            interrupted: false,
+            report: json!({"steps": {}}),
+            summary_line: "1 task: 1 failed".into(),
+        };
+        let text = markdown("run", "p", &summary);
+        let line = text.lines().find(|l| l.starts_with("- step")).unwrap();
+        assert_eq!(
+            line,
+            "- step `work`: ``` ![x](https://evil.example/pixel.png) <img src=x onerror=alert(1)> \
+             [click](https://evil.example) **bold** ``tick`` ```"
         );
     }
 }

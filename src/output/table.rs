@@ -68,12 +68,12 @@ impl Tables {
         }
     }
 
-    /// Writes the table of `outputs[index]` to `path`, atomically.
-    pub(crate) fn write(&mut self, index: usize, path: &Path) -> Result<()> {
+    /// Writes the table of `outputs[index]` to `dest`, atomically.
+    pub(crate) fn write(&mut self, index: usize, dest: &crate::safe_fs::Dest) -> Result<()> {
         let Some(rows) = self.entries.get_mut(index).and_then(Option::take) else {
             return Err(Error::internal("a table output without its rows"));
         };
-        rows.write(path)
+        rows.write(dest)
     }
 }
 
@@ -156,7 +156,14 @@ impl TableRows {
             values.push(render_column(&self.env, i, t, &ctx, done.index)?);
         }
         Ok(match self.table.format {
-            TableFormat::Csv => self.csv_line(&values),
+            TableFormat::Csv => {
+                if !self.table.keep_formulas {
+                    for value in &mut values {
+                        neutralise_formula(value);
+                    }
+                }
+                self.csv_line(&values)
+            }
             TableFormat::Jsonl => {
                 let mut object = serde_json::Map::new();
                 for ((name, _), value) in self.table.columns.iter().zip(values) {
@@ -195,7 +202,7 @@ impl TableRows {
     }
 
     /// Copies the rows to a temporary file beside `path`, then renames it over `path`.
-    fn write(mut self, path: &Path) -> Result<()> {
+    fn write(mut self, dest: &crate::safe_fs::Dest) -> Result<()> {
         // Rows still waiting for a task that never finished follow in item order.
         for row in std::mem::take(&mut self.early).into_values().flatten() {
             self.append(&row);
@@ -208,25 +215,29 @@ impl TableRows {
             .into_inner()
             .map_err(io::IntoInnerError::into_error)?;
         spill.seek(SeekFrom::Start(0))?;
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        std::fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(&format!(
-                ".{}.",
-                path.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            ))
-            .suffix(".tmp")
-            .tempfile_in(dir)?;
-        io::copy(&mut spill, tmp.as_file_mut())?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(path).map_err(|e| Error::from(e.error))?;
+        dest.write_with(|file| io::copy(&mut spill, file).map(drop))?;
         Ok(())
     }
+}
+
+/// A CSV cell a spreadsheet would take for a formula (it starts with `=`, `+`, `-`, `@`, a tab
+/// or a carriage return) gets a leading `'`, so it is shown as text (OWASP's advice against
+/// CSV injection); a plain number (`-5`, `+3.25`) is left as it is.
+fn neutralise_formula(cell: &mut String) {
+    let risky = cell.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    if risky && !is_plain_number(cell) {
+        cell.insert(0, '\'');
+    }
+}
+
+/// `-5`, `+3.25`: a sign, digits, at most one `.` between digits.
+fn is_plain_number(cell: &str) -> bool {
+    let digits = cell.strip_prefix(['+', '-']).unwrap_or(cell);
+    let mut parts = digits.splitn(2, '.');
+    let whole = parts.next().unwrap_or_default();
+    let fraction = parts.next();
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    all_digits(whole) && fraction.is_none_or(all_digits)
 }
 
 fn render_column(

@@ -288,6 +288,9 @@ pub(crate) enum Backend {
 pub(crate) struct OutputFile {
     pub(crate) path: Template,
     pub(crate) body: OutputBody,
+    /// `outside_project: true`: the rendered path may leave the working directory (`..`, an
+    /// absolute path, a link); without it such a path is refused.
+    pub(crate) outside_project: bool,
 }
 
 /// What an `outputs` file holds.
@@ -310,6 +313,9 @@ pub(crate) struct Table {
     pub(crate) columns: Vec<(String, Template)>,
     /// `only: completed`: failed items are left out.
     pub(crate) only_completed: bool,
+    /// `keep_formulas: true`: CSV cells that start like a formula (`=`, `+`, `-`, `@`, tab,
+    /// carriage return) are written as they are instead of behind a `'`.
+    pub(crate) keep_formulas: bool,
     pub(crate) format: TableFormat,
 }
 

@@ -1166,11 +1166,24 @@ fn read_outputs(node: &Node, d: &mut FileDiags<'_>) -> Vec<OutputFile> {
         let rows = r.get("rows");
         let columns = r.get("columns");
         let only = r.get("only");
+        let keep_formulas = r.get_entry("keep_formulas").map(|(k, _)| k.pos);
+        let keep = bool_field(&mut r, "keep_formulas", d).unwrap_or(false);
+        let outside_key = r.get_entry("outside_project").map(|(k, _)| k.pos);
+        let outside_project = bool_field(&mut r, "outside_project", d).unwrap_or(false);
+        if let (true, Some(pos)) = (outside_project, outside_key) {
+            d.warning(
+                pos,
+                format!(
+                    "`{path}.outside_project: true`: this file may be written outside the project (its rendered path may use `..`, be absolute or go through a link), wherever the user can write"
+                ),
+            );
+        }
         r.finish(d);
         if file.is_none() && is_absent(item, "path") {
             d.error(item.pos, format!("`{path}` is missing `path`"));
         }
-        let is_table = rows.is_some() || columns.is_some() || only.is_some();
+        let is_table =
+            rows.is_some() || columns.is_some() || only.is_some() || keep_formulas.is_some();
         if is_table {
             if let (Some(_), Some(rows)) = (&content, rows) {
                 d.push(
@@ -1182,11 +1195,25 @@ fn read_outputs(node: &Node, d: &mut FileDiags<'_>) -> Vec<OutputFile> {
                 );
                 continue;
             }
-            let table = read_table(item, &path, rows, columns, only, file.as_ref(), d);
+            let table = read_table(item, &path, rows, columns, only, file.as_ref(), d).map(|t| {
+                if let (Some(pos), TableFormat::Jsonl) = (keep_formulas, t.format) {
+                    d.warning(
+                        pos,
+                        format!(
+                            "`{path}.keep_formulas` only applies to a .csv table; it is ignored"
+                        ),
+                    );
+                }
+                Table {
+                    keep_formulas: keep,
+                    ..t
+                }
+            });
             if let (Some(file), Some(table)) = (file, table) {
                 out.push(OutputFile {
                     path: file,
                     body: OutputBody::Table(table),
+                    outside_project,
                 });
             }
             continue;
@@ -1201,6 +1228,7 @@ fn read_outputs(node: &Node, d: &mut FileDiags<'_>) -> Vec<OutputFile> {
             out.push(OutputFile {
                 path: file,
                 body: OutputBody::Text(content),
+                outside_project,
             });
         }
     }
@@ -1326,6 +1354,7 @@ fn read_table(
         rows_pos,
         columns: list,
         only_completed,
+        keep_formulas: false,
         format: format?,
     })
 }

@@ -53,8 +53,8 @@ steps:
   - id: one
     delegate: {instructions: "one", source: r, parameters: {}, context: c, extensions: x}
 outputs:
-  - {path: out.md, content: "{{ steps.sum.output }}"}
-  - {path: out.csv, rows: work, columns: {id: "{{ item }}", label: "{{ data.label }}"}, only: completed}
+  - {path: out.md, content: "{{ steps.sum.output }}", outside_project: false}
+  - {path: out.csv, rows: work, columns: {id: "{{ item }}", label: "{{ data.label }}"}, only: completed, keep_formulas: false}
 "#;
 
 /// A recipe that has every key a recipe may have, at every place.

@@ -230,7 +230,7 @@ pub(super) fn schema() -> Value {
                 "description": "Files written when every step succeeded.",
                 "type": "array",
                 "items": {
-                    "description": "A text file (`path`, `content`), or a table (`path` ending .csv or .jsonl, `rows`, `columns`, optionally `only`).",
+                    "description": "A text file (`path`, `content`), or a table (`path` ending .csv or .jsonl, `rows`, `columns`, optionally `only`, `keep_formulas`).",
                     "type": "object",
                     "required": ["path"],
                     "oneOf": [
@@ -253,6 +253,14 @@ pub(super) fn schema() -> Value {
                         "only": {
                             "description": "`completed`: failed items are left out of the table.",
                             "enum": ["completed"]
+                        },
+                        "keep_formulas": {
+                            "description": "true: CSV cells that start like a spreadsheet formula (`=`, `+`, `-`, `@`, tab, carriage return) are written as they are; by default they get a leading `'` so a spreadsheet shows them as text.",
+                            "type": "boolean"
+                        },
+                        "outside_project": {
+                            "description": "true: the rendered path may leave the project (`..`, an absolute path, a symbolic link); without it such a path is refused. `summon validate` warns about it.",
+                            "type": "boolean"
                         }
                     },
                     "additionalProperties": false

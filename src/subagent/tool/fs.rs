@@ -1,13 +1,18 @@
 //! The file tools: `read_file`, `write_file` and `edit_file`.
 //!
-//! Every path goes through [`WorkDir::resolve`]. Reading streams the file line by line and stops
-//! at [`READ_CAP`] bytes, saying how to read further; writing goes to a temporary file in the same
-//! folder that is then renamed over the target, so a reader never sees half a file.
+//! Every path goes through [`WorkDir::resolve`], and the file it names is then opened beneath the
+//! working directory in one step, following no symbolic link ([`crate::safe_fs::open_beneath`]):
+//! a folder swapped for a link between the check and the open makes the call fail, never leads
+//! outside. Reading streams the file line by line and stops at [`READ_CAP`] bytes, saying how to
+//! read further; writing goes to a new temporary file in the same folder that is then renamed
+//! over the target, so a reader never sees half a file.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::{self, BufRead, BufReader, Read as _};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags};
 
 use serde_json::{Value, json};
 
@@ -104,18 +109,32 @@ pub(crate) async fn read_file(args: &Value, wd: &WorkDir) -> Result<String, Tool
     }
     let path = wd.resolve(user_path, Access::Read)?;
     let shown = wd.display(&path);
-    blocking(move || read_lines(&path, &shown, offset, limit)).await
+    let root = wd.path().to_path_buf();
+    blocking(move || read_lines(&root, &path, &shown, offset, limit)).await
+}
+
+/// Opens the regular file `path` (inside `root`) for reading, beneath `root` in one step.
+fn open_regular(root: &Path, path: &Path, shown: &str, action: &str) -> Result<File, ToolError> {
+    let rel = path.strip_prefix(root).unwrap_or(path);
+    let fd = crate::safe_fs::open_dir(root)
+        .and_then(|dir| {
+            // Non-blocking, so that a FIFO swapped in is refused below instead of waited on.
+            crate::safe_fs::open_beneath(dir, rel, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty())
+        })
+        .map_err(|e| io_error(action, shown, &e))?;
+    check_regular(&fd, shown, action)?;
+    Ok(File::from(fd))
 }
 
 /// Reads lines `offset..offset+limit` (1-based) of `path`, at most [`READ_CAP`] bytes.
 fn read_lines(
+    root: &Path,
     path: &Path,
     shown: &str,
     offset: u64,
     limit: Option<u64>,
 ) -> Result<String, ToolError> {
-    check_regular(path, shown, "read")?;
-    let file = File::open(path).map_err(|e| io_error("read", shown, &e))?;
+    let file = open_regular(root, path, shown, "read")?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let head = reader.fill_buf().map_err(|e| io_error("read", shown, &e))?;
     if head[..head.len().min(BINARY_SNIFF)].contains(&0) {
@@ -245,12 +264,12 @@ pub(crate) async fn write_file(args: &Value, wd: &WorkDir) -> Result<String, Too
     let content = args.str("content")?.to_owned();
     let path = wd.resolve(user_path, Access::Write)?;
     let shown = wd.display(&path);
+    let root = wd.path().to_path_buf();
     blocking(move || {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| io_error("create folders for", &shown, &e))?;
-        }
-        write_atomic(&path, content.as_bytes()).map_err(|e| io_error("write", &shown, &e))?;
+        let (dir, name) =
+            parent_beneath(&root, &path).map_err(|e| io_error("create folders for", &shown, &e))?;
+        crate::safe_fs::write_in(&dir, &name, content.as_bytes(), false)
+            .map_err(|e| io_error("write", &shown, &e))?;
         Ok(format!("wrote {} bytes to {shown}", content.len()))
     })
     .await
@@ -276,9 +295,12 @@ pub(crate) async fn edit_file(args: &Value, wd: &WorkDir) -> Result<String, Tool
     }
     let path = wd.resolve(user_path, Access::Write)?;
     let shown = wd.display(&path);
+    let root = wd.path().to_path_buf();
     blocking(move || {
-        check_regular(&path, &shown, "edit")?;
-        let bytes = std::fs::read(&path).map_err(|e| io_error("read", &shown, &e))?;
+        let mut bytes = Vec::new();
+        open_regular(&root, &path, &shown, "edit")?
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_error("read", &shown, &e))?;
         let text = String::from_utf8(bytes).map_err(|_| {
             ToolError::Failed(format!(
                 "{shown} is not valid UTF-8 text; edit_file only edits text"
@@ -302,7 +324,10 @@ pub(crate) async fn edit_file(args: &Value, wd: &WorkDir) -> Result<String, Tool
         } else {
             text.replacen(old.as_str(), &new, 1)
         };
-        write_atomic(&path, edited.as_bytes()).map_err(|e| io_error("write", &shown, &e))?;
+        let (dir, name) =
+            parent_beneath(&root, &path).map_err(|e| io_error("write", &shown, &e))?;
+        crate::safe_fs::write_in(&dir, &name, edited.as_bytes(), false)
+            .map_err(|e| io_error("write", &shown, &e))?;
         let noun = if count == 1 {
             "occurrence"
         } else {
@@ -313,48 +338,29 @@ pub(crate) async fn edit_file(args: &Value, wd: &WorkDir) -> Result<String, Tool
     .await
 }
 
-/// Writes `bytes` to a temporary file next to `path` and renames it over `path`, keeping the
-/// permissions of an existing file.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let name = path
+/// The folder of `path` (inside `root`), opened beneath `root` (its missing folders created),
+/// and the file's name in it.
+fn parent_beneath(root: &Path, path: &Path) -> io::Result<(OwnedFd, std::ffi::OsString)> {
+    let rel = path.strip_prefix(root).unwrap_or(path);
+    let name = rel
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    let mut temp_name = std::ffi::OsString::from(".");
-    temp_name.push(name);
-    temp_name.push(format!(
-        ".{}.{}.summon-tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let temp: PathBuf = path.with_file_name(temp_name);
-    let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)?;
-        file.write_all(bytes)?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            file.set_permissions(meta.permissions())?;
-        }
-        drop(file);
-        std::fs::rename(&temp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
+    let folder = rel.parent().unwrap_or(Path::new(""));
+    let dir = crate::safe_fs::open_dir(root)
+        .and_then(|dir| crate::safe_fs::create_dirs_beneath(dir, folder))?;
+    Ok((dir, name.to_owned()))
 }
 
 /// Refuses anything but a regular file (a folder, or a FIFO or device that could block).
-fn check_regular(path: &Path, shown: &str, action: &str) -> Result<(), ToolError> {
-    let meta = std::fs::metadata(path).map_err(|e| io_error(action, shown, &e))?;
-    if meta.is_dir() {
+fn check_regular(fd: &OwnedFd, shown: &str, action: &str) -> Result<(), ToolError> {
+    let stat = rustix::fs::fstat(fd).map_err(|e| io_error(action, shown, &e.into()))?;
+    let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+    if kind == rustix::fs::FileType::Directory {
         return Err(ToolError::Failed(format!(
             "{shown} is a directory, not a file; use list_files to see what it contains"
         )));
     }
-    if !meta.is_file() {
+    if kind != rustix::fs::FileType::RegularFile {
         return Err(ToolError::Failed(format!(
             "cannot {action} {shown}: it is not a regular file"
         )));
@@ -371,6 +377,10 @@ fn io_error(action: &str, shown: &str, e: &io::Error) -> ToolError {
         }
         io::ErrorKind::IsADirectory => format!("cannot {action} {shown}: it is a directory"),
         io::ErrorKind::PermissionDenied => format!("cannot {action} {shown}: permission denied"),
+        _ if crate::safe_fs::is_link_error(e) => format!(
+            "cannot {action} {shown}: a part of the path became a symbolic link while it was \
+             used; refusing to follow it"
+        ),
         _ => format!("cannot {action} {shown}: {e}"),
     })
 }
@@ -658,6 +668,82 @@ mod tests {
                 "edit {path:?}: {err}"
             );
         }
+        sb.assert_outside_untouched();
+    }
+}
+
+#[cfg(test)]
+mod race_tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::subagent::tool::test_support::Sandbox;
+
+    /// How many times each tool is called while a folder is swapped for a symlink to the
+    /// outside and back.
+    const CALLS: usize = 600;
+
+    /// Exchanges `work/a` (a folder) with `work/a.link` (a symlink to `outside/`) atomically,
+    /// over and over, until `stop` is set or a bound is reached; leaves the folder at `a`.
+    fn swapper(sb: &Sandbox, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+        let root = sb.root().to_path_buf();
+        std::os::unix::fs::symlink(&sb.outside, root.join("a.link")).unwrap();
+        std::thread::spawn(move || {
+            let exchange = || {
+                rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    root.join("a"),
+                    rustix::fs::CWD,
+                    root.join("a.link"),
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .unwrap();
+            };
+            for _ in 0..1_000_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                exchange();
+                exchange();
+            }
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_folder_swapped_for_a_symlink_never_leads_outside() {
+        let sb = Sandbox::new();
+        sb.write("a/secret.txt", "inside\n");
+        let stop = Arc::new(AtomicBool::new(false));
+        let swap = swapper(&sb, stop.clone());
+        let mut leaked = Vec::new();
+        for i in 0..CALLS {
+            let _ = write_file(
+                &json!({"path": "a/made.txt", "content": format!("pwned {i}")}),
+                &sb.wd,
+            )
+            .await;
+            if let Ok(text) = read_file(&json!({"path": "a/secret.txt"}), &sb.wd).await
+                && text.contains("top secret")
+            {
+                leaked.push(format!("read_file read outside/secret.txt (call {i})"));
+            }
+            let _ = edit_file(
+                &json!({"path": "a/secret.txt", "old_string": "secret", "new_string": "pwned"}),
+                &sb.wd,
+            )
+            .await;
+            let _ = edit_file(
+                &json!({"path": "a/secret.txt", "old_string": "inside", "new_string": "inside"}),
+                &sb.wd,
+            )
+            .await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        swap.join().unwrap();
+        assert!(leaked.is_empty(), "{leaked:?}");
         sb.assert_outside_untouched();
     }
 }

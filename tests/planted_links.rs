@@ -1,0 +1,263 @@
+//! Links planted where summon writes its own files: a model's commands (or a cloned
+//! repository) can leave a symlink at `out/results.jsonl`, `report.json`, a table or a
+//! background task's log, pointing at a file of the user's. summon refuses to write through
+//! it, with an error naming the link, and the file it points at is left as it was.
+
+use crate::support;
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::json;
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::Test;
+
+fn project(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+}
+
+const PIPELINE: &str = "version: 1
+name: links
+steps:
+  - id: notes
+    decompose:
+      file: items.jsonl
+  - id: echo
+    fan_out:
+      over: notes
+      instructions: 'Echo {{ item.id }}'
+outputs:
+  - path: out/table.csv
+    rows: echo
+    columns:
+      id: '{{ item.id }}'
+";
+
+fn items() -> String {
+    (0..3)
+        .map(|i| json!({"id": i}).to_string() + "\n")
+        .collect()
+}
+
+/// A project with the pipeline and `victim.txt`, a file of the user's outside `out/`.
+fn links_project(server: &MockServer) -> Test {
+    project(server)
+        .write_raw("items.jsonl", &items())
+        .write("p.yaml", PIPELINE)
+        .write_raw("victim.txt", "the user's file\n")
+        .mkdir("out")
+}
+
+fn plant(dir: &Path, at: &str) {
+    std::os::unix::fs::symlink(dir.join("victim.txt"), dir.join(at)).unwrap();
+}
+
+fn summon(t: &Test, args: &[&str]) -> Output {
+    t.command().args(args).output().expect("run summon")
+}
+
+fn assert_refused(out: &Output, link: &str, dir: &Path) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(link) && stderr.contains("is a symbolic link"),
+        "{link}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("victim.txt")).unwrap(),
+        "the user's file\n",
+        "written through {link}"
+    );
+    assert!(
+        std::fs::symlink_metadata(dir.join(link))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "{link} was replaced"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_at_any_file_of_out_is_refused() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("ok"))).await;
+    for link in [
+        "out/results.jsonl",
+        "out/report.json",
+        "out/report.html",
+        "out/junit.xml",
+        "out/table.csv",
+    ] {
+        let t = links_project(&server);
+        plant(t.path(), link);
+        let out = summon(
+            &t,
+            &[
+                "run",
+                "p.yaml",
+                "--out",
+                "out",
+                "--junit",
+                "out/junit.xml",
+                "--quiet",
+            ],
+        );
+        assert_refused(&out, link, t.path());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_refuses_a_link_at_results_jsonl() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("ok"))).await;
+    let t = links_project(&server);
+    let first = summon(&t, &["run", "p.yaml", "--out", "out", "--quiet"]);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let results = t.path().join("out/results.jsonl");
+    std::fs::remove_file(&results).unwrap();
+    plant(t.path(), "out/results.jsonl");
+    let out = summon(
+        &t,
+        &["run", "p.yaml", "--out", "out", "--resume", "--quiet"],
+    );
+    assert_refused(&out, "out/results.jsonl", t.path());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_background_task_log_is_never_written_through_a_link() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("done"))).await;
+    let t = links_project(&server);
+    let start = |what: &str| {
+        let out = summon(
+            &t,
+            &["delegate", "--async", "--json", "--instructions", what],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_str(&stdout).expect(&stdout);
+        json["task_id"].as_str().expect("task_id").to_owned()
+    };
+    let collect = |id: &str| {
+        let out = summon(&t, &["load", id, "--timeout", "60"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let first = start("first");
+    collect(&first);
+    // The next id is the same day's next number.
+    let (day, seq) = first.split_once('_').expect("DAY_SEQ");
+    let next = format!("{day}_{}", seq.parse::<u64>().unwrap() + 1);
+    let log = format!(".summon/tasks/{next}.log");
+    plant(t.path(), &log);
+    let second = start("second");
+    assert_eq!(second, next);
+    collect(&second);
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("victim.txt")).unwrap(),
+        "the user's file\n",
+        "the worker's log went through the link"
+    );
+    let meta = std::fs::symlink_metadata(t.path().join(&log)).unwrap();
+    assert!(meta.file_type().is_file(), "the log is a file of its own");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_output_path_that_leaves_the_project_is_refused() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("ok"))).await;
+    for chosen in [
+        "../escape.txt",
+        "{ABS}",
+        "linked/escape.txt",
+        "out/../../escape.txt",
+    ] {
+        let t = project(&server)
+            .write_raw("items.jsonl", &items())
+            .write_raw("victim.txt", "the user's file\n")
+            .mkdir("work")
+            .current_dir("work");
+        let root = t.path().to_path_buf();
+        std::os::unix::fs::symlink(&root, root.join("work/linked")).unwrap();
+        let chosen = chosen.replace("{ABS}", &root.join("escape.txt").display().to_string());
+        let pipeline = format!(
+            "version: 1
+name: chosen
+steps:
+  - id: notes
+    decompose:
+      items: ['{chosen}']
+  - id: echo
+    fan_out:
+      over: notes
+      instructions: 'Echo {{{{ item }}}}'
+outputs:
+  - path: '{{{{ steps.notes.items[0] }}}}'
+    content: 'pwned'
+"
+        );
+        std::fs::write(root.join("work/p.yaml"), pipeline).unwrap();
+        let out = summon(&t, &["run", "p.yaml", "--quiet"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{chosen}: {stderr}");
+        assert!(
+            stderr.contains("outputs[0]") && stderr.contains("outside the project"),
+            "{chosen}: {stderr}"
+        );
+        assert!(!root.join("escape.txt").exists(), "{chosen} was written");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn outside_project_lets_an_output_leave_and_validate_says_so() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("ok"))).await;
+    let t = project(&server).mkdir("work").current_dir("work");
+    let root = t.path().to_path_buf();
+    std::fs::write(
+        root.join("work/p.yaml"),
+        "version: 1
+name: out
+steps:
+  - id: one
+    delegate:
+      instructions: 'hi'
+outputs:
+  - path: ../shared/notes.md
+    content: '{{ steps.one.output }}'
+    outside_project: true
+",
+    )
+    .unwrap();
+    let validate = summon(&t, &["validate", "p.yaml"]);
+    let stderr = String::from_utf8_lossy(&validate.stderr).into_owned()
+        + &String::from_utf8_lossy(&validate.stdout);
+    assert!(
+        stderr.contains("outside_project") && stderr.contains("outside the project"),
+        "{stderr}"
+    );
+    let out = summon(&t, &["run", "p.yaml", "--quiet"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("shared/notes.md")).unwrap(),
+        "ok\n"
+    );
+}
