@@ -174,3 +174,144 @@ async fn the_role_sentence_comes_only_with_role_text() {
         assert!(!first_user_of(request).contains("Subagent role"));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Model-chosen roles: the catalog's word on an unknown name, and items that name no role.
+
+const CATALOG_ERROR: &str = "Subagent \"ghostwriter\" is not in this run's catalog. Use a name from it, or null for a general subagent.";
+
+/// A pipeline whose fan-out takes each item's role from `item.agent`, over `decompose`.
+fn roles_pipeline(decompose: &str) -> String {
+    format!(
+        "version: 1\nname: roles\nsteps:\n  - id: plan\n    decompose: {decompose}\n  - id: work\n    fan_out:\n      over: plan\n      source: \"{{{{ item.agent }}}}\"\n      instructions: \"{{{{ item.q }}}}\"\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_role_in_literal_items_gets_the_catalog_s_words_in_validate_and_run() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let pipeline = roles_pipeline(
+        "{items: [{agent: runner, q: \"Run.\"}, {agent: ghostwriter, q: \"Write.\"}]}",
+    );
+    for command in [
+        &["validate", "p.yaml"][..],
+        &["run", "p.yaml", "--quiet"][..],
+    ] {
+        let out = project(&server)
+            .write_raw("p.yaml", &pipeline)
+            .args(command.iter().copied())
+            .code(1)
+            .run();
+        assert!(
+            out.stderr
+                .contains(&format!("p.yaml:9:15: error: item 1: {CATALOG_ERROR}")),
+            "{command:?}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("Source 'ghostwriter'"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert_eq!(server.request_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_item_without_its_role_key_is_an_error_naming_the_item() {
+    let server = MockServer::start(MockConfig::new()).await;
+    // Known before the run: validate says which item lacks the key.
+    let out = project(&server)
+        .write_raw(
+            "p.yaml",
+            &roles_pipeline("{items: [{agent: null, q: \"Run.\"}, {q: \"Write.\"}]}"),
+        )
+        .args(["validate", "p.yaml"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr.contains(
+            "item 1: line 9: `source:` reads `item.agent`, which this item does not have (its keys are: q); give each item an `agent`: a subagent's name from the catalog, or null for a general subagent"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("cannot render template"),
+        "{}",
+        out.stderr
+    );
+    // Known only during the run: the step fails naming the item, and sends nothing.
+    let out = project(&server)
+        .write_raw(
+            "plan.jsonl",
+            "{\"agent\": null, \"q\": \"Run.\"}\n{\"q\": \"Write.\"}\n",
+        )
+        .write_raw("p.yaml", &roles_pipeline("{file: plan.jsonl}"))
+        .args(["run", "p.yaml", "--quiet"])
+        .code(2)
+        .run();
+    assert!(
+        out.stderr.contains(
+            "step `work` failed: item 1: line 9: `source:` reads `item.agent`, which this item does not have (its keys are: q)"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("cannot render template"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(server.request_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_missing_from_the_catalog_does_not_suggest_resume() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let out = project(&server)
+        .write_raw(
+            "plan.jsonl",
+            "{\"agent\": \"ghostwriter\", \"q\": \"Write.\"}\n",
+        )
+        .write_raw("p.yaml", &roles_pipeline("{file: plan.jsonl}"))
+        .args(["run", "p.yaml", "--quiet"])
+        .code(2)
+        .run();
+    assert!(
+        out.stderr
+            .contains(&format!("step `work` failed: {CATALOG_ERROR}")),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("`--resume` repeats"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "a new run picks up new or changed definitions (`--resume` keeps the catalog the run started with)"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(server.request_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_item_without_a_key_the_task_reads_fails_naming_the_item() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let out = project(&server)
+        .write_raw("plan.jsonl", "{\"agent\": null, \"q\": \"Run.\"}\n")
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: roles\nsteps:\n  - id: plan\n    decompose: {file: plan.jsonl}\n  - id: work\n    fan_out:\n      over: plan\n      source: \"{{ item.agent }}\"\n      instructions: \"{{ item.task }}\"\n",
+        )
+        .args(["run", "p.yaml", "--quiet"])
+        .code(2)
+        .run();
+    assert!(
+        out.stderr.contains("step `work` failed: item 0: line 10:")
+            && out.stderr.contains("the keys of `item` are: agent, q"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(server.request_count(), 0);
+}

@@ -158,7 +158,9 @@ pub(super) async fn run_batch_tasks(
         for (index, next) in (0_u64..).zip(items) {
             let item = next?;
             let ctx = item_context(base, &item, index);
-            let rendered = compiled.render(task, &ctx)?;
+            let rendered = compiled
+                .render(task, &ctx)
+                .map_err(|e| format!("item {index}: {e}"))?;
             if let Some(name) = &rendered.source
                 && shared.catalog.get(name).is_none()
             {

@@ -761,7 +761,12 @@ impl Tasks<'_, '_> {
             TaskContext::PerItem => item_context(self.base, item, index),
             TaskContext::Built(build) => build(item)?,
         };
-        let mut rendered = compiled.render(self.task, &ctx)?;
+        let mut rendered = compiled
+            .render(self.task, &ctx)
+            .map_err(|e| match self.contexts {
+                TaskContext::PerItem => format!("item {index}: {e}"),
+                _ => e,
+            })?;
         if self.schema.is_some() {
             rendered.schema.clone_from(&self.schema);
         }
