@@ -20,12 +20,7 @@ use crate::store::{TaskId, TaskStatus};
 use crate::subagent::SubagentEvent;
 
 pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
-    // The variable every subagent process gets, or an ancestor started with it.
-    if crate::subagent::inside_subagent(&ctx.env) {
-        return Err(Error::usage(
-            "Delegated tasks cannot spawn further delegations: this command runs inside a subagent",
-        ));
-    }
+    // Inside a subagent this command was refused already (`super::execute`).
     if args.instructions.is_none() && args.source.is_none() {
         return Err(Error::usage(
             "nothing to do: pass --instructions, --source, or both",
