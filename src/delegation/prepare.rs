@@ -304,6 +304,7 @@ pub(crate) fn draft(
                     schema: None,
                     retry: None,
                     extensions: Vec::new(),
+                    no_extensions: false,
                     file: None,
                     narrow: None,
                 },
@@ -349,6 +350,7 @@ pub(crate) fn draft(
                         schema: None,
                         retry: None,
                         extensions: Vec::new(),
+                        no_extensions: false,
                         file: None,
                         narrow: agent.tools.clone(),
                     },
@@ -465,8 +467,14 @@ pub(crate) fn draft(
         let granted: Vec<String> = chosen.iter().map(|e| e.name.clone()).collect();
         tools = narrow_to_step(listed, &granted, tools, &mut servers)?;
     }
-    // One request leaves no turn to use a tool's result: such a task is sent no tools.
-    if max_turns <= 1 {
+    // An empty list of extensions (`--extensions ''`, a step's or a recipe's
+    // `extensions: []`) means none at all, as in goose: not even the file tools. One request
+    // leaves no turn to use a tool's result. Either way the task is sent no tools.
+    let no_extensions = match &request.extensions {
+        Some(listed) => listed.is_empty(),
+        None => plan.no_extensions,
+    };
+    if no_extensions || max_turns <= 1 {
         tools = tools.keep_only(|_| false);
         servers.clear();
     }
@@ -546,6 +554,8 @@ struct Plan {
     schema: Option<serde_json::Value>,
     retry: Option<crate::recipe::RetryConfig>,
     extensions: Vec<Extension>,
+    /// The source lists no extensions at all (`extensions: []`).
+    no_extensions: bool,
     /// The file the extensions were read from, for error positions.
     file: Option<std::sync::Arc<crate::diag::SourceFile>>,
     narrow: Option<Vec<crate::agent::ToolRef>>,
@@ -589,6 +599,7 @@ fn recipe_plan(
         schema: rendered.response_schema.clone(),
         retry: rendered.retry.clone(),
         extensions: rendered.extensions.clone(),
+        no_extensions: rendered.no_extensions,
         file: Some(std::sync::Arc::clone(&recipe.file)),
         narrow: None,
     })
