@@ -214,7 +214,11 @@ async fn async_refuses_what_the_foreground_refuses_without_storing_a_task() {
             ],
             true,
         ),
-        ("an agent given no task", &["--source", "scout"], true),
+        (
+            "an agent with no role text given no task",
+            &["--source", "blank"],
+            true,
+        ),
         (
             "parameters for an agent",
             &["--source", "scout", "--instructions", "x", "--param", "a=b"],
@@ -232,7 +236,11 @@ async fn async_refuses_what_the_foreground_refuses_without_storing_a_task() {
             .env("OPENAI_BASE_URL", &server.url_openai())
             .env("OPENAI_API_KEY", KEY)
             .write("recipes/notes.yaml", recipe)
-            .write(".agents/agents/scout.md", agent);
+            .write(".agents/agents/scout.md", agent)
+            .write(
+                ".agents/agents/blank.md",
+                "---\nname: blank\ndescription: nothing\n---\n",
+            );
         if with_model {
             test = test.env("SUMMON_MODEL", "mock-model");
         }

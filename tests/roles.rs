@@ -315,3 +315,66 @@ async fn an_item_without_a_key_the_task_reads_fails_naming_the_item() {
     );
     assert_eq!(server.request_count(), 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// An agent alone: its role text is the work, with a fixed task (README, "Agents").
+
+const ALONE: &str = "Do the work your role above describes, in the working directory, and report what you did and what you found.";
+
+fn alone_message() -> String {
+    format!(
+        "Subagent role \"runner\", defined by this project in .claude/agents/runner.md:\n\nYou run the tests.\n\nTask:\n{ALONE}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_runs_alone_with_the_fixed_task_in_delegate_and_async() {
+    let server = MockServer::start(MockConfig::new().reply(Reply::text("ran"))).await;
+    project(&server)
+        .args(["delegate", "--source", "runner"])
+        .stdout("ran\n")
+        .run();
+    assert_eq!(first_user_of(&server.requests()[0]), alone_message());
+    // In the background, collected with `load`.
+    let t = project(&server);
+    let started = t
+        .command()
+        .args(["delegate", "--source", "runner", "--async", "--json"])
+        .output()
+        .expect("start");
+    assert!(started.status.success(), "{started:?}");
+    let id = serde_json::from_slice::<serde_json::Value>(&started.stdout).expect("json")["task_id"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    let loaded = t.command().args(["load", &id]).output().expect("load");
+    assert!(loaded.status.success(), "{loaded:?}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(first_user_of(&requests[1]), alone_message());
+    // An agent with no role text has nothing to do alone.
+    project(&server)
+        .args(["delegate", "--source", "blank"])
+        .code(1)
+        .stderr_has("agent `blank` has no role text to run on its own: pass --instructions")
+        .run();
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipeline_step_runs_an_agent_alone_and_validate_agrees() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let pipeline =
+        "version: 1\nname: alone\nsteps:\n  - id: look\n    delegate: {source: runner}\n";
+    project(&server)
+        .write_raw("p.yaml", pipeline)
+        .args(["validate", "p.yaml"])
+        .run();
+    project(&server)
+        .write_raw("p.yaml", pipeline)
+        .args(["run", "p.yaml", "--quiet"])
+        .run();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(first_user_of(&requests[0]), alone_message());
+}

@@ -323,14 +323,19 @@ pub(crate) fn draft(
                     ))
                     .into());
                 }
-                let Some(task) = request.instructions.clone() else {
-                    return Err(Diagnostic::error(format!(
-                        "agent `{}` needs a task: pass --instructions",
-                        agent.name
-                    ))
-                    .into());
-                };
                 let role_text = read_role_text(agent).map_err(PrepareError::Task)?;
+                // Alone, the role text is the work: a fixed task asks for it.
+                let task = match request.instructions.clone() {
+                    Some(task) => task,
+                    None if role_text.trim().is_empty() => {
+                        return Err(Diagnostic::error(format!(
+                            "agent `{}` has no role text to run on its own: pass --instructions",
+                            agent.name
+                        ))
+                        .into());
+                    }
+                    None => crate::agent::AGENT_ALONE_TASK.to_owned(),
+                };
                 let path = crate::diag::render::display_path(agent.path(), &env.cwd);
                 (
                     agent.name.clone(),
