@@ -570,3 +570,37 @@ fn closed_stdout_pipe_is_not_an_error() {
         );
     }
 }
+
+/// A source named like a task id is loaded as a source while no task has that id, and
+/// `validate` warns about the name.
+#[test]
+fn a_source_named_like_a_task_id_loads_while_no_task_has_it() {
+    let recipe = "
+        title: Dated
+        description: named like a task
+        instructions: the dated recipe
+    ";
+    let out = Test::new()
+        .write(".agents/recipes/20260219_1.yaml", recipe)
+        .args(["load", "20260219_1"])
+        .run();
+    assert!(
+        out.stdout.starts_with("# Loaded: 20260219_1 (recipe)"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("the dated recipe"), "{}", out.stdout);
+    Test::new()
+        .write(".agents/recipes/20260219_1.yaml", recipe)
+        .args(["validate"])
+        .stderr_has(
+            "warning: recipe `20260219_1` is named like a background task id: `summon load 20260219_1` loads it only while no task has that id",
+        )
+        .run();
+    // Without such a source, the name is a task id still.
+    Test::new()
+        .args(["load", "20260219_1"])
+        .code(1)
+        .stderr_has("Task '20260219_1' not found")
+        .run();
+}

@@ -18,10 +18,22 @@ use crate::source::{Scope, SourceKind};
 use crate::store::TaskId;
 
 pub(crate) fn run(args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
-    if let Some(id) = args.name.as_deref().filter(|n| TaskId::looks_like(n)) {
-        let id: TaskId = id
-            .parse()
-            .map_err(|_| Error::usage(format!("`{id}` is not a valid task id")))?;
+    if let Some(name) = args.name.as_deref().filter(|n| TaskId::looks_like(n)) {
+        let id: Option<TaskId> = name.parse().ok();
+        // A source named like a task id (`.agents/recipes/20260219_1.yaml`) is loaded when no
+        // task has that id; `summon validate` warns about such a name.
+        let task = match &id {
+            Some(id) => task_exists(id, ctx)?,
+            None => false,
+        };
+        if !task && !args.peek && !args.cancel {
+            let catalog = ctx.catalog();
+            if catalog.get(name).is_some() {
+                let source = delegation::load_source(&catalog, name)?;
+                return show(&source, args.output.json, ctx);
+            }
+        }
+        let id = id.ok_or_else(|| Error::usage(format!("`{name}` is not a valid task id")))?;
         return super::task_result::run(&id, args, ctx);
     }
     if args.peek || args.cancel {
@@ -39,6 +51,20 @@ pub(crate) fn run(args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
             let source = delegation::load_source(&catalog, name)?;
             show(&source, args.output.json, ctx)
         }
+    }
+}
+
+/// Whether the project's store has a task with this id now (an expired one is gone).
+fn task_exists(id: &TaskId, ctx: &Ctx) -> Result<bool> {
+    let Some(tasks) = TaskStore::open_existing(&ctx.env)? else {
+        return Ok(false);
+    };
+    match delegation::peek(&tasks, id) {
+        Ok(_) => Ok(true),
+        Err(delegation::CollectError::NotFound(_) | delegation::CollectError::Expired(_)) => {
+            Ok(false)
+        }
+        Err(error) => Err(error.into()),
     }
 }
 
