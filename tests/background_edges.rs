@@ -554,3 +554,26 @@ async fn a_subagent_s_shell_cannot_run_a_pipeline() {
         "{result}"
     );
 }
+
+// `load` and `load --json` list the same finished tasks awaiting collection.
+#[tokio::test(flavor = "multi_thread")]
+async fn load_and_load_json_list_the_same_collectable_tasks() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let p = Project::new(&server);
+    let id = p.start_in("", "collect me");
+    p.expect(0, &["load", &id]);
+    let text = p.expect(0, &["load"]);
+    assert!(
+        text.stdout.contains(&format!(
+            "Completed tasks awaiting retrieval:\n  {id}  collect me  (completed)\n"
+        )),
+        "{}",
+        text.stdout
+    );
+    let json = p.expect(0, &["load", "--json"]).json();
+    assert_eq!(
+        json["tasks"],
+        json!([{ "id": id, "description": "collect me", "status": "completed" }]),
+        "{json}"
+    );
+}

@@ -71,7 +71,7 @@ fn list_groups_sources_by_kind_with_hints() {
            main  main recipe  (recipes/main.yaml)\n\
          \n\
          Agents:\n  \
-           scout  Maps the code  (.claude/agents/scout-file.md)\n\
+           scout  Maps the code  [tools: Read, Grep]  (.claude/agents/scout-file.md)\n\
          \n\
          {HINTS}"
     );
@@ -161,6 +161,8 @@ fn list_without_sources_names_the_working_directory() {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Listing {
+    /// finished background tasks awaiting collection, as the text listing shows them
+    tasks: Vec<serde_json::Value>,
     sources: Vec<ListedSource>,
     searched: Vec<String>,
 }
@@ -175,6 +177,8 @@ struct ListedSource {
     scope: String,
     /// the recipe declaring a subrecipe, else null
     parent: Option<String>,
+    /// an agent's tools list as written, else null
+    tools: Option<Vec<String>>,
 }
 
 #[test]
@@ -211,6 +215,12 @@ fn list_json_shape() {
         Some(out.dir.join("recipes/main.yaml").as_path())
     );
     assert_eq!(find("scout").kind, "agent");
+    assert_eq!(
+        find("scout").tools.as_deref(),
+        Some(&["Read".to_owned(), "Grep".to_owned()][..])
+    );
+    assert_eq!(main.tools, None);
+    assert!(listing.tasks.is_empty());
     let global = find("global");
     assert_eq!(global.scope, "global");
     assert_eq!(
@@ -287,13 +297,17 @@ fn load_recipe_with_prompt_shows_both() {
 }
 
 #[test]
-fn load_agent_prints_the_body() {
+fn load_agent_prints_the_body_and_its_tools() {
     let out = project().args(["load", "scout"]).run();
     assert_eq!(
         out.stdout,
         "# Loaded: scout (agent)\n\
          \n\
          You map the code.\n\
+         \n\
+         ## Tools\n\
+         \n\
+         Read, Grep\n\
          \n\
          This knowledge is now available in your context.\n"
     );
@@ -327,6 +341,7 @@ struct Loaded {
     description: String,
     content: String,
     parameters: Vec<LoadedParameter>,
+    tools: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -372,6 +387,14 @@ fn load_json_shape() {
     assert_eq!(agent.kind, "agent");
     assert_eq!(agent.content, "You map the code.");
     assert!(agent.parameters.is_empty());
+    assert_eq!(
+        agent.tools.as_deref(),
+        Some(&["Read".to_owned(), "Grep".to_owned()][..])
+    );
+    assert_eq!(loaded.tools, None);
+    // The text shows the same list.
+    let text = project().args(["load", "scout"]).run().stdout;
+    assert!(text.contains("\n## Tools\n\nRead, Grep\n"), "{text}");
 }
 
 fn cartography() -> Test {

@@ -1,10 +1,15 @@
 //! `summon load`: list every source, or print one.
 //!
-//! JSON (`--json`), listing:
-//! `{"sources": [{"name", "kind", "description", "path", "scope", "parent"}], "searched": [PATH]}`
-//! (`parent`: the recipe declaring a subrecipe, else null).
-//! One source: `{"name", "kind", "path", "description", "content", "parameters": [PARAM]}`
-//! where PARAM is `{"key", "input_type", "requirement", "default", "description", "options"}`.
+//! The listing and its JSON show the same things: finished background tasks awaiting
+//! collection, then the sources, an agent with its `tools` list.
+//!
+//! JSON (`--json`), listing: `{"tasks": [{"id", "description", "status"}], "sources":
+//! [{"name", "kind", "description", "path", "scope", "parent", "tools"}], "searched": [PATH]}`
+//! (`parent`: the recipe declaring a subrecipe, else null; `tools`: an agent's list as
+//! written, null without one).
+//! One source: `{"name", "kind", "path", "description", "content", "parameters": [PARAM],
+//! "tools"}` where PARAM is `{"key", "input_type", "requirement", "default", "description",
+//! "options"}`.
 
 use serde_json::json;
 
@@ -15,7 +20,7 @@ use crate::diag::render::display_path;
 use crate::error::{Error, Result};
 use crate::recipe::Parameter;
 use crate::source::{Scope, SourceKind};
-use crate::store::TaskId;
+use crate::store::{TaskId, TaskRecord};
 
 pub(crate) fn run(args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
     if let Some(name) = args.name.as_deref().filter(|n| TaskId::looks_like(n)) {
@@ -44,8 +49,13 @@ pub(crate) fn run(args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
     let catalog = ctx.catalog();
     match &args.name {
         None => {
-            list_tasks(args.output.json, ctx)?;
-            list(&delegation::list_sources(&catalog), args.output.json, ctx)
+            let tasks = collectable_tasks(ctx)?;
+            list(
+                &tasks,
+                &delegation::list_sources(&catalog),
+                args.output.json,
+                ctx,
+            )
         }
         Some(name) => {
             let source = delegation::load_source(&catalog, name)?;
@@ -68,9 +78,19 @@ fn task_exists(id: &TaskId, ctx: &Ctx) -> Result<bool> {
     }
 }
 
-fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
+fn list(tasks: &[TaskRecord], listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
     let cwd = ctx.env.cwd.clone();
     if json {
+        let tasks: Vec<_> = tasks
+            .iter()
+            .map(|task| {
+                json!({
+                    "id": task.id.to_string(),
+                    "description": task.description,
+                    "status": task.status.as_str(),
+                })
+            })
+            .collect();
         let sources: Vec<_> = listing
             .sources
             .iter()
@@ -82,6 +102,7 @@ fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
                     "path": s.path.display().to_string(),
                     "scope": if s.scope == Scope::Local { "local" } else { "global" },
                     "parent": s.parent.as_ref().map(|p| p.display().to_string()),
+                    "tools": s.tools,
                 })
             })
             .collect();
@@ -91,9 +112,10 @@ fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
             .map(|d| d.display().to_string())
             .collect();
         ctx.out
-            .json(&json!({ "sources": sources, "searched": searched }))?;
+            .json(&json!({ "tasks": tasks, "sources": sources, "searched": searched }))?;
         return Ok(());
     }
+    write_tasks(tasks, ctx)?;
     if listing.problems > 0 {
         ctx.note(&format!(
             "{} source file(s) have errors and are left out; run `summon validate` to see them",
@@ -130,8 +152,11 @@ fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
             .unwrap_or(0);
         for source in group {
             let description = one_line(&source.description);
+            let tools = source.tools.as_deref().map_or(String::new(), |tools| {
+                format!("  [tools: {}]", delegation::tools_line(tools))
+            });
             text.push_str(&format!(
-                "  {:width$}  {}  ({})\n",
+                "  {:width$}  {}{tools}  ({})\n",
                 source.name,
                 description,
                 display_path(&source.path, &cwd),
@@ -145,25 +170,25 @@ fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-/// Finished background tasks awaiting collection, listed before the sources (as goose
-/// does). Only in the text output, and only when the project has a store.
-fn list_tasks(json: bool, ctx: &mut Ctx) -> Result<()> {
-    if json {
-        return Ok(());
-    }
+/// Finished background tasks awaiting collection (none when the project has no store).
+fn collectable_tasks(ctx: &Ctx) -> Result<Vec<TaskRecord>> {
     let Some(tasks) = TaskStore::open_existing(&ctx.env)? else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let done = tasks.list(crate::store::TaskFilter::Finished)?;
-    if done.is_empty() {
+    Ok(done.into_iter().map(|view| view.task).collect())
+}
+
+/// The tasks awaiting collection, listed before the sources (as goose does).
+fn write_tasks(tasks: &[TaskRecord], ctx: &mut Ctx) -> Result<()> {
+    if tasks.is_empty() {
         return Ok(());
     }
     let mut text = format!(
         "{}:\n",
         ctx.out_palette.bold("Completed tasks awaiting retrieval")
     );
-    for view in done {
-        let task = view.task;
+    for task in tasks {
         text.push_str(&format!(
             "  {}  {}  ({})\n",
             task.id,
@@ -195,6 +220,7 @@ fn show(source: &LoadedSource, json: bool, ctx: &mut Ctx) -> Result<()> {
             "description": source.description,
             "content": source.content,
             "parameters": source.parameters.iter().map(parameter_json).collect::<Vec<_>>(),
+            "tools": source.tools,
         }))?;
         return Ok(());
     }
