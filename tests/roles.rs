@@ -378,3 +378,27 @@ async fn a_pipeline_step_runs_an_agent_alone_and_validate_agrees() {
     assert_eq!(requests.len(), 1);
     assert_eq!(first_user_of(&requests[0]), alone_message());
 }
+
+// A role from a folder outside the project says so, and where it was defined.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_from_the_home_folder_is_not_labelled_the_project_s() {
+    let server = MockServer::start(MockConfig::new()).await;
+    project(&server)
+        .env_path("HOME", "home")
+        .write(
+            "home/.claude/agents/helper.md",
+            "
+            ---
+            name: helper
+            description: helps
+            ---
+            You help.
+            ",
+        )
+        .args(["delegate", "--source", "helper", "--instructions", "Help."])
+        .run();
+    assert_eq!(
+        first_user_of(&server.requests()[0]),
+        "Subagent role \"helper\", defined outside this project in ~/.claude/agents/helper.md:\n\nYou help.\n\nTask:\nHelp."
+    );
+}

@@ -336,7 +336,14 @@ pub(crate) fn draft(
                     }
                     None => crate::agent::AGENT_ALONE_TASK.to_owned(),
                 };
-                let path = crate::diag::render::display_path(agent.path(), &env.cwd);
+                // A project's role is shown from the working directory; one from a folder
+                // outside it (`~/.claude/agents`, ...) is said to be so, from the home folder.
+                let project = source.scope == crate::source::Scope::Local;
+                let path = if project {
+                    crate::diag::render::display_path(agent.path(), &env.cwd)
+                } else {
+                    outside_path(agent.path(), env)
+                };
                 (
                     agent.name.clone(),
                     Plan {
@@ -344,6 +351,7 @@ pub(crate) fn draft(
                         first: FirstMessage::Role {
                             name: agent.name.clone(),
                             path,
+                            project,
                             role_text,
                             task,
                         },
@@ -608,6 +616,17 @@ fn recipe_plan(
         file: Some(std::sync::Arc::clone(&recipe.file)),
         narrow: None,
     })
+}
+
+/// A file outside the project: `~/...` under the home folder, else its full path.
+fn outside_path(path: &Path, env: &Env) -> String {
+    match env
+        .home()
+        .and_then(|home| path.strip_prefix(home).ok().map(Path::to_path_buf))
+    {
+        Some(rest) => format!("~/{}", rest.display()),
+        None => path.display().to_string(),
+    }
 }
 
 /// `--working-dir` must resolve inside the current directory, symlinks included.
