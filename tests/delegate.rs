@@ -633,3 +633,58 @@ async fn goose_provider_and_model_variables_choose_the_subagent_s() {
     let models: Vec<&str> = requests.iter().map(|r| r.model().unwrap_or("")).collect();
     assert_eq!(models, ["from-goose", "from-summon"]);
 }
+
+// A subrecipe's fixed `values` win over --param, as in goose; the ignored value is said.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_param_does_not_override_a_subrecipe_s_fixed_value() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let out = openai(&server)
+        .write(
+            "recipes/main.yaml",
+            "
+            title: Main
+            description: main
+            instructions: use the helper
+            sub_recipes:
+              - name: helper
+                path: sub/helper.yaml
+                values:
+                  lang: rust
+            ",
+        )
+        .write(
+            "recipes/sub/helper.yaml",
+            "
+            title: Helper
+            description: helper
+            prompt: Write {{ lang }} at {{ level }}.
+            parameters:
+              - key: lang
+                input_type: string
+                requirement: required
+                description: the language
+              - key: level
+                input_type: string
+                requirement: required
+                description: the level
+            ",
+        )
+        .args([
+            "delegate",
+            "--source",
+            "helper",
+            "--param",
+            "lang=go",
+            "--param",
+            "level=high",
+        ])
+        .stdout("echo: Write rust at high.\n")
+        .run();
+    assert!(
+        out.stderr.contains(
+            "parameter `lang` is fixed to `rust` by the subrecipe's `values`; the value given, `go`, is ignored"
+        ),
+        "{}",
+        out.stderr
+    );
+}

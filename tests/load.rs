@@ -165,6 +165,8 @@ struct Listing {
     tasks: Vec<serde_json::Value>,
     sources: Vec<ListedSource>,
     searched: Vec<String>,
+    /// files not read at all, with why
+    skipped: Vec<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -626,4 +628,52 @@ fn a_source_named_like_a_task_id_loads_while_no_task_has_it() {
         .code(1)
         .stderr_has("Task '20260219_1' not found")
         .run();
+}
+
+/// Files discovery did not read (too large, a symlink out of their folder) are said by
+/// `load`, as `validate` says them, and listed in `--json`.
+#[test]
+fn load_says_which_files_it_skipped() {
+    let outside = tempfile::tempdir().expect("outside");
+    std::fs::write(
+        outside.path().join("far.yaml"),
+        "title: F\ndescription: far\ninstructions: i",
+    )
+    .unwrap();
+    let big = format!(
+        "title: B\ndescription: big\ninstructions: {}\n",
+        "x".repeat(1_100_000)
+    );
+    let t = project().write_raw("recipes/big.yaml", &big);
+    std::os::unix::fs::symlink(
+        outside.path().join("far.yaml"),
+        t.path().join("recipes/far.yaml"),
+    )
+    .unwrap();
+    let out = t.args(["load"]).run();
+    assert!(
+        out.stderr.contains(&format!(
+            "summon: skipped `recipes/big.yaml`: {} bytes is over the 1 MiB limit for source files",
+            big.len()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("summon: skipped `recipes/far.yaml`: symlink leads out of its directory"),
+        "{}",
+        out.stderr
+    );
+    let t = project().write_raw("recipes/big.yaml", &big);
+    let listing: Listing =
+        serde_json::from_str(&t.args(["load", "--json"]).run().stdout).expect("listing shape");
+    assert_eq!(listing.skipped.len(), 1, "{:?}", listing.skipped);
+    assert!(
+        listing.skipped[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.ends_with("over the 1 MiB limit for source files")),
+        "{:?}",
+        listing.skipped
+    );
 }

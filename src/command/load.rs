@@ -3,8 +3,12 @@
 //! The listing and its JSON show the same things: finished background tasks awaiting
 //! collection, then the sources, an agent with its `tools` list.
 //!
+//! Files not read at all (over 1 MiB, a symlink out of its directory, unreadable) are noted
+//! on stderr.
+//!
 //! JSON (`--json`), listing: `{"tasks": [{"id", "description", "status"}], "sources":
-//! [{"name", "kind", "description", "path", "scope", "parent", "tools"}], "searched": [PATH]}`
+//! [{"name", "kind", "description", "path", "scope", "parent", "tools"}], "searched": [PATH],
+//! "skipped": [{"path", "reason"}]}`
 //! (`parent`: the recipe declaring a subrecipe, else null; `tools`: an agent's list as
 //! written, null without one).
 //! One source: `{"name", "kind", "path", "description", "content", "parameters": [PARAM],
@@ -111,9 +115,21 @@ fn list(tasks: &[TaskRecord], listing: &SourceList, json: bool, ctx: &mut Ctx) -
             .iter()
             .map(|d| d.display().to_string())
             .collect();
-        ctx.out
-            .json(&json!({ "tasks": tasks, "sources": sources, "searched": searched }))?;
+        let skipped: Vec<_> = listing
+            .skipped
+            .iter()
+            .map(|(path, reason)| json!({"path": path.display().to_string(), "reason": reason}))
+            .collect();
+        ctx.out.json(&json!({
+            "tasks": tasks,
+            "sources": sources,
+            "searched": searched,
+            "skipped": skipped,
+        }))?;
         return Ok(());
+    }
+    for (path, reason) in &listing.skipped {
+        ctx.note(&format!("skipped `{}`: {reason}", display_path(path, &cwd)));
     }
     write_tasks(tasks, ctx)?;
     if listing.problems > 0 {

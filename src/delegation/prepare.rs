@@ -313,7 +313,7 @@ pub(crate) fn draft(
         Some(source) => match &source.def {
             SourceDef::Recipe(recipe) | SourceDef::Subrecipe { recipe, .. } => (
                 source.name.clone(),
-                recipe_plan(source, recipe, request, &env.cwd)?,
+                recipe_plan(source, recipe, request, &env.cwd, &mut notes)?,
             ),
             SourceDef::Agent(agent) => {
                 if !request.params.is_empty() {
@@ -579,6 +579,7 @@ fn recipe_plan(
     recipe: &Recipe,
     request: &Request,
     cwd: &Path,
+    notes: &mut Vec<Diagnostic>,
 ) -> Result<Plan, PrepareError> {
     let preset = source.preset_values();
     let binding = bind_params(
@@ -591,6 +592,7 @@ fn recipe_plan(
     if binding.problems.has_errors() {
         return Err(PrepareError::Input(binding.problems));
     }
+    notes.extend(binding.problems.items.iter().cloned());
     let rendered = render_recipe(recipe, &binding.values()).map_err(PrepareError::Input)?;
     let (instructions, prompt) = match (rendered.instructions, rendered.prompt) {
         (Some(instructions), Some(prompt)) => (Some(instructions), prompt),

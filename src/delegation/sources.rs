@@ -40,6 +40,9 @@ pub(crate) struct SourceList {
     pub(crate) searched: Vec<PathBuf>,
     /// How many source files have errors and are left out.
     pub(crate) problems: usize,
+    /// Files that were not read at all, with why: over the size limit, a symlink out of its
+    /// directory or a broken one, unreadable.
+    pub(crate) skipped: Vec<(PathBuf, String)>,
 }
 
 impl SourceList {
@@ -70,6 +73,19 @@ pub(crate) fn list(catalog: &Catalog) -> SourceList {
             .collect(),
         searched: catalog.searched.iter().map(|d| d.path.clone()).collect(),
         problems: catalog.diagnostics.error_count(),
+        skipped: catalog
+            .diagnostics
+            .items
+            .iter()
+            .filter(|d| !d.is_error())
+            .filter_map(|d| {
+                let reason = d
+                    .message
+                    .strip_prefix("skipped: ")
+                    .or_else(|| d.message.starts_with("cannot read").then_some(&*d.message))?;
+                Some((d.file_path()?.to_path_buf(), reason.to_owned()))
+            })
+            .collect(),
     }
 }
 
