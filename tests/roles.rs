@@ -402,3 +402,66 @@ async fn a_role_from_the_home_folder_is_not_labelled_the_project_s() {
         "Subagent role \"helper\", defined outside this project in ~/.claude/agents/helper.md:\n\nYou help.\n\nTask:\nHelp."
     );
 }
+
+// The result says which listed tools were left out (seed 004), not only stderr: `delegate
+// --json`, a background task's `load --json`, `results.jsonl` and `report.json`.
+#[tokio::test(flavor = "multi_thread")]
+async fn listed_tools_left_out_are_said_in_the_result() {
+    const LEFT_OUT: &str =
+        "Listed tools not available, left out: Bash — grant it with --extensions developer";
+    let server = MockServer::start(MockConfig::new()).await;
+    let json = project(&server)
+        .args([
+            "delegate",
+            "--source",
+            "runner",
+            "--instructions",
+            "t",
+            "--json",
+        ])
+        .run()
+        .json();
+    assert_eq!(json["warnings"], serde_json::json!([LEFT_OUT]), "{json}");
+
+    let t = project(&server);
+    let started = t
+        .command()
+        .args([
+            "delegate",
+            "--source",
+            "runner",
+            "--instructions",
+            "t",
+            "--async",
+            "--json",
+        ])
+        .output()
+        .expect("start");
+    let id = serde_json::from_slice::<serde_json::Value>(&started.stdout).expect("json")["task_id"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    let loaded = t
+        .command()
+        .args(["load", &id, "--json"])
+        .output()
+        .expect("load");
+    let loaded: serde_json::Value = serde_json::from_slice(&loaded.stdout).expect("json");
+    assert_eq!(
+        loaded["warnings"],
+        serde_json::json!([LEFT_OUT]),
+        "{loaded}"
+    );
+
+    let out = project(&server)
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: look\n    delegate: {source: runner, instructions: t}\n",
+        )
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    let lines = support::results(&out.dir.join("out"));
+    assert_eq!(lines[0]["warnings"], serde_json::json!([LEFT_OUT]));
+    let report = support::read_json(&out.dir.join("out/report.json"));
+    assert_eq!(report["warnings"][0]["message"], LEFT_OUT, "{report}");
+}

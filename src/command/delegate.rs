@@ -5,7 +5,8 @@
 //! "turns", "tool_calls", "tokens": {"input", "output"}, "duration_ms", "provider",
 //! "provider_from", "model", "model_from", "source", "sandbox", "warnings"}` (`*_from` says where the
 //! setting came from; `sandbox` is `{"policy", "network"}` of the shell commands, `null`
-//! without the shell; `warnings` lists what went wrong with the task's extensions, such as a
+//! without the shell; `warnings` lists an agent's listed tools that were left out and what went
+//! wrong with the task's extensions, such as a
 //! server that did not start). With `--async --json`: `{"task_id", "status": "running"|"queued", "description"}`.
 
 use serde_json::json;

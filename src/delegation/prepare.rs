@@ -60,6 +60,21 @@ pub(crate) struct Prepared {
     pub(crate) content_len: usize,
 }
 
+/// How the note about an agent's listed tools that are not available starts (seed 004's
+/// words).
+const LEFT_OUT: &str = "Listed tools not available, left out: ";
+
+impl Prepared {
+    /// The notes that belong in the task's result, not only on stderr: as seed 004 has it,
+    /// the result says which listed tools were left out.
+    pub(crate) fn result_warnings(&self) -> impl Iterator<Item = String> + '_ {
+        self.notes
+            .iter()
+            .filter(|note| note.message.starts_with(LEFT_OUT))
+            .map(|note| note.message.clone())
+    }
+}
+
 /// A failure to prepare: bad input (exit 1) or a task failure such as an unreadable role
 /// file (exit 2).
 #[derive(Debug)]
@@ -467,7 +482,7 @@ pub(crate) fn draft(
     }
     if !unavailable.is_empty() {
         notes.push(Diagnostic::warning(format!(
-            "Listed tools not available, left out: {}",
+            "{LEFT_OUT}{}",
             unavailable.join(", ")
         )));
     }

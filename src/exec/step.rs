@@ -370,6 +370,7 @@ pub(crate) async fn run_task(
             extracted,
             corrections,
             warnings,
+            left_out,
         } = outcome.unwrap_or_else(|error| Attempt::failed(error, trace.in_flight));
         spent.turns += turns;
         spent.usage.add(usage);
@@ -403,7 +404,7 @@ pub(crate) async fn run_task(
                 hash,
                 batch_id: None,
                 trace,
-                warnings,
+                warnings: left_out.into_iter().chain(warnings).collect(),
             };
         }
         attempt += 1;
@@ -428,6 +429,9 @@ struct Attempt {
     corrections: u32,
     /// What went wrong with the task's extensions, one line each.
     warnings: Vec<String>,
+    /// The agent's listed tools that were left out, said in the result with the warnings
+    /// (not an extension failure).
+    left_out: Vec<String>,
 }
 
 impl Attempt {
@@ -445,6 +449,7 @@ impl Attempt {
             extracted: false,
             corrections: 0,
             warnings: Vec::new(),
+            left_out: Vec::new(),
         }
     }
 }
@@ -541,6 +546,7 @@ async fn attempt_task(
         extracted: result.extracted,
         corrections: result.corrections,
         warnings: result.warnings,
+        left_out: prepared.result_warnings().collect(),
     })
 }
 

@@ -27,8 +27,8 @@
 //! (at most 16 KiB, then `… [N more bytes]`); `overhead_tokens`, the estimated tokens of its
 //! first request beyond its own instructions, context, prompt and role text, and
 //! `tool_tokens`, the tool definitions among them (`null` for a task that sent no request in
-//! this run; see `crate::event::Overhead`); `warnings`, what went
-//! wrong with the task's extensions (MCP servers), one string each, such as
+//! this run; see `crate::event::Overhead`); `warnings`, an agent's listed tools left out
+//! and what went wrong with the task's extensions (MCP servers), one string each, such as
 //! `` extension `fs` did not start: ... `` (whether that fails the task is the step's
 //! `on_extension_error`); `data`, the parsed answer of a task validated against a JSON schema
 //! (`null` for a text answer); `cache_read_tokens`
