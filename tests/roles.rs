@@ -465,3 +465,31 @@ async fn listed_tools_left_out_are_said_in_the_result() {
     let report = support::read_json(&out.dir.join("out/report.json"));
     assert_eq!(report["warnings"][0]["message"], LEFT_OUT, "{report}");
 }
+
+// Pipeline tasks carry their role, as seed 004 labels its subagents: `role` in
+// results.jsonl, the role after the item in a JUnit case name.
+#[tokio::test(flavor = "multi_thread")]
+async fn pipeline_tasks_carry_their_role() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let out = project(&server)
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: plan\n    decompose:\n      items: [{agent: runner, q: a}, {agent: null, q: b}]\n  - id: work\n    fan_out:\n      over: plan\n      source: \"{{ item.agent }}\"\n      instructions: \"{{ item.q }}\"\n",
+        )
+        .args(["run", "p.yaml", "--out", "out", "--junit", "junit.xml", "--quiet"])
+        .run();
+    let lines = support::results(&out.dir.join("out"));
+    let roles: Vec<&serde_json::Value> = lines.iter().map(|l| &l["role"]).collect();
+    assert_eq!(
+        roles,
+        [&serde_json::json!("runner"), &serde_json::Value::Null]
+    );
+    let junit = std::fs::read_to_string(out.dir.join("junit.xml")).expect("junit");
+    assert!(
+        junit.contains(r#"<testcase name="work: #0 (runner)""#),
+        "{junit}"
+    );
+    assert!(junit.contains(r#"<testcase name="work: #1""#), "{junit}");
+    let page = std::fs::read_to_string(out.dir.join("out/report.html")).expect("report.html");
+    assert!(page.contains("<th>item</th><th>role</th>"), "a role column");
+}

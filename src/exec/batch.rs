@@ -368,6 +368,7 @@ impl BatchRun<'_> {
                 ..self.trace()
             },
             warnings: Vec::new(),
+            role: None,
         };
         self.done(done);
     }
@@ -393,6 +394,7 @@ impl BatchRun<'_> {
             batch_id: None,
             trace: self.trace(),
             warnings: Vec::new(),
+            role: None,
         });
     }
 

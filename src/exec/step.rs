@@ -260,6 +260,12 @@ impl StepConfig {
 /// Whether a rendered task's answer is validated against a JSON schema (the step's, or its
 /// recipe's `response.json_schema`): its journaled output is then the answer's JSON, parsed
 /// again as its data when the task is taken from the journal.
+/// The agent role a rendered task runs as: its source, when that is an agent.
+pub(crate) fn role_of(catalog: &Catalog, rendered: &Rendered) -> Option<String> {
+    let source = catalog.get(rendered.source.as_deref()?)?;
+    matches!(source.def, crate::source::SourceDef::Agent(_)).then(|| source.name.clone())
+}
+
 pub(crate) fn expects_data(catalog: &Catalog, rendered: &Rendered) -> bool {
     use crate::source::SourceDef;
     if rendered.schema.is_some() {
@@ -326,6 +332,7 @@ pub(crate) fn resumed(
         batch_id: if reused { None } else { row.batch_id.clone() },
         trace: TaskTrace::default(),
         warnings: Vec::new(),
+        role: None,
     })
 }
 
@@ -340,6 +347,7 @@ pub(crate) async fn run_task(
     slot: Arc<TaskSlot>,
 ) -> TaskDone {
     let started = Instant::now();
+    let role = role_of(&shared.catalog, &rendered);
     let mut trace = TaskTrace {
         started_ms: Some(
             u64::try_from(started.duration_since(shared.run_started).as_millis())
@@ -405,6 +413,7 @@ pub(crate) async fn run_task(
                 batch_id: None,
                 trace,
                 warnings: left_out.into_iter().chain(warnings).collect(),
+                role,
             };
         }
         attempt += 1;
@@ -787,7 +796,10 @@ impl Tasks<'_, '_> {
         }
         let data = expects_data(&shared.catalog, &rendered);
         Ok(match resumed(shared, self.step, index, item, &hash, data) {
-            Some(done) => ItemTask::Answered(Box::new(done)),
+            Some(mut done) => {
+                done.role = role_of(&shared.catalog, &rendered);
+                ItemTask::Answered(Box::new(done))
+            }
             None => ItemTask::Send(Box::new(rendered), hash),
         })
     }

@@ -10,7 +10,7 @@
 //!  "tools":[{"name":"shell","ok":true,"summary":"src/api"}],"prompt":"Write notes for api",
 //!  "overhead_tokens":48,"tool_tokens":0,
 //!  "warnings":[],"data":null,
-//!  "cache_read_tokens":1000,"cache_write_tokens":0}
+//!  "cache_read_tokens":1000,"cache_write_tokens":0,"role":"explorer"}
 //! ```
 //!
 //! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks;
@@ -91,6 +91,8 @@ pub(crate) struct ResultLine<'a> {
     /// `input_tokens`).
     pub(crate) cache_read_tokens: u64,
     pub(crate) cache_write_tokens: u64,
+    /// The agent role the task ran as (`null` for a recipe or ad-hoc task).
+    pub(crate) role: Option<&'a str>,
 }
 
 struct State {
@@ -297,6 +299,7 @@ mod tests {
             corrections: 1,
             trace: &TRACE,
             warnings: &[],
+            role: None,
             data: None,
             cache_read_tokens: 60,
             cache_write_tokens: 0,
@@ -352,7 +355,8 @@ mod tests {
                 "warnings",
                 "data",
                 "cache_read_tokens",
-                "cache_write_tokens"
+                "cache_write_tokens",
+                "role"
             ]
         );
         assert_eq!(
@@ -364,7 +368,7 @@ mod tests {
                    "started_ms": 7, "attempts": 1, "retries": 2, "rate_limited": 1,
                    "retry_wait_ms": 1500, "tools": [], "prompt": null,
                    "overhead_tokens": 50, "tool_tokens": 0, "warnings": [], "data": null,
-                   "cache_read_tokens": 60, "cache_write_tokens": 0})
+                   "cache_read_tokens": 60, "cache_write_tokens": 0, "role": null})
         );
         assert_eq!(got[1]["status"], "failed");
         assert_eq!(got[1]["error"], "boom");
