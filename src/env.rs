@@ -50,6 +50,27 @@ pub(crate) fn step_panic_point(step: &str) {
     }
 }
 
+/// summon's variables that goose reads under another name, so a goose user's environment
+/// works unchanged: the `SUMMON_*` name is read first, then goose's (README, "Environment").
+pub(crate) const GOOSE_NAMES: [(&str, &str); 5] = [
+    ("SUMMON_SUBAGENT_MAX_TURNS", "GOOSE_SUBAGENT_MAX_TURNS"),
+    ("SUMMON_SUBAGENT_PROVIDER", "GOOSE_SUBAGENT_PROVIDER"),
+    ("SUMMON_SUBAGENT_MODEL", "GOOSE_SUBAGENT_MODEL"),
+    ("SUMMON_MAX_BACKGROUND_TASKS", "GOOSE_MAX_BACKGROUND_TASKS"),
+    (
+        "SUMMON_COMPLETED_TASK_TTL_SECS",
+        "GOOSE_COMPLETED_TASK_TTL_SECS",
+    ),
+];
+
+/// goose's name for a summon variable, if it has one.
+pub(crate) fn goose_name(key: &str) -> Option<&'static str> {
+    GOOSE_NAMES
+        .iter()
+        .find(|(summon, _)| *summon == key)
+        .map(|(_, goose)| *goose)
+}
+
 impl Env {
     pub(crate) fn from_process() -> std::io::Result<Self> {
         CRASH_AT.get_or_init(|| {
@@ -91,6 +112,16 @@ impl Env {
             .get(key)
             .map(String::as_str)
             .filter(|v| !v.is_empty())
+    }
+
+    /// A summon variable that goose users know under goose's name ([`GOOSE_NAMES`]): the
+    /// `SUMMON_*` name first, then goose's; the value and the name it was read from.
+    pub(crate) fn var_or_goose(&self, key: &'static str) -> Option<(&str, &'static str)> {
+        if let Some(value) = self.var(key) {
+            return Some((value, key));
+        }
+        let goose = goose_name(key)?;
+        self.var(goose).map(|value| (value, goose))
     }
 
     /// Whether a variable is present at all, even empty (`NO_COLOR=`).

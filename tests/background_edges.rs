@@ -214,7 +214,11 @@ async fn async_refuses_what_the_foreground_refuses_without_storing_a_task() {
             ],
             true,
         ),
-        ("an agent given no task", &["--source", "scout"], true),
+        (
+            "an agent with no role text given no task",
+            &["--source", "blank"],
+            true,
+        ),
         (
             "parameters for an agent",
             &["--source", "scout", "--instructions", "x", "--param", "a=b"],
@@ -232,7 +236,11 @@ async fn async_refuses_what_the_foreground_refuses_without_storing_a_task() {
             .env("OPENAI_BASE_URL", &server.url_openai())
             .env("OPENAI_API_KEY", KEY)
             .write("recipes/notes.yaml", recipe)
-            .write(".agents/agents/scout.md", agent);
+            .write(".agents/agents/scout.md", agent)
+            .write(
+                ".agents/agents/blank.md",
+                "---\nname: blank\ndescription: nothing\n---\n",
+            );
         if with_model {
             test = test.env("SUMMON_MODEL", "mock-model");
         }
@@ -465,4 +473,107 @@ async fn a_subagent_cannot_switch_the_nesting_guard_off() {
     // Outside a subagent the same command runs.
     let plain = p.expect(0, &["delegate", "--instructions", "plain"]);
     assert_eq!(plain.stdout, "echo: plain\n");
+}
+
+// The nesting ban covers every command that starts subagents: `run` and `merge` too.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_and_merge_are_refused_inside_a_subagent() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let p = Project::from_test(
+        Test::new()
+            .env("OPENAI_BASE_URL", &server.url_openai())
+            .env("OPENAI_API_KEY", KEY)
+            .env("SUMMON_MODEL", "mock-model")
+            .env("SUMMON_SUBAGENT", "1")
+            .write(
+                "p.yaml",
+                "version: 1\nsteps:\n  - id: one\n    delegate: {instructions: hi}\n",
+            )
+            .mkdir("shard"),
+    );
+    for args in [&["run", "p.yaml"][..], &["merge", "p.yaml", "shard"][..]] {
+        let out = p.expect(1, args);
+        assert!(
+            out.stderr.contains(
+                "Delegated tasks cannot spawn further delegations: this command runs inside a subagent"
+            ),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    // A dry run starts no subagent.
+    p.expect(0, &["run", "p.yaml", "--dry-run"]);
+    assert_eq!(server.request_count(), 0);
+    assert_eq!(any_store_under(&p.dir), None, "no run was stored");
+}
+
+// From a subagent's shell that drops the variable, `summon run` is still refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_s_shell_cannot_run_a_pipeline() {
+    let summon = env!("CARGO_BIN_EXE_summon");
+    let nested = format!("env -u SUMMON_SUBAGENT {summon} run p.yaml; echo code=$?");
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("shell", json!({ "command": nested })),
+        Reply::text("done"),
+    ]))
+    .await;
+    let p = Project::from_test(
+        Test::new()
+            .env("OPENAI_BASE_URL", &server.url_openai())
+            .env("OPENAI_API_KEY", KEY)
+            .env("SUMMON_MODEL", "mock-model")
+            .write(
+                "p.yaml",
+                "version: 1\nsteps:\n  - id: one\n    delegate: {instructions: grandchild}\n",
+            ),
+    );
+    let out = p.expect(
+        0,
+        &[
+            "delegate",
+            "--instructions",
+            "x",
+            "--extensions",
+            "developer",
+            "--network",
+        ],
+    );
+    assert_eq!(out.stdout, "done\n");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "the nested run sent nothing");
+    let result = requests[1].body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str())
+        .expect("the shell result")
+        .to_owned();
+    assert!(
+        result.contains(NESTED) && result.contains("code=1"),
+        "{result}"
+    );
+}
+
+// `load` and `load --json` list the same finished tasks awaiting collection.
+#[tokio::test(flavor = "multi_thread")]
+async fn load_and_load_json_list_the_same_collectable_tasks() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let p = Project::new(&server);
+    let id = p.start_in("", "collect me");
+    p.expect(0, &["load", &id]);
+    let text = p.expect(0, &["load"]);
+    assert!(
+        text.stdout.contains(&format!(
+            "Completed tasks awaiting retrieval:\n  {id}  collect me  (completed)\n"
+        )),
+        "{}",
+        text.stdout
+    );
+    let json = p.expect(0, &["load", "--json"]).json();
+    assert_eq!(
+        json["tasks"],
+        json!([{ "id": id, "description": "collect me", "status": "completed" }]),
+        "{json}"
+    );
 }

@@ -1,7 +1,7 @@
 //! What `summon run --dry-run` finds before anything is sent, `summon validate` finds too, at
 //! the same `file:line:col`, and `summon run` refuses the pipeline before its first request:
 //! a recipe's required parameter a step does not give, a parameter the recipe does not
-//! declare, a literal value its type rejects, parameters given to an agent, an agent without instructions, an items file no
+//! declare, a literal value its type rejects, parameters given to an agent, an agent with neither role text nor instructions, an items file no
 //! reader knows, a template that fails to render over a literal item; and `summon merge`
 //! checks the steps it runs.
 
@@ -49,6 +49,10 @@ fn project(server: &MockServer, pipeline: &str) -> Test {
     Test::new()
         .write("recipes/notes.yaml", NOTES)
         .write(".claude/agents/explorer.md", EXPLORER)
+        .write(
+            ".claude/agents/blank.md",
+            "---\nname: blank\ndescription: no role text\n---\n",
+        )
         .write("pipelines/p.yaml", pipeline)
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
@@ -166,18 +170,19 @@ async fn parameters_given_to_an_agent_are_an_error() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_agent_without_instructions_is_an_error_at_its_source() {
+async fn an_agent_with_no_role_text_and_no_instructions_is_an_error_at_its_source() {
+    // An agent with role text runs alone (tests/roles.rs); one without has nothing to do.
     let pipeline = r#"
         version: 1
         name: p
         steps:
           - id: look
             delegate:
-              source: explorer
+              source: blank
     "#;
     every_command_reports(
         pipeline,
-        "pipelines/p.yaml:6:15: error: step `look`: agent `explorer` needs a task",
+        "pipelines/p.yaml:6:15: error: step `look`: agent `blank` has no role text to run on its own",
     )
     .await;
 }

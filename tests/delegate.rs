@@ -550,3 +550,141 @@ async fn nested_delegation_is_refused() {
     );
     assert_eq!(server.request_count(), 0);
 }
+
+// goose's names for summon's variables are read after the SUMMON_* names (README,
+// "Environment"), so a goose user's environment works unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn goose_variables_are_read_after_summon_s() {
+    let server = MockServer::start(
+        MockConfig::new().default_reply(Reply::tool_call("list_files", json!({}))),
+    )
+    .await;
+    // GOOSE_SUBAGENT_MAX_TURNS limits the loop...
+    openai(&server)
+        .env("GOOSE_SUBAGENT_MAX_TURNS", "2")
+        .args(["delegate", "--instructions", "x"])
+        .code(2)
+        .run();
+    assert_eq!(server.request_count(), 2);
+    // ...unless SUMMON_SUBAGENT_MAX_TURNS says otherwise.
+    openai(&server)
+        .env("GOOSE_SUBAGENT_MAX_TURNS", "2")
+        .env("SUMMON_SUBAGENT_MAX_TURNS", "3")
+        .args(["delegate", "--instructions", "x"])
+        .code(2)
+        .run();
+    assert_eq!(server.request_count(), 5);
+    // A bad value is named by the variable it came from.
+    openai(&server)
+        .env("GOOSE_SUBAGENT_MAX_TURNS", "many")
+        .args(["delegate", "--instructions", "x"])
+        .code(1)
+        .stderr_has("GOOSE_SUBAGENT_MAX_TURNS must be a whole number ≥ 1, found `many`")
+        .run();
+    for var in [
+        "GOOSE_MAX_BACKGROUND_TASKS",
+        "GOOSE_COMPLETED_TASK_TTL_SECS",
+    ] {
+        openai(&server)
+            .env(var, "lots")
+            .args(["delegate", "--async", "--instructions", "x"])
+            .code(1)
+            .stderr_has(&format!("{var} must be a whole number, got `lots`"))
+            .run();
+    }
+    assert_eq!(server.request_count(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn goose_provider_and_model_variables_choose_the_subagent_s() {
+    let server = MockServer::start(MockConfig::new()).await;
+    // GOOSE_SUBAGENT_PROVIDER and GOOSE_SUBAGENT_MODEL choose, as in goose...
+    let out = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("ANTHROPIC_BASE_URL", &server.url_anthropic())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("SUMMON_PROVIDER", "openai")
+        .env("GOOSE_SUBAGENT_PROVIDER", "anthropic")
+        .env("GOOSE_SUBAGENT_MODEL", "from-goose")
+        .args([
+            "delegate",
+            "--instructions",
+            "x",
+            "--model",
+            "from-flag",
+            "--json",
+        ])
+        .run();
+    let json = out.json();
+    assert_eq!(json["provider"], "anthropic", "{json}");
+    assert_eq!(
+        json["model_from"], "environment variable GOOSE_SUBAGENT_MODEL",
+        "{json}"
+    );
+    // ...after the SUMMON_* names.
+    openai(&server)
+        .env("GOOSE_SUBAGENT_MODEL", "from-goose")
+        .env("SUMMON_SUBAGENT_MODEL", "from-summon")
+        .args(["delegate", "--instructions", "x"])
+        .run();
+    let requests = server.requests();
+    assert_eq!(requests[0].api, summon_mock_llm::Api::Anthropic);
+    let models: Vec<&str> = requests.iter().map(|r| r.model().unwrap_or("")).collect();
+    assert_eq!(models, ["from-goose", "from-summon"]);
+}
+
+// A subrecipe's fixed `values` win over --param, as in goose; the ignored value is said.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_param_does_not_override_a_subrecipe_s_fixed_value() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let out = openai(&server)
+        .write(
+            "recipes/main.yaml",
+            "
+            title: Main
+            description: main
+            instructions: use the helper
+            sub_recipes:
+              - name: helper
+                path: sub/helper.yaml
+                values:
+                  lang: rust
+            ",
+        )
+        .write(
+            "recipes/sub/helper.yaml",
+            "
+            title: Helper
+            description: helper
+            prompt: Write {{ lang }} at {{ level }}.
+            parameters:
+              - key: lang
+                input_type: string
+                requirement: required
+                description: the language
+              - key: level
+                input_type: string
+                requirement: required
+                description: the level
+            ",
+        )
+        .args([
+            "delegate",
+            "--source",
+            "helper",
+            "--param",
+            "lang=go",
+            "--param",
+            "level=high",
+        ])
+        .stdout("echo: Write rust at high.\n")
+        .run();
+    assert!(
+        out.stderr.contains(
+            "parameter `lang` is fixed to `rust` by the subrecipe's `values`; the value given, `go`, is ignored"
+        ),
+        "{}",
+        out.stderr
+    );
+}

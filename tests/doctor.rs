@@ -617,3 +617,27 @@ async fn a_local_ollama_is_found_but_not_looked_for_offline() {
         online.stdout
     );
 }
+
+#[test]
+fn doctor_shows_which_name_of_a_variable_is_used() {
+    let out = openai("http://127.0.0.1:9/v1")
+        .env("GOOSE_SUBAGENT_MAX_TURNS", "7")
+        .env("SUMMON_MAX_BACKGROUND_TASKS", "3")
+        .env("GOOSE_MAX_BACKGROUND_TASKS", "9")
+        .args(["doctor", "--offline"])
+        .run();
+    assert!(
+        out.stdout
+            .contains("GOOSE_SUBAGENT_MAX_TURNS=7 is used (SUMMON_SUBAGENT_MAX_TURNS is not set)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "SUMMON_MAX_BACKGROUND_TASKS=3 is used; GOOSE_MAX_BACKGROUND_TASKS=9 is ignored"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("COMPLETED_TASK_TTL"), "{}", out.stdout);
+}

@@ -501,3 +501,43 @@ async fn the_dry_run_and_report_show_the_per_task_overhead() {
     assert!(with_tools.1 > 300, "{with_tools:?}");
     assert!(with_tools.0 >= single.0 + with_tools.1, "{per_task:?}");
 }
+
+// An empty list of extensions means none at all, as in goose: no tools, not even the file
+// tools, in `delegate`, a recipe's `extensions: []` and a pipeline step.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_list_of_extensions_sends_no_tools() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let project = || {
+        openai(&server).write(
+            "recipes/bare.yaml",
+            "
+            title: Bare
+            description: no extensions at all
+            extensions: []
+            prompt: Say ok.
+            ",
+        )
+    };
+    project()
+        .args(["delegate", "--instructions", "Say ok.", "--extensions", ""])
+        .run();
+    project().args(["delegate", "--source", "bare"]).run();
+    project()
+        .write_raw("p.yaml", &fan_out("      extensions: []\n"))
+        .args(["run", "p.yaml", "--quiet"])
+        .run();
+    // The defaults, for contrast: the file tools.
+    project()
+        .args(["delegate", "--instructions", "Say ok."])
+        .run();
+    let requests = chats(&server);
+    assert_eq!(requests.len(), 5);
+    for request in &requests[..4] {
+        assert!(
+            request.body.get("tools").is_none(),
+            "{}",
+            request.body["tools"]
+        );
+    }
+    assert!(tool_bytes(&requests[4].body) > 0);
+}

@@ -71,7 +71,7 @@ fn list_groups_sources_by_kind_with_hints() {
            main  main recipe  (recipes/main.yaml)\n\
          \n\
          Agents:\n  \
-           scout  Maps the code  (.claude/agents/scout-file.md)\n\
+           scout  Maps the code  [tools: Read, Grep]  (.claude/agents/scout-file.md)\n\
          \n\
          {HINTS}"
     );
@@ -161,8 +161,12 @@ fn list_without_sources_names_the_working_directory() {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Listing {
+    /// finished background tasks awaiting collection, as the text listing shows them
+    tasks: Vec<serde_json::Value>,
     sources: Vec<ListedSource>,
     searched: Vec<String>,
+    /// files not read at all, with why
+    skipped: Vec<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,6 +179,8 @@ struct ListedSource {
     scope: String,
     /// the recipe declaring a subrecipe, else null
     parent: Option<String>,
+    /// an agent's tools list as written, else null
+    tools: Option<Vec<String>>,
 }
 
 #[test]
@@ -211,6 +217,12 @@ fn list_json_shape() {
         Some(out.dir.join("recipes/main.yaml").as_path())
     );
     assert_eq!(find("scout").kind, "agent");
+    assert_eq!(
+        find("scout").tools.as_deref(),
+        Some(&["Read".to_owned(), "Grep".to_owned()][..])
+    );
+    assert_eq!(main.tools, None);
+    assert!(listing.tasks.is_empty());
     let global = find("global");
     assert_eq!(global.scope, "global");
     assert_eq!(
@@ -287,13 +299,17 @@ fn load_recipe_with_prompt_shows_both() {
 }
 
 #[test]
-fn load_agent_prints_the_body() {
+fn load_agent_prints_the_body_and_its_tools() {
     let out = project().args(["load", "scout"]).run();
     assert_eq!(
         out.stdout,
         "# Loaded: scout (agent)\n\
          \n\
          You map the code.\n\
+         \n\
+         ## Tools\n\
+         \n\
+         Read, Grep\n\
          \n\
          This knowledge is now available in your context.\n"
     );
@@ -327,6 +343,7 @@ struct Loaded {
     description: String,
     content: String,
     parameters: Vec<LoadedParameter>,
+    tools: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -372,6 +389,14 @@ fn load_json_shape() {
     assert_eq!(agent.kind, "agent");
     assert_eq!(agent.content, "You map the code.");
     assert!(agent.parameters.is_empty());
+    assert_eq!(
+        agent.tools.as_deref(),
+        Some(&["Read".to_owned(), "Grep".to_owned()][..])
+    );
+    assert_eq!(loaded.tools, None);
+    // The text shows the same list.
+    let text = project().args(["load", "scout"]).run().stdout;
+    assert!(text.contains("\n## Tools\n\nRead, Grep\n"), "{text}");
 }
 
 fn cartography() -> Test {
@@ -569,4 +594,86 @@ fn closed_stdout_pipe_is_not_an_error() {
             "{args:?}: {stderr}"
         );
     }
+}
+
+/// A source named like a task id is loaded as a source while no task has that id, and
+/// `validate` warns about the name.
+#[test]
+fn a_source_named_like_a_task_id_loads_while_no_task_has_it() {
+    let recipe = "
+        title: Dated
+        description: named like a task
+        instructions: the dated recipe
+    ";
+    let out = Test::new()
+        .write(".agents/recipes/20260219_1.yaml", recipe)
+        .args(["load", "20260219_1"])
+        .run();
+    assert!(
+        out.stdout.starts_with("# Loaded: 20260219_1 (recipe)"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("the dated recipe"), "{}", out.stdout);
+    Test::new()
+        .write(".agents/recipes/20260219_1.yaml", recipe)
+        .args(["validate"])
+        .stderr_has(
+            "warning: recipe `20260219_1` is named like a background task id: `summon load 20260219_1` loads it only while no task has that id",
+        )
+        .run();
+    // Without such a source, the name is a task id still.
+    Test::new()
+        .args(["load", "20260219_1"])
+        .code(1)
+        .stderr_has("Task '20260219_1' not found")
+        .run();
+}
+
+/// Files discovery did not read (too large, a symlink out of their folder) are said by
+/// `load`, as `validate` says them, and listed in `--json`.
+#[test]
+fn load_says_which_files_it_skipped() {
+    let outside = tempfile::tempdir().expect("outside");
+    std::fs::write(
+        outside.path().join("far.yaml"),
+        "title: F\ndescription: far\ninstructions: i",
+    )
+    .unwrap();
+    let big = format!(
+        "title: B\ndescription: big\ninstructions: {}\n",
+        "x".repeat(1_100_000)
+    );
+    let t = project().write_raw("recipes/big.yaml", &big);
+    std::os::unix::fs::symlink(
+        outside.path().join("far.yaml"),
+        t.path().join("recipes/far.yaml"),
+    )
+    .unwrap();
+    let out = t.args(["load"]).run();
+    assert!(
+        out.stderr.contains(&format!(
+            "summon: skipped `recipes/big.yaml`: {} bytes is over the 1 MiB limit for source files",
+            big.len()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("summon: skipped `recipes/far.yaml`: symlink leads out of its directory"),
+        "{}",
+        out.stderr
+    );
+    let t = project().write_raw("recipes/big.yaml", &big);
+    let listing: Listing =
+        serde_json::from_str(&t.args(["load", "--json"]).run().stdout).expect("listing shape");
+    assert_eq!(listing.skipped.len(), 1, "{:?}", listing.skipped);
+    assert!(
+        listing.skipped[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.ends_with("over the 1 MiB limit for source files")),
+        "{:?}",
+        listing.skipped
+    );
 }

@@ -312,7 +312,7 @@ async fn a_templated_source_is_checked_against_each_literal_item() {
         ---
         You explore carefully.
     ";
-    let wanted = "p.yaml:11:15: error: item 1: Source 'explorr' not found. Did you mean: explorer?";
+    let wanted = "p.yaml:11:15: error: item 1: Subagent \"explorr\" is not in this run's catalog. Use a name from it, or null for a general subagent. Did you mean: explorer?";
     let validated = Test::new()
         .write(".claude/agents/explorer.md", explorer)
         .write("p.yaml", pipeline)
@@ -336,7 +336,7 @@ async fn a_templated_source_is_checked_against_each_literal_item() {
         .run();
     assert!(
         dry.stderr.contains(
-            "p.yaml:11:15: error: step `work`: item 1: Source 'explorr' not found. Did you mean: explorer?"
+            "p.yaml:11:15: error: step `work`: item 1: Subagent \"explorr\" is not in this run's catalog. Use a name from it, or null for a general subagent. Did you mean: explorer?"
         ),
         "{}",
         dry.stderr

@@ -18,3 +18,8 @@ pub(crate) use parse::READ_KEYS as FRONTMATTER_KEYS;
 pub(crate) use parse::{AgentDir, AgentParse, parse_agent};
 pub(crate) use step_tool::{DEVELOPER, StepTool};
 pub(crate) use tool_ref::{BuiltinTool, ToolKind, ToolRef};
+
+/// The task of an agent run on its own (`delegate --source NAME` without `--instructions`,
+/// a pipeline task naming an agent without `instructions`): its role text is the work, as
+/// goose runs an agent with no instructions. Documented in the README.
+pub(crate) const AGENT_ALONE_TASK: &str = "Do the work your role above describes, in the working directory, and report what you did and what you found.";

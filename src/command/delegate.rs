@@ -5,7 +5,8 @@
 //! "turns", "tool_calls", "tokens": {"input", "output"}, "duration_ms", "provider",
 //! "provider_from", "model", "model_from", "source", "sandbox", "warnings"}` (`*_from` says where the
 //! setting came from; `sandbox` is `{"policy", "network"}` of the shell commands, `null`
-//! without the shell; `warnings` lists what went wrong with the task's extensions, such as a
+//! without the shell; `warnings` lists an agent's listed tools that were left out and what went
+//! wrong with the task's extensions, such as a
 //! server that did not start). With `--async --json`: `{"task_id", "status": "running"|"queued", "description"}`.
 
 use serde_json::json;
@@ -20,12 +21,7 @@ use crate::store::{TaskId, TaskStatus};
 use crate::subagent::SubagentEvent;
 
 pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
-    // The variable every subagent process gets, or an ancestor started with it.
-    if crate::subagent::inside_subagent(&ctx.env) {
-        return Err(Error::usage(
-            "Delegated tasks cannot spawn further delegations: this command runs inside a subagent",
-        ));
-    }
+    // Inside a subagent this command was refused already (`super::execute`).
     if args.instructions.is_none() && args.source.is_none() {
         return Err(Error::usage(
             "nothing to do: pass --instructions, --source, or both",

@@ -1,9 +1,10 @@
 //! `summon doctor`: is summon set up to work here? Each finding is ok, a warning or an error,
 //! with the fix; exit 1 when any is an error.
 //!
-//! Four sections, each in its own file: [`provider`] (the provider and model a delegation
+//! The sections, each in its own file: [`provider`] (the provider and model a delegation
 //! would use, where each setting came from, whether the provider answers: one `GET` of its
-//! models list with a short timeout; the API key is never shown), [`config_files`] (the
+//! models list with a short timeout; the API key is never shown), [`environment`] (which of
+//! the `SUMMON_*` variables and goose's names for them is used), [`config_files`] (the
 //! config files looked for and their problems at `file:line:col`), [`sources`] (how many,
 //! broken files, every source shadowed by another) and [`store`] (the `.summon/` schema
 //! version, tasks whose worker is gone), and [`sandbox`] (whether the model's shell commands
@@ -12,7 +13,7 @@
 //! JSON (`--json`): `{"ok": BOOL, "errors": N, "warnings": N, "provider": PROVIDER|null,
 //! "model": {"name", "from", "alias"}|null, "config_files": [{"path", "scope":
 //! "global"|"project", "found"}], "checks": [CHECK]}` where CHECK is `{"section":
-//! "provider"|"config"|"sources"|"store"|"sandbox", "status": "ok"|"warning"|"error", "message", "fix",
+//! "provider"|"environment"|"config"|"sources"|"store"|"sandbox", "status": "ok"|"warning"|"error", "message", "fix",
 //! "path", "line", "column"}` (`fix`, `path`, `line`, `column` may be null) and PROVIDER is
 //! `{"name", "kind": "openai"|"anthropic", "from", "base_url", "base_url_from",
 //! "defined_by", "key_env", "key_set", "answers": BOOL|null, "models": N|null}`
@@ -21,6 +22,7 @@
 
 mod check;
 mod config_files;
+mod environment;
 mod provider;
 mod sandbox;
 mod sources;
@@ -38,6 +40,7 @@ pub(crate) fn run(args: &DoctorArgs, ctx: &mut Ctx) -> Result<()> {
     let loaded = crate::config::file::load(&ctx.env);
     let mut checks = Vec::new();
     let report = provider::check(args, &ctx.env, &loaded.config, &mut checks);
+    environment::check(&ctx.env, &mut checks);
     config_files::check(&loaded, &ctx.env, &mut checks);
     sources::check(&ctx.catalog(), &ctx.env.cwd, &mut checks);
     store::check(&ctx.env, &mut checks);

@@ -1,10 +1,19 @@
 //! `summon load`: list every source, or print one.
 //!
-//! JSON (`--json`), listing:
-//! `{"sources": [{"name", "kind", "description", "path", "scope", "parent"}], "searched": [PATH]}`
-//! (`parent`: the recipe declaring a subrecipe, else null).
-//! One source: `{"name", "kind", "path", "description", "content", "parameters": [PARAM]}`
-//! where PARAM is `{"key", "input_type", "requirement", "default", "description", "options"}`.
+//! The listing and its JSON show the same things: finished background tasks awaiting
+//! collection, then the sources, an agent with its `tools` list.
+//!
+//! Files not read at all (over 1 MiB, a symlink out of its directory, unreadable) are noted
+//! on stderr.
+//!
+//! JSON (`--json`), listing: `{"tasks": [{"id", "description", "status"}], "sources":
+//! [{"name", "kind", "description", "path", "scope", "parent", "tools"}], "searched": [PATH],
+//! "skipped": [{"path", "reason"}]}`
+//! (`parent`: the recipe declaring a subrecipe, else null; `tools`: an agent's list as
+//! written, null without one).
+//! One source: `{"name", "kind", "path", "description", "content", "parameters": [PARAM],
+//! "tools"}` where PARAM is `{"key", "input_type", "requirement", "default", "description",
+//! "options"}`.
 
 use serde_json::json;
 
@@ -15,13 +24,25 @@ use crate::diag::render::display_path;
 use crate::error::{Error, Result};
 use crate::recipe::Parameter;
 use crate::source::{Scope, SourceKind};
-use crate::store::TaskId;
+use crate::store::{TaskId, TaskRecord};
 
 pub(crate) fn run(args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
-    if let Some(id) = args.name.as_deref().filter(|n| TaskId::looks_like(n)) {
-        let id: TaskId = id
-            .parse()
-            .map_err(|_| Error::usage(format!("`{id}` is not a valid task id")))?;
+    if let Some(name) = args.name.as_deref().filter(|n| TaskId::looks_like(n)) {
+        let id: Option<TaskId> = name.parse().ok();
+        // A source named like a task id (`.agents/recipes/20260219_1.yaml`) is loaded when no
+        // task has that id; `summon validate` warns about such a name.
+        let task = match &id {
+            Some(id) => task_exists(id, ctx)?,
+            None => false,
+        };
+        if !task && !args.peek && !args.cancel {
+            let catalog = ctx.catalog();
+            if catalog.get(name).is_some() {
+                let source = delegation::load_source(&catalog, name)?;
+                return show(&source, args.output.json, ctx);
+            }
+        }
+        let id = id.ok_or_else(|| Error::usage(format!("`{name}` is not a valid task id")))?;
         return super::task_result::run(&id, args, ctx);
     }
     if args.peek || args.cancel {
@@ -32,8 +53,13 @@ pub(crate) fn run(args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
     let catalog = ctx.catalog();
     match &args.name {
         None => {
-            list_tasks(args.output.json, ctx)?;
-            list(&delegation::list_sources(&catalog), args.output.json, ctx)
+            let tasks = collectable_tasks(ctx)?;
+            list(
+                &tasks,
+                &delegation::list_sources(&catalog),
+                args.output.json,
+                ctx,
+            )
         }
         Some(name) => {
             let source = delegation::load_source(&catalog, name)?;
@@ -42,9 +68,33 @@ pub(crate) fn run(args: &LoadArgs, ctx: &mut Ctx) -> Result<()> {
     }
 }
 
-fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
+/// Whether the project's store has a task with this id now (an expired one is gone).
+fn task_exists(id: &TaskId, ctx: &Ctx) -> Result<bool> {
+    let Some(tasks) = TaskStore::open_existing(&ctx.env)? else {
+        return Ok(false);
+    };
+    match delegation::peek(&tasks, id) {
+        Ok(_) => Ok(true),
+        Err(delegation::CollectError::NotFound(_) | delegation::CollectError::Expired(_)) => {
+            Ok(false)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+fn list(tasks: &[TaskRecord], listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
     let cwd = ctx.env.cwd.clone();
     if json {
+        let tasks: Vec<_> = tasks
+            .iter()
+            .map(|task| {
+                json!({
+                    "id": task.id.to_string(),
+                    "description": task.description,
+                    "status": task.status.as_str(),
+                })
+            })
+            .collect();
         let sources: Vec<_> = listing
             .sources
             .iter()
@@ -56,6 +106,7 @@ fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
                     "path": s.path.display().to_string(),
                     "scope": if s.scope == Scope::Local { "local" } else { "global" },
                     "parent": s.parent.as_ref().map(|p| p.display().to_string()),
+                    "tools": s.tools,
                 })
             })
             .collect();
@@ -64,10 +115,23 @@ fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
             .iter()
             .map(|d| d.display().to_string())
             .collect();
-        ctx.out
-            .json(&json!({ "sources": sources, "searched": searched }))?;
+        let skipped: Vec<_> = listing
+            .skipped
+            .iter()
+            .map(|(path, reason)| json!({"path": path.display().to_string(), "reason": reason}))
+            .collect();
+        ctx.out.json(&json!({
+            "tasks": tasks,
+            "sources": sources,
+            "searched": searched,
+            "skipped": skipped,
+        }))?;
         return Ok(());
     }
+    for (path, reason) in &listing.skipped {
+        ctx.note(&format!("skipped `{}`: {reason}", display_path(path, &cwd)));
+    }
+    write_tasks(tasks, ctx)?;
     if listing.problems > 0 {
         ctx.note(&format!(
             "{} source file(s) have errors and are left out; run `summon validate` to see them",
@@ -104,8 +168,11 @@ fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
             .unwrap_or(0);
         for source in group {
             let description = one_line(&source.description);
+            let tools = source.tools.as_deref().map_or(String::new(), |tools| {
+                format!("  [tools: {}]", delegation::tools_line(tools))
+            });
             text.push_str(&format!(
-                "  {:width$}  {}  ({})\n",
+                "  {:width$}  {}{tools}  ({})\n",
                 source.name,
                 description,
                 display_path(&source.path, &cwd),
@@ -119,25 +186,25 @@ fn list(listing: &SourceList, json: bool, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-/// Finished background tasks awaiting collection, listed before the sources (as goose
-/// does). Only in the text output, and only when the project has a store.
-fn list_tasks(json: bool, ctx: &mut Ctx) -> Result<()> {
-    if json {
-        return Ok(());
-    }
+/// Finished background tasks awaiting collection (none when the project has no store).
+fn collectable_tasks(ctx: &Ctx) -> Result<Vec<TaskRecord>> {
     let Some(tasks) = TaskStore::open_existing(&ctx.env)? else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let done = tasks.list(crate::store::TaskFilter::Finished)?;
-    if done.is_empty() {
+    Ok(done.into_iter().map(|view| view.task).collect())
+}
+
+/// The tasks awaiting collection, listed before the sources (as goose does).
+fn write_tasks(tasks: &[TaskRecord], ctx: &mut Ctx) -> Result<()> {
+    if tasks.is_empty() {
         return Ok(());
     }
     let mut text = format!(
         "{}:\n",
         ctx.out_palette.bold("Completed tasks awaiting retrieval")
     );
-    for view in done {
-        let task = view.task;
+    for task in tasks {
         text.push_str(&format!(
             "  {}  {}  ({})\n",
             task.id,
@@ -169,6 +236,7 @@ fn show(source: &LoadedSource, json: bool, ctx: &mut Ctx) -> Result<()> {
             "description": source.description,
             "content": source.content,
             "parameters": source.parameters.iter().map(parameter_json).collect::<Vec<_>>(),
+            "tools": source.tools,
         }))?;
         return Ok(());
     }

@@ -36,6 +36,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         }
         _ => {}
     }
+    refuse_inside_subagent(&command, ctx)?;
     match command {
         Command::Load(args) => load::run(&args, ctx),
         Command::Validate(args) => validate::run(&args, ctx),
@@ -63,3 +64,23 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         )),
     }
 }
+
+/// A command that starts subagents (`delegate`, `run`, `merge`) is refused inside a subagent:
+/// one level only, as the seeds have it. Inside means the variable every subagent process
+/// gets, or an ancestor started with it ([`crate::subagent::inside_subagent`]). A dry run
+/// starts none and is left alone.
+fn refuse_inside_subagent(command: &Command, ctx: &Ctx) -> Result<()> {
+    let starts_subagents = match command {
+        Command::Delegate(_) | Command::Merge(_) => true,
+        Command::Run(args) => !args.dry_run,
+        _ => false,
+    };
+    if starts_subagents && crate::subagent::inside_subagent(&ctx.env) {
+        return Err(crate::error::Error::usage(NESTED));
+    }
+    Ok(())
+}
+
+/// The refusal of a nested delegation (seed 000's words, then why).
+const NESTED: &str =
+    "Delegated tasks cannot spawn further delegations: this command runs inside a subagent";

@@ -145,10 +145,23 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         return Err(Error::Interrupted);
     }
     if failed {
-        eprintln!(
-            "summon: run {} failed; after fixing, `--resume` repeats only unfinished tasks",
-            summary.run_id
-        );
+        let catalog = summary.steps.iter().any(|(_, _, error)| {
+            error
+                .as_deref()
+                .is_some_and(crate::compile::is_catalog_error)
+        });
+        if catalog {
+            // `--resume` reuses the catalog frozen when the run started and would fail again.
+            eprintln!(
+                "summon: run {} failed; a new run picks up new or changed definitions (`--resume` keeps the catalog the run started with)",
+                summary.run_id
+            );
+        } else {
+            eprintln!(
+                "summon: run {} failed; after fixing, `--resume` repeats only unfinished tasks",
+                summary.run_id
+            );
+        }
         return Err(Error::Failed(String::new()));
     }
     if let Some(closing) = closing {

@@ -73,6 +73,18 @@ fn validate_catalog(ctx: &Ctx, diags: &mut Diagnostics) -> usize {
     out.extend(std::mem::take(&mut catalog.diagnostics));
     for source in &catalog.sources {
         files.insert(source.path.clone());
+        if crate::store::TaskId::looks_like(&source.name) {
+            out.push(
+                Diagnostic::warning(format!(
+                    "{} `{}` is named like a background task id: `summon load {}` loads it only while no task has that id",
+                    source.kind.name(),
+                    source.name,
+                    source.name
+                ))
+                .in_file(&source.path)
+                .with_hint("rename it, so that its name can never mean a task"),
+            );
+        }
         match &source.def {
             SourceDef::Recipe(recipe) => check_templates(recipe, &mut out),
             SourceDef::Subrecipe { .. } => {}

@@ -16,6 +16,6 @@ pub(crate) use context::{agents_json, base_context, item_context, named_source};
 pub(crate) use pipeline::{
     Check, CompiledPipeline, Inputs, ItemSource, ModelChoice, compile_pipeline,
 };
-pub(crate) use render::{Compiled, Rendered};
+pub(crate) use render::{Compiled, Rendered, source_error_in};
 pub(crate) use settings::{Flags, StepSettings};
-pub(crate) use sources::{Contexts, check_task, run_catalog_error};
+pub(crate) use sources::{Contexts, check_task, is_catalog_error, run_catalog_error};

@@ -41,10 +41,11 @@ pub(crate) fn check_params(
                     hint: Some("an agent reads only the step's `instructions`".into()),
                 });
             }
-            if task.instructions.is_none() {
+            // Alone, an agent runs its role text with a fixed task; with no text it has none.
+            if task.instructions.is_none() && agent.body.trim().is_empty() {
                 problems.push(ParamProblem {
                     pos: source_pos,
-                    message: format!("agent `{}` needs a task", agent.name),
+                    message: format!("agent `{}` has no role text to run on its own", agent.name),
                     hint: Some("give the step `instructions`".into()),
                 });
             }

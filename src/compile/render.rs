@@ -39,8 +39,47 @@ pub(crate) fn render_error_in(
 ) -> String {
     let message = template.render_error(error);
     match missing_field(template, error, ctx) {
-        Some(hint) => format!("{message}; {hint}"),
+        Some(missing) => format!("{message}; {}", missing.keys()),
         None => message,
+    }
+}
+
+/// The render failure of a `source:` template: when it reads a key the item lacks (the key
+/// a model-chosen role is given by, `{{ item.agent }}`), what each item needs to have.
+pub(crate) fn source_error_in(
+    template: &Template,
+    error: &minijinja::Error,
+    ctx: &minijinja::Value,
+) -> String {
+    match missing_field(template, error, ctx) {
+        Some(missing) if missing.base == "item" => format!(
+            "line {}: `source:` reads `item.{field}`, which this item does not have ({}); \
+             give each item an `{field}`: a subagent's name from the catalog, or null for a \
+             general subagent",
+            template.error_line(error),
+            missing
+                .keys()
+                .replacen("the keys of `item` are", "its keys are", 1),
+            field = missing.field,
+        ),
+        _ => render_error_in(template, error, ctx),
+    }
+}
+
+/// A field a template reads that an object of its context does not have.
+struct MissingField {
+    base: String,
+    field: String,
+    keys: Vec<String>,
+}
+
+impl MissingField {
+    fn keys(&self) -> String {
+        if self.keys.is_empty() {
+            format!("`{}` has no keys", self.base)
+        } else {
+            format!("the keys of `{}` are: {}", self.base, self.keys.join(", "))
+        }
     }
 }
 
@@ -48,7 +87,7 @@ fn missing_field(
     template: &Template,
     error: &minijinja::Error,
     ctx: &minijinja::Value,
-) -> Option<String> {
+) -> Option<MissingField> {
     if error.kind() != minijinja::ErrorKind::UndefinedError {
         return None;
     }
@@ -61,11 +100,10 @@ fn missing_field(
     {
         return None;
     }
-    let keys: Vec<String> = value.try_iter().ok()?.map(|k| k.to_string()).collect();
-    Some(if keys.is_empty() {
-        format!("`{}` has no keys", base.trim())
-    } else {
-        format!("the keys of `{}` are: {}", base.trim(), keys.join(", "))
+    Some(MissingField {
+        base: base.trim().to_owned(),
+        field: field.to_owned(),
+        keys: value.try_iter().ok()?.map(|k| k.to_string()).collect(),
     })
 }
 
@@ -100,7 +138,10 @@ impl<'env> Compiled<'env> {
             t.render(ctx).map_err(|e| render_error_in(src, &e, ctx))
         };
         let source = match (&self.source, &task.source) {
-            (Some(t), Some(src)) => named_source(&render(t, src)?).map(str::to_owned),
+            (Some(t), Some(src)) => {
+                let name = t.render(ctx).map_err(|e| source_error_in(src, &e, ctx))?;
+                named_source(&name).map(str::to_owned)
+            }
             _ => None,
         };
         let instructions = match (&self.instructions, &task.instructions) {

@@ -35,16 +35,21 @@ pub(crate) fn check_task(
     contexts: Contexts<'_>,
 ) -> Option<(Pos, String)> {
     let source = task.source.as_ref()?;
+    if !crate::template::has_template(&source.text) {
+        // A name written in the file: the close names, as `summon load` gives them.
+        let name = named_source(&source.text)?;
+        return catalog
+            .get(name)
+            .is_none()
+            .then(|| (source.pos, catalog.not_found(name).message));
+    }
+    // A name an item chooses: the catalog's word on model-chosen roles, as the run has it.
     let missing = |name: &str| {
         catalog
             .get(name)
             .is_none()
-            .then(|| catalog.not_found(name).message)
+            .then(|| run_catalog_error(catalog, name))
     };
-    if !crate::template::has_template(&source.text) {
-        let name = named_source(&source.text)?;
-        return missing(name).map(|message| (source.pos, message));
-    }
     let template = tenv.template_from_str(&source.text).ok()?;
     let rendered = |ctx: &minijinja::Value| template.render(ctx).ok();
     match contexts {
@@ -107,13 +112,30 @@ pub(crate) fn check_sources(
     problems
 }
 
-/// The error of a task whose rendered source the run's catalog lacks (SPEC §6), or whose
-/// file is there but could not be read as a source.
+/// The error of a task whose rendered source the run's catalog lacks (SPEC §6), with the
+/// close names when there are some, or whose file is there but could not be read as a source.
 pub(crate) fn run_catalog_error(catalog: &Catalog, name: &str) -> String {
-    match catalog.unusable(name) {
-        Some(problem) => format!("Subagent \"{name}\" cannot be used: {problem}"),
-        None => format!(
-            "Subagent \"{name}\" is not in this run's catalog. Use a name from it, or null for a general subagent."
-        ),
+    if let Some(problem) = catalog.unusable(name) {
+        return format!("Subagent \"{name}\" {CANNOT_BE_USED}{problem}");
     }
+    let close = catalog.suggest(name);
+    if close.is_empty() {
+        format!("Subagent \"{name}\" {NOT_IN_CATALOG}")
+    } else {
+        format!(
+            "Subagent \"{name}\" {NOT_IN_CATALOG} Did you mean: {}?",
+            close.join(", ")
+        )
+    }
+}
+
+const NOT_IN_CATALOG: &str =
+    "is not in this run's catalog. Use a name from it, or null for a general subagent.";
+const CANNOT_BE_USED: &str = "cannot be used: ";
+
+/// Whether a step's error is [`run_catalog_error`]: the run's catalog is frozen, so resuming
+/// the run fails the same way; only a new run reads the definitions again.
+pub(crate) fn is_catalog_error(message: &str) -> bool {
+    message.starts_with("Subagent \"")
+        && (message.contains(NOT_IN_CATALOG) || message.contains(CANNOT_BE_USED))
 }

@@ -1,13 +1,13 @@
 //! Which provider and model a run uses, and where each choice came from.
 //!
-//! Provider, first that is set wins: env `SUMMON_SUBAGENT_PROVIDER` → `--provider` → recipe
+//! Provider, first that is set wins: env `SUMMON_SUBAGENT_PROVIDER` (else goose's `GOOSE_SUBAGENT_PROVIDER`) → `--provider` → recipe
 //! `settings.goose_provider`/`provider` → env `SUMMON_PROVIDER` → config `default_provider`
 //! (project file over global) → auto-detection: `OPENAI_API_KEY` → `openai`;
 //! `ANTHROPIC_API_KEY` → `anthropic`; `OPENAI_BASE_URL` (a keyless compatible server) →
 //! `openai`; a local Ollama that answers → `ollama`; else one error listing the ways to
 //! configure a provider.
 //!
-//! Model: env `SUMMON_SUBAGENT_MODEL` → `--model` → recipe settings model (an agent's
+//! Model: env `SUMMON_SUBAGENT_MODEL` (else `GOOSE_SUBAGENT_MODEL`) → `--model` → recipe settings model (an agent's
 //! frontmatter `model`) → env `SUMMON_MODEL` → config `default_model` → the provider's
 //! `default_model` → an error naming `SUMMON_MODEL` and `SUMMON_SUBAGENT_MODEL`. Each name goes
 //! through the provider's aliases; `inherit` means "no override" and a Claude alias (`sonnet`,
@@ -273,10 +273,15 @@ pub(crate) fn choose_provider(
     overrides: &Overrides<'_>,
     mut probe: impl FnMut(&str) -> bool,
 ) -> Result<ProviderChoice, Diagnostic> {
+    let subagent = env.var_or_goose("SUMMON_SUBAGENT_PROVIDER");
     let explicit = [
         (
-            env.var("SUMMON_SUBAGENT_PROVIDER"),
-            Origin::Env("SUMMON_SUBAGENT_PROVIDER".into()),
+            subagent.map(|(value, _)| value),
+            Origin::Env(
+                subagent
+                    .map_or("SUMMON_SUBAGENT_PROVIDER", |(_, var)| var)
+                    .into(),
+            ),
         ),
         (overrides.provider_flag, Origin::Flag),
         (overrides.recipe_provider, overrides.recipe_origin()),
@@ -420,10 +425,15 @@ pub(crate) fn choose_model(
     def: &ProviderDef,
     warnings: &mut Vec<Diagnostic>,
 ) -> Result<ModelChoice, Diagnostic> {
+    let subagent = env.var_or_goose("SUMMON_SUBAGENT_MODEL");
     let levels = [
         (
-            env.var("SUMMON_SUBAGENT_MODEL"),
-            Origin::Env("SUMMON_SUBAGENT_MODEL".into()),
+            subagent.map(|(value, _)| value),
+            Origin::Env(
+                subagent
+                    .map_or("SUMMON_SUBAGENT_MODEL", |(_, var)| var)
+                    .into(),
+            ),
         ),
         (overrides.model_flag, Origin::Flag),
         (overrides.recipe_model, overrides.recipe_origin()),
@@ -551,16 +561,19 @@ fn missing_key(def: &ProviderDef, var: &str) -> Diagnostic {
     diagnostic.with_hint(hint)
 }
 
-/// `SUMMON_SUBAGENT_MAX_TURNS`: a whole number ≥ 1, or unset.
+/// `SUMMON_SUBAGENT_MAX_TURNS` (or goose's `GOOSE_SUBAGENT_MAX_TURNS`): a whole number ≥ 1,
+/// or unset.
 pub(crate) fn env_max_turns(env: &Env) -> Result<Option<u32>, Diagnostic> {
-    const VAR: &str = "SUMMON_SUBAGENT_MAX_TURNS";
-    let Some(raw) = set(env.var(VAR)) else {
+    let Some((raw, var)) = env.var_or_goose("SUMMON_SUBAGENT_MAX_TURNS") else {
+        return Ok(None);
+    };
+    let Some(raw) = set(Some(raw)) else {
         return Ok(None);
     };
     match raw.parse::<u32>() {
         Ok(n) if n >= 1 => Ok(Some(n)),
         _ => Err(Diagnostic::error(format!(
-            "{VAR} must be a whole number ≥ 1, found `{raw}`"
+            "{var} must be a whole number ≥ 1, found `{raw}`"
         ))),
     }
 }

@@ -18,5 +18,7 @@ pub(crate) use collect::{CollectError, cancel, cancel_grace, peek, wait};
 pub(crate) use prepare::{Draft, PrepareError, Prepared, Request, Resolver, draft, prepare_with};
 pub(crate) use request::DelegationRequest;
 pub(crate) use run::{DelegationOutcome, Observer, run};
-pub(crate) use sources::{LoadedSource, SourceList, list as list_sources, load as load_source};
+pub(crate) use sources::{
+    LoadedSource, SourceList, list as list_sources, load as load_source, tools_line,
+};
 pub(crate) use tasks::{TaskStore, TaskView};

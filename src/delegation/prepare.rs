@@ -60,6 +60,21 @@ pub(crate) struct Prepared {
     pub(crate) content_len: usize,
 }
 
+/// How the note about an agent's listed tools that are not available starts (seed 004's
+/// words).
+const LEFT_OUT: &str = "Listed tools not available, left out: ";
+
+impl Prepared {
+    /// The notes that belong in the task's result, not only on stderr: as seed 004 has it,
+    /// the result says which listed tools were left out.
+    pub(crate) fn result_warnings(&self) -> impl Iterator<Item = String> + '_ {
+        self.notes
+            .iter()
+            .filter(|note| note.message.starts_with(LEFT_OUT))
+            .map(|note| note.message.clone())
+    }
+}
+
 /// A failure to prepare: bad input (exit 1) or a task failure such as an unreadable role
 /// file (exit 2).
 #[derive(Debug)]
@@ -305,6 +320,7 @@ pub(crate) fn draft(
                     schema: None,
                     retry: None,
                     extensions: Vec::new(),
+                    no_extensions: false,
                     file: None,
                     narrow: None,
                 },
@@ -313,7 +329,7 @@ pub(crate) fn draft(
         Some(source) => match &source.def {
             SourceDef::Recipe(recipe) | SourceDef::Subrecipe { recipe, .. } => (
                 source.name.clone(),
-                recipe_plan(source, recipe, request, &env.cwd)?,
+                recipe_plan(source, recipe, request, &env.cwd, &mut notes)?,
             ),
             SourceDef::Agent(agent) => {
                 if !request.params.is_empty() {
@@ -323,15 +339,27 @@ pub(crate) fn draft(
                     ))
                     .into());
                 }
-                let Some(task) = request.instructions.clone() else {
-                    return Err(Diagnostic::error(format!(
-                        "agent `{}` needs a task: pass --instructions",
-                        agent.name
-                    ))
-                    .into());
-                };
                 let role_text = read_role_text(agent).map_err(PrepareError::Task)?;
-                let path = crate::diag::render::display_path(agent.path(), &env.cwd);
+                // Alone, the role text is the work: a fixed task asks for it.
+                let task = match request.instructions.clone() {
+                    Some(task) => task,
+                    None if role_text.trim().is_empty() => {
+                        return Err(Diagnostic::error(format!(
+                            "agent `{}` has no role text to run on its own: pass --instructions",
+                            agent.name
+                        ))
+                        .into());
+                    }
+                    None => crate::agent::AGENT_ALONE_TASK.to_owned(),
+                };
+                // A project's role is shown from the working directory; one from a folder
+                // outside it (`~/.claude/agents`, ...) is said to be so, from the home folder.
+                let project = source.scope == crate::source::Scope::Local;
+                let path = if project {
+                    crate::diag::render::display_path(agent.path(), &env.cwd)
+                } else {
+                    outside_path(agent.path(), env)
+                };
                 (
                     agent.name.clone(),
                     Plan {
@@ -339,6 +367,7 @@ pub(crate) fn draft(
                         first: FirstMessage::Role {
                             name: agent.name.clone(),
                             path,
+                            project,
                             role_text,
                             task,
                         },
@@ -350,6 +379,7 @@ pub(crate) fn draft(
                         schema: None,
                         retry: None,
                         extensions: Vec::new(),
+                        no_extensions: false,
                         file: None,
                         narrow: agent.tools.clone(),
                     },
@@ -453,7 +483,7 @@ pub(crate) fn draft(
     }
     if !unavailable.is_empty() {
         notes.push(Diagnostic::warning(format!(
-            "Listed tools not available, left out: {}",
+            "{LEFT_OUT}{}",
             unavailable.join(", ")
         )));
     }
@@ -466,8 +496,14 @@ pub(crate) fn draft(
         let granted: Vec<String> = chosen.iter().map(|e| e.name.clone()).collect();
         tools = narrow_to_step(listed, &granted, tools, &mut servers)?;
     }
-    // One request leaves no turn to use a tool's result: such a task is sent no tools.
-    if max_turns <= 1 {
+    // An empty list of extensions (`--extensions ''`, a step's or a recipe's
+    // `extensions: []`) means none at all, as in goose: not even the file tools. One request
+    // leaves no turn to use a tool's result. Either way the task is sent no tools.
+    let no_extensions = match &request.extensions {
+        Some(listed) => listed.is_empty(),
+        None => plan.no_extensions,
+    };
+    if no_extensions || max_turns <= 1 {
         tools = tools.keep_only(|_| false);
         servers.clear();
     }
@@ -547,6 +583,8 @@ struct Plan {
     schema: Option<serde_json::Value>,
     retry: Option<crate::recipe::RetryConfig>,
     extensions: Vec<Extension>,
+    /// The source lists no extensions at all (`extensions: []`).
+    no_extensions: bool,
     /// The file the extensions were read from, for error positions.
     file: Option<std::sync::Arc<crate::diag::SourceFile>>,
     narrow: Option<Vec<crate::agent::ToolRef>>,
@@ -557,6 +595,7 @@ fn recipe_plan(
     recipe: &Recipe,
     request: &Request,
     cwd: &Path,
+    notes: &mut Vec<Diagnostic>,
 ) -> Result<Plan, PrepareError> {
     let preset = source.preset_values();
     let binding = bind_params(
@@ -569,6 +608,7 @@ fn recipe_plan(
     if binding.problems.has_errors() {
         return Err(PrepareError::Input(binding.problems));
     }
+    notes.extend(binding.problems.items.iter().cloned());
     let rendered = render_recipe(recipe, &binding.values()).map_err(PrepareError::Input)?;
     let (instructions, prompt) = match (rendered.instructions, rendered.prompt) {
         (Some(instructions), Some(prompt)) => (Some(instructions), prompt),
@@ -590,9 +630,21 @@ fn recipe_plan(
         schema: rendered.response_schema.clone(),
         retry: rendered.retry.clone(),
         extensions: rendered.extensions.clone(),
+        no_extensions: rendered.no_extensions,
         file: Some(std::sync::Arc::clone(&recipe.file)),
         narrow: None,
     })
+}
+
+/// A file outside the project: `~/...` under the home folder, else its full path.
+fn outside_path(path: &Path, env: &Env) -> String {
+    match env
+        .home()
+        .and_then(|home| path.strip_prefix(home).ok().map(Path::to_path_buf))
+    {
+        Some(rest) => format!("~/{}", rest.display()),
+        None => path.display().to_string(),
+    }
 }
 
 /// `--working-dir` must resolve inside the current directory, symlinks included.

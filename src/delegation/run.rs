@@ -127,7 +127,7 @@ impl Ready {
             tool_calls: result.tool_calls,
             usage: result.usage,
             duration: result.duration,
-            warnings: result.warnings,
+            warnings: prepared.result_warnings().chain(result.warnings).collect(),
             notes: prepared.notes.clone(),
             model: ModelChoice {
                 provider: resolved.provider_name.clone(),

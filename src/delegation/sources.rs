@@ -16,6 +16,19 @@ pub(crate) struct SourceEntry {
     pub(crate) scope: Scope,
     /// The file of the recipe that declares a subrecipe.
     pub(crate) parent: Option<PathBuf>,
+    /// An agent's `tools` list as written (`None`: no list, no narrowing).
+    pub(crate) tools: Option<Vec<String>>,
+}
+
+/// An agent's `tools` list as written; `None` for other sources and agents without one.
+fn tools_of(source: &Source) -> Option<Vec<String>> {
+    match &source.def {
+        SourceDef::Agent(agent) => agent
+            .tools
+            .as_ref()
+            .map(|tools| tools.iter().map(|t| t.raw.clone()).collect()),
+        _ => None,
+    }
 }
 
 /// Every source of a catalog, and where they were looked for.
@@ -27,6 +40,9 @@ pub(crate) struct SourceList {
     pub(crate) searched: Vec<PathBuf>,
     /// How many source files have errors and are left out.
     pub(crate) problems: usize,
+    /// Files that were not read at all, with why: over the size limit, a symlink out of its
+    /// directory or a broken one, unreadable.
+    pub(crate) skipped: Vec<(PathBuf, String)>,
 }
 
 impl SourceList {
@@ -52,10 +68,24 @@ pub(crate) fn list(catalog: &Catalog) -> SourceList {
                     SourceDef::Subrecipe { parent, .. } => Some(parent.path().to_path_buf()),
                     _ => None,
                 },
+                tools: tools_of(s),
             })
             .collect(),
         searched: catalog.searched.iter().map(|d| d.path.clone()).collect(),
         problems: catalog.diagnostics.error_count(),
+        skipped: catalog
+            .diagnostics
+            .items
+            .iter()
+            .filter(|d| !d.is_error())
+            .filter_map(|d| {
+                let reason = d
+                    .message
+                    .strip_prefix("skipped: ")
+                    .or_else(|| d.message.starts_with("cannot read").then_some(&*d.message))?;
+                Some((d.file_path()?.to_path_buf(), reason.to_owned()))
+            })
+            .collect(),
     }
 }
 
@@ -70,6 +100,8 @@ pub(crate) struct LoadedSource {
     pub(crate) content: String,
     /// A subrecipe's parameters (none for other kinds).
     pub(crate) parameters: Vec<Parameter>,
+    /// An agent's `tools` list as written.
+    pub(crate) tools: Option<Vec<String>>,
 }
 
 impl LoadedSource {
@@ -82,12 +114,24 @@ impl LoadedSource {
             self.kind.name(),
             self.content.trim_end()
         );
+        if let Some(tools) = &self.tools {
+            text.push_str(&format!("\n## Tools\n\n{}\n", tools_line(tools)));
+        }
         if !self.parameters.is_empty() {
             text.push_str("\n## Parameters\n\n");
             text.push_str(&format_parameters(&self.parameters));
         }
         text.push_str("\nThis knowledge is now available in your context.\n");
         text
+    }
+}
+
+/// An agent's tools list for people: the names, or that it lists none.
+pub(crate) fn tools_line(tools: &[String]) -> String {
+    if tools.is_empty() {
+        "none (`tools: []`)".to_owned()
+    } else {
+        tools.join(", ")
     }
 }
 
@@ -109,6 +153,7 @@ fn loaded(source: &Source) -> LoadedSource {
         description: source.description.clone(),
         content: content_of(source),
         parameters,
+        tools: tools_of(source),
     }
 }
 

@@ -20,14 +20,14 @@ const DEFAULT_TTL_SECS: u64 = 600;
 /// after a restart).
 const STALE_AFTER: Duration = Duration::from_secs(30);
 
-/// A whole-number setting from the environment, with its default.
-pub(crate) fn env_number(env: &Env, key: &str, default: u64) -> Result<u64> {
-    match env.var(key) {
+/// A whole-number setting from the environment (or goose's name for it), with its default.
+pub(crate) fn env_number(env: &Env, key: &'static str, default: u64) -> Result<u64> {
+    match env.var_or_goose(key) {
         None => Ok(default),
-        Some(text) => text
+        Some((text, var)) => text
             .trim()
             .parse()
-            .map_err(|_| Error::usage(format!("{key} must be a whole number, got `{text}`"))),
+            .map_err(|_| Error::usage(format!("{var} must be a whole number, got `{text}`"))),
     }
 }
 

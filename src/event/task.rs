@@ -36,6 +36,9 @@ pub(crate) struct TaskDone {
     pub(crate) trace: TaskTrace,
     /// What went wrong with the task's extensions (MCP servers), one line each.
     pub(crate) warnings: Vec<String>,
+    /// The agent role the task ran as (its rendered `source:` names an agent), as seed 004
+    /// labels its subagents.
+    pub(crate) role: Option<String>,
 }
 
 impl TaskDone {

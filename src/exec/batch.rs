@@ -160,7 +160,9 @@ pub(super) async fn run_batch_tasks(
         for (index, next) in (0_u64..).zip(items) {
             let item = next.map_err(StepError::Items)?;
             let ctx = item_context(base, &item, index);
-            let rendered = compiled.render(task, &ctx).map_err(StepError::Render)?;
+            let rendered = compiled
+                .render(task, &ctx)
+                .map_err(|e| StepError::Render(format!("item {index}: {e}")))?;
             if let Some(name) = &rendered.source
                 && shared.catalog.get(name).is_none()
             {
@@ -381,6 +383,7 @@ impl BatchRun<'_> {
                 ..self.trace()
             },
             warnings: Vec::new(),
+            role: None,
         };
         self.done(done);
     }
@@ -406,6 +409,7 @@ impl BatchRun<'_> {
             batch_id: None,
             trace: self.trace(),
             warnings: Vec::new(),
+            role: None,
         });
     }
 

@@ -270,6 +270,8 @@ fn run_defaults(env: &Env, config: &Config) -> String {
     let vars = [
         "SUMMON_SUBAGENT_PROVIDER",
         "SUMMON_SUBAGENT_MODEL",
+        "GOOSE_SUBAGENT_PROVIDER",
+        "GOOSE_SUBAGENT_MODEL",
         "SUMMON_PROVIDER",
         "SUMMON_MODEL",
         "OPENAI_BASE_URL",

@@ -110,6 +110,9 @@ pub(crate) struct GivenTask {
     /// The parsed answer of a schema-validated task.
     #[serde(default)]
     pub(crate) data: Option<Value>,
+    /// The agent role it ran as.
+    #[serde(default)]
+    pub(crate) role: Option<String>,
     /// Input tokens read from / written to the provider's prompt cache.
     #[serde(default)]
     pub(crate) cache_read_tokens: u64,
@@ -145,6 +148,7 @@ impl GivenTask {
             batch_id: self.batch_id.clone(),
             trace: self.trace.clone(),
             warnings: Vec::new(),
+            role: self.role.clone(),
         }
     }
 }
@@ -660,6 +664,7 @@ impl LoadedDir {
                     data: Some(line["data"].clone()).filter(|d| !d.is_null()),
                     cache_read_tokens: number("cache_read_tokens"),
                     cache_write_tokens: number("cache_write_tokens"),
+                    role: text("role"),
                 });
         }
         if let Some(((step, index), _)) = lines.into_iter().next() {
@@ -1124,6 +1129,7 @@ mod tests {
             data: None,
             cache_read_tokens: 0,
             cache_write_tokens: 0,
+            role: None,
         }
     }
 

@@ -258,6 +258,12 @@ impl StepConfig {
 /// Whether a rendered task's answer is validated against a JSON schema (the step's, or its
 /// recipe's `response.json_schema`): its journaled output is then the answer's JSON, parsed
 /// again as its data when the task is taken from the journal.
+/// The agent role a rendered task runs as: its source, when that is an agent.
+pub(crate) fn role_of(catalog: &Catalog, rendered: &Rendered) -> Option<String> {
+    let source = catalog.get(rendered.source.as_deref()?)?;
+    matches!(source.def, crate::source::SourceDef::Agent(_)).then(|| source.name.clone())
+}
+
 pub(crate) fn expects_data(catalog: &Catalog, rendered: &Rendered) -> bool {
     use crate::source::SourceDef;
     if rendered.schema.is_some() {
@@ -324,6 +330,7 @@ pub(crate) fn resumed(
         batch_id: if reused { None } else { row.batch_id.clone() },
         trace: TaskTrace::default(),
         warnings: Vec::new(),
+        role: None,
     })
 }
 
@@ -338,6 +345,7 @@ pub(crate) async fn run_task(
     slot: Arc<TaskSlot>,
 ) -> TaskDone {
     let started = Instant::now();
+    let role = role_of(&shared.catalog, &rendered);
     let mut trace = TaskTrace {
         started_ms: Some(
             u64::try_from(started.duration_since(shared.run_started).as_millis())
@@ -368,6 +376,7 @@ pub(crate) async fn run_task(
             extracted,
             corrections,
             warnings,
+            left_out,
         } = outcome.unwrap_or_else(|error| Attempt::failed(error, trace.in_flight));
         spent.turns += turns;
         spent.usage.add(usage);
@@ -401,7 +410,8 @@ pub(crate) async fn run_task(
                 hash,
                 batch_id: None,
                 trace,
-                warnings,
+                warnings: left_out.into_iter().chain(warnings).collect(),
+                role,
             };
         }
         attempt += 1;
@@ -426,6 +436,9 @@ struct Attempt {
     corrections: u32,
     /// What went wrong with the task's extensions, one line each.
     warnings: Vec<String>,
+    /// The agent's listed tools that were left out, said in the result with the warnings
+    /// (not an extension failure).
+    left_out: Vec<String>,
 }
 
 impl Attempt {
@@ -443,6 +456,7 @@ impl Attempt {
             extracted: false,
             corrections: 0,
             warnings: Vec::new(),
+            left_out: Vec::new(),
         }
     }
 }
@@ -539,6 +553,7 @@ async fn attempt_task(
         extracted: result.extracted,
         corrections: result.corrections,
         warnings: result.warnings,
+        left_out: prepared.result_warnings().collect(),
     })
 }
 
@@ -759,9 +774,12 @@ impl Tasks<'_, '_> {
             TaskContext::PerItem => item_context(self.base, item, index),
             TaskContext::Built(build) => build(item).map_err(StepError::Render)?,
         };
-        let mut rendered = compiled
-            .render(self.task, &ctx)
-            .map_err(StepError::Render)?;
+        let mut rendered = compiled.render(self.task, &ctx).map_err(|e| {
+            StepError::Render(match self.contexts {
+                TaskContext::PerItem => format!("item {index}: {e}"),
+                _ => e,
+            })
+        })?;
         if self.schema.is_some() {
             rendered.schema.clone_from(&self.schema);
         }
@@ -779,7 +797,10 @@ impl Tasks<'_, '_> {
         }
         let data = expects_data(&shared.catalog, &rendered);
         Ok(match resumed(shared, self.step, index, item, &hash, data) {
-            Some(done) => ItemTask::Answered(Box::new(done)),
+            Some(mut done) => {
+                done.role = role_of(&shared.catalog, &rendered);
+                ItemTask::Answered(Box::new(done))
+            }
             None => ItemTask::Send(Box::new(rendered), hash),
         })
     }

@@ -435,7 +435,12 @@ fn check_sources(
         .map_err(render_error)?;
     for (index, item) in items.iter().enumerate() {
         let ctx = super::context::item_context(scope.base, item, index as u64);
-        let name = template.render(&ctx).map_err(render_error)?;
+        let name = template.render(&ctx).map_err(|e| {
+            StepError::Render(format!(
+                "item {index}: {}",
+                crate::compile::source_error_in(source, &e, &ctx)
+            ))
+        })?;
         if let Some(name) = crate::compile::named_source(&name)
             && shared.catalog.get(name).is_none()
         {

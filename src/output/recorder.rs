@@ -154,6 +154,7 @@ impl Recorder {
                 data: done.structured.as_ref(),
                 cache_read_tokens: done.usage.cache_read_tokens,
                 cache_write_tokens: done.usage.cache_write_tokens,
+                role: done.role.as_deref(),
             };
             if let Err(e) = results.write(&line) {
                 self.out
@@ -199,6 +200,11 @@ impl Recorder {
             let label = item_label(&done.item, done.index);
             let label = match level {
                 Some(level) => format!("level {level}, chunk {}", done.index),
+                None => label,
+            };
+            // Labelled with its role, as seed 004 labels its subagents (`Task 1 (explorer)`).
+            let label = match &done.role {
+                Some(role) => format!("{label} ({role})"),
                 None => label,
             };
             let label = if done.reused {

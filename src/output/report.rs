@@ -23,7 +23,7 @@
 //! ```
 //!
 //! `warnings` (present when there are some) lists what went wrong with the tasks' extensions
-//! (MCP servers), one entry per warning of a task, in the order the tasks finished; `item` is
+//! (MCP servers) and an agent's listed tools left out, one entry per warning of a task, in the order the tasks finished; `item` is
 //! the item's label (its `id`, its text, or `#index`).
 //!
 //! `pipeline` is the run's step graph, every step in file order with the steps it depends on

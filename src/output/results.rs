@@ -10,7 +10,7 @@
 //!  "tools":[{"name":"shell","ok":true,"summary":"src/api"}],"prompt":"Write notes for api",
 //!  "overhead_tokens":48,"tool_tokens":0,
 //!  "warnings":[],"data":null,
-//!  "cache_read_tokens":1000,"cache_write_tokens":0}
+//!  "cache_read_tokens":1000,"cache_write_tokens":0,"role":"explorer"}
 //! ```
 //!
 //! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks;
@@ -27,8 +27,8 @@
 //! (at most 16 KiB, then `… [N more bytes]`); `overhead_tokens`, the estimated tokens of its
 //! first request beyond its own instructions, context, prompt and role text, and
 //! `tool_tokens`, the tool definitions among them (`null` for a task that sent no request in
-//! this run; see `crate::event::Overhead`); `warnings`, what went
-//! wrong with the task's extensions (MCP servers), one string each, such as
+//! this run; see `crate::event::Overhead`); `warnings`, an agent's listed tools left out
+//! and what went wrong with the task's extensions (MCP servers), one string each, such as
 //! `` extension `fs` did not start: ... `` (whether that fails the task is the step's
 //! `on_extension_error`); `data`, the parsed answer of a task validated against a JSON schema
 //! (`null` for a text answer); `cache_read_tokens`
@@ -91,6 +91,8 @@ pub(crate) struct ResultLine<'a> {
     /// `input_tokens`).
     pub(crate) cache_read_tokens: u64,
     pub(crate) cache_write_tokens: u64,
+    /// The agent role the task ran as (`null` for a recipe or ad-hoc task).
+    pub(crate) role: Option<&'a str>,
 }
 
 struct State {
@@ -300,6 +302,7 @@ mod tests {
             corrections: 1,
             trace: &TRACE,
             warnings: &[],
+            role: None,
             data: None,
             cache_read_tokens: 60,
             cache_write_tokens: 0,
@@ -355,7 +358,8 @@ mod tests {
                 "warnings",
                 "data",
                 "cache_read_tokens",
-                "cache_write_tokens"
+                "cache_write_tokens",
+                "role"
             ]
         );
         assert_eq!(
@@ -367,7 +371,7 @@ mod tests {
                    "started_ms": 7, "attempts": 1, "retries": 2, "rate_limited": 1,
                    "retry_wait_ms": 1500, "tools": [], "prompt": null,
                    "overhead_tokens": 50, "tool_tokens": 0, "warnings": [], "data": null,
-                   "cache_read_tokens": 60, "cache_write_tokens": 0})
+                   "cache_read_tokens": 60, "cache_write_tokens": 0, "role": null})
         );
         assert_eq!(got[1]["status"], "failed");
         assert_eq!(got[1]["error"], "boom");

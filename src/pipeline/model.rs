@@ -88,12 +88,17 @@ impl Template {
         self.pos.line + u32::from(self.block)
     }
 
-    /// A render failure, positioned in the pipeline file.
-    pub(crate) fn render_error(&self, error: &minijinja::Error) -> String {
-        let line = self.first_line()
+    /// The file line a render failure happened on.
+    pub(crate) fn error_line(&self, error: &minijinja::Error) -> u32 {
+        self.first_line()
             + error
                 .line()
-                .map_or(0, |l| u32::try_from(l).unwrap_or(1).saturating_sub(1));
+                .map_or(0, |l| u32::try_from(l).unwrap_or(1).saturating_sub(1))
+    }
+
+    /// A render failure, positioned in the pipeline file.
+    pub(crate) fn render_error(&self, error: &minijinja::Error) -> String {
+        let line = self.error_line(error);
         let mut message = error.kind().to_string();
         if let Some(detail) = error.detail() {
             message = format!("{message}: {detail}");

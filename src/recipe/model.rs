@@ -19,6 +19,9 @@ pub(crate) struct Recipe {
     pub(crate) activities: Vec<String>,
     pub(crate) author: Option<String>,
     pub(crate) extensions: Vec<Extension>,
+    /// `extensions: []` written out: as in goose, no extensions at all, so no tools either
+    /// (absent means the defaults).
+    pub(crate) no_extensions: bool,
     pub(crate) parameters: Vec<Parameter>,
     /// `response.json_schema`, when structured output is asked for.
     pub(crate) response_schema: Option<serde_json::Value>,

@@ -151,7 +151,8 @@ impl Binding {
 }
 
 /// Binds `input` to `parameters`. `preset` holds values fixed by the caller (a sub-recipe's
-/// `values`), used when the input does not give one. Missing required parameters are
+/// `values`): they win over the input, as in goose, and a different value given for one is
+/// a warning. Missing required parameters are
 /// reported in one error that shows the flags to add.
 pub(crate) fn bind_params(
     parameters: &[Parameter],
@@ -178,14 +179,24 @@ pub(crate) fn bind_params(
     }
     let mut missing = Vec::new();
     for parameter in parameters {
-        let given = input
-            .values
-            .get(&parameter.key)
-            .map(|(v, origin)| (v.clone(), ValueSource::Given(origin.clone())))
+        // A subrecipe's fixed `values` win over what is given, as in goose; what is given
+        // for such a key is said to be ignored.
+        let fixed = preset.get(&parameter.key);
+        if let (Some(fixed), Some((given, _))) = (fixed, input.values.get(&parameter.key))
+            && fixed != given
+        {
+            binding.problems.push(Diagnostic::warning(format!(
+                "parameter `{}` is fixed to `{fixed}` by the subrecipe's `values`; the value given, `{given}`, is ignored",
+                parameter.key
+            )));
+        }
+        let given = fixed
+            .map(|v| (v.clone(), ValueSource::Given(Origin::Flag)))
             .or_else(|| {
-                preset
+                input
+                    .values
                     .get(&parameter.key)
-                    .map(|v| (v.clone(), ValueSource::Given(Origin::Flag)))
+                    .map(|(v, origin)| (v.clone(), ValueSource::Given(origin.clone())))
             });
         let (raw, source) = match given {
             Some(given) => given,

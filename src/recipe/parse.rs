@@ -198,6 +198,10 @@ fn read_recipe(
         .get("extensions")
         .map(|e| read_extensions(e, d))
         .unwrap_or_default();
+    let no_extensions = r
+        .get("extensions")
+        .and_then(Node::as_seq)
+        .is_some_and(<[Node]>::is_empty);
     let settings = r
         .get("settings")
         .map(|s| read_settings(s, d))
@@ -223,6 +227,7 @@ fn read_recipe(
         activities,
         author,
         extensions,
+        no_extensions,
         parameters,
         response_schema,
         retry,

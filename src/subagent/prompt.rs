@@ -95,6 +95,9 @@ pub(crate) enum FirstMessage {
     Role {
         name: String,
         path: String,
+        /// Defined by the project (a project folder), not in a folder outside it (the
+        /// home folder's `~/.claude/agents`, ...).
+        project: bool,
         role_text: String,
         task: String,
     },
@@ -142,10 +145,16 @@ impl FirstMessage {
             Self::Role {
                 name,
                 path,
+                project,
                 role_text,
                 task,
             } => format!(
-                "Subagent role \"{name}\", defined by this project in {path}:\n\n{}\n\nTask:\n{}",
+                "Subagent role \"{name}\", defined {} in {path}:\n\n{}\n\nTask:\n{}",
+                if *project {
+                    "by this project"
+                } else {
+                    "outside this project"
+                },
                 role_text.trim(),
                 task.trim()
             ),
@@ -162,6 +171,7 @@ mod tests {
         let message = FirstMessage::Role {
             name: "explorer".into(),
             path: ".agents/agents/explorer.md".into(),
+            project: true,
             role_text: "You explore.\n".into(),
             task: "Find the parser.".into(),
         };
@@ -176,6 +186,7 @@ mod tests {
         let message = FirstMessage::Role {
             name: "blank".into(),
             path: ".claude/agents/blank.md".into(),
+            project: true,
             role_text: " \n\n".into(),
             task: "Find the parser.".into(),
         };
@@ -209,6 +220,7 @@ mod tests {
         let role = FirstMessage::Role {
             name: "explorer".into(),
             path: "a.md".into(),
+            project: true,
             role_text: "You explore.\n".into(),
             task: "Find it.".into(),
         };

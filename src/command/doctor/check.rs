@@ -11,6 +11,7 @@ use crate::diag::render::display_path;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Section {
     Provider,
+    Environment,
     Config,
     Sources,
     Store,
@@ -18,8 +19,9 @@ pub(super) enum Section {
 }
 
 impl Section {
-    pub(super) const ALL: [Self; 5] = [
+    pub(super) const ALL: [Self; 6] = [
         Self::Provider,
+        Self::Environment,
         Self::Config,
         Self::Sources,
         Self::Store,
@@ -29,6 +31,7 @@ impl Section {
     pub(super) fn title(self) -> &'static str {
         match self {
             Self::Provider => "Provider and model",
+            Self::Environment => "Subagent and background-task variables",
             Self::Config => "Config files",
             Self::Sources => "Sources",
             Self::Store => "Store",
@@ -39,6 +42,7 @@ impl Section {
     fn key(self) -> &'static str {
         match self {
             Self::Provider => "provider",
+            Self::Environment => "environment",
             Self::Config => "config",
             Self::Sources => "sources",
             Self::Store => "store",
