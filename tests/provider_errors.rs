@@ -91,3 +91,27 @@ async fn a_rate_limit_that_asks_for_a_wait_in_words_is_waited_out() {
         .duration_since(requests[0].received_at);
     assert!(gap >= Duration::from_millis(950), "retried after {gap:?}");
 }
+
+/// llama.cpp's server answers HTTP 500 when it cannot parse the request (the arguments of a
+/// tool call in the history): sending the same request again cannot help.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_error_that_cannot_parse_the_request_is_not_retried() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::status(
+        500,
+        r#"{"error":{"code":500,"message":"Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error","type":"server_error"}}"#,
+    )))
+    .await;
+    let out = openai(&server)
+        .args(["delegate", "--instructions", "x"])
+        .code(2)
+        .run();
+    assert_eq!(server.request_count(), 1, "{}", out.stderr);
+    assert!(!out.stderr.contains("] retry "), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "the provider rejected the request (HTTP 500): Failed to parse tool call arguments as JSON"
+        ),
+        "{}",
+        out.stderr
+    );
+}

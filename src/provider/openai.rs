@@ -200,10 +200,12 @@ fn wire_tool_call(call: &ToolCall) -> Value {
     if let Some(unreadable) = &call.unreadable {
         return unreadable.raw.clone();
     }
-    // Malformed arguments go back exactly as the model sent them.
+    // Arguments that are not a JSON object (malformed text, an array, a scalar) go back as
+    // `{}`: servers parse the history's arguments (llama.cpp's refuses every later request
+    // otherwise), and the tool's result already tells the model what was wrong with them.
     let arguments = match &call.arguments {
-        Value::String(raw) => raw.clone(),
-        other => other.to_string(),
+        Value::Object(_) => call.arguments.to_string(),
+        _ => "{}".to_owned(),
     };
     json!({
         "id": call.id,
@@ -466,7 +468,7 @@ mod tests {
                     {"role": "user", "content": "Read a.txt and b.txt"},
                     {"role": "assistant", "content": "Reading.", "tool_calls": [
                         {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}},
-                        {"id": "call_2", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"b.txt"}},
+                        {"id": "call_2", "type": "function", "function": {"name": "read_file", "arguments": "{}"}},
                     ]},
                     {"role": "tool", "tool_call_id": "call_1", "name": "read_file", "content": "alpha"},
                     {"role": "tool", "tool_call_id": "call_2", "name": "read_file", "content": "Error: malformed arguments"},
