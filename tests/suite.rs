@@ -41,6 +41,7 @@ mod recipe_rules;
 mod reduce;
 mod render;
 mod report_html;
+mod request_limits;
 mod roles;
 mod run;
 mod runs;

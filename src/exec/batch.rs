@@ -270,6 +270,7 @@ fn batch_request(prepared: &Prepared) -> ChatRequest {
         tools: Vec::new().into(),
         temperature: spec.temperature,
         max_tokens: spec.max_output_tokens,
+        stop: spec.stop.clone(),
         // No tools: the answer can be forced on every request.
         response_format: spec
             .response_schema

@@ -268,6 +268,8 @@ pub(crate) struct StepConfig {
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
     pub(crate) max_output_tokens: Option<u32>,
+    /// The step's `stop`, else the settings'.
+    pub(crate) stop: Vec<String>,
     pub(crate) allow_empty: bool,
     pub(crate) retries: u32,
     pub(crate) timeout: Option<Duration>,
@@ -304,6 +306,7 @@ impl StepConfig {
             temperature: step.temperature.or(settings.temperature),
             max_turns: step.max_turns.or(settings.max_turns),
             max_output_tokens: step.max_output_tokens.or(settings.max_output_tokens),
+            stop: step.stop.clone().unwrap_or_else(|| settings.stop.clone()),
             allow_empty: step.allow_empty,
             retries: step.retries,
             timeout: step.timeout,
@@ -366,6 +369,10 @@ impl StepConfig {
             .map(|l| format!("max_output_tokens={l}"));
         if limit.is_some() {
             parts.push(limit.as_deref());
+        }
+        let stop = (!self.stop.is_empty()).then(|| format!("stop={:?}", self.stop));
+        if stop.is_some() {
+            parts.push(stop.as_deref());
         }
         let tools = self
             .tools
@@ -721,6 +728,7 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         temperature: step.temperature,
         max_turns: step.max_turns,
         max_output_tokens: step.max_output_tokens,
+        stop: step.stop.clone(),
         allow_empty: step.allow_empty,
         context: rendered.context.clone(),
         working_dir: None,

@@ -47,6 +47,8 @@ struct Body<'a> {
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<Value>,
     /// Routes the requests that share a prefix to the same prompt cache.
@@ -144,6 +146,7 @@ impl<'a> Body<'a> {
             tools: wire_tools(&req.tools),
             temperature: req.temperature,
             max_tokens: req.max_tokens,
+            stop: &req.stop,
             response_format: req
                 .response_format
                 .as_ref()
@@ -527,6 +530,17 @@ mod tests {
                 {"role": "assistant", "content": null},
             ]})
         );
+    }
+
+    #[test]
+    fn stop_sequences_are_sent_when_set() {
+        let req = ChatRequest {
+            model: "llama3".into(),
+            messages: vec![Message::user("hi")],
+            stop: vec!["\n".into(), "END".into()],
+            ..ChatRequest::default()
+        };
+        assert_eq!(request_body(&req)["stop"], json!(["\n", "END"]));
     }
 
     #[test]

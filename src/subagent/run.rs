@@ -29,6 +29,8 @@ pub(crate) struct SubagentSpec {
     pub(crate) temperature: Option<f64>,
     /// The output limit sent with each request; `None`: the provider's default.
     pub(crate) max_output_tokens: Option<u32>,
+    /// Stop sequences sent with each request.
+    pub(crate) stop: Vec<String>,
     /// An empty final answer completes the task instead of failing it.
     pub(crate) allow_empty: bool,
     /// The model's context window: a request estimated larger is not sent.
@@ -384,6 +386,7 @@ async fn run_once(
         tools: tools.offered(),
         temperature: spec.temperature,
         max_tokens: spec.max_output_tokens,
+        stop: spec.stop.clone(),
         // Forced (Anthropic) only when no other tool could be called: the answer of an agent
         // loop is forced on its correction turns.
         response_format: spec

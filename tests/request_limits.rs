@@ -1,0 +1,123 @@
+//! What bounds an answer, as sent with every request: `stop` sequences (a recipe's
+//! `settings.stop`, a pipeline's `settings.stop` and a step's `stop`, `delegate --stop`).
+
+use crate::support;
+
+use serde_json::{Value, json};
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::{Test, chats};
+
+fn project(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("SUMMON_MODEL", "mock-model")
+}
+
+const RECIPE: &str = "
+version: 1.0.0
+title: Stops
+description: d
+prompt: Say it.
+settings:
+  stop: [\"\\n\\n\", END]
+";
+
+fn stops(server: &MockServer) -> Vec<Value> {
+    chats(server)
+        .iter()
+        .map(|r| r.body["stop"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recipes_stop_sequences_are_sent_and_delegate_stop_replaces_them() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let t = project(&server).write("recipes/stops.yaml", RECIPE);
+    let run = |args: &[&str]| {
+        let output = t.command().args(args).output().expect("run summon");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    run(&["delegate", "--source", "stops"]);
+    run(&["delegate", "--source", "stops", "--stop", "STOP"]);
+    run(&["delegate", "--instructions", "x"]);
+    run(&[
+        "delegate",
+        "--instructions",
+        "x",
+        "--stop",
+        "a",
+        "--stop",
+        "b",
+    ]);
+    assert_eq!(
+        stops(&server),
+        [
+            json!(["\n\n", "END"]),
+            json!(["STOP"]),
+            Value::Null,
+            json!(["a", "b"])
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipelines_stop_applies_to_every_step_and_a_steps_stop_replaces_it() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let pipeline = "
+version: 1
+name: p
+settings:
+  stop: END
+steps:
+  - id: a
+    delegate:
+      instructions: first
+  - id: b
+    delegate:
+      instructions: 'second after {{ steps.a.output }}'
+    stop: [\"###\", \"\\n\"]
+";
+    project(&server)
+        .write("p.yaml", pipeline)
+        .args(["run", "p.yaml", "--quiet"])
+        .run();
+    assert_eq!(stops(&server), [json!(["END"]), json!(["###", "\n"])]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_sequences_are_checked_before_any_request() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let too_many = [
+        "--stop", "a", "--stop", "b", "--stop", "c", "--stop", "d", "--stop", "e",
+    ];
+    project(&server)
+        .args(["delegate", "--instructions", "x"])
+        .args(too_many)
+        .code(1)
+        .stderr_has("providers take at most 4 stop sequences")
+        .run();
+    project(&server)
+        .write(
+            "recipes/bad.yaml",
+            "version: 1.0.0\ntitle: t\ndescription: d\nprompt: p\nsettings:\n  stop: ['']\n",
+        )
+        .args(["delegate", "--source", "bad"])
+        .code(1)
+        .stderr_has("`settings.stop` must not be an empty string")
+        .run();
+    project(&server)
+        .write(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: a\n    delegate:\n      instructions: x\n    stop: [a, b, c, d, e]\n",
+        )
+        .args(["run", "p.yaml"])
+        .code(1)
+        .stderr_has("lists 5 sequences; providers take at most 4")
+        .run();
+    assert_eq!(server.request_count(), 0);
+}
