@@ -2,7 +2,7 @@
 //! (Gemma 3 270M, Q4_K_M), started on 127.0.0.1 for each test and stopped by its guard.
 //!
 //! `.ci/run` builds the server from source, installs the model (both cached outside the
-//! checkout, `.ci/llama.sh`) and exports where they are: `SUMMON_LLAMA_SERVER` and
+//! checkout, `.ci/llama.sh`) and sets where they are: `SUMMON_LLAMA_SERVER` and
 //! `SUMMON_LLAMA_MODEL`. The tests are ignored by a plain `cargo test`; asked for
 //! (`-- --ignored`) without those variables they say so and do nothing, except under CI
 //! (`CI` set), where they fail.
@@ -61,7 +61,7 @@ fn needs() -> Option<Needs> {
             );
             eprintln!(
                 "skipped: SUMMON_LLAMA_SERVER and SUMMON_LLAMA_MODEL are not set \
-                 (`source .ci/llama.sh` builds and exports them)"
+                 (`eval \"$(bash .ci/llama.sh)\"` builds them and sets them)"
             );
             None
         }
@@ -207,6 +207,11 @@ impl Llama {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The OpenAI-compatible base URL.
+    fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
     }
 
     fn log_text(&self) -> String {
@@ -514,6 +519,42 @@ fn delegate_with_a_recipe_and_parameters_answers_in_the_schema() {
         json["tokens"]["output"], usage["completion_tokens"],
         "{json:#}"
     );
+}
+
+#[test]
+#[ignore = "needs llama-server; .ci/run builds it"]
+fn a_server_still_starting_is_waited_for() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    // Started, not waited for: summon's request finds no listener or a server loading the
+    // model; with retries of 1 ms they alone would be spent long before it is ready.
+    let server = Llama::spawn(&needs, &[]);
+    let out = project(&server.base_url())
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .args([
+            "delegate",
+            "--instructions",
+            "Say hello.",
+            "--temperature",
+            "0",
+        ])
+        .args([
+            "--stop",
+            "<|im_end|>",
+            "--stop",
+            "\n",
+            "--max-output-tokens",
+            "24",
+        ])
+        .run();
+    assert!(
+        out.stderr
+            .contains("s for it to start (SUMMON_STARTUP_WAIT_MS)"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("] retry "), "{}", out.stderr);
+    assert!(!out.stdout.trim().is_empty(), "{}", out.stderr);
 }
 
 /// The figures of one `results.jsonl` line a test compares with the server's.

@@ -122,6 +122,11 @@ pub(crate) struct Client {
     format_level: Arc<std::sync::atomic::AtomicU8>,
     /// A warning for the run (a step down of `format_level`), taken by the next caller.
     notice: Arc<std::sync::Mutex<Option<String>>>,
+    /// The provider has given an HTTP answer (any status): a connection refused after that
+    /// is not a server still starting.
+    answered: Arc<std::sync::atomic::AtomicBool>,
+    /// The wait for a starting provider has been said (once per provider).
+    startup_said: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl fmt::Debug for Client {
@@ -186,7 +191,21 @@ impl Client {
                 OpenAiFormat::None => 2,
             })),
             notice: Arc::default(),
+            answered: Arc::default(),
+            startup_said: Arc::default(),
         })
+    }
+
+    /// Whether the provider has given any HTTP answer yet.
+    pub(crate) fn has_answered(&self) -> bool {
+        self.answered.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// True the first time it is asked: the wait for a starting provider is said once.
+    pub(crate) fn first_startup_wait(&self) -> bool {
+        !self
+            .startup_said
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn endpoint(&self) -> &ProviderEndpoint {
@@ -366,6 +385,8 @@ impl Client {
                 .map_err(|e| ProviderError::from_transport(e, key))?;
         }
         let status = response.status();
+        self.answered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let error_headers = (!status.is_success()).then(|| response.headers().clone());
         let body = response
             .bytes()
@@ -522,6 +543,7 @@ mod tests {
             cap: Duration::from_millis(5),
             max_retries: 5,
             max_total_wait: Duration::from_secs(10),
+            startup_wait: Duration::from_millis(20),
             ..RetryPolicy::default()
         }
     }

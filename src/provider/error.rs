@@ -137,6 +137,24 @@ impl ProviderError {
         )
     }
 
+    /// A server still starting: its 503 says it is loading the model (llama.cpp's "Loading
+    /// model", vLLM's and others' alike).
+    pub(crate) fn is_loading(&self) -> bool {
+        matches!(self, Self::Overloaded { status: 503, message, .. }
+            if message.to_lowercase().contains("loading"))
+    }
+
+    /// No connection could be made (refused, DNS, TLS handshake).
+    pub(crate) fn is_connect(&self) -> bool {
+        matches!(
+            self,
+            Self::Network {
+                kind: NetworkKind::Connect,
+                ..
+            }
+        )
+    }
+
     /// How long the server asked us to wait before trying again.
     pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {

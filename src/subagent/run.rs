@@ -318,6 +318,20 @@ impl crate::provider::RetryHook for SlotHook<'_> {
         });
     }
 
+    fn on_startup_wait(&mut self, err: &ProviderError, budget: Duration) {
+        let what = if err.is_loading() {
+            "the provider is still loading its model (HTTP 503)".to_owned()
+        } else {
+            format!("the provider does not answer yet ({err})")
+        };
+        (self.observer)(SubagentEvent::Warning {
+            message: format!(
+                "{what}: waiting up to {} s for it to start (SUMMON_STARTUP_WAIT_MS)",
+                budget.as_secs_f64()
+            ),
+        });
+    }
+
     fn wait(&mut self, delay: Duration) -> impl std::future::Future<Output = ()> + Send {
         let slot = self.slot.clone();
         async move {
