@@ -148,7 +148,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<PathBuf>,
     /// The most output tokens of each model request, over the pipeline's
-    /// `max_output_tokens` (default: the config file's, else the provider's).
+    /// `max_output_tokens` (default: the config file's, else summon's: 4096, Anthropic 8192).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_output_tokens: Option<u32>,
     /// Send every fan_out step's single-turn tasks through the provider's batch API (half
@@ -231,7 +231,7 @@ pub(crate) struct DelegateArgs {
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub(crate) max_turns: Option<u32>,
     /// The most output tokens of each model request; an answer cut off there fails the task
-    /// (default: the config file's `max_output_tokens`, else the provider's).
+    /// (default: the config file's `max_output_tokens`, else summon's: 4096, Anthropic 8192).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_output_tokens: Option<u32>,
     /// A stop sequence: the answer ends before the model writes it (repeatable, at most 4;

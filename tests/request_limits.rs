@@ -1,5 +1,6 @@
 //! What bounds an answer, as sent with every request: `stop` sequences (a recipe's
-//! `settings.stop`, a pipeline's `settings.stop` and a step's `stop`, `delegate --stop`).
+//! `settings.stop`, a pipeline's `settings.stop` and a step's `stop`, `delegate --stop`), and
+//! the output limit, summon's default when none is set.
 
 use crate::support;
 
@@ -120,4 +121,41 @@ async fn stop_sequences_are_checked_before_any_request() {
         .stderr_has("lists 5 sequences; providers take at most 4")
         .run();
     assert_eq!(server.request_count(), 0);
+}
+
+/// Every request carries an output limit: summon's default (4096 for OpenAI-compatible
+/// servers) when none is set, lowered to what a known context window leaves.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_request_has_an_output_limit_fitted_to_a_known_window() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let t = project(&server).write(
+        ".config/summon/config.yaml",
+        "models:\n  small-model:\n    context_window: 3000\n",
+    );
+    let run = |args: &[&str]| {
+        let output = t.command().args(args).output().expect("run summon");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    run(&["delegate", "--instructions", "x"]);
+    run(&["delegate", "--instructions", "x", "--model", "small-model"]);
+    run(&[
+        "delegate",
+        "--instructions",
+        "x",
+        "--max-output-tokens",
+        "9000",
+    ]);
+    let limits: Vec<Value> = chats(&server)
+        .iter()
+        .map(|r| r.body["max_tokens"].clone())
+        .collect();
+    assert_eq!(limits[0], 4096);
+    let fitted = limits[1].as_u64().expect("a limit");
+    // What the window leaves after the prompt (about 1,000 tokens with the tools).
+    assert!(fitted < 2500 && fitted > 1000, "{limits:?}");
+    assert_eq!(limits[2], 9000);
 }

@@ -29,7 +29,7 @@ pub(crate) struct Request {
     pub(crate) model: Option<String>,
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
-    /// The output limit of each request; `None`: the config file's, else the provider's.
+    /// The output limit of each request; `None`: the config file's, else summon's default.
     pub(crate) max_output_tokens: Option<u32>,
     /// Stop sequences over the source's own (`settings.stop`); empty: the source's.
     pub(crate) stop: Vec<String>,

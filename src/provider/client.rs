@@ -38,9 +38,29 @@ pub(crate) enum ProviderKind {
     Anthropic,
 }
 
+/// summon's output limit of an OpenAI-compatible request that sets none: what every current
+/// OpenAI model takes, and a bound for local servers, which otherwise generate until the
+/// context is full.
+pub(crate) const DEFAULT_OPENAI_OUTPUT_LIMIT: u32 = 4096;
+
 impl ProviderKind {
+    /// The output limit summon sends when none is set: [`DEFAULT_OPENAI_OUTPUT_LIMIT`], or
+    /// Anthropic's default. A context window, when known, lowers the OpenAI one to what is
+    /// left of it after `prompt` tokens (servers refuse a prompt and limit that overflow it).
+    pub(crate) fn default_output_limit(self, window: Option<u64>, prompt: u64) -> u32 {
+        match self {
+            Self::Anthropic => super::anthropic::DEFAULT_MAX_TOKENS,
+            Self::OpenAi => {
+                let left = window.map_or(u64::MAX, |w| w.saturating_sub(prompt)).max(1);
+                u32::try_from(left.min(u64::from(DEFAULT_OPENAI_OUTPUT_LIMIT)))
+                    .unwrap_or(DEFAULT_OPENAI_OUTPUT_LIMIT)
+            }
+        }
+    }
+
     /// The output limit of a request that sets none: Anthropic requires one and summon sends
-    /// its default; OpenAI-compatible servers apply the model's own, which summon cannot know.
+    /// its default; for OpenAI-compatible servers only a limit that was set counts here (the
+    /// default one is fitted to the context window, see [`Self::default_output_limit`]).
     pub(crate) fn output_limit(self, set: Option<u32>) -> Option<u32> {
         match self {
             Self::Anthropic => Some(set.unwrap_or(super::anthropic::DEFAULT_MAX_TOKENS)),

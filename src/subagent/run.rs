@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::cache::prefix_is_cacheable;
 use super::checks::{run_checks, run_on_failure};
-use super::ending::answer_problem;
+use super::ending::{answer_problem, name_default_limit};
 use super::event::SubagentEvent;
 use super::redact::Redactor;
 use super::structured::check_answer;
@@ -432,6 +432,17 @@ async fn run_once(
             request.messages.len() == 1,
             turns < spec.max_turns && !request.tools.is_empty(),
         );
+        if spec.max_output_tokens.is_none() && output_limit.is_none() {
+            // summon's default output limit, fitted to what the window leaves.
+            request.max_tokens = None;
+            let prompt = spec.context_window.map_or(0, |_| estimate_tokens(&request));
+            request.max_tokens = Some(
+                client
+                    .endpoint()
+                    .kind
+                    .default_output_limit(spec.context_window, prompt),
+            );
+        }
         // Only a token budget needs the estimate (it walks the whole request).
         let estimate = if limiter.is_unlimited() {
             0
@@ -471,7 +482,13 @@ async fn run_once(
             last_text.clone_from(text);
             observer(SubagentEvent::Text { text: text.clone() });
         }
-        if let Some(problem) = answer_problem(&response, output_limit, spec.allow_empty) {
+        if let Some(problem) = answer_problem(&response, output_limit, spec.allow_empty).map(|p| {
+            name_default_limit(
+                p,
+                request.max_tokens.or(output_limit),
+                spec.max_output_tokens,
+            )
+        }) {
             // The partial text (of a cut-off answer) stays in the result.
             let failure = Failure::new(FailureClass::Answer, problem);
             return Outcome::plain(SubagentStatus::Failed(failure), last_text);
