@@ -159,3 +159,47 @@ async fn every_request_has_an_output_limit_fitted_to_a_known_window() {
     assert!(fitted < 2500 && fitted > 1000, "{limits:?}");
     assert_eq!(limits[2], 9000);
 }
+
+/// OpenAI's reasoning models refuse `max_tokens` and ask for `max_completion_tokens`: the
+/// limit is sent under that name from then on, by every task of the run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_that_wants_max_completion_tokens_gets_it() {
+    let server = MockServer::start(MockConfig::new().rule(|request| {
+        if request.body.get("max_tokens").is_some() {
+            Reply::status(
+                400,
+                r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.","type":"invalid_request_error","param":"max_tokens","code":"unsupported_parameter"}}"#,
+            )
+        } else {
+            Reply::text("{\"label\": \"ok\"}")
+        }
+    }))
+    .await;
+    let pipeline = "
+version: 1
+name: p
+steps:
+  - id: rows
+    decompose:
+      items: [a, b, c, d]
+  - id: each
+    fan_out:
+      over: rows
+      instructions: 'Label {{ item }}'
+";
+    let out = project(&server)
+        .write("p.yaml", pipeline)
+        .args(["run", "p.yaml", "--quiet", "--concurrency", "4"])
+        .run();
+    let sent = chats(&server);
+    let answered: Vec<_> = sent
+        .iter()
+        .filter(|r| r.body.get("max_tokens").is_none())
+        .collect();
+    assert_eq!(answered.len(), 4, "{}", out.stderr);
+    for request in answered {
+        assert_eq!(request.body["max_completion_tokens"], 4096);
+    }
+    // At most the tasks in flight at the first refusal were refused.
+    assert!(sent.len() <= 8, "{}", sent.len());
+}

@@ -147,6 +147,9 @@ pub(crate) struct Client {
     answered: Arc<std::sync::atomic::AtomicBool>,
     /// The wait for a starting provider has been said (once per provider).
     startup_said: Arc<std::sync::atomic::AtomicBool>,
+    /// The provider refused `max_tokens` and asked for `max_completion_tokens` (OpenAI's
+    /// reasoning models): every later request names the limit so.
+    completion_tokens: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl fmt::Debug for Client {
@@ -213,6 +216,7 @@ impl Client {
             notice: Arc::default(),
             answered: Arc::default(),
             startup_said: Arc::default(),
+            completion_tokens: Arc::default(),
         })
     }
 
@@ -234,11 +238,16 @@ impl Client {
 
     /// Sends one chat request (no retries). A server that refuses `response_format` (HTTP 400
     /// naming it) is asked again with the next simpler form, `json_object` and then none, and
-    /// so is every later request to it; [`Client::take_notice`] says so once.
+    /// so is every later request to it; [`Client::take_notice`] says so once. One that refuses
+    /// `max_tokens` for `max_completion_tokens` (OpenAI's reasoning models) is sent that name
+    /// from then on.
     pub(crate) async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         loop {
             let level = self.format_level();
-            match self.chat_as(req, level).await {
+            let completion = self
+                .completion_tokens
+                .load(std::sync::atomic::Ordering::Relaxed);
+            match self.chat_as(req, level, completion).await {
                 Err(ProviderError::BadRequest {
                     status: 400,
                     message,
@@ -248,6 +257,17 @@ impl Client {
                     && refuses_response_format(&message) =>
                 {
                     self.step_down(level, &message);
+                }
+                Err(ProviderError::BadRequest {
+                    status: 400,
+                    message,
+                }) if req.max_tokens.is_some()
+                    && self.endpoint.kind == ProviderKind::OpenAi
+                    && !completion
+                    && message.contains("max_completion_tokens") =>
+                {
+                    self.completion_tokens
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 other => return other,
             }
@@ -298,9 +318,10 @@ impl Client {
         &self,
         req: &ChatRequest,
         format: OpenAiFormat,
+        completion: bool,
     ) -> Result<ChatResponse, ProviderError> {
         let body = match self.endpoint.kind {
-            ProviderKind::OpenAi => openai::request_bytes(req, format),
+            ProviderKind::OpenAi => openai::request_bytes_as(req, format, completion),
             ProviderKind::Anthropic => {
                 serde_json::to_vec(&anthropic::request_body(req)).unwrap_or_default()
             }

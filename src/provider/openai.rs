@@ -25,8 +25,22 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
 /// The body as bytes, serialized straight from the request (no intermediate JSON tree: this
 /// runs once per model request).
 /// `format` is how far the server supports `response_format`.
+#[cfg(test)]
 pub(crate) fn request_bytes(req: &ChatRequest, format: OpenAiFormat) -> Vec<u8> {
-    let body = Body::new(req, format);
+    request_bytes_as(req, format, false)
+}
+
+/// [`request_bytes`], with the output limit as `max_completion_tokens` when `completion` (the
+/// name OpenAI's reasoning models take; they refuse `max_tokens`).
+pub(crate) fn request_bytes_as(
+    req: &ChatRequest,
+    format: OpenAiFormat,
+    completion: bool,
+) -> Vec<u8> {
+    let mut body = Body::new(req, format);
+    if completion {
+        body.max_completion_tokens = body.max_tokens.take();
+    }
     // Sized for the whole body at once: the tools alone are several kilobytes, and growing
     // from empty would copy them again and again.
     let mut out = Vec::with_capacity(body.size_hint());
@@ -47,6 +61,8 @@ struct Body<'a> {
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     stop: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,6 +162,7 @@ impl<'a> Body<'a> {
             tools: wire_tools(&req.tools),
             temperature: req.temperature,
             max_tokens: req.max_tokens,
+            max_completion_tokens: None,
             stop: &req.stop,
             response_format: req
                 .response_format
