@@ -206,6 +206,33 @@ async fn a_cut_off_answer_fails_and_keeps_the_partial_text() {
     none_refused(&server);
 }
 
+/// llama.cpp's server may end an answer with `length` while its tool calls are complete:
+/// the failure says what the model called.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_off_answer_with_tool_calls_names_them() {
+    let server = MockServer::start(
+        MockConfig::new().reply(
+            Reply::tool_calls([
+                ("read_file", json!({"path": "a.txt"})),
+                ("list_files", json!({"pattern": "*"})),
+            ])
+            .finish("length"),
+        ),
+    )
+    .await;
+    let out = delegate_json(
+        openai(&server),
+        "Look around.",
+        &["--max-output-tokens", "30"],
+        2,
+    );
+    assert_eq!(
+        out["error"],
+        "the answer was cut off at the output limit (30 tokens); it held 2 tool calls \
+         (read_file, list_files), not run"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn max_output_tokens_reaches_each_pipeline_request() {
     let server = MockServer::start(MockConfig::new()).await;

@@ -489,7 +489,21 @@ async fn run_once(
                 spec.max_output_tokens,
             )
         }) {
-            // The partial text (of a cut-off answer) stays in the result.
+            // The partial text (of a cut-off answer) stays in the result, and what it called.
+            let mut problem = problem;
+            if !response.tool_calls.is_empty() {
+                let names: Vec<&str> = response
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                problem.push_str(&format!(
+                    "; it held {} tool call{} ({}), not run",
+                    names.len(),
+                    if names.len() == 1 { "" } else { "s" },
+                    names.join(", ")
+                ));
+            }
             let failure = Failure::new(FailureClass::Answer, problem);
             return Outcome::plain(SubagentStatus::Failed(failure), last_text);
         }
