@@ -148,7 +148,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<PathBuf>,
     /// The most output tokens of each model request, over the pipeline's
-    /// `max_output_tokens` (default: the config file's, else the provider's).
+    /// `max_output_tokens` (default: the config file's, else summon's: 4096, Anthropic 8192).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_output_tokens: Option<u32>,
     /// Send every fan_out step's single-turn tasks through the provider's batch API (half
@@ -231,9 +231,13 @@ pub(crate) struct DelegateArgs {
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub(crate) max_turns: Option<u32>,
     /// The most output tokens of each model request; an answer cut off there fails the task
-    /// (default: the config file's `max_output_tokens`, else the provider's).
+    /// (default: the config file's `max_output_tokens`, else summon's: 4096, Anthropic 8192).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_output_tokens: Option<u32>,
+    /// A stop sequence: the answer ends before the model writes it (repeatable, at most 4;
+    /// over the recipe's `settings.stop`).
+    #[arg(long, value_name = "TEXT", value_parser = non_empty_stop)]
+    pub(crate) stop: Vec<String>,
     /// Reference material for the system prompt: TEXT, or @FILE to read it from a file.
     #[arg(long, value_name = "TEXT|@FILE")]
     pub(crate) context: Option<String>,
@@ -530,6 +534,14 @@ pub(crate) struct ManArgs {
 }
 
 /// A whole number ≥ 1 (`--concurrency`, `--max-turns`), with a message that says so.
+fn non_empty_stop(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        Err("a stop sequence cannot be empty".to_owned())
+    } else {
+        Ok(text.to_owned())
+    }
+}
+
 fn at_least_one(text: &str) -> Result<u32, String> {
     match text.trim().parse::<u32>() {
         Ok(0) => Err("must be at least 1".to_owned()),

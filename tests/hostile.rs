@@ -418,6 +418,16 @@ async fn malformed_tool_arguments_are_tool_errors() {
         .run();
     let results = tool_results(&server.requests()[1]);
     assert_eq!(results.len(), 11);
+    // The history carries every call's arguments as a JSON object (servers parse them); what
+    // was wrong with them is in the tool results.
+    let replayed = server.requests()[1].body["messages"][2]["tool_calls"].clone();
+    let replayed = replayed.as_array().expect("the calls replayed");
+    assert_eq!(replayed.len(), 11);
+    for call in replayed {
+        let arguments = call["function"]["arguments"].as_str().expect("text");
+        let parsed: serde_json::Value = serde_json::from_str(arguments).expect("JSON");
+        assert!(parsed.is_object(), "{call}");
+    }
     let expect = [
         "not valid JSON",
         "must be a JSON object, got an array",

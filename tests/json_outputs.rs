@@ -70,8 +70,17 @@ struct DryRunStep {
     prompt: Option<String>,
     later: Option<String>,
     notes: Vec<String>,
+    output_limit: Option<OutputLimit>,
     overhead: Option<Overhead>,
     levels: Option<Levels>,
+}
+
+/// The output limit of a step's requests.
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct OutputLimit {
+    tokens: u64,
+    default: bool,
 }
 
 /// The expected levels of a reducing synthesis.
@@ -207,6 +216,13 @@ fn dry_run_json_has_exactly_its_documented_keys() {
     assert_eq!(each.model.as_deref(), Some("mock-model"));
     assert_eq!(each.prompt.as_deref(), Some("Check a"));
     assert!(each.later.is_none() && each.notes.is_empty(), "{each:?}");
+    assert_eq!(
+        each.output_limit,
+        Some(OutputLimit {
+            tokens: 4096,
+            default: true
+        })
+    );
     let overhead = each.overhead.as_ref().expect("the fan-out's overhead");
     assert_eq!(overhead.tasks, 3);
     assert!(overhead.tool_tokens <= overhead.tokens, "{overhead:?}");

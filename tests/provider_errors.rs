@@ -91,3 +91,80 @@ async fn a_rate_limit_that_asks_for_a_wait_in_words_is_waited_out() {
         .duration_since(requests[0].received_at);
     assert!(gap >= Duration::from_millis(950), "retried after {gap:?}");
 }
+
+/// llama.cpp's server answers HTTP 500 when it cannot parse the request (the arguments of a
+/// tool call in the history): sending the same request again cannot help.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_error_that_cannot_parse_the_request_is_not_retried() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::status(
+        500,
+        r#"{"error":{"code":500,"message":"Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error","type":"server_error"}}"#,
+    )))
+    .await;
+    let out = openai(&server)
+        .args(["delegate", "--instructions", "x"])
+        .code(2)
+        .run();
+    assert_eq!(server.request_count(), 1, "{}", out.stderr);
+    assert!(!out.stderr.contains("] retry "), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "the provider rejected the request (HTTP 500): Failed to parse tool call arguments as JSON"
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
+const LOADING: &str =
+    r#"{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}"#;
+
+/// A server still loading its model (llama.cpp's 503 "Loading model") is waited for apart
+/// from the retries, and said once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_still_loading_its_model_is_waited_for_apart_from_the_retries() {
+    let mut replies: Vec<Reply> = (0..8).map(|_| Reply::status(503, LOADING)).collect();
+    replies.push(Reply::text("ready"));
+    let server = MockServer::start(MockConfig::new().replies(replies)).await;
+    let out = openai(&server)
+        .args(["delegate", "--instructions", "x"])
+        .stdout("ready\n")
+        .run();
+    assert_eq!(server.request_count(), 9, "{}", out.stderr);
+    assert!(!out.stderr.contains("] retry "), "{}", out.stderr);
+    assert_eq!(
+        out.stderr
+            .matches("the provider is still loading its model (HTTP 503): waiting up to 180 s")
+            .count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_start_up_wait_is_bounded_and_then_the_retries_apply() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::status(503, LOADING))).await;
+    let out = openai(&server)
+        .env("SUMMON_STARTUP_WAIT_MS", "100")
+        .args(["delegate", "--instructions", "x"])
+        .code(2)
+        .run();
+    assert!(
+        out.stderr.contains("waiting up to 0.1 s for it to start"),
+        "{}",
+        out.stderr
+    );
+    // The start-up polls (100 ms in all), then the five retries.
+    assert_eq!(
+        out.stderr
+            .lines()
+            .filter(|l| l.contains("] retry "))
+            .count(),
+        5,
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("Loading model"), "{}", out.stderr);
+}

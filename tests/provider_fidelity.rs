@@ -149,7 +149,7 @@ async fn a_fan_out_item_with_blank_instructions_fails_without_a_request() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_off_answer_fails_and_keeps_the_partial_text() {
-    // OpenAI, no limit set: none is sent, and the message gives what the answer used.
+    // OpenAI, no limit set: summon's default is sent, and named with how to raise it.
     let server = MockServer::start(
         MockConfig::new().reply(Reply::text("The first half of").finish("length")),
     )
@@ -157,12 +157,12 @@ async fn a_cut_off_answer_fails_and_keeps_the_partial_text() {
     let out = delegate_json(openai(&server), "Write a story.", &[], 2);
     assert_eq!(out["status"], "failed");
     assert_eq!(out["output"], "The first half of");
-    let error = out["error"].as_str().unwrap_or("");
-    assert!(
-        error.starts_with("the answer was cut off at the output limit ("),
-        "{error}"
+    assert_eq!(
+        out["error"],
+        "the answer was cut off at summon's default output limit (4096 tokens); \
+         set max_output_tokens (or --max-output-tokens) to allow more"
     );
-    assert_eq!(chats(&server)[0].body.get("max_tokens"), None);
+    assert_eq!(chats(&server)[0].body["max_tokens"], 4096);
 
     // OpenAI, `--max-output-tokens`: sent, and named.
     let server =
@@ -188,7 +188,8 @@ async fn a_cut_off_answer_fails_and_keeps_the_partial_text() {
     let out = delegate_json(anthropic(&server), "Write a story.", &[], 2);
     assert_eq!(
         out["error"],
-        "the answer was cut off at the output limit (8192 tokens)"
+        "the answer was cut off at summon's default output limit (8192 tokens); \
+         set max_output_tokens (or --max-output-tokens) to allow more"
     );
     assert_eq!(out["output"], "Half");
     let out = delegate_json(
@@ -203,6 +204,33 @@ async fn a_cut_off_answer_fails_and_keeps_the_partial_text() {
     );
     assert_eq!(chats(&server)[1].body["max_tokens"], 300);
     none_refused(&server);
+}
+
+/// llama.cpp's server may end an answer with `length` while its tool calls are complete:
+/// the failure says what the model called.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_off_answer_with_tool_calls_names_them() {
+    let server = MockServer::start(
+        MockConfig::new().reply(
+            Reply::tool_calls([
+                ("read_file", json!({"path": "a.txt"})),
+                ("list_files", json!({"pattern": "*"})),
+            ])
+            .finish("length"),
+        ),
+    )
+    .await;
+    let out = delegate_json(
+        openai(&server),
+        "Look around.",
+        &["--max-output-tokens", "30"],
+        2,
+    );
+    assert_eq!(
+        out["error"],
+        "the answer was cut off at the output limit (30 tokens); it held 2 tool calls \
+         (read_file, list_files), not run"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

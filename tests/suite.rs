@@ -3,7 +3,7 @@
 //! server (`summon_mock_llm`) on 127.0.0.1. Shared helpers live once in `support`.
 //!
 //! Tests that need something from outside the project (zsh, fish, tmux, Chromium, Landlock,
-//! `../shared/corpus`) are `#[ignore]`d with the reason, so a plain `cargo test` shows them
+//! `../shared/corpus`, llama.cpp's `llama-server` and a model) are `#[ignore]`d with the reason, so a plain `cargo test` shows them
 //! as ignored rather than passing without having run; `cargo test -- --include-ignored` (what
 //! CI runs, after `.ci/run` installs them) runs them and fails when the thing is missing.
 
@@ -30,6 +30,7 @@ mod hostile;
 mod json_outputs;
 mod keys;
 mod lean_requests;
+mod llama;
 mod load;
 mod mcp;
 mod mcp_conditions;
@@ -45,6 +46,7 @@ mod recipe_rules;
 mod reduce;
 mod render;
 mod report_html;
+mod request_limits;
 mod roles;
 mod run;
 mod runs;

@@ -43,6 +43,13 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
     if args.queue && !args.r#async {
         return Err(Error::usage("--queue only applies with --async"));
     }
+    if args.stop.len() > crate::recipe::MAX_STOP_SEQUENCES {
+        return Err(Error::usage(format!(
+            "--stop is given {} times; providers take at most {} stop sequences",
+            args.stop.len(),
+            crate::recipe::MAX_STOP_SEQUENCES
+        )));
+    }
     let request = request_from_args(args, ctx)?;
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     // The catalog is read once and frozen for the delegation.
@@ -218,6 +225,7 @@ fn request_from_args(args: &DelegateArgs, ctx: &Ctx) -> Result<DelegationRequest
         temperature: args.model.temperature,
         max_turns: args.max_turns,
         max_output_tokens: args.max_output_tokens,
+        stop: args.stop.clone(),
         context,
         working_dir: args.working_dir.clone(),
         sandbox: args.sandbox.sandbox,

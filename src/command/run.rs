@@ -5,7 +5,8 @@
 //! "cache_read_tokens", "cache_write_tokens", "output"}` (the tokens over the whole run);
 //! `deferred`: a step a shard leaves for `summon merge`, or one after `--until STEP`.
 //! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "drafted",
-//! "input_tokens", "overhead", "model", "prompt", "later", "notes"}], "tasks", "drafted_tasks",
+//! "input_tokens", "overhead", "model", "prompt", "later", "notes", "output_limit": {"tokens",
+//! "default"}}], "tasks", "drafted_tasks",
 //! "estimated_input_tokens", "estimated_input_cost_usd", "unpriced_models", "errors"}`;
 //! `overhead` is the drafted tasks' per-task overhead as in `report.json` (`null`: none
 //! drafted).
@@ -509,6 +510,9 @@ fn dry_run(
                     "tasks": s.tasks, "drafted": s.drafted, "input_tokens": s.input_tokens,
                     "overhead": s.overhead.json(), "model": s.model,
                     "prompt": s.prompt, "later": s.later, "notes": s.notes,
+                    "output_limit": s.output_limit.map(|(tokens, default)| json!({
+                        "tokens": tokens, "default": default,
+                    })),
                     "levels": s.levels.as_ref().map(|l| json!({
                         "tasks": l.tasks, "chunk_tokens": l.chunk_tokens,
                         "tokens_per_result": l.per_result, "from_output_limit": l.from_limit,
@@ -656,6 +660,17 @@ fn dry_run_text(
                  ({} of them tool definitions)\n",
                 thousands(o.per_task_max),
                 thousands(o.tool_tokens_per_task_max)
+            ));
+        }
+        if let Some((limit, default)) = step.output_limit {
+            text.push_str(&format!(
+                "      output limit: {} tokens per answer{}\n",
+                thousands(u64::from(limit)),
+                if default {
+                    " (summon's default; max_output_tokens sets another)"
+                } else {
+                    " (max_output_tokens)"
+                }
             ));
         }
         for note in &step.notes {

@@ -43,6 +43,8 @@ pub(crate) struct StepSettings {
     /// The sandbox of the model's shell commands, and whether they may use the network.
     pub(crate) sandbox: Option<Policy>,
     pub(crate) network: Option<bool>,
+    /// Stop sequences: the step's `stop`, else the settings'.
+    pub(crate) stop: Vec<String>,
 }
 
 impl StepSettings {
@@ -59,6 +61,7 @@ impl StepSettings {
                 .or(pipeline.max_output_tokens),
             sandbox: flags.sandbox.or(step.sandbox).or(pipeline.sandbox),
             network: flags.network.or(step.network).or(pipeline.network),
+            stop: step.stop.clone().unwrap_or_else(|| pipeline.stop.clone()),
         }
     }
 }

@@ -12,8 +12,8 @@
 //! ```yaml
 //! default_provider: work          # optional: the provider used when nothing else names one
 //! default_model: gpt-4o-mini      # optional: the model used when nothing else names one
-//! max_output_tokens: 16000        # optional: the output limit of every request (Anthropic's
-//!                                 # default is 8192; OpenAI-compatible servers: the model's)
+//! max_output_tokens: 16000        # optional: the output limit of every request (summon's
+//!                                 # default: 4096, Anthropic 8192)
 //! providers:
 //!   work:
 //!     kind: openai                # openai (any OpenAI-compatible server) | anthropic

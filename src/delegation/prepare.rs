@@ -29,8 +29,10 @@ pub(crate) struct Request {
     pub(crate) model: Option<String>,
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
-    /// The output limit of each request; `None`: the config file's, else the provider's.
+    /// The output limit of each request; `None`: the config file's, else summon's default.
     pub(crate) max_output_tokens: Option<u32>,
+    /// Stop sequences over the source's own (`settings.stop`); empty: the source's.
+    pub(crate) stop: Vec<String>,
     /// An empty final answer completes the task (a pipeline step's `allow_empty`).
     pub(crate) allow_empty: bool,
     pub(crate) context: Option<String>,
@@ -227,6 +229,7 @@ pub(crate) struct Draft {
     max_turns: u32,
     temperature: Option<f64>,
     max_output_tokens: Option<u32>,
+    stop: Vec<String>,
     allow_empty: bool,
     response_schema: Option<serde_json::Value>,
     retry: Option<crate::recipe::RetryConfig>,
@@ -266,6 +269,7 @@ impl Draft {
             max_turns: self.max_turns,
             temperature: self.temperature,
             max_output_tokens: self.max_output_tokens,
+            stop: self.stop,
             allow_empty: self.allow_empty,
             context_window: None,
             response_schema: self.response_schema,
@@ -315,6 +319,7 @@ pub(crate) fn draft(
                     settings_provider: None,
                     settings_model: None,
                     origin: "recipe settings".into(),
+                    stop: Vec::new(),
                     temperature: None,
                     max_turns: None,
                     schema: None,
@@ -374,6 +379,7 @@ pub(crate) fn draft(
                         settings_provider: None,
                         settings_model: agent.model.clone(),
                         origin: format!("agent `{}`", agent.name),
+                        stop: Vec::new(),
                         temperature: None,
                         max_turns: None,
                         schema: None,
@@ -541,6 +547,11 @@ pub(crate) fn draft(
         max_turns,
         temperature: request.temperature.or(plan.temperature),
         max_output_tokens: request.max_output_tokens,
+        stop: if request.stop.is_empty() {
+            plan.stop
+        } else {
+            request.stop.clone()
+        },
         allow_empty: request.allow_empty,
         response_schema: schema,
         retry: plan.retry,
@@ -580,6 +591,8 @@ struct Plan {
     origin: String,
     temperature: Option<f64>,
     max_turns: Option<u32>,
+    /// The recipe's `settings.stop`.
+    stop: Vec<String>,
     schema: Option<serde_json::Value>,
     retry: Option<crate::recipe::RetryConfig>,
     extensions: Vec<Extension>,
@@ -627,6 +640,7 @@ fn recipe_plan(
         origin: format!("recipe `{}` settings", source.name),
         temperature: rendered.settings.temperature,
         max_turns: rendered.settings.max_turns,
+        stop: rendered.settings.stop.clone(),
         schema: rendered.response_schema.clone(),
         retry: rendered.retry.clone(),
         extensions: rendered.extensions.clone(),

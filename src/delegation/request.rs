@@ -20,6 +20,8 @@ pub(crate) struct DelegationRequest {
     pub(crate) max_turns: Option<u32>,
     #[serde(default)]
     pub(crate) max_output_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) stop: Vec<String>,
     pub(crate) context: Option<String>,
     pub(crate) working_dir: Option<std::path::PathBuf>,
     /// The `--sandbox` / `--network` flags.
@@ -68,6 +70,7 @@ impl DelegationRequest {
             temperature: self.temperature,
             max_turns: self.max_turns,
             max_output_tokens: self.max_output_tokens,
+            stop: self.stop.clone(),
             allow_empty: false,
             context: self.context.clone(),
             working_dir: self.working_dir.clone(),

@@ -267,13 +267,14 @@ fn batch_request(prepared: &Prepared) -> ChatRequest {
         let section = crate::subagent::tools_section(spec.workdir.path(), &names);
         spec.system.replacen(&section, "", 1)
     };
-    ChatRequest {
+    let mut request = ChatRequest {
         model: spec.model.clone(),
         system,
         messages: vec![Message::user(spec.first_message.clone())],
         tools: Vec::new().into(),
         temperature: spec.temperature,
         max_tokens: spec.max_output_tokens,
+        stop: spec.stop.clone(),
         // No tools: the answer can be forced on every request.
         response_format: spec
             .response_schema
@@ -281,7 +282,21 @@ fn batch_request(prepared: &Prepared) -> ChatRequest {
             .and_then(|s| crate::provider::ResponseFormat::for_schema(s, true)),
         // One request per task: only the prefix the batch's requests share can be read.
         cache: spec.cache.hint(true, false),
+    };
+    if request.max_tokens.is_none() {
+        // summon's default output limit, fitted to what the window leaves.
+        let prompt = spec
+            .context_window
+            .map_or(0, |_| crate::provider::estimate_tokens(&request));
+        request.max_tokens = Some(
+            prepared
+                .resolved
+                .endpoint
+                .kind
+                .default_output_limit(spec.context_window, prompt),
+        );
     }
+    request
 }
 
 /// Whether a failed create request means the provider has no batch API at all.
@@ -456,6 +471,7 @@ impl BatchRun<'_> {
             }
         }
         let request = batch_request(&prepared);
+        let sent_limit = request.max_tokens;
         let overhead = crate::event::Overhead::count(
             request.system.len(),
             prepared.spec.first_message.len(),
@@ -477,11 +493,7 @@ impl BatchRun<'_> {
             schema_asks: 0,
             schema_retries: prepared.spec.schema_retries,
             extracted: false,
-            output_limit: prepared
-                .resolved
-                .endpoint
-                .kind
-                .output_limit(prepared.spec.max_output_tokens),
+            output_limit: sent_limit,
             allow_empty: prepared.spec.allow_empty,
             resubmits: 0,
             turns: 0,

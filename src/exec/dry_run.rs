@@ -62,6 +62,9 @@ pub(crate) struct StepPlan {
     pub(crate) later: Option<String>,
     /// Warnings its tasks would print (extensions, left-out tools), once each.
     pub(crate) notes: Vec<String>,
+    /// The output limit of its first drafted task's requests, and whether it is summon's
+    /// default (none set).
+    pub(crate) output_limit: Option<(u32, bool)>,
     /// A reducing synthesis: the expected tasks of each level.
     pub(crate) levels: Option<LevelsPlan>,
 }
@@ -575,9 +578,21 @@ impl Drafter<'_> {
         if plan.drafted == 0 {
             plan.model.clone_from(&model);
             plan.prompt = Some(draft.first_message.clone());
+            let resolved = resolve_with(self.env, self.config, &draft.overrides(), |_| true);
+            if let Ok(resolved) = &resolved {
+                plan.output_limit = Some(
+                    match step
+                        .settings
+                        .max_output_tokens
+                        .or(self.config.max_output_tokens)
+                    {
+                        Some(limit) => (limit, false),
+                        None => (resolved.endpoint.kind.default_output_limit(None, 0), true),
+                    },
+                );
+            }
             if let Some(schema) = draft.response_schema()
-                && let Ok(resolved) =
-                    resolve_with(self.env, self.config, &draft.overrides(), |_| true)
+                && let Ok(resolved) = &resolved
             {
                 plan.notes.push(format!(
                     "structured answers: {}",

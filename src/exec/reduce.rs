@@ -103,6 +103,7 @@ fn fixed_tokens(prepared: &crate::delegation::Prepared) -> u64 {
             .endpoint
             .kind
             .output_limit(spec.max_output_tokens),
+        stop: Vec::new(),
         response_format: None,
         cache: Default::default(),
     })

@@ -244,6 +244,11 @@ impl StepConfig {
         if limit.is_some() {
             parts.push(limit.as_deref());
         }
+        let stop =
+            (!self.settings.stop.is_empty()).then(|| format!("stop={:?}", self.settings.stop));
+        if stop.is_some() {
+            parts.push(stop.as_deref());
+        }
         let tools = self
             .tools
             .as_ref()
@@ -613,6 +618,7 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         temperature: step.settings.temperature,
         max_turns: step.settings.max_turns,
         max_output_tokens: step.settings.max_output_tokens,
+        stop: step.settings.stop.clone(),
         allow_empty: step.allow_empty,
         context: rendered.context.clone(),
         working_dir: None,

@@ -65,6 +65,8 @@ pub(crate) struct PipelineSettings {
     pub(crate) max_turns: Option<u32>,
     /// The output limit of every request (`--max-output-tokens` overrides).
     pub(crate) max_output_tokens: Option<u32>,
+    /// Stop sequences of every request.
+    pub(crate) stop: Vec<String>,
     /// Global cap on tasks in flight (`--concurrency` overrides).
     pub(crate) concurrency: Option<usize>,
     /// The sandbox of the model's shell commands (`--sandbox` / `--network` override).
@@ -129,6 +131,8 @@ pub(crate) struct Step {
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
     pub(crate) max_output_tokens: Option<u32>,
+    /// Stop sequences over the settings' (`None`: the settings').
+    pub(crate) stop: Option<Vec<String>>,
     /// An empty final answer completes the task instead of failing it.
     pub(crate) allow_empty: bool,
     pub(crate) backend: Backend,

@@ -383,6 +383,10 @@ fn read_settings(node: &Node, d: &mut FileDiags<'_>) -> PipelineSettings {
         temperature: temperature_field(&mut r, d),
         max_turns: count_field(&mut r, "max_turns", 1, d),
         max_output_tokens: count_field(&mut r, "max_output_tokens", 1, d),
+        stop: r
+            .get("stop")
+            .map(|node| crate::recipe::stop_sequences(node, "settings.stop", d))
+            .unwrap_or_default(),
         concurrency: count_field(&mut r, "concurrency", 1, d),
         sandbox: sandbox_field(&mut r, d),
         network: bool_field(&mut r, "network", d),
@@ -583,6 +587,9 @@ fn read_step(
     let temperature = temperature_field(&mut r, d);
     let max_turns = count_field(&mut r, "max_turns", 1, d);
     let max_output_tokens = count_field(&mut r, "max_output_tokens", 1, d);
+    let stop = r
+        .get("stop")
+        .map(|node| crate::recipe::stop_sequences(node, &format!("{path}.stop"), d));
     let allow_empty = bool_field(&mut r, "allow_empty", d).unwrap_or(false);
     let backend = match choice(
         &mut r,
@@ -644,6 +651,7 @@ fn read_step(
             temperature,
             max_turns,
             max_output_tokens,
+            stop,
             allow_empty,
             backend,
             reuse,

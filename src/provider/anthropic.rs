@@ -77,6 +77,9 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     if !req.system.is_empty() {
         body.insert("system".into(), req.system.clone().into());
     }
+    if !req.stop.is_empty() {
+        body.insert("stop_sequences".into(), json!(req.stop));
+    }
     let messages = messages
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
@@ -220,6 +223,22 @@ mod tests {
                 "temperature": 0.2,
             })
         );
+    }
+
+    #[test]
+    fn stop_sequences_are_sent_when_set() {
+        let req = ChatRequest {
+            model: "claude-test".into(),
+            messages: vec![Message::user("one")],
+            stop: vec!["END".into()],
+            ..ChatRequest::default()
+        };
+        assert_eq!(request_body(&req)["stop_sequences"], json!(["END"]));
+        let req = ChatRequest {
+            stop: Vec::new(),
+            ..req
+        };
+        assert!(request_body(&req).get("stop_sequences").is_none());
     }
 
     #[test]

@@ -38,9 +38,29 @@ pub(crate) enum ProviderKind {
     Anthropic,
 }
 
+/// summon's output limit of an OpenAI-compatible request that sets none: what every current
+/// OpenAI model takes, and a bound for local servers, which otherwise generate until the
+/// context is full.
+pub(crate) const DEFAULT_OPENAI_OUTPUT_LIMIT: u32 = 4096;
+
 impl ProviderKind {
+    /// The output limit summon sends when none is set: [`DEFAULT_OPENAI_OUTPUT_LIMIT`], or
+    /// Anthropic's default. A context window, when known, lowers the OpenAI one to what is
+    /// left of it after `prompt` tokens (servers refuse a prompt and limit that overflow it).
+    pub(crate) fn default_output_limit(self, window: Option<u64>, prompt: u64) -> u32 {
+        match self {
+            Self::Anthropic => super::anthropic::DEFAULT_MAX_TOKENS,
+            Self::OpenAi => {
+                let left = window.map_or(u64::MAX, |w| w.saturating_sub(prompt)).max(1);
+                u32::try_from(left.min(u64::from(DEFAULT_OPENAI_OUTPUT_LIMIT)))
+                    .unwrap_or(DEFAULT_OPENAI_OUTPUT_LIMIT)
+            }
+        }
+    }
+
     /// The output limit of a request that sets none: Anthropic requires one and summon sends
-    /// its default; OpenAI-compatible servers apply the model's own, which summon cannot know.
+    /// its default; for OpenAI-compatible servers only a limit that was set counts here (the
+    /// default one is fitted to the context window, see [`Self::default_output_limit`]).
     pub(crate) fn output_limit(self, set: Option<u32>) -> Option<u32> {
         match self {
             Self::Anthropic => Some(set.unwrap_or(super::anthropic::DEFAULT_MAX_TOKENS)),
@@ -122,6 +142,14 @@ pub(crate) struct Client {
     format_level: Arc<std::sync::atomic::AtomicU8>,
     /// A warning for the run (a step down of `format_level`), taken by the next caller.
     notice: Arc<std::sync::Mutex<Option<String>>>,
+    /// The provider has given an HTTP answer (any status): a connection refused after that
+    /// is not a server still starting.
+    answered: Arc<std::sync::atomic::AtomicBool>,
+    /// The wait for a starting provider has been said (once per provider).
+    startup_said: Arc<std::sync::atomic::AtomicBool>,
+    /// The provider refused `max_tokens` and asked for `max_completion_tokens` (OpenAI's
+    /// reasoning models): every later request names the limit so.
+    completion_tokens: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl fmt::Debug for Client {
@@ -186,7 +214,22 @@ impl Client {
                 OpenAiFormat::None => 2,
             })),
             notice: Arc::default(),
+            answered: Arc::default(),
+            startup_said: Arc::default(),
+            completion_tokens: Arc::default(),
         })
+    }
+
+    /// Whether the provider has given any HTTP answer yet.
+    pub(crate) fn has_answered(&self) -> bool {
+        self.answered.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// True the first time it is asked: the wait for a starting provider is said once.
+    pub(crate) fn first_startup_wait(&self) -> bool {
+        !self
+            .startup_said
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn endpoint(&self) -> &ProviderEndpoint {
@@ -195,11 +238,16 @@ impl Client {
 
     /// Sends one chat request (no retries). A server that refuses `response_format` (HTTP 400
     /// naming it) is asked again with the next simpler form, `json_object` and then none, and
-    /// so is every later request to it; [`Client::take_notice`] says so once.
+    /// so is every later request to it; [`Client::take_notice`] says so once. One that refuses
+    /// `max_tokens` for `max_completion_tokens` (OpenAI's reasoning models) is sent that name
+    /// from then on.
     pub(crate) async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         loop {
             let level = self.format_level();
-            match self.chat_as(req, level).await {
+            let completion = self
+                .completion_tokens
+                .load(std::sync::atomic::Ordering::Relaxed);
+            match self.chat_as(req, level, completion).await {
                 Err(ProviderError::BadRequest {
                     status: 400,
                     message,
@@ -209,6 +257,17 @@ impl Client {
                     && refuses_response_format(&message) =>
                 {
                     self.step_down(level, &message);
+                }
+                Err(ProviderError::BadRequest {
+                    status: 400,
+                    message,
+                }) if req.max_tokens.is_some()
+                    && self.endpoint.kind == ProviderKind::OpenAi
+                    && !completion
+                    && message.contains("max_completion_tokens") =>
+                {
+                    self.completion_tokens
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 other => return other,
             }
@@ -259,9 +318,10 @@ impl Client {
         &self,
         req: &ChatRequest,
         format: OpenAiFormat,
+        completion: bool,
     ) -> Result<ChatResponse, ProviderError> {
         let body = match self.endpoint.kind {
-            ProviderKind::OpenAi => openai::request_bytes(req, format),
+            ProviderKind::OpenAi => openai::request_bytes_as(req, format, completion),
             ProviderKind::Anthropic => {
                 serde_json::to_vec(&anthropic::request_body(req)).unwrap_or_default()
             }
@@ -366,6 +426,8 @@ impl Client {
                 .map_err(|e| ProviderError::from_transport(e, key))?;
         }
         let status = response.status();
+        self.answered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let error_headers = (!status.is_success()).then(|| response.headers().clone());
         let body = response
             .bytes()
@@ -522,6 +584,7 @@ mod tests {
             cap: Duration::from_millis(5),
             max_retries: 5,
             max_total_wait: Duration::from_secs(10),
+            startup_wait: Duration::from_millis(20),
             ..RetryPolicy::default()
         }
     }

@@ -137,6 +137,24 @@ impl ProviderError {
         )
     }
 
+    /// A server still starting: its 503 says it is loading the model (llama.cpp's "Loading
+    /// model", vLLM's and others' alike).
+    pub(crate) fn is_loading(&self) -> bool {
+        matches!(self, Self::Overloaded { status: 503, message, .. }
+            if message.to_lowercase().contains("loading"))
+    }
+
+    /// No connection could be made (refused, DNS, TLS handshake).
+    pub(crate) fn is_connect(&self) -> bool {
+        matches!(
+            self,
+            Self::Network {
+                kind: NetworkKind::Connect,
+                ..
+            }
+        )
+    }
+
     /// How long the server asked us to wait before trying again.
     pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -374,6 +392,15 @@ pub(crate) fn classify_at(
         "too many input tokens",
     ];
 
+    // A server error that says the request itself cannot be read (llama.cpp's "Failed to
+    // parse tool call arguments as JSON" is a 500): the same request would fail again.
+    const UNPARSEABLE: &[&str] = &[
+        "failed to parse",
+        "could not parse",
+        "unable to parse",
+        "cannot parse",
+    ];
+
     match status {
         401 | 403 => ProviderError::Auth {
             status,
@@ -402,6 +429,7 @@ pub(crate) fn classify_at(
         413 => ProviderError::ContextTooLong { message },
         400..=499 if has(CONTEXT) => ProviderError::ContextTooLong { message },
         400..=499 => ProviderError::BadRequest { status, message },
+        500..=599 if has(UNPARSEABLE) => ProviderError::BadRequest { status, message },
         500..=599 => ProviderError::Overloaded {
             status,
             retry_after: retry_after(headers, now),
@@ -814,6 +842,22 @@ mod tests {
         let long = "x".repeat(5000);
         let err = class(400, &[], &long);
         assert!(err.to_string().len() < 1000);
+    }
+
+    #[test]
+    fn a_server_error_saying_the_request_cannot_be_parsed_is_not_retried() {
+        let err = class(
+            500,
+            &[],
+            r#"{"error":{"code":500,"message":"Failed to parse tool call arguments as JSON: [json.exception.parse_error.101]","type":"server_error"}}"#,
+        );
+        assert!(!err.is_transient(), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "the provider rejected the request (HTTP 500): Failed to parse tool call arguments as JSON: [json.exception.parse_error.101]"
+        );
+        let err = class(500, &[], r#"{"error":{"message":"out of memory"}}"#);
+        assert!(err.is_transient(), "{err:?}");
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub(crate) struct ChatRequest {
     pub(crate) temperature: Option<f64>,
     /// Upper bound on output tokens; the Anthropic client uses a default when `None`.
     pub(crate) max_tokens: Option<u32>,
+    /// Stop sequences: the answer ends before the first of them the model writes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) stop: Vec<String>,
     /// A structured answer asked of the provider's own mechanism.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) response_format: Option<super::structured::ResponseFormat>,
@@ -209,6 +212,7 @@ pub(crate) fn sample_request() -> ChatRequest {
         }]),
         temperature: Some(0.2),
         max_tokens: Some(1000),
+        stop: Vec::new(),
         response_format: None,
         cache: Default::default(),
     }

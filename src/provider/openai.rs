@@ -25,8 +25,22 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
 /// The body as bytes, serialized straight from the request (no intermediate JSON tree: this
 /// runs once per model request).
 /// `format` is how far the server supports `response_format`.
+#[cfg(test)]
 pub(crate) fn request_bytes(req: &ChatRequest, format: OpenAiFormat) -> Vec<u8> {
-    let body = Body::new(req, format);
+    request_bytes_as(req, format, false)
+}
+
+/// [`request_bytes`], with the output limit as `max_completion_tokens` when `completion` (the
+/// name OpenAI's reasoning models take; they refuse `max_tokens`).
+pub(crate) fn request_bytes_as(
+    req: &ChatRequest,
+    format: OpenAiFormat,
+    completion: bool,
+) -> Vec<u8> {
+    let mut body = Body::new(req, format);
+    if completion {
+        body.max_completion_tokens = body.max_tokens.take();
+    }
     // Sized for the whole body at once: the tools alone are several kilobytes, and growing
     // from empty would copy them again and again.
     let mut out = Vec::with_capacity(body.size_hint());
@@ -47,6 +61,10 @@ struct Body<'a> {
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<Value>,
     /// Routes the requests that share a prefix to the same prompt cache.
@@ -144,6 +162,8 @@ impl<'a> Body<'a> {
             tools: wire_tools(&req.tools),
             temperature: req.temperature,
             max_tokens: req.max_tokens,
+            max_completion_tokens: None,
+            stop: &req.stop,
             response_format: req
                 .response_format
                 .as_ref()
@@ -200,10 +220,12 @@ fn wire_tool_call(call: &ToolCall) -> Value {
     if let Some(unreadable) = &call.unreadable {
         return unreadable.raw.clone();
     }
-    // Malformed arguments go back exactly as the model sent them.
+    // Arguments that are not a JSON object (malformed text, an array, a scalar) go back as
+    // `{}`: servers parse the history's arguments (llama.cpp's refuses every later request
+    // otherwise), and the tool's result already tells the model what was wrong with them.
     let arguments = match &call.arguments {
-        Value::String(raw) => raw.clone(),
-        other => other.to_string(),
+        Value::Object(_) => call.arguments.to_string(),
+        _ => "{}".to_owned(),
     };
     json!({
         "id": call.id,
@@ -466,7 +488,7 @@ mod tests {
                     {"role": "user", "content": "Read a.txt and b.txt"},
                     {"role": "assistant", "content": "Reading.", "tool_calls": [
                         {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}},
-                        {"id": "call_2", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"b.txt"}},
+                        {"id": "call_2", "type": "function", "function": {"name": "read_file", "arguments": "{}"}},
                     ]},
                     {"role": "tool", "tool_call_id": "call_1", "name": "read_file", "content": "alpha"},
                     {"role": "tool", "tool_call_id": "call_2", "name": "read_file", "content": "Error: malformed arguments"},
@@ -525,6 +547,17 @@ mod tests {
                 {"role": "assistant", "content": null},
             ]})
         );
+    }
+
+    #[test]
+    fn stop_sequences_are_sent_when_set() {
+        let req = ChatRequest {
+            model: "llama3".into(),
+            messages: vec![Message::user("hi")],
+            stop: vec!["\n".into(), "END".into()],
+            ..ChatRequest::default()
+        };
+        assert_eq!(request_body(&req)["stop"], json!(["\n", "END"]));
     }
 
     #[test]

@@ -23,7 +23,8 @@ pub(crate) enum Jitter {
     Decorrelated,
 }
 
-/// Retry limits. Defaults: base 1 s, cap 30 s, 5 retries, 120 s total wait, full jitter.
+/// Retry limits. Defaults: base 1 s, cap 30 s, 5 retries, 120 s total wait, full jitter, and
+/// 180 s for a provider that is still starting.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RetryPolicy {
     pub(crate) base: Duration,
@@ -34,7 +35,13 @@ pub(crate) struct RetryPolicy {
     /// Upper bound on the sum of all waits of one request.
     pub(crate) max_total_wait: Duration,
     pub(crate) jitter: Jitter,
+    /// How long a provider still starting (503 "Loading model", or no connection before it
+    /// ever answered) is waited for, apart from the retries above.
+    pub(crate) startup_wait: Duration,
 }
+
+/// The longest pause between two tries of a starting provider.
+const STARTUP_POLL_CAP: Duration = Duration::from_secs(2);
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -44,6 +51,7 @@ impl Default for RetryPolicy {
             max_retries: 5,
             max_total_wait: Duration::from_secs(120),
             jitter: Jitter::Full,
+            startup_wait: Duration::from_secs(180),
         }
     }
 }
@@ -58,6 +66,12 @@ impl RetryPolicy {
             .and_then(|v| v.trim().parse::<u64>().ok())
         {
             policy.base = Duration::from_millis(ms);
+        }
+        if let Some(ms) = env
+            .var("SUMMON_STARTUP_WAIT_MS")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            policy.startup_wait = Duration::from_millis(ms);
         }
         policy
     }
@@ -79,6 +93,9 @@ pub(crate) struct Backoff<'a> {
     retries: u32,
     waited: Duration,
     previous: Duration,
+    /// Waited so far for the provider to start, and how many times.
+    startup_waited: Duration,
+    startup_tries: u32,
 }
 
 impl<'a> Backoff<'a> {
@@ -88,7 +105,24 @@ impl<'a> Backoff<'a> {
             retries: 0,
             waited: Duration::ZERO,
             previous: policy.base,
+            startup_waited: Duration::ZERO,
+            startup_tries: 0,
         }
+    }
+
+    /// The pause before trying a starting provider again, or `None` when the start-up wait
+    /// is spent (the error then takes the ordinary retries). Short polls, growing to 2 s.
+    pub(crate) fn next_startup_delay(&mut self) -> Option<Duration> {
+        let left = self.policy.startup_wait.saturating_sub(self.startup_waited);
+        if left.is_zero() {
+            return None;
+        }
+        let first = (self.policy.base / 4).clamp(Duration::from_millis(10), STARTUP_POLL_CAP);
+        let factor = 1u32.checked_shl(self.startup_tries).unwrap_or(u32::MAX);
+        let delay = first.saturating_mul(factor).min(STARTUP_POLL_CAP).min(left);
+        self.startup_tries += 1;
+        self.startup_waited += delay;
+        Some(delay)
     }
 
     /// Retries granted so far.
@@ -165,6 +199,10 @@ pub(crate) trait RetryHook {
     /// `attempt` counts retries from 1; `delay` is the wait before it.
     fn on_retry(&mut self, err: &ProviderError, attempt: u32, delay: Duration);
 
+    /// Told once per provider that it is still starting (`err`) and is waited for, at most
+    /// `budget`, apart from the retries.
+    fn on_startup_wait(&mut self, _err: &ProviderError, _budget: Duration) {}
+
     /// Waits out `delay` before the next attempt.
     fn wait(&mut self, delay: Duration) -> impl Future<Output = ()> + Send {
         tokio::time::sleep(delay)
@@ -206,14 +244,36 @@ where
     }
 }
 
-/// Sends `req` through `client`, retrying transient errors as `policy` allows.
+/// Sends `req` through `client`, retrying transient errors as `policy` allows. A provider
+/// still starting — a 503 that says it is loading, or no connection before it ever answered —
+/// is waited for within the policy's start-up wait first, apart from the retries, and said
+/// once per provider through [`RetryHook::on_startup_wait`].
 pub(crate) async fn send_with_retry<H: RetryHook>(
     client: &Client,
     req: &ChatRequest,
     policy: &RetryPolicy,
     hook: &mut H,
 ) -> Result<ChatResponse, ProviderError> {
-    retry_transient(policy, hook, || client.chat(req)).await
+    let mut backoff = Backoff::new(policy);
+    loop {
+        let err = match client.chat(req).await {
+            Ok(value) => return Ok(value),
+            Err(err) => err,
+        };
+        let starting = err.is_loading() || (err.is_connect() && !client.has_answered());
+        if starting && let Some(delay) = backoff.next_startup_delay() {
+            if client.first_startup_wait() {
+                hook.on_startup_wait(&err, policy.startup_wait);
+            }
+            hook.wait(delay).await;
+            continue;
+        }
+        let Some(delay) = backoff.next_delay(&err) else {
+            return Err(err);
+        };
+        hook.on_retry(&err, backoff.retries(), delay);
+        hook.wait(delay).await;
+    }
 }
 
 #[cfg(test)]
@@ -245,6 +305,7 @@ mod tests {
                 max_retries: 50,
                 max_total_wait: Duration::from_secs(20),
                 jitter,
+                ..RetryPolicy::default()
             };
             for round in 0..200 {
                 let mut backoff = Backoff::new(&policy);
@@ -273,6 +334,7 @@ mod tests {
             max_retries: 10,
             max_total_wait: Duration::from_secs(1000),
             jitter: Jitter::Full,
+            ..RetryPolicy::default()
         };
         let mut backoff = Backoff::new(&policy);
         let ceilings: Vec<_> = (0..7)
@@ -288,6 +350,22 @@ mod tests {
             backoff.next_delay_with(&overloaded(), 0.0),
             Some(Duration::ZERO)
         );
+    }
+
+    #[test]
+    fn the_startup_wait_is_its_own_budget_of_short_polls() {
+        let policy = RetryPolicy {
+            startup_wait: Duration::from_secs(10),
+            ..RetryPolicy::default()
+        };
+        let mut backoff = Backoff::new(&policy);
+        let delays: Vec<Duration> = std::iter::from_fn(|| backoff.next_startup_delay()).collect();
+        assert_eq!(delays[0], Duration::from_millis(250));
+        assert!(delays.iter().all(|d| *d <= STARTUP_POLL_CAP), "{delays:?}");
+        assert_eq!(delays.iter().sum::<Duration>(), Duration::from_secs(10));
+        // The retries are untouched.
+        assert_eq!(backoff.retries(), 0);
+        assert!(backoff.next_delay_with(&overloaded(), 0.5).is_some());
     }
 
     #[test]
@@ -308,6 +386,7 @@ mod tests {
             max_retries: 5,
             max_total_wait: Duration::from_secs(60),
             jitter: Jitter::Full,
+            ..RetryPolicy::default()
         };
         let mut backoff = Backoff::new(&policy);
         // Longer than the cap: the server's word counts.

@@ -12,5 +12,7 @@ pub(crate) use model::{
     Extension, ExtensionKind, InputType, Parameter, Recipe, Requirement, RetryConfig, SubRecipe,
 };
 pub(crate) use params::{Binding, ParamInput, ValueSource, bind_params};
-pub(crate) use parse::{Strictness, parse_recipe, read_parameters};
+pub(crate) use parse::{
+    MAX_STOP_SEQUENCES, Strictness, parse_recipe, read_parameters, stop_sequences,
+};
 pub(crate) use render::render_recipe;

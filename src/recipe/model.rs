@@ -138,6 +138,8 @@ pub(crate) struct Settings {
     pub(crate) model: Option<String>,
     pub(crate) temperature: Option<f64>,
     pub(crate) max_turns: Option<u32>,
+    /// Stop sequences sent with each request.
+    pub(crate) stop: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

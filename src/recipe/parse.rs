@@ -709,13 +709,54 @@ fn read_settings(node: &Node, d: &mut FileDiags<'_>) -> Settings {
             None
         }
     });
+    let stop = r
+        .get("stop")
+        .map(|node| stop_sequences(node, "settings.stop", d))
+        .unwrap_or_default();
     r.finish(d);
     Settings {
         provider: goose_provider.or(provider),
         model: goose_model.or(model),
         temperature,
         max_turns,
+        stop,
     }
+}
+
+/// The most stop sequences a request may carry (OpenAI's limit).
+pub(crate) const MAX_STOP_SEQUENCES: usize = 4;
+
+/// `stop`: a string or a list of at most [`MAX_STOP_SEQUENCES`] strings, none empty.
+pub(crate) fn stop_sequences(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Vec<String> {
+    let items: Vec<&Node> = match node.as_seq() {
+        Some(items) => items.iter().collect(),
+        None => vec![node],
+    };
+    if items.len() > MAX_STOP_SEQUENCES {
+        d.error(
+            node.pos,
+            format!(
+                "`{path}` lists {} sequences; providers take at most {MAX_STOP_SEQUENCES}",
+                items.len()
+            ),
+        );
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for item in items {
+        match item.as_str() {
+            Some("") => d.error(item.pos, format!("`{path}` must not be an empty string")),
+            Some(text) => out.push(text.to_owned()),
+            None => d.error(
+                item.pos,
+                format!(
+                    "`{path}` must be a string or a list of strings, found {}",
+                    item.kind_name()
+                ),
+            ),
+        }
+    }
+    out
 }
 
 fn read_response(node: &Node, d: &mut FileDiags<'_>) -> Option<serde_json::Value> {

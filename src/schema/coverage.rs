@@ -17,7 +17,7 @@ name: all
 description: every key
 parameters:
   - {key: topic, input_type: string, requirement: optional, default: x, description: d, options: [x]}
-settings: {provider: openai, model: m, temperature: 0.5, max_turns: 2, max_output_tokens: 9, concurrency: 2}
+settings: {provider: openai, model: m, temperature: 0.5, max_turns: 2, max_output_tokens: 9, stop: ["\n"], concurrency: 2}
 steps:
   - id: listed
     decompose: {items: [a, b]}
@@ -38,6 +38,7 @@ steps:
     temperature: 1
     max_turns: 3
     max_output_tokens: 10
+    stop: END
     allow_empty: true
     backend: batch
     reuse: true
@@ -70,7 +71,7 @@ parameters:
   - {key: k, input_type: string, requirement: required, default: x, description: d, options: [x]}
 extensions:
   - {type: stdio, name: n, cmd: c, args: [a], envs: {A: b}, env_keys: [K], headers: {H: v}, uri: u, timeout: 3, available_tools: [t], description: d, bundled: true, display_name: D, code: x, dependencies: [], tools: [], instructions: x}
-settings: {goose_provider: p, provider: p, goose_model: m, model: m, temperature: 0.1, max_turns: 2}
+settings: {goose_provider: p, provider: p, goose_model: m, model: m, temperature: 0.1, max_turns: 2, stop: [END]}
 response: {json_schema: {type: object}}
 retry: {max_retries: 1, checks: [{type: shell, command: "true"}], on_failure: x, timeout_seconds: 1, on_failure_timeout_seconds: 1}
 sub_recipes:

@@ -148,6 +148,7 @@ fn step() -> Value {
             "temperature": temperature(),
             "max_turns": whole("At most this many model turns for one task.", 1),
             "max_output_tokens": whole("At most this many output tokens for one answer.", 1),
+            "stop": super::recipe::stop(),
             "allow_empty": {"description": "An empty answer counts as success (by default it fails the task).", "type": "boolean"},
             "backend": {
                 "description": "live (default): one request per turn; batch (fan_out only): the provider's batch API, cheaper and slower.",
@@ -214,6 +215,7 @@ pub(super) fn schema() -> Value {
                     "temperature": temperature(),
                     "max_turns": whole("At most this many model turns for one task.", 1),
                     "max_output_tokens": whole("At most this many output tokens for one answer.", 1),
+                    "stop": super::recipe::stop(),
                     "concurrency": whole("At most this many tasks in flight (`--concurrency` overrides; default 8).", 1),
                     "sandbox": sandbox(),
                     "network": network()

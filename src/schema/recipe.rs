@@ -7,6 +7,17 @@ fn scalar(description: &str) -> Value {
     json!({"description": description, "type": ["string", "number", "boolean"]})
 }
 
+/// `stop`: one stop sequence or a list of at most four (shared with the pipeline schema).
+pub(super) fn stop() -> Value {
+    json!({
+        "description": "Stop sequences: the answer ends before the first of them the model writes (at most 4).",
+        "anyOf": [
+            {"type": "string", "minLength": 1},
+            {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 4}
+        ]
+    })
+}
+
 fn text(description: &str) -> Value {
     json!({"description": description, "type": "string"})
 }
@@ -142,7 +153,8 @@ fn recipe_body() -> Value {
                     "goose_model": text("The model (goose's name for it; wins over `model`)."),
                     "model": text("The model name."),
                     "temperature": {"description": "Sampling temperature, 0 to 2.", "type": "number", "minimum": 0, "maximum": 2},
-                    "max_turns": whole("At most this many model turns for one task.", 1)
+                    "max_turns": whole("At most this many model turns for one task.", 1),
+                    "stop": stop()
                 },
                 "additionalProperties": true
             },

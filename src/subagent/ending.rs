@@ -4,6 +4,18 @@
 
 use crate::provider::ChatResponse;
 
+/// A cut-off answer's problem, naming summon's default output limit when that is the one the
+/// request ran under (`sent`; nothing was `set`), and how to raise it.
+pub(crate) fn name_default_limit(problem: String, sent: Option<u32>, set: Option<u32>) -> String {
+    match sent {
+        Some(limit) if set.is_none() && problem.starts_with("the answer was cut off") => format!(
+            "the answer was cut off at summon's default output limit ({limit} tokens); \
+             set max_output_tokens (or --max-output-tokens) to allow more"
+        ),
+        _ => problem,
+    }
+}
+
 /// Why `response` is not an answer the task can end or go on with, if it is not.
 ///
 /// `limit` is the output limit the request ran under (the provider's default when the request

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::cache::prefix_is_cacheable;
 use super::checks::{run_checks, run_on_failure};
-use super::ending::answer_problem;
+use super::ending::{answer_problem, name_default_limit};
 use super::event::SubagentEvent;
 use super::redact::Redactor;
 use super::structured::check_answer;
@@ -29,6 +29,8 @@ pub(crate) struct SubagentSpec {
     pub(crate) temperature: Option<f64>,
     /// The output limit sent with each request; `None`: the provider's default.
     pub(crate) max_output_tokens: Option<u32>,
+    /// Stop sequences sent with each request.
+    pub(crate) stop: Vec<String>,
     /// An empty final answer completes the task instead of failing it.
     pub(crate) allow_empty: bool,
     /// The model's context window: a request estimated larger is not sent.
@@ -325,6 +327,20 @@ impl crate::provider::RetryHook for SlotHook<'_> {
         });
     }
 
+    fn on_startup_wait(&mut self, err: &ProviderError, budget: Duration) {
+        let what = if err.is_loading() {
+            "the provider is still loading its model (HTTP 503)".to_owned()
+        } else {
+            format!("the provider does not answer yet ({err})")
+        };
+        (self.observer)(SubagentEvent::Warning {
+            message: format!(
+                "{what}: waiting up to {} s for it to start (SUMMON_STARTUP_WAIT_MS)",
+                budget.as_secs_f64()
+            ),
+        });
+    }
+
     fn wait(&mut self, delay: Duration) -> impl std::future::Future<Output = ()> + Send {
         let slot = self.slot.clone();
         async move {
@@ -393,6 +409,7 @@ async fn run_once(
         tools: tools.offered(),
         temperature: spec.temperature,
         max_tokens: spec.max_output_tokens,
+        stop: spec.stop.clone(),
         // Forced (Anthropic) only when no other tool could be called: the answer of an agent
         // loop is forced on its correction turns.
         response_format: spec
@@ -424,6 +441,17 @@ async fn run_once(
             request.messages.len() == 1,
             turns < spec.max_turns && !request.tools.is_empty(),
         );
+        if spec.max_output_tokens.is_none() && output_limit.is_none() {
+            // summon's default output limit, fitted to what the window leaves.
+            request.max_tokens = None;
+            let prompt = spec.context_window.map_or(0, |_| estimate_tokens(&request));
+            request.max_tokens = Some(
+                client
+                    .endpoint()
+                    .kind
+                    .default_output_limit(spec.context_window, prompt),
+            );
+        }
         // Only a token budget needs the estimate (it walks the whole request).
         let estimate = if limiter.is_unlimited() {
             0
@@ -463,8 +491,28 @@ async fn run_once(
             last_text.clone_from(text);
             observer(SubagentEvent::Text { text: text.clone() });
         }
-        if let Some(problem) = answer_problem(&response, output_limit, spec.allow_empty) {
-            // The partial text (of a cut-off answer) stays in the result.
+        if let Some(problem) = answer_problem(&response, output_limit, spec.allow_empty).map(|p| {
+            name_default_limit(
+                p,
+                request.max_tokens.or(output_limit),
+                spec.max_output_tokens,
+            )
+        }) {
+            // The partial text (of a cut-off answer) stays in the result, and what it called.
+            let mut problem = problem;
+            if !response.tool_calls.is_empty() {
+                let names: Vec<&str> = response
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                problem.push_str(&format!(
+                    "; it held {} tool call{} ({}), not run",
+                    names.len(),
+                    if names.len() == 1 { "" } else { "s" },
+                    names.join(", ")
+                ));
+            }
             let failure = Failure::new(FailureClass::Answer, problem);
             return Outcome::plain(SubagentStatus::Failed(failure), last_text);
         }

@@ -9,7 +9,8 @@
 //!
 //! OpenAI Chat Completions refuses: no messages; a `tool` message without `tool_call_id`, or
 //! one that answers no preceding `tool_calls`; an assistant message with `tool_calls` not
-//! followed by a tool message for every id.
+//! followed by a tool message for every id; a call whose `function.arguments` is not the text
+//! of a JSON object (llama.cpp's server refuses every later request of such a conversation).
 
 use std::collections::BTreeSet;
 
@@ -195,7 +196,16 @@ fn openai(body: &Value) -> Result<(), String> {
         if role == "assistant"
             && let Some(calls) = message.get("tool_calls").and_then(Value::as_array)
         {
-            for call in calls {
+            for (j, call) in calls.iter().enumerate() {
+                // llama.cpp's server parses the arguments of every call in the history.
+                if let Some(arguments) = call.pointer("/function/arguments") {
+                    let parsed = arguments.as_str().map(serde_json::from_str::<Value>);
+                    if !matches!(parsed, Some(Ok(Value::Object(_)))) {
+                        return Err(format!(
+                            "Failed to parse tool call arguments as JSON: messages.[{i}].tool_calls.[{j}]"
+                        ));
+                    }
+                }
                 open.insert(
                     call.get("id")
                         .and_then(Value::as_str)

@@ -1,0 +1,699 @@
+//! summon against a real inference server: llama.cpp's `llama-server` with a small GGUF model
+//! (Gemma 3 270M, Q4_K_M), started on 127.0.0.1 for each test and stopped by its guard.
+//!
+//! `.ci/run` builds the server from source, installs the model (both cached outside the
+//! checkout, `.ci/llama.sh`) and sets where they are: `SUMMON_LLAMA_SERVER` and
+//! `SUMMON_LLAMA_MODEL`. The tests are ignored by a plain `cargo test`; asked for
+//! (`-- --ignored`) without those variables they say so and do nothing, except under CI
+//! (`CI` set), where they fail.
+//!
+//! The model is a tiny base model: the tests check the protocol and the shapes of what summon
+//! writes, never the content of an answer, and keep answers short with grammars (a schema),
+//! `stop` sequences and small output limits. Where the figures matter (tokens), they are
+//! compared with the server's own `usage`, read by a recording proxy between summon and the
+//! server.
+
+use crate::support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Test, read_json, results};
+
+const IGNORED: &str = "needs llama-server; .ci/run builds it";
+
+/// The server and the model, from `.ci/llama.sh`'s variables.
+struct Needs {
+    server: PathBuf,
+    model: PathBuf,
+}
+
+/// Where the server and model are, or `None` (said on stderr) when they are not configured
+/// here; under CI a missing server fails the test.
+fn needs() -> Option<Needs> {
+    let server = std::env::var_os("SUMMON_LLAMA_SERVER").map(PathBuf::from);
+    let model = std::env::var_os("SUMMON_LLAMA_MODEL").map(PathBuf::from);
+    match (server, model) {
+        (Some(server), Some(model)) => {
+            assert!(
+                server.is_file(),
+                "SUMMON_LLAMA_SERVER={} is not a file ({IGNORED})",
+                server.display()
+            );
+            assert!(
+                model.is_file(),
+                "SUMMON_LLAMA_MODEL={} is not a file ({IGNORED})",
+                model.display()
+            );
+            Some(Needs { server, model })
+        }
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "SUMMON_LLAMA_SERVER and SUMMON_LLAMA_MODEL are not set under CI: \
+                 run the tests through .ci/run, which builds llama-server and installs the model"
+            );
+            eprintln!(
+                "skipped: SUMMON_LLAMA_SERVER and SUMMON_LLAMA_MODEL are not set \
+                 (`eval \"$(bash .ci/llama.sh)\"` builds them and sets them)"
+            );
+            None
+        }
+    }
+}
+
+/// One server at a time: each uses both cores, and they would only slow each other down.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// One plain HTTP/1.1 exchange with `addr` (`Connection: close`): the status and the body.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    let mut stream =
+        TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).ok()?;
+    let (status, _, body) = parse_response(&raw)?;
+    Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// A whole HTTP/1.1 response: the status, the head, the body (de-chunked).
+fn parse_response(raw: &[u8]) -> Option<(u16, String, Vec<u8>)> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    let mut body = raw[end + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut plain = Vec::new();
+        let mut rest = &body[..];
+        while let Some(line_end) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size = usize::from_str_radix(
+                String::from_utf8_lossy(&rest[..line_end])
+                    .split(';')
+                    .next()?
+                    .trim(),
+                16,
+            )
+            .ok()?;
+            if size == 0 {
+                break;
+            }
+            let start = line_end + 2;
+            plain.extend_from_slice(rest.get(start..start + size)?);
+            rest = rest.get(start + size + 2..)?;
+        }
+        body = plain;
+    }
+    Some((status, head, body))
+}
+
+/// An HTTP/1.1 head (ending with its blank line) with `Connection: close` in place of any
+/// `Connection` header.
+fn with_connection_close(head: &str) -> String {
+    let mut out = String::new();
+    for line in head.split("\r\n").filter(|l| !l.is_empty()) {
+        if !line.to_ascii_lowercase().starts_with("connection:") {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    out
+}
+
+/// A running `llama-server`, killed (by its PID) and reaped on drop.
+struct Llama {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Llama {
+    /// Starts the server with the model on a free port and waits until `/health` says it is
+    /// ready; `extra` is added to its arguments.
+    fn start(needs: &Needs, extra: &[&str]) -> Self {
+        let server = Self::spawn(needs, extra);
+        server.wait_ready();
+        server
+    }
+
+    /// Starts the server without waiting for it.
+    fn spawn(needs: &Needs, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("llama-server.log");
+        let port = free_port().to_string();
+        let out = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(&needs.server)
+            .arg("--model")
+            .arg(&needs.model)
+            .args(["--host", "127.0.0.1", "--port", &port])
+            .args(["--ctx-size", "4096", "--parallel", "2", "--threads", "2"])
+            .args(["--jinja", "--metrics", "--no-webui"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .spawn()
+            .expect("start llama-server");
+        Self {
+            child,
+            addr: format!("127.0.0.1:{port}"),
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// Polls `/health` until it answers 200 (the model is loaded), for at most two minutes;
+    /// fails with the server's log when it exits or never gets ready.
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some((200, _)) = http(&self.addr, "GET", "/health", "") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "llama-server not ready after 2 minutes:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The OpenAI-compatible base URL.
+    fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Llama {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One request summon sent through the [`Proxy`] and what the server answered.
+#[derive(Debug, Clone)]
+struct Exchange {
+    path: String,
+    request: Value,
+    status: u16,
+    response: Value,
+}
+
+/// A recording HTTP proxy on 127.0.0.1 in front of a server: every request is passed on as
+/// it is (one upstream connection each) and recorded with the answer. Stopped on drop.
+struct Proxy {
+    addr: String,
+    exchanges: Arc<Mutex<Vec<Exchange>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Proxy {
+    fn start(upstream: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let addr = listener.local_addr().expect("proxy address").to_string();
+        let exchanges = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (upstream, log, stopping) = (upstream.to_owned(), exchanges.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = client else { continue };
+                let (upstream, log) = (upstream.clone(), log.clone());
+                std::thread::spawn(move || Self::serve(client, &upstream, &log));
+            }
+        });
+        Self {
+            addr,
+            exchanges,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Passes on one request of a client connection and its answer, then closes it (the
+    /// answer says `Connection: close`, so the client opens a new one for the next).
+    fn serve(client: TcpStream, upstream: &str, log: &Mutex<Vec<Exchange>>) {
+        let mut reader = BufReader::new(client.try_clone().expect("clone the stream"));
+        let mut writer = client;
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            let blank = line == "\r\n";
+            head.push_str(&line);
+            if blank {
+                break;
+            }
+        }
+        let length = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse::<usize>().ok())?
+            })
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let path = head
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        let forwarded = with_connection_close(&head);
+        let mut answer = Vec::new();
+        let sent = TcpStream::connect(upstream).and_then(|mut up| {
+            up.write_all(forwarded.as_bytes())?;
+            up.write_all(&body)?;
+            up.read_to_end(&mut answer)
+        });
+        let Some((status, head, response)) = sent.ok().and_then(|_| parse_response(&answer)) else {
+            let _ = writer.shutdown(Shutdown::Both);
+            return;
+        };
+        log.lock().expect("log").push(Exchange {
+            path,
+            request: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            status,
+            response: serde_json::from_slice(&response).unwrap_or(Value::Null),
+        });
+        // The body de-chunked, with its length: the client reads exactly one answer.
+        let mut head = with_connection_close(&format!("{head}\r\n\r\n"))
+            .lines()
+            .filter(|l| {
+                let l = l.to_ascii_lowercase();
+                !l.starts_with("content-length:") && !l.starts_with("transfer-encoding:")
+            })
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\r\n");
+        head.push_str(&format!("\r\nContent-Length: {}\r\n\r\n", response.len()));
+        let _ = writer.write_all(head.as_bytes());
+        let _ = writer.write_all(&response);
+        let _ = writer.shutdown(Shutdown::Both);
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The chat completions sent so far, in the order they were answered.
+    fn chats(&self) -> Vec<Exchange> {
+        self.exchanges
+            .lock()
+            .expect("log")
+            .iter()
+            .filter(|e| e.path.ends_with("/chat/completions"))
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A project wired to `base_url` as an OpenAI-compatible provider; the key is a placeholder
+/// (the server takes any without `--api-key`), the model name is what the server is sent.
+fn project(base_url: &str) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", base_url)
+        .env("OPENAI_API_KEY", "sk-local")
+        .env("SUMMON_MODEL", "gemma")
+        .env("SUMMON_RETRY_BASE_MS", "50")
+}
+
+fn u(value: &Value) -> u64 {
+    value
+        .as_u64()
+        .unwrap_or_else(|| panic!("not a count: {value}"))
+}
+
+/// The text of the answer the server gave in `exchange`.
+fn answer_text(exchange: &Exchange) -> &str {
+    exchange.response["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {:#}", exchange.response))
+}
+
+#[test]
+#[ignore = "needs llama-server; .ci/run builds it"]
+fn delegate_ad_hoc_prints_the_servers_answer_and_its_json_counts_the_servers_tokens() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    let server = Llama::start(&needs, &[]);
+    let proxy = Proxy::start(&server.addr);
+    let t = project(&proxy.base_url());
+    let ask = [
+        "delegate",
+        "--instructions",
+        "Say hello.",
+        "--temperature",
+        "0",
+        // The base model goes on with the conversation in the fallback template's markup.
+        "--stop",
+        "<|im_end|>",
+        "--stop",
+        "\n",
+        "--max-output-tokens",
+        "24",
+    ];
+    let plain = t.command().args(ask).output().expect("run summon");
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    assert_eq!(
+        plain.status.code(),
+        Some(0),
+        "{stderr}\n{}",
+        server.log_text()
+    );
+    let chats = proxy.chats();
+    assert_eq!(chats.len(), 1, "{chats:#?}");
+    let sent = &chats[0].request;
+    assert_eq!(
+        sent["stop"],
+        serde_json::json!(["<|im_end|>", "\n"]),
+        "{sent:#}"
+    );
+    assert_eq!(sent["max_tokens"], 24, "{sent:#}");
+    assert_eq!(sent["temperature"], 0.0, "{sent:#}");
+    assert_eq!(chats[0].response["choices"][0]["finish_reason"], "stop");
+    let text = answer_text(&chats[0]);
+    assert!(!text.trim().is_empty(), "{:#}", chats[0].response);
+    assert_eq!(String::from_utf8_lossy(&plain.stdout).trim(), text.trim());
+
+    let json = t
+        .command()
+        .args(ask)
+        .arg("--json")
+        .output()
+        .expect("run summon");
+    assert_eq!(json.status.code(), Some(0));
+    let json: Value = serde_json::from_slice(&json.stdout).expect("JSON on stdout");
+    let chats = proxy.chats();
+    assert_eq!(chats.len(), 2, "{chats:#?}");
+    let usage = &chats[1].response["usage"];
+    assert_eq!(json["status"], "completed", "{json:#}");
+    assert_eq!(
+        json["output"].as_str().map(str::trim),
+        Some(answer_text(&chats[1]).trim())
+    );
+    assert_eq!(json["turns"], 1, "{json:#}");
+    assert_eq!(json["tokens"]["input"], usage["prompt_tokens"], "{json:#}");
+    assert_eq!(
+        json["tokens"]["output"], usage["completion_tokens"],
+        "{json:#}"
+    );
+    assert_eq!(json["provider"], "openai", "{json:#}");
+    assert_eq!(json["model"], "gemma", "{json:#}");
+}
+
+/// A recipe with a parameter whose answer is an object, so the server's grammar bounds it.
+const WORD_RECIPE: &str = "
+version: 1.0.0
+title: Word
+description: One word about a topic
+instructions: Answer with JSON only.
+prompt: 'Topic: {{ topic }}. One word about it.'
+parameters:
+  - key: topic
+    input_type: string
+    requirement: required
+    description: the topic
+settings:
+  max_turns: 1
+response:
+  json_schema:
+    type: object
+    properties:
+      word:
+        type: string
+        maxLength: 12
+    required: [word]
+    additionalProperties: false
+";
+
+#[test]
+#[ignore = "needs llama-server; .ci/run builds it"]
+fn delegate_with_a_recipe_and_parameters_answers_in_the_schema() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    let server = Llama::start(&needs, &[]);
+    let proxy = Proxy::start(&server.addr);
+    let t = project(&proxy.base_url()).write("recipes/word.yaml", WORD_RECIPE);
+    let out = t
+        .args(["delegate", "--source", "word", "--param", "topic=rivers"])
+        .args(["--max-output-tokens", "40", "--temperature", "0", "--json"])
+        .run();
+    let json = out.json();
+    assert_eq!(json["status"], "completed", "{json:#}");
+    let word = &json["structured"]["word"];
+    assert!(word.is_string(), "{json:#}");
+    assert!(word.as_str().unwrap().chars().count() <= 12, "{json:#}");
+    let chats = proxy.chats();
+    assert_eq!(chats.len(), 1, "{chats:#?}");
+    let sent = &chats[0].request;
+    assert_eq!(sent["response_format"]["type"], "json_schema", "{sent:#}");
+    let user = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap();
+    assert!(
+        user["content"].as_str().unwrap().contains("Topic: rivers."),
+        "{sent:#}"
+    );
+    let usage = &chats[0].response["usage"];
+    assert_eq!(json["tokens"]["input"], usage["prompt_tokens"], "{json:#}");
+    assert_eq!(
+        json["tokens"]["output"], usage["completion_tokens"],
+        "{json:#}"
+    );
+}
+
+#[test]
+#[ignore = "needs llama-server; .ci/run builds it"]
+fn a_server_still_starting_is_waited_for() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    // Started, not waited for: summon's request finds no listener or a server loading the
+    // model; with retries of 1 ms they alone would be spent long before it is ready.
+    let server = Llama::spawn(&needs, &[]);
+    let out = project(&server.base_url())
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .args([
+            "delegate",
+            "--instructions",
+            "Say hello.",
+            "--temperature",
+            "0",
+        ])
+        .args([
+            "--stop",
+            "<|im_end|>",
+            "--stop",
+            "\n",
+            "--max-output-tokens",
+            "24",
+        ])
+        .run();
+    assert!(
+        out.stderr
+            .contains("s for it to start (SUMMON_STARTUP_WAIT_MS)"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("] retry "), "{}", out.stderr);
+    assert!(!out.stdout.trim().is_empty(), "{}", out.stderr);
+}
+
+/// The figures of one `results.jsonl` line a test compares with the server's.
+fn line_tokens(line: &Value) -> (u64, u64, u64) {
+    (
+        u(&line["input_tokens"]),
+        u(&line["output_tokens"]),
+        u(&line["cache_read_tokens"]),
+    )
+}
+
+#[test]
+#[ignore = "needs llama-server; .ci/run builds it"]
+fn a_csv_fan_out_at_concurrency_2_counts_the_servers_tokens() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    let server = Llama::start(&needs, &[]);
+    let proxy = Proxy::start(&server.addr);
+    let mut csv = String::from("id,topic\n");
+    for (i, topic) in ["rain", "salt", "iron", "moss", "wind", "clay"]
+        .iter()
+        .enumerate()
+    {
+        csv.push_str(&format!("{i},{topic}\n"));
+    }
+    let pipeline = "
+version: 1
+name: words
+settings:
+  max_output_tokens: 40
+  temperature: 0
+steps:
+  - id: rows
+    decompose:
+      file: rows.csv
+  - id: each
+    fan_out:
+      over: rows
+      source: word
+      parameters:
+        topic: '{{ item.topic }}'
+";
+    let t = project(&proxy.base_url())
+        .write("recipes/word.yaml", WORD_RECIPE)
+        .write_raw("rows.csv", &csv)
+        .write("p.yaml", pipeline)
+        .args([
+            "run",
+            "p.yaml",
+            "--concurrency",
+            "2",
+            "--out",
+            "out",
+            "--quiet",
+        ]);
+    let out = t.run();
+    let lines = results(&out.dir.join("out"));
+    assert_eq!(lines.len(), 6, "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["status"] == "completed" && l["data"]["word"].is_string()),
+        "{lines:#?}"
+    );
+    let chats = proxy.chats();
+    assert_eq!(chats.len(), 6, "{chats:#?}");
+    // Each task's figures are its request's usage: match them by the topic in the prompt.
+    for line in &lines {
+        let topic = line["item"]["topic"].as_str().expect("topic");
+        let sent: Vec<&Exchange> = chats
+            .iter()
+            .filter(|c| c.request.to_string().contains(&format!("Topic: {topic}.")))
+            .collect();
+        assert_eq!(sent.len(), 1, "{topic}: {sent:#?}");
+        let usage = &sent[0].response["usage"];
+        let cached = usage["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+        assert_eq!(
+            line_tokens(line),
+            (
+                u(&usage["prompt_tokens"]),
+                u(&usage["completion_tokens"]),
+                cached
+            ),
+            "{line:#}\n{usage:#}"
+        );
+    }
+    let sum = |key: &str| -> u64 {
+        chats
+            .iter()
+            .map(|c| c.response["usage"][key].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let report = read_json(&out.dir.join("out/report.json"));
+    assert_eq!(
+        u(&report["total"]["input_tokens"]),
+        sum("prompt_tokens"),
+        "{report:#}"
+    );
+    assert_eq!(
+        u(&report["total"]["output_tokens"]),
+        sum("completion_tokens"),
+        "{report:#}"
+    );
+    let cached: u64 = chats
+        .iter()
+        .map(|c| {
+            c.response["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(
+        u(&report["total"]["cache_read_tokens"]),
+        cached,
+        "{report:#}"
+    );
+}
+
+#[test]
+#[ignore = "needs llama-server; .ci/run builds it"]
+fn a_wrong_key_fails_clearly_without_retrying() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    let server = Llama::start(&needs, &["--api-key", "sk-the-right-key-0123456789"]);
+    let proxy = Proxy::start(&server.addr);
+    let out = project(&proxy.base_url())
+        .env("OPENAI_API_KEY", "sk-a-wrong-key-0123456789")
+        .args(["delegate", "--instructions", "Say hi.", "--max-turns", "1"])
+        .code(2)
+        .run();
+    assert!(out.stderr.contains("401"), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("sk-a-wrong-key-0123456789"),
+        "the key leaked: {}",
+        out.stderr
+    );
+    let chats = proxy.chats();
+    assert_eq!(chats.len(), 1, "a refused key was retried: {chats:#?}");
+    assert_eq!(chats[0].status, 401);
+}
