@@ -597,3 +597,45 @@ fn the_dry_run_says_how_each_step_asks_for_its_structured_answer() {
         );
     }
 }
+
+/// llama.cpp's server refuses a schema its grammar cannot express with a 400 that names
+/// neither `response_format` nor the parameter: "Unable to generate parser for this template
+/// ... JSON schema error". The answer is asked for as `json_object` instead, said once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schema_the_server_cannot_compile_falls_back_to_json_object() {
+    let server = summon_mock_llm::MockServer::start(summon_mock_llm::MockConfig::new().rule(
+        |request| {
+            if request.body["response_format"]["type"] == "json_schema" {
+                summon_mock_llm::Reply::status(
+                    400,
+                    r#"{"error":{"code":400,"message":"Unable to generate parser for this template. Automatic parser generation failed: JSON schema error: unsupported keyword prefixItems","type":"invalid_request_error"}}"#,
+                )
+            } else {
+                summon_mock_llm::Reply::text("{\"pair\": [\"a\", 1]}")
+            }
+        },
+    ))
+    .await;
+    let recipe = "version: 1.0.0\ntitle: t\ndescription: d\nprompt: p\nresponse:\n  json_schema:\n    type: object\n    properties:\n      pair:\n        type: array\n        prefixItems: [{type: string}, {type: integer}]\n    required: [pair]\n";
+    let out = crate::support::Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("SUMMON_MODEL", "mock-model")
+        .write("recipes/pair.yaml", recipe)
+        .args(["delegate", "--source", "pair", "--json"])
+        .run();
+    assert_eq!(out.json()["structured"]["pair"][1], 1, "{}", out.stderr);
+    assert_eq!(
+        out.stderr
+            .matches("refused the structured-output request")
+            .count(),
+        1,
+        "{}",
+        out.stderr
+    );
+    let formats: Vec<_> = crate::support::chats(&server)
+        .iter()
+        .map(|r| r.body["response_format"]["type"].clone())
+        .collect();
+    assert_eq!(formats, ["json_schema", "json_object"]);
+}

@@ -186,9 +186,15 @@ pub(crate) fn take_answer_tool(response: &mut super::ChatResponse) {
     response.stop_reason = Some("end_turn".to_owned());
 }
 
-/// Whether a 400 is a server refusing `response_format` (it names the parameter).
+/// Whether a 400 is a server refusing `response_format`: it names the parameter, or the JSON
+/// schema or grammar it could not use.
 pub(crate) fn refuses_response_format(message: &str) -> bool {
+    // llama.cpp's server names neither: "Unable to generate parser for this template ...
+    // JSON schema error" (a schema its grammar cannot express, such as `prefixItems`).
+    let lower = message.to_lowercase();
     message.contains("response_format")
+        || lower.contains("json schema")
+        || lower.contains("grammar")
 }
 
 /// Keywords OpenAI's strict mode does not accept.
