@@ -85,8 +85,9 @@ pub(crate) const COMMAND_LIMIT: Duration = Duration::from_secs(600);
 pub(crate) enum StaticForm {
     /// One item per non-empty output line, run with `sh -c` in the working directory.
     Command,
-    /// Matching paths, sorted.
-    Glob,
+    /// Matching paths, sorted; with `gitignore`, paths that `.gitignore`, `.ignore` and
+    /// `.git/info/exclude` leave out are left out.
+    Glob { gitignore: bool },
     /// A CSV file with a header (one object per row) or JSONL (one value per line), streamed.
     File,
 }
@@ -112,7 +113,7 @@ pub(crate) fn expand_items(
 ) -> Result<Expanded, ItemError> {
     match form {
         StaticForm::Command => command_items(text, cwd, COMMAND_LIMIT).map(Expanded::Items),
-        StaticForm::Glob => glob_items(text, cwd).map(Expanded::Items),
+        StaticForm::Glob { gitignore } => glob_items(text, cwd, gitignore).map(Expanded::Items),
         StaticForm::File => {
             let path = cwd.join(text.trim());
             let reader = open_file_items(&path)?;
@@ -527,10 +528,17 @@ impl Iterator for ItemReader {
 
 /// The files under `cwd` matching `pattern` (globset syntax: `*` and `?` stay within one path
 /// component, `**` crosses them, `{a,b}` and `[ab]` work), as `/`-separated paths relative to
-/// `cwd`, sorted. `.gitignore` is not applied (the pattern is explicit), but `.git` directories
-/// are skipped unless the pattern names `.git`. A pattern may not leave `cwd`: `..` components
+/// `cwd`, sorted. With `gitignore`, what `.gitignore` files (in the folders walked and above
+/// them), `.ignore` files and `.git/info/exclude` leave out is left out, inside a git
+/// repository or not; the user's global excludes are not read, so the items are the same on
+/// every machine. A pattern naming one file matches it even when it is ignored. `.git`
+/// directories are skipped unless the pattern names `.git`; other hidden files are kept. A pattern may not leave `cwd`: `..` components
 /// and absolute paths outside it are refused. Symbolic links to directories are not followed.
-pub(crate) fn glob_items(pattern: &str, cwd: &Path) -> Result<Vec<Value>, ItemError> {
+pub(crate) fn glob_items(
+    pattern: &str,
+    cwd: &Path,
+    gitignore: bool,
+) -> Result<Vec<Value>, ItemError> {
     let fail = |message: String| ItemError::Glob {
         pattern: pattern.to_owned(),
         message,
@@ -574,6 +582,11 @@ pub(crate) fn glob_items(pattern: &str, cwd: &Path) -> Result<Vec<Value>, ItemEr
     } else if root.is_dir() {
         let walker = ignore::WalkBuilder::new(&root)
             .standard_filters(false)
+            .git_ignore(gitignore)
+            .git_exclude(gitignore)
+            .ignore(gitignore)
+            .parents(gitignore)
+            .require_git(false)
             .follow_links(false)
             .max_depth(max_depth)
             .filter_entry(move |entry| include_git || entry.file_name() != ".git")
@@ -859,7 +872,7 @@ mod tests {
         }
         write(root, ".gitignore", "*.md\n");
         let glob = |p: &str| -> Vec<String> {
-            glob_items(p, root)
+            glob_items(p, root, false)
                 .unwrap()
                 .into_iter()
                 .map(|v| v.as_str().unwrap().to_owned())
@@ -884,13 +897,63 @@ mod tests {
     }
 
     #[test]
+    fn glob_leaves_out_what_ignore_files_leave_out_unless_told_not_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for name in [
+            "README.md",
+            "docs/guide.md",
+            "docs/draft.md",
+            "docs/keep.md",
+            "node_modules/pkg/README.md",
+            "docs/node_modules/x/README.md",
+            "build/out.md",
+            "notes/private.md",
+            "notes/public.md",
+            "local.md",
+        ] {
+            write(root, name, "");
+        }
+        write(root, ".gitignore", "node_modules/\n/build\n");
+        write(root, "docs/.gitignore", "*.md\n!keep.md\n!guide.md\n");
+        write(root, "notes/.ignore", "private.md\n");
+        write(root, ".git/info/exclude", "local.md\n");
+        let glob = |p: &str, gitignore: bool| -> Vec<String> {
+            glob_items(p, root, gitignore)
+                .unwrap()
+                .into_iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            glob("**/*.md", true),
+            [
+                "README.md",
+                "docs/guide.md",
+                "docs/keep.md",
+                "notes/public.md"
+            ]
+        );
+        // the walk starts below `docs/`, and the root's `.gitignore` still applies there
+        assert_eq!(
+            glob("docs/**/*.md", true),
+            ["docs/guide.md", "docs/keep.md"]
+        );
+        // a file named outright is matched though ignored
+        assert_eq!(glob("build/out.md", true), ["build/out.md"]);
+        assert_eq!(glob("**/*.md", false).len(), 10);
+    }
+
+    #[test]
     fn glob_refuses_to_leave_the_working_directory() {
         let dir = tempfile::tempdir().unwrap();
         for pattern in ["../*", "docs/../../x", "/etc/*", "/**/*.md"] {
-            let error = glob_items(pattern, dir.path()).unwrap_err().to_string();
+            let error = glob_items(pattern, dir.path(), true)
+                .unwrap_err()
+                .to_string();
             assert!(error.contains("must stay inside"), "{pattern}: {error}");
         }
-        let error = glob_items("[", dir.path()).unwrap_err().to_string();
+        let error = glob_items("[", dir.path(), true).unwrap_err().to_string();
         assert!(error.starts_with("glob `[`:"), "{error}");
     }
 
