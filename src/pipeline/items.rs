@@ -19,7 +19,10 @@ use serde_json::{Map, Value};
 /// The extensions [`open_file_items`] reads.
 const SUPPORTED: &str = ".csv, .jsonl, .ndjson, .json";
 
-/// How many trailing lines of a failed command's stderr go into the error.
+/// How many leading and trailing lines of a failed command's stderr go into the error: the
+/// first lines usually say what went wrong (`fatal: not a git repository`), the last ones
+/// where it stopped.
+const STDERR_HEAD_LINES: usize = 5;
 const STDERR_TAIL_LINES: usize = 10;
 
 /// Why a step's items could not be produced. Messages name the command, file or pattern, and
@@ -36,7 +39,7 @@ pub(crate) enum ItemError {
         command: String,
         /// "exited with code N" or "was killed by signal N".
         status: String,
-        /// The last lines of its stderr.
+        /// The first and the last lines of its stderr.
         stderr: String,
     },
     #[error("items command `{command}` timed out after {}", fmt_secs(*.timeout))]
@@ -176,7 +179,7 @@ pub(crate) fn command_items(
     });
     let (err_tx, err_rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let _ = err_tx.send(read_tail(stderr, STDERR_TAIL_LINES));
+        let _ = err_tx.send(read_head_tail(stderr, STDERR_HEAD_LINES, STDERR_TAIL_LINES));
     });
 
     let timed_out = || {
@@ -274,9 +277,13 @@ fn read_item_lines(pipe: impl Read) -> Vec<Value> {
 
 /// The last `keep` non-empty lines of a stream, joined by newlines; memory stays bounded
 /// whatever the stream's length.
-fn read_tail(pipe: impl Read, keep: usize) -> String {
+/// The first `head` and the last `tail` lines of `pipe`, long lines cut, with a line saying
+/// how many were left out between them.
+fn read_head_tail(pipe: impl Read, head: usize, tail: usize) -> String {
     const MAX_LINE: usize = 500;
-    let mut tail: VecDeque<String> = VecDeque::with_capacity(keep + 1);
+    let mut first: Vec<String> = Vec::with_capacity(head);
+    let mut last: VecDeque<String> = VecDeque::with_capacity(tail + 1);
+    let mut left_out = 0usize;
     for_each_line(pipe, |mut text| {
         if text.len() > MAX_LINE {
             let mut cut = MAX_LINE;
@@ -286,12 +293,24 @@ fn read_tail(pipe: impl Read, keep: usize) -> String {
             text.truncate(cut);
             text.push('…');
         }
-        tail.push_back(text);
-        if tail.len() > keep {
-            tail.pop_front();
+        if first.len() < head {
+            first.push(text);
+            return;
+        }
+        last.push_back(text);
+        if last.len() > tail {
+            last.pop_front();
+            left_out += 1;
         }
     });
-    Vec::from(tail).join("\n")
+    if left_out > 0 {
+        first.push(format!(
+            "… {left_out} more line{} …",
+            crate::plural::s(left_out as u64)
+        ));
+    }
+    first.extend(last);
+    first.join("\n")
 }
 
 fn trim_eol(line: &[u8]) -> &[u8] {
@@ -819,11 +838,28 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(error.contains("exited with code 3"), "{error}");
-        assert!(
-            error.contains("err30") && error.contains("err21"),
+        // the first lines (what went wrong) and the last (where it stopped), the rest counted
+        let stderr = error.split_once("stderr:\n").unwrap().1;
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(
+            lines[..5],
+            ["err1", "err2", "err3", "err4", "err5"],
             "{error}"
         );
-        assert!(!error.contains("err20\n"), "{error}");
+        assert_eq!(lines[5], "… 15 more lines …", "{error}");
+        assert_eq!(
+            lines[6..],
+            (21..=30).map(|i| format!("err{i}")).collect::<Vec<_>>()[..]
+        );
+        // short stderr is shown whole
+        let error = command_items(
+            "echo one >&2; echo two >&2; exit 1",
+            dir.path(),
+            Duration::from_secs(10),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.ends_with("stderr:\none\ntwo"), "{error}");
     }
 
     #[test]
