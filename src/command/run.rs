@@ -30,8 +30,14 @@ use crate::recipe::{ParamInput, bind_params};
 use crate::source::read_source_text;
 
 pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
-    let pipeline = load_pipeline(&args.pipeline, ctx)?;
     let shown = args.pipeline.display().to_string();
+    let started = ctx.enter_project();
+    let args = &if started == ctx.env.cwd {
+        args.clone()
+    } else {
+        from_started(args, &started)
+    };
+    let pipeline = load_pipeline(&args.pipeline, ctx)?;
     // `--resume` continues with what the run was started with.
     let earlier = match &args.resume {
         Some(id) => resumed_setup(&pipeline, args, id, &shown, ctx)?,
@@ -419,6 +425,25 @@ pub(super) fn print_outcome(
         );
     }
     Ok(!failed.is_empty())
+}
+
+/// The command line's paths read from where summon was started (`started`), before the
+/// project folder became the working directory.
+fn from_started(args: &RunArgs, started: &std::path::Path) -> RunArgs {
+    let mut args = args.clone();
+    args.pipeline = started.join(&args.pipeline);
+    for path in [
+        &mut args.out,
+        &mut args.junit,
+        &mut args.items_from,
+        &mut args.params.params_file,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        *path = started.join(&*path);
+    }
+    args
 }
 
 pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pipeline> {

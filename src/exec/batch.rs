@@ -136,7 +136,7 @@ pub(super) async fn run_batch_tasks(
         ..
     } = tasks;
     let started = Instant::now();
-    let store = Store::open_for(&shared.env.cwd).map_err(|e| StepError::Store(e.to_string()))?;
+    let store = Store::open_for(&shared.env).map_err(|e| StepError::Store(e.to_string()))?;
     let mut run = BatchRun {
         store: std::sync::Mutex::new(store),
         shared,
