@@ -37,6 +37,14 @@ pub(crate) fn expected(text: &str) -> String {
     out
 }
 
+/// Cargo's target directory (`CARGO_TARGET_DIR` when set, else `target/` of the checkout):
+/// where the programs the tests install from registries are kept, never elsewhere in the
+/// checkout.
+pub(crate) fn target_dir() -> std::path::PathBuf {
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).to_path_buf()
+}
+
 /// The directory of real third-party files, when present next to the checkout.
 pub(crate) fn corpus_dir() -> Option<std::path::PathBuf> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
