@@ -639,3 +639,69 @@ async fn a_schema_the_server_cannot_compile_falls_back_to_json_object() {
         .collect();
     assert_eq!(formats, ["json_schema", "json_object"]);
 }
+
+/// An answer its corrections never bring to the schema: the failure quotes the last answer
+/// and what was wrong with each, and the step's `retries` do not start it over (the
+/// corrections were its retries).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schema_failure_quotes_the_answer_keeps_each_error_and_is_not_retried() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([
+                Reply::text("I think the score is high"),
+                Reply::text("{\"score\": \"high\"}"),
+            ])
+            .default_reply(Reply::text(format!("Score: {}", "very ".repeat(100)))),
+    )
+    .await;
+    let t = openai(&server)
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: score\n    delegate:\n      source: score\n    retries: 3\n",
+        );
+    let output = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    // the first answer and its corrections, and no attempt from the start after them
+    let requests = server.requests();
+    let corrections = requests.len() - 1;
+    assert!(corrections >= 1, "{stderr}");
+    let lines = results(&t.path().join("out"));
+    let error = lines[0]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{:#}", lines[0]));
+    let first = error.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!(
+            "the answer does not match the response schema after {corrections} correction(s); the last answer: \"Score: very very"
+        )),
+        "{error}"
+    );
+    assert!(first.contains(" … ("), "the quote is cut: {error}");
+    assert!(
+        first.ends_with(&format!(
+            "(not retried: its {corrections} correction{} were its retries)",
+            if corrections == 1 { "" } else { "s" }
+        )),
+        "{error}"
+    );
+    let rest: Vec<&str> = error.lines().skip(1).collect();
+    assert_eq!(rest.len(), corrections + 1, "{error}");
+    assert!(
+        rest[0].starts_with("answer: the answer is not valid JSON"),
+        "{error}"
+    );
+    assert!(
+        rest[1].starts_with("correction 1: at /score: ") && rest[1].contains("\"high\""),
+        "{error}"
+    );
+    assert!(
+        stderr.contains("the last answer: \"Score: very"),
+        "{stderr}"
+    );
+}

@@ -425,6 +425,8 @@ async fn run_once(
     let output_limit = client.endpoint().kind.output_limit(request.max_tokens);
     let mut last_text = String::new();
     let mut schema_asks = 0;
+    // What was wrong with each answer that did not validate, for the failure.
+    let mut schema_errors: Vec<String> = Vec::new();
     let mut turns = 0;
     loop {
         if turns >= spec.max_turns {
@@ -531,14 +533,12 @@ async fn run_once(
                     };
                 }
                 Err(errors) => {
+                    schema_errors.push(errors.clone());
                     if schema_asks >= spec.schema_retries {
                         return Outcome::plain(
                             SubagentStatus::Failed(Failure::new(
                                 FailureClass::Schema,
-                                format!(
-                                    "the answer does not match the response schema after {} correction(s):\n{errors}",
-                                    schema_asks
-                                ),
+                                super::structured::schema_failure(&schema_errors, &answer),
                             )),
                             answer,
                         );
