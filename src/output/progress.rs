@@ -251,6 +251,38 @@ impl Shared {
 pub(crate) struct Progress {
     shared: Arc<Shared>,
     ticker: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+    /// The terminal's settings before the bars turned its `^C` echo off.
+    echo: Mutex<Option<QuietInterrupt>>,
+}
+
+/// The terminal's `^C` echo (`ECHOCTL`), off while the bars are drawn: the terminal writes
+/// `^C` where the cursor is when Ctrl-C is typed, behind the bars' back, and the bars could not
+/// be cleared whole after it (a frozen bar above the last lines). Restored when the display
+/// stops.
+struct QuietInterrupt {
+    saved: nix::sys::termios::Termios,
+}
+
+impl QuietInterrupt {
+    /// Turns the echo off on stderr's terminal; `None` when stderr is not a terminal or the
+    /// echo is off already.
+    fn start() -> Option<Self> {
+        use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+        let stderr = io::stderr();
+        let saved = tcgetattr(&stderr).ok()?;
+        if !saved.local_flags.contains(LocalFlags::ECHOCTL) {
+            return None;
+        }
+        let mut quiet = saved.clone();
+        quiet.local_flags.remove(LocalFlags::ECHOCTL);
+        tcsetattr(&stderr, SetArg::TCSANOW, &quiet).ok()?;
+        Some(Self { saved })
+    }
+
+    fn restore(self) {
+        use nix::sys::termios::{SetArg, tcsetattr};
+        let _ = tcsetattr(io::stderr(), SetArg::TCSANOW, &self.saved);
+    }
 }
 
 impl crate::process::groups::Screen for Progress {
@@ -262,12 +294,16 @@ impl crate::process::groups::Screen for Progress {
 impl Progress {
     /// The display on stderr.
     pub(crate) fn new(mode: DisplayMode) -> Self {
-        Self::build(
+        let progress = Self::build(
             mode,
             ProgressDrawTarget::stderr_with_hz(BAR_HZ),
             Box::new(io::stderr()),
             LINES_INTERVAL,
-        )
+        );
+        if mode == DisplayMode::Bar {
+            *lock(&progress.echo) = QuietInterrupt::start();
+        }
+        progress
     }
 
     fn build(
@@ -304,6 +340,7 @@ impl Progress {
         Self {
             shared,
             ticker: Mutex::new(ticker),
+            echo: Mutex::new(None),
         }
     }
     pub(crate) fn mode(&self) -> DisplayMode {
@@ -442,6 +479,9 @@ impl Progress {
     /// a last line for every step that did not finish. Idempotent; dropping the display does
     /// it too.
     pub(crate) fn finish(&self) {
+        if let Some(echo) = lock(&self.echo).take() {
+            echo.restore();
+        }
         let Some((stop, handle)) = lock(&self.ticker).take() else {
             return;
         };
