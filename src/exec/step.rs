@@ -537,6 +537,12 @@ async fn attempt_task(
                 wait: delay,
             });
         }
+        crate::subagent::SubagentEvent::StartupWait { delay } => {
+            shared.events.emit(RunEvent::Waiting {
+                step: step.index,
+                wait: delay,
+            });
+        }
         crate::subagent::SubagentEvent::ToolCall { name, ok, summary } => {
             trace.tool(&name, ok, &summary);
         }

@@ -327,7 +327,17 @@ impl crate::provider::RetryHook for SlotHook<'_> {
         });
     }
 
-    fn on_startup_wait(&mut self, err: &ProviderError, budget: Duration) {
+    fn on_startup_wait(
+        &mut self,
+        err: &ProviderError,
+        budget: Duration,
+        delay: Duration,
+        first: bool,
+    ) {
+        (self.observer)(SubagentEvent::StartupWait { delay });
+        if !first {
+            return;
+        }
         let what = if err.is_loading() {
             "the provider is still loading its model (HTTP 503)".to_owned()
         } else {
