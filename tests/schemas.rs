@@ -199,7 +199,7 @@ fn the_examples_validate_against_the_schemas() {
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout; runs with --include-ignored"]
+#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn the_corpus_validates_against_the_schemas() {
     let corpus = corpus();
     let tmp = tempfile::tempdir().unwrap();

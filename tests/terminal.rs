@@ -119,7 +119,7 @@ fn project() -> Test {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs tmux; runs with --include-ignored"]
+#[ignore = "needs tmux (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 async fn bars_show_the_run_and_are_cleared_at_the_end() {
     require("tmux");
     let (_server, t, pane) = started("bars", 12).await;
@@ -170,7 +170,7 @@ async fn bars_show_the_run_and_are_cleared_at_the_end() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs tmux; runs with --include-ignored"]
+#[ignore = "needs tmux (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 async fn ctrl_c_leaves_one_display_not_two() {
     require("tmux");
     let (_server, t, pane) = started("ctrlc", 8).await;
@@ -233,7 +233,7 @@ fn run_pid(dir: &Path) -> Option<u32> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs tmux; runs with --include-ignored"]
+#[ignore = "needs tmux (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 async fn sigterm_stops_the_display_before_its_exit_line() {
     require("tmux");
     let (_server, t, pane) = started("term", 8).await;

@@ -140,8 +140,9 @@ pub(crate) fn find_project(cwd: &Path) -> Option<PathBuf> {
 }
 
 /// What makes a folder a project's root folder for [`project_root`].
-pub(crate) const PROJECT_MARKERS: [&str; 7] = [
+pub(crate) const PROJECT_MARKERS: [&str; 8] = [
     DIR_NAME,
+    "summon.yaml",
     ".git",
     "pipelines",
     "recipes",
@@ -151,7 +152,7 @@ pub(crate) const PROJECT_MARKERS: [&str; 7] = [
 ];
 
 /// The project folder `summon run` and `summon merge` work in when started in `cwd`: `cwd` or
-/// its nearest parent holding one of [`PROJECT_MARKERS`] (`.summon/`, `.git`, `pipelines/`,
+/// its nearest parent holding one of [`PROJECT_MARKERS`] (`.summon/`, `summon.yaml`, `.git`, `pipelines/`,
 /// `recipes/`, `.goose/`, `.agents/`, `.claude/agents/`), found upward as git finds `.git`,
 /// and `cwd` itself when none does. The home folder is a project only when `cwd` is the home
 /// folder (its `.goose/` and `.claude/` are the user's global folders), and the search stops

@@ -99,7 +99,7 @@ pub(crate) fn wait_for(limit: std::time::Duration, what: &str, mut cond: impl Fn
 
 /// Fails the test, saying what to install, unless `program --version` (tmux: `-V`) runs here. Tests that
 /// need a program from outside the project are `#[ignore]`d with the reason and call this
-/// first, so that asked for (`-- --include-ignored`) without it they fail instead of passing.
+/// first, so that asked for (`-- --ignored`) without it they fail instead of passing.
 pub(crate) fn require(program: &str) {
     let flag = if program == "tmux" { "-V" } else { "--version" };
     let runs = std::process::Command::new(program)
