@@ -525,3 +525,21 @@ fn load_finds_the_project_sources_from_a_subfolder_and_says_where_it_looked() {
     let out = t.env("HOME", &home).args(["load", "lable"]).code(1).run();
     assert!(out.stderr.contains(&looked), "{}", out.stderr);
 }
+
+#[test]
+fn a_pipeline_file_that_is_not_there_gets_the_close_names() {
+    let out = Test::new()
+        .write(
+            "pipelines/release-notes.yaml",
+            "version: 1\nname: x\nsteps: []\n",
+        )
+        .args(["run", "pipelines/release-note.yaml"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr
+            .contains("= hint: did you mean pipelines/release-notes.yaml?"),
+        "{}",
+        out.stderr
+    );
+}

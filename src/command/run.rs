@@ -448,8 +448,15 @@ fn from_started(args: &RunArgs, started: &std::path::Path) -> RunArgs {
 
 pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pipeline> {
     let path = ctx.env.cwd.join(pipeline);
-    let text = read_source_text(&path)
-        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message).in_file(&path)))?;
+    let text = read_source_text(&path).map_err(|message| {
+        let mut found = crate::diag::Diagnostic::error(message).in_file(&path);
+        if !path.exists()
+            && let Some(close) = close_files(&path, &ctx.env.cwd)
+        {
+            found = found.with_hint(close);
+        }
+        Error::from(found)
+    })?;
     if let Some(hint) = not_a_pipeline(&path, &text) {
         return Err(Error::from(
             crate::diag::Diagnostic::error(hint).in_file(&path),
@@ -464,6 +471,28 @@ pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pip
         Some(pipeline) if errors.is_empty() => Ok(pipeline),
         _ => Err(Error::Input(Diagnostics { items: errors })),
     }
+}
+
+/// "did you mean" for a pipeline file that is not there: the close names of its folder's
+/// YAML files, or the pipelines of the project's `pipelines/` when its folder is missing.
+fn close_files(path: &std::path::Path, cwd: &std::path::Path) -> Option<String> {
+    let dir = path.parent()?;
+    let wanted = path.file_name()?.to_str()?;
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
+        .collect();
+    let close = crate::diag::suggestions(wanted, names.iter().map(String::as_str));
+    if close.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = close
+        .iter()
+        .map(|name| crate::diag::render::display_path(&dir.join(name), cwd))
+        .collect();
+    Some(format!("did you mean {}?", shown.join(", ")))
 }
 
 /// What a file given to `summon run` is when it is a recipe or an agent rather than a

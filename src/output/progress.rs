@@ -1,8 +1,9 @@
 //! The live display of a run, on stderr. [`resolve`] picks the mode:
 //!
 //! - [`DisplayMode::Bar`] on a terminal: one indicatif bar per step,
-//!   `notes [=====>    ] 120/400 16 in flight, 3 failed, 52.1k tokens, $0.21 · 41s, ETA 1m`,
-//!   (`, 2 waiting to retry (next in 1.5s)` while tasks wait out a provider's retry delay),
+//!   `notes [=====>    ] 120/400 41s, ETA 1m · 16 in flight, 3 failed, 52.1k tokens, $0.21` (the
+//!   counts cut to the terminal's width, never wrapped; `, 2 waiting to retry (next in 1.5s)` while tasks
+//!   wait out a provider's retry delay),
 //!   a spinner while the step's total is unknown, redrawn at most [`BAR_HZ`] times a second.
 //!   When the run ends (or is interrupted) the bars are cleared and each step's final line is
 //!   printed once.
@@ -533,9 +534,9 @@ impl Progress {
 /// spinner and the count so far.
 fn bar_style(with_total: bool) -> ProgressStyle {
     style(if with_total {
-        "{prefix:.bold} [{bar:30}] {pos}/{len} {msg} · {elapsed}, ETA {eta}"
+        "{prefix:.bold} [{bar:30}] {pos}/{len} {elapsed}, ETA {eta} · {wide_msg}"
     } else {
-        "{spinner} {prefix:.bold} {pos} done, {msg} · {elapsed}"
+        "{spinner} {prefix:.bold} {pos} done, {elapsed} · {wide_msg}"
     })
 }
 
