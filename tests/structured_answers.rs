@@ -705,3 +705,148 @@ async fn a_schema_failure_quotes_the_answer_keeps_each_error_and_is_not_retried(
         "{stderr}"
     );
 }
+
+/// A closed schema for the native tests: Anthropic takes only objects with
+/// `additionalProperties: false`.
+const CLOSED_RECIPE: &str = "
+    title: Score
+    description: d
+    instructions: Score it.
+    response:
+      json_schema:
+        type: object
+        required: [score]
+        additionalProperties: false
+        properties:
+          score: { type: integer }
+    ";
+
+fn anthropic(server: &MockServer, model: &str) -> Test {
+    Test::new()
+        .env("ANTHROPIC_BASE_URL", &server.url_anthropic())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("SUMMON_PROVIDER", "anthropic")
+        .env("SUMMON_MODEL", model)
+}
+
+/// On a model with Anthropic's structured outputs, the schema goes as `output_config.format`
+/// beside the task's own tools (none forced, no answer tool), and the answer is the text.
+#[tokio::test(flavor = "multi_thread")]
+async fn anthropic_models_with_structured_outputs_get_output_config_beside_their_tools() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::text("{\"score\": 4}"))).await;
+    let out = anthropic(&server, "claude-sonnet-4-5-20250929")
+        .write("recipes/score.yaml", CLOSED_RECIPE)
+        .args(["delegate", "--source", "score", "--json"])
+        .run();
+    let json = out.json();
+    assert_eq!(json["structured"], json!({"score": 4}), "{json:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "{}", out.stderr);
+    let body = &requests[0].body;
+    assert_eq!(
+        body["output_config"],
+        json!({"format": {"type": "json_schema", "schema": {
+            "type": "object", "required": ["score"], "additionalProperties": false,
+            "properties": {"score": {"type": "integer"}}}}}),
+        "{body:#}"
+    );
+    let tools = requests[0].tool_names();
+    assert!(
+        !tools.is_empty(),
+        "the task's tools are still offered: {body:#}"
+    );
+    assert!(!tools.iter().any(|t| t == "structured_answer"), "{tools:?}");
+    assert_eq!(body.get("tool_choice"), None, "{body:#}");
+}
+
+/// Other models, and schemas Anthropic cannot take natively, keep the answer tool; the config
+/// file's `models.<id>.structured_outputs` adds a model.
+#[tokio::test(flavor = "multi_thread")]
+async fn other_models_and_open_schemas_keep_the_answer_tool_and_the_config_adds_models() {
+    let server = MockServer::start(
+        MockConfig::new().default_reply(Reply::tool_call("structured_answer", json!({"score": 2}))),
+    )
+    .await;
+    let mechanism = |t: Test| {
+        let out = t.args(["delegate", "--source", "score", "--json"]).run();
+        assert_eq!(
+            out.json()["structured"],
+            json!({"score": 2}),
+            "{}",
+            out.stderr
+        );
+        let body = server.requests().last().unwrap().body.clone();
+        let native = body.get("output_config").is_some();
+        let tool = server
+            .requests()
+            .last()
+            .unwrap()
+            .tool_names()
+            .iter()
+            .any(|t| t == "structured_answer");
+        assert_ne!(native, tool, "exactly one mechanism: {body:#}");
+        native
+    };
+    // a model without them
+    assert!(!mechanism(
+        anthropic(&server, "claude-3-5-haiku-latest").write("recipes/score.yaml", CLOSED_RECIPE)
+    ));
+    // a schema with an open object, on a model with them
+    assert!(!mechanism(
+        anthropic(&server, "claude-haiku-4-5").write("recipes/score.yaml", SCORE_RECIPE)
+    ));
+    // the config file adds a model
+    server.push_reply(Reply::text("{\"score\": 2}"));
+    assert!(mechanism(
+        anthropic(&server, "claude-next")
+            .write("recipes/score.yaml", CLOSED_RECIPE)
+            .write(
+                "summon.yaml",
+                "models:\n  claude-next: {structured_outputs: true}\n"
+            )
+    ));
+}
+
+/// A 400 refusing `output_config` sends the request again with the answer tool, and every later
+/// one; said once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_output_config_falls_back_to_the_answer_tool() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([Reply::status(
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"output_config.format.schema: this schema is not supported"}}"#,
+            )])
+            .default_reply(Reply::tool_call("structured_answer", json!({"score": 5}))),
+    )
+    .await;
+    let out = anthropic(&server, "claude-opus-4-6")
+        .write("recipes/score.yaml", CLOSED_RECIPE)
+        .args(["delegate", "--source", "score", "--json"])
+        .run();
+    assert_eq!(
+        out.json()["structured"],
+        json!({"score": 5}),
+        "{}",
+        out.stderr
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{}", out.stderr);
+    assert!(requests[0].body.get("output_config").is_some());
+    assert!(requests[1].body.get("output_config").is_none());
+    assert!(
+        requests[1]
+            .tool_names()
+            .iter()
+            .any(|t| t == "structured_answer")
+    );
+    assert_eq!(
+        out.stderr
+            .matches("refused the structured-output request")
+            .count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}

@@ -600,6 +600,7 @@ impl Drafter<'_> {
                         schema,
                         resolved.endpoint.kind,
                         resolved.endpoint.structured_output,
+                        self.config.native_structured(&resolved.model),
                     )
                 ));
             }

@@ -36,6 +36,8 @@ pub(crate) struct SubagentSpec {
     /// The model's context window: a request estimated larger is not sent.
     pub(crate) context_window: Option<u64>,
     pub(crate) response_schema: Option<serde_json::Value>,
+    /// The model answers in the schema natively (Anthropic's `output_config.format`).
+    pub(crate) native_structured: bool,
     /// How many times a schema-invalid answer is sent back for correction.
     pub(crate) schema_retries: u32,
     pub(crate) retry: Option<RetryConfig>,
@@ -425,7 +427,8 @@ async fn run_once(
         response_format: spec
             .response_schema
             .as_ref()
-            .and_then(|s| ResponseFormat::for_schema(s, tools.specs.is_empty())),
+            .and_then(|s| ResponseFormat::for_schema(s, tools.specs.is_empty()))
+            .map(|f| f.native(spec.native_structured)),
         cache: CacheHint::default(),
     };
     if !spec.cache.on || !prefix_is_cacheable(client.endpoint().kind, &request) {
