@@ -850,3 +850,40 @@ async fn a_refused_output_config_falls_back_to_the_answer_tool() {
         out.stderr
     );
 }
+
+/// `delegate --json` gives the bare value as `output` for a schema sent wrapped, and an
+/// answer that misses its schema with no turn left fails as a schema failure, in one request.
+#[tokio::test(flavor = "multi_thread")]
+async fn delegate_output_is_the_bare_value_and_a_last_turn_miss_is_a_schema_failure() {
+    let server = MockServer::start(
+        MockConfig::new().default_reply(Reply::text("{\"items\": [\"a\", \"b\"]}")),
+    )
+    .await;
+    let json = openai(&server)
+        .write(
+            "recipes/list.yaml",
+            "title: L\ndescription: d\ninstructions: List.\nresponse:\n  json_schema:\n    type: array\n    items: {type: string}\n",
+        )
+        .args(["delegate", "--source", "list", "--json"])
+        .run()
+        .json();
+    assert_eq!(json["output"], "[\"a\",\"b\"]", "{json:#}");
+    assert_eq!(json["structured"], json!(["a", "b"]));
+    let before = server.request_count();
+    let out = openai(&server)
+        .write(
+            "recipes/one.yaml",
+            "title: O\ndescription: d\ninstructions: Count.\nsettings: {max_turns: 1}\nresponse:\n  json_schema:\n    type: object\n    required: [n]\n    properties: {n: {type: integer}}\n",
+        )
+        .args(["delegate", "--source", "one", "--json"])
+        .code(2)
+        .run();
+    let json = out.json();
+    assert_eq!(server.request_count() - before, 1, "{}", out.stderr);
+    let error = json["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("the answer does not match the response schema")
+            && error.contains("(no turn left to correct it: max_turns is 1)"),
+        "{error}"
+    );
+}

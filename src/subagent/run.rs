@@ -538,15 +538,38 @@ async fn run_once(
             };
             match check_answer(validator, schema, &answer) {
                 Ok(checked) => {
+                    // A value asked wrapped is the bare value's JSON, as the result's data.
+                    let wrapped = request.response_format.as_ref().is_some_and(|f| f.wrapped);
                     return Outcome {
                         status: SubagentStatus::Completed,
-                        text: answer,
+                        text: if wrapped {
+                            checked.value.to_string()
+                        } else {
+                            answer
+                        },
                         structured: Some(checked.value),
                         extracted: checked.extracted,
                     };
                 }
                 Err(errors) => {
                     schema_errors.push(errors.clone());
+                    if turns >= spec.max_turns && schema_asks < spec.schema_retries {
+                        // No turn left for a correction: the schema is what failed.
+                        let mut message =
+                            super::structured::schema_failure(&schema_errors, &answer);
+                        let end = message.find('\n').unwrap_or(message.len());
+                        message.insert_str(
+                            end,
+                            &format!(
+                                " (no turn left to correct it: max_turns is {})",
+                                spec.max_turns
+                            ),
+                        );
+                        return Outcome::plain(
+                            SubagentStatus::Failed(Failure::new(FailureClass::Schema, message)),
+                            answer,
+                        );
+                    }
                     if schema_asks >= spec.schema_retries {
                         return Outcome::plain(
                             SubagentStatus::Failed(Failure::new(
