@@ -887,3 +887,22 @@ async fn delegate_output_is_the_bare_value_and_a_last_turn_miss_is_a_schema_fail
         "{error}"
     );
 }
+
+/// A fan-out's own `schema:` is in the dry run as in the run: its mechanism noted, its size in
+/// the overhead.
+#[test]
+fn the_dry_run_notes_a_fan_outs_inline_schema() {
+    let pipeline = "version: 1\nname: x\nsteps:\n  - id: rows\n    decompose: {items: [a, b]}\n  - id: each\n    fan_out:\n      over: rows\n      instructions: 'Label {{ item }}'\n      schema: {type: object, required: [label], properties: {label: {type: string}}}\n";
+    let out = Test::new()
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("SUMMON_MODEL", "m")
+        .write_raw("p.yaml", pipeline)
+        .args(["run", "p.yaml", "--dry-run"])
+        .run();
+    assert!(
+        out.stdout
+            .contains("note: structured answers: response_format json_schema"),
+        "{}",
+        out.stdout
+    );
+}

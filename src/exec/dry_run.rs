@@ -304,7 +304,7 @@ pub(crate) fn plan(
                             &config,
                             &fan_out.task,
                             &base,
-                            None,
+                            fan_out.task.schema.as_deref().cloned(),
                             Some(items),
                             plan,
                         )
