@@ -51,7 +51,7 @@ pub(crate) fn step_panic_point(step: &str) {
 }
 
 /// summon's variables that goose reads under another name, so a goose user's environment
-/// works unchanged: the `SUMMON_*` name is read first, then goose's (README, "Environment").
+/// works unchanged: the `SUMMON_*` name is read first, then goose's (docs/providers.md).
 pub(crate) const GOOSE_NAMES: [(&str, &str); 5] = [
     ("SUMMON_SUBAGENT_MAX_TURNS", "GOOSE_SUBAGENT_MAX_TURNS"),
     ("SUMMON_SUBAGENT_PROVIDER", "GOOSE_SUBAGENT_PROVIDER"),

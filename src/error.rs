@@ -3,7 +3,7 @@
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::store::StoreError;
 
-/// Exit codes, in one place (documented in the README). A run stopped by SIGTERM or SIGHUP
+/// Exit codes, in one place (documented in docs/commands.md). A run stopped by SIGTERM or SIGHUP
 /// exits 128 + the signal number (143, 129), from the signal handler in `exec::groups`.
 pub(crate) mod exit {
     pub(crate) const OK: i32 = 0;

@@ -114,7 +114,7 @@ printf 'command:%s\n' "${COMPREPLY[@]}"
 }
 
 #[test]
-#[ignore = "needs zsh; runs with --include-ignored"]
+#[ignore = "needs zsh (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn zsh_accepts_the_script() {
     require("zsh");
     let test = script_is_accepted("zsh");
@@ -127,7 +127,7 @@ fn zsh_accepts_the_script() {
 }
 
 #[test]
-#[ignore = "needs fish; runs with --include-ignored"]
+#[ignore = "needs fish (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn fish_accepts_the_script_and_completes_through_it() {
     require("fish");
     let test = script_is_accepted("fish");

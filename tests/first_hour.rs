@@ -161,10 +161,13 @@ fn messages_speak_with_one_voice() {
     let t = Test::new().write("p.yaml", MISSING_COLUMN);
     // One prefix for errors that are about no file.
     let out = t.command().args(["load", "nosuch"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (first, hint) = stderr.split_once('\n').unwrap();
     assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        "summon: error: Source 'nosuch' not found. Use summon load to see available sources.\n"
+        first,
+        "summon: error: Source 'nosuch' not found. Use summon load to see available sources."
     );
+    assert!(hint.starts_with("  = hint: looked in /"), "{hint}");
     // --concurrency 0 says what is allowed.
     let out = t
         .command()
@@ -393,4 +396,150 @@ async fn items_are_numbered_one_way_and_junit_names_cases_by_their_id_in_item_or
         .unwrap();
     assert_eq!(failed["index"], 1);
     assert_eq!(failed["item"]["id"], "T-8");
+}
+
+/// A pipeline's paths, its sources and its store are the project folder's, from whichever
+/// subfolder `summon run` is started: `pipelines/` and `src/` alike.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipeline_runs_the_same_from_any_subfolder_of_the_project() {
+    use summon_mock_llm::{MockConfig, MockServer, Reply};
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("fine"))).await;
+    let pipeline = "
+version: 1
+name: tickets
+parameters:
+  - {key: tickets, input_type: string, requirement: optional, default: pipelines/data/t.csv, description: d}
+steps:
+  - id: rows
+    decompose:
+      file: '{{ tickets }}'
+  - id: docs
+    decompose:
+      glob: 'docs/*.md'
+  - id: label
+    fan_out:
+      over: rows
+      source: label
+      parameters: {title: '{{ item.title }}'}
+  - id: review
+    fan_out:
+      over: docs
+      instructions: 'Review {{ item }}'
+outputs:
+  - path: out/labels.txt
+    content: '{% for r in steps.label.results %}{{ r.item.title }}={{ r.output }};{% endfor %}{{ steps.docs.items | join(\",\") }}'
+";
+    let t = Test::new()
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("SUMMON_MODEL", "m")
+        .write("pipelines/p.yaml", pipeline)
+        .write_raw("pipelines/data/t.csv", "id,title\n1,first\n2,second\n")
+        .write(
+            "recipes/label.yaml",
+            "
+            title: Label
+            description: labels a ticket
+            prompt: Label {{ title }}
+            parameters:
+              - {key: title, input_type: string, requirement: required, description: t}
+            ",
+        )
+        .write("docs/a.md", "# A\n")
+        .write("docs/b.md", "# B\n")
+        .mkdir("src/deep")
+        .mkdir("home");
+    let root = t.path().to_path_buf();
+    let t = t.env("HOME", &root.join("home").display().to_string());
+    for (sub, path) in [
+        ("pipelines", "p.yaml"),
+        ("src/deep", "../../pipelines/p.yaml"),
+    ] {
+        let _ = std::fs::remove_dir_all(root.join("out"));
+        let out = t
+            .command()
+            .current_dir(root.join(sub))
+            .args(["run", path, "--quiet", "--out", "report"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "from {sub}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "summon: working in the project folder {} (it holds ",
+                root.display()
+            )),
+            "from {sub}: {stderr}"
+        );
+        // the pipeline's paths are the project folder's, the command line's where it was typed
+        assert_eq!(
+            std::fs::read_to_string(root.join("out/labels.txt")).unwrap(),
+            "first=fine;second=fine;docs/a.md,docs/b.md\n",
+            "from {sub}"
+        );
+        assert!(
+            root.join(sub).join("report/report.json").is_file(),
+            "from {sub}"
+        );
+        assert!(root.join(".summon").is_dir(), "from {sub}");
+        assert!(!root.join(sub).join(".summon").exists(), "from {sub}");
+    }
+}
+
+/// `summon load` in a subfolder lists the project's sources, and where it looked when a name
+/// is in none of them.
+#[test]
+fn load_finds_the_project_sources_from_a_subfolder_and_says_where_it_looked() {
+    let t = Test::new()
+        .write(
+            "recipes/label.yaml",
+            "
+            title: Label
+            description: labels a ticket
+            prompt: Label it
+            ",
+        )
+        .mkdir("home")
+        .mkdir("pipelines/data")
+        .current_dir("pipelines/data");
+    let home = t.path().join("home").display().to_string();
+    let recipe = t.path().join("recipes/label.yaml").display().to_string();
+    let out = t.env("HOME", &home).args(["load"]).run();
+    assert!(
+        out.stdout
+            .contains(&format!("  label  labels a ticket  ({recipe})")),
+        "{}",
+        out.stdout
+    );
+    let t = Test::new()
+        .mkdir("recipes")
+        .mkdir("home")
+        .mkdir("pipelines/data")
+        .current_dir("pipelines/data");
+    let home = t.path().join("home").display().to_string();
+    let looked = format!(
+        "= hint: looked in {}/pipelines/data/, {}/recipes/ (",
+        t.path().display(),
+        t.path().display()
+    );
+    let out = t.env("HOME", &home).args(["load", "lable"]).code(1).run();
+    assert!(out.stderr.contains(&looked), "{}", out.stderr);
+}
+
+#[test]
+fn a_pipeline_file_that_is_not_there_gets_the_close_names() {
+    let out = Test::new()
+        .write(
+            "pipelines/release-notes.yaml",
+            "version: 1\nname: x\nsteps: []\n",
+        )
+        .args(["run", "pipelines/release-note.yaml"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr
+            .contains("= hint: did you mean pipelines/release-notes.yaml?"),
+        "{}",
+        out.stderr
+    );
 }

@@ -387,7 +387,7 @@ fn answer_text(exchange: &Exchange) -> &str {
 }
 
 #[test]
-#[ignore = "needs llama-server; .ci/run builds it"]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn delegate_ad_hoc_prints_the_servers_answer_and_its_json_counts_the_servers_tokens() {
     let Some(needs) = needs() else { return };
     let _one = one_at_a_time();
@@ -483,7 +483,7 @@ response:
 ";
 
 #[test]
-#[ignore = "needs llama-server; .ci/run builds it"]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn delegate_with_a_recipe_and_parameters_answers_in_the_schema() {
     let Some(needs) = needs() else { return };
     let _one = one_at_a_time();
@@ -522,7 +522,7 @@ fn delegate_with_a_recipe_and_parameters_answers_in_the_schema() {
 }
 
 #[test]
-#[ignore = "needs llama-server; .ci/run builds it"]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_server_still_starting_is_waited_for() {
     let Some(needs) = needs() else { return };
     let _one = one_at_a_time();
@@ -567,7 +567,7 @@ fn line_tokens(line: &Value) -> (u64, u64, u64) {
 }
 
 #[test]
-#[ignore = "needs llama-server; .ci/run builds it"]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_csv_fan_out_at_concurrency_2_counts_the_servers_tokens() {
     let Some(needs) = needs() else { return };
     let _one = one_at_a_time();
@@ -676,7 +676,7 @@ steps:
 }
 
 #[test]
-#[ignore = "needs llama-server; .ci/run builds it"]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_wrong_key_fails_clearly_without_retrying() {
     let Some(needs) = needs() else { return };
     let _one = one_at_a_time();

@@ -476,15 +476,19 @@ fn unknown_name_suggests_close_typos() {
 #[test]
 fn unknown_name_without_close_match() {
     let out = cartography().args(["load", "xyzzy"]).code(1).run();
+    let (first, hint) = out.stderr.split_once('\n').unwrap();
     assert_eq!(
-        out.stderr,
-        "summon: error: Source 'xyzzy' not found. Use summon load to see available sources.\n"
+        first,
+        "summon: error: Source 'xyzzy' not found. Use summon load to see available sources."
     );
+    assert!(hint.starts_with("  = hint: looked in /"), "{hint}");
     let out = Test::new().args(["load", "anything"]).code(1).run();
+    let (first, hint) = out.stderr.split_once('\n').unwrap();
     assert_eq!(
-        out.stderr,
-        "summon: error: Source 'anything' not found. Use summon load to see available sources.\n"
+        first,
+        "summon: error: Source 'anything' not found. Use summon load to see available sources."
     );
+    assert!(hint.starts_with("  = hint: looked in /"), "{hint}");
 }
 
 #[test]

@@ -214,10 +214,12 @@ fn unknown_source() {
         .args(["render", "--source", "nope"])
         .code(1)
         .run();
+    let (first, hint) = out.stderr.split_once('\n').unwrap();
     assert_eq!(
-        out.stderr,
-        "summon: error: Source 'nope' not found. Use summon load to see available sources.\n"
+        first,
+        "summon: error: Source 'nope' not found. Use summon load to see available sources."
     );
+    assert!(hint.starts_with("  = hint: looked in /"), "{hint}");
 }
 
 const AB: &str = "

@@ -3,7 +3,7 @@
 //! Chromium, where the task count, a failed task's error and the filters are checked through
 //! the DOM and a screenshot is saved under `target/report-html/`.
 //!
-//! The browser test is ignored unless asked for (`-- --include-ignored`, as CI does after
+//! The browser test is ignored unless asked for (`cargo test --test suite -- --ignored`, as CI does after
 //! installing Chromium); asked for without a Chromium, it fails.
 
 use crate::support;
@@ -406,7 +406,7 @@ fn text_of(dom: &str, id: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs Chromium (apt-get install chromium); run with --include-ignored"]
+#[ignore = "needs Chromium (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 async fn report_html_in_headless_chromium_counts_filters_and_shows_errors() {
     let (_server, out) = checked_run().await;
     let page = out.dir.join("out/report.html");

@@ -120,6 +120,27 @@ async fn runs_lists_the_history_and_shows_a_report() {
     assert_eq!(completed["runs"].as_array().unwrap().len(), 0);
     let other = ok(summon(&t, &["runs", "--pipeline", "other.yaml", "--json"])).json();
     assert_eq!(other["runs"].as_array().unwrap().len(), 0);
+    // A filter that matches nothing says so, and how many runs there are.
+    let none = ok(summon(&t, &["runs", "--status", "failed"])).stdout;
+    assert_eq!(
+        none,
+        "No run matches --status failed; `summon runs` lists all 2 runs.\n"
+    );
+    // A person gets a table, not the report's JSON.
+    let human = ok(summon(&t, &["runs", "show", id])).stdout;
+    assert!(!human.contains('{'), "{human}");
+    assert!(human.contains("Report: first/report.html"), "{human}");
+    let row = |name: &str| {
+        human
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row `{name}`:\n{human}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("label")[1..5], ["succeeded", "3", "3", "0"], "{human}");
+    assert_eq!(row("total")[1..4], ["3", "3", "0"], "{human}");
     let missing = summon(&t, &["runs", "show", "20200101-000000"]);
     assert_eq!(missing.code, 1);
     assert!(

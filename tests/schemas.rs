@@ -20,12 +20,13 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Where `check-jsonschema` is installed: `target/schema-tools/py`, for PYTHONPATH. Installed
+/// Where `check-jsonschema` is installed: `schema-tools/py` of the target directory, for
+/// PYTHONPATH. Installed
 /// with pip on first use; a failed install fails the test with pip's output, so a missing
 /// validator never passes silently.
 fn validator_packages() -> PathBuf {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let dir = repo().join("target/schema-tools/py");
+    let dir = crate::support::target_dir().join("schema-tools/py");
     let ready = dir.join("check_jsonschema");
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !ready.exists() {
@@ -198,7 +199,7 @@ fn the_examples_validate_against_the_schemas() {
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout; runs with --include-ignored"]
+#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn the_corpus_validates_against_the_schemas() {
     let corpus = corpus();
     let tmp = tempfile::tempdir().unwrap();

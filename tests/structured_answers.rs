@@ -639,3 +639,270 @@ async fn a_schema_the_server_cannot_compile_falls_back_to_json_object() {
         .collect();
     assert_eq!(formats, ["json_schema", "json_object"]);
 }
+
+/// An answer its corrections never bring to the schema: the failure quotes the last answer
+/// and what was wrong with each, and the step's `retries` do not start it over (the
+/// corrections were its retries).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schema_failure_quotes_the_answer_keeps_each_error_and_is_not_retried() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([
+                Reply::text("I think the score is high"),
+                Reply::text("{\"score\": \"high\"}"),
+            ])
+            .default_reply(Reply::text(format!("Score: {}", "very ".repeat(100)))),
+    )
+    .await;
+    let t = openai(&server)
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: score\n    delegate:\n      source: score\n    retries: 3\n",
+        );
+    let output = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    // the first answer and its corrections, and no attempt from the start after them
+    let requests = server.requests();
+    let corrections = requests.len() - 1;
+    assert!(corrections >= 1, "{stderr}");
+    let lines = results(&t.path().join("out"));
+    let error = lines[0]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{:#}", lines[0]));
+    let first = error.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!(
+            "the answer does not match the response schema after {corrections} correction(s); the last answer: \"Score: very very"
+        )),
+        "{error}"
+    );
+    assert!(first.contains(" … ("), "the quote is cut: {error}");
+    assert!(
+        first.ends_with(&format!(
+            "(not retried: its {corrections} correction{} were its retries)",
+            if corrections == 1 { "" } else { "s" }
+        )),
+        "{error}"
+    );
+    let rest: Vec<&str> = error.lines().skip(1).collect();
+    assert_eq!(rest.len(), corrections + 1, "{error}");
+    assert!(
+        rest[0].starts_with("answer: the answer is not valid JSON"),
+        "{error}"
+    );
+    assert!(
+        rest[1].starts_with("correction 1: at /score: ") && rest[1].contains("\"high\""),
+        "{error}"
+    );
+    assert!(
+        stderr.contains("the last answer: \"Score: very"),
+        "{stderr}"
+    );
+}
+
+/// A closed schema for the native tests: Anthropic takes only objects with
+/// `additionalProperties: false`.
+const CLOSED_RECIPE: &str = "
+    title: Score
+    description: d
+    instructions: Score it.
+    response:
+      json_schema:
+        type: object
+        required: [score]
+        additionalProperties: false
+        properties:
+          score: { type: integer }
+    ";
+
+fn anthropic(server: &MockServer, model: &str) -> Test {
+    Test::new()
+        .env("ANTHROPIC_BASE_URL", &server.url_anthropic())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("SUMMON_PROVIDER", "anthropic")
+        .env("SUMMON_MODEL", model)
+}
+
+/// On a model with Anthropic's structured outputs, the schema goes as `output_config.format`
+/// beside the task's own tools (none forced, no answer tool), and the answer is the text.
+#[tokio::test(flavor = "multi_thread")]
+async fn anthropic_models_with_structured_outputs_get_output_config_beside_their_tools() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::text("{\"score\": 4}"))).await;
+    let out = anthropic(&server, "claude-sonnet-4-5-20250929")
+        .write("recipes/score.yaml", CLOSED_RECIPE)
+        .args(["delegate", "--source", "score", "--json"])
+        .run();
+    let json = out.json();
+    assert_eq!(json["structured"], json!({"score": 4}), "{json:#}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "{}", out.stderr);
+    let body = &requests[0].body;
+    assert_eq!(
+        body["output_config"],
+        json!({"format": {"type": "json_schema", "schema": {
+            "type": "object", "required": ["score"], "additionalProperties": false,
+            "properties": {"score": {"type": "integer"}}}}}),
+        "{body:#}"
+    );
+    let tools = requests[0].tool_names();
+    assert!(
+        !tools.is_empty(),
+        "the task's tools are still offered: {body:#}"
+    );
+    assert!(!tools.iter().any(|t| t == "structured_answer"), "{tools:?}");
+    assert_eq!(body.get("tool_choice"), None, "{body:#}");
+}
+
+/// Other models, and schemas Anthropic cannot take natively, keep the answer tool; the config
+/// file's `models.<id>.structured_outputs` adds a model.
+#[tokio::test(flavor = "multi_thread")]
+async fn other_models_and_open_schemas_keep_the_answer_tool_and_the_config_adds_models() {
+    let server = MockServer::start(
+        MockConfig::new().default_reply(Reply::tool_call("structured_answer", json!({"score": 2}))),
+    )
+    .await;
+    let mechanism = |t: Test| {
+        let out = t.args(["delegate", "--source", "score", "--json"]).run();
+        assert_eq!(
+            out.json()["structured"],
+            json!({"score": 2}),
+            "{}",
+            out.stderr
+        );
+        let body = server.requests().last().unwrap().body.clone();
+        let native = body.get("output_config").is_some();
+        let tool = server
+            .requests()
+            .last()
+            .unwrap()
+            .tool_names()
+            .iter()
+            .any(|t| t == "structured_answer");
+        assert_ne!(native, tool, "exactly one mechanism: {body:#}");
+        native
+    };
+    // a model without them
+    assert!(!mechanism(
+        anthropic(&server, "claude-3-5-haiku-latest").write("recipes/score.yaml", CLOSED_RECIPE)
+    ));
+    // a schema with an open object, on a model with them
+    assert!(!mechanism(
+        anthropic(&server, "claude-haiku-4-5").write("recipes/score.yaml", SCORE_RECIPE)
+    ));
+    // the config file adds a model
+    server.push_reply(Reply::text("{\"score\": 2}"));
+    assert!(mechanism(
+        anthropic(&server, "claude-next")
+            .write("recipes/score.yaml", CLOSED_RECIPE)
+            .write(
+                "summon.yaml",
+                "models:\n  claude-next: {structured_outputs: true}\n"
+            )
+    ));
+}
+
+/// A 400 refusing `output_config` sends the request again with the answer tool, and every later
+/// one; said once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_output_config_falls_back_to_the_answer_tool() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([Reply::status(
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"output_config.format.schema: this schema is not supported"}}"#,
+            )])
+            .default_reply(Reply::tool_call("structured_answer", json!({"score": 5}))),
+    )
+    .await;
+    let out = anthropic(&server, "claude-opus-4-6")
+        .write("recipes/score.yaml", CLOSED_RECIPE)
+        .args(["delegate", "--source", "score", "--json"])
+        .run();
+    assert_eq!(
+        out.json()["structured"],
+        json!({"score": 5}),
+        "{}",
+        out.stderr
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{}", out.stderr);
+    assert!(requests[0].body.get("output_config").is_some());
+    assert!(requests[1].body.get("output_config").is_none());
+    assert!(
+        requests[1]
+            .tool_names()
+            .iter()
+            .any(|t| t == "structured_answer")
+    );
+    assert_eq!(
+        out.stderr
+            .matches("refused the structured-output request")
+            .count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+/// `delegate --json` gives the bare value as `output` for a schema sent wrapped, and an
+/// answer that misses its schema with no turn left fails as a schema failure, in one request.
+#[tokio::test(flavor = "multi_thread")]
+async fn delegate_output_is_the_bare_value_and_a_last_turn_miss_is_a_schema_failure() {
+    let server = MockServer::start(
+        MockConfig::new().default_reply(Reply::text("{\"items\": [\"a\", \"b\"]}")),
+    )
+    .await;
+    let json = openai(&server)
+        .write(
+            "recipes/list.yaml",
+            "title: L\ndescription: d\ninstructions: List.\nresponse:\n  json_schema:\n    type: array\n    items: {type: string}\n",
+        )
+        .args(["delegate", "--source", "list", "--json"])
+        .run()
+        .json();
+    assert_eq!(json["output"], "[\"a\",\"b\"]", "{json:#}");
+    assert_eq!(json["structured"], json!(["a", "b"]));
+    let before = server.request_count();
+    let out = openai(&server)
+        .write(
+            "recipes/one.yaml",
+            "title: O\ndescription: d\ninstructions: Count.\nsettings: {max_turns: 1}\nresponse:\n  json_schema:\n    type: object\n    required: [n]\n    properties: {n: {type: integer}}\n",
+        )
+        .args(["delegate", "--source", "one", "--json"])
+        .code(2)
+        .run();
+    let json = out.json();
+    assert_eq!(server.request_count() - before, 1, "{}", out.stderr);
+    let error = json["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("the answer does not match the response schema")
+            && error.contains("(no turn left to correct it: max_turns is 1)"),
+        "{error}"
+    );
+}
+
+/// A fan-out's own `schema:` is in the dry run as in the run: its mechanism noted, its size in
+/// the overhead.
+#[test]
+fn the_dry_run_notes_a_fan_outs_inline_schema() {
+    let pipeline = "version: 1\nname: x\nsteps:\n  - id: rows\n    decompose: {items: [a, b]}\n  - id: each\n    fan_out:\n      over: rows\n      instructions: 'Label {{ item }}'\n      schema: {type: object, required: [label], properties: {label: {type: string}}}\n";
+    let out = Test::new()
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("SUMMON_MODEL", "m")
+        .write_raw("p.yaml", pipeline)
+        .args(["run", "p.yaml", "--dry-run"])
+        .run();
+    assert!(
+        out.stdout
+            .contains("note: structured answers: response_format json_schema"),
+        "{}",
+        out.stdout
+    );
+}

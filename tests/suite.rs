@@ -4,7 +4,7 @@
 //!
 //! Tests that need something from outside the project (zsh, fish, tmux, Chromium, Landlock,
 //! `../shared/corpus`, llama.cpp's `llama-server` and a model) are `#[ignore]`d with the reason, so a plain `cargo test` shows them
-//! as ignored rather than passing without having run; `cargo test -- --include-ignored` (what
+//! as ignored rather than passing without having run; `cargo test --test suite -- --ignored` (what
 //! CI runs, after `.ci/run` installs them) runs them and fails when the thing is missing.
 
 mod support;
@@ -18,6 +18,7 @@ mod corpus;
 mod crash;
 mod delegate;
 mod discovery;
+mod docs;
 mod doctor;
 mod error_messages;
 mod escapes;

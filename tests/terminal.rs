@@ -40,7 +40,8 @@ impl Pane {
         let command = format!(
             "cd {dir} && env -i PATH=\"$PATH\" HOME={dir} TERM=xterm-256color \
              OPENAI_BASE_URL={url} OPENAI_API_KEY=sk-test SUMMON_MODEL=mock-model \
-             {summon} run p.yaml --concurrency 4 > out.txt; echo $? > exit.txt; sleep 120",
+             {summon} run p.yaml --concurrency 4 > out.txt; echo $? > exit.tmp; \
+             stty -a > stty.txt; mv exit.tmp exit.txt; sleep 120",
             dir = dir.display(),
             url = server.url_openai(),
         );
@@ -118,7 +119,7 @@ fn project() -> Test {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs tmux; runs with --include-ignored"]
+#[ignore = "needs tmux (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 async fn bars_show_the_run_and_are_cleared_at_the_end() {
     require("tmux");
     let (_server, t, pane) = started("bars", 12).await;
@@ -169,7 +170,7 @@ async fn bars_show_the_run_and_are_cleared_at_the_end() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs tmux; runs with --include-ignored"]
+#[ignore = "needs tmux (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 async fn ctrl_c_leaves_one_display_not_two() {
     require("tmux");
     let (_server, t, pane) = started("ctrlc", 8).await;
@@ -191,12 +192,25 @@ async fn ctrl_c_leaves_one_display_not_two() {
         1,
         "{end}"
     );
-    // No frame drawn after the interrupt: bars appear at most once (the terminal's own `^C`
-    // echo can keep the line it was typed on), and each step's final line once.
-    assert!(end.matches("labels [").count() <= 1, "{end}");
+    // No bar is left on the screen (the terminal's `^C` echo is off while they are drawn, so
+    // it cannot shift them), and each step's final line is there once.
+    assert!(
+        !end.contains("labels ["),
+        "a bar was left on the screen:\n{end}"
+    );
     assert!(!end.contains("summary waiting"), "{end}");
     assert_eq!(end.matches("[summon] labels: ").count(), 1, "{end}");
     assert!(end.contains("--resume"), "{end}");
+    // ... and the echo is back when summon has ended
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("stty.txt"))
+            .unwrap()
+            .split_whitespace()
+            .filter(|flag| flag.ends_with("echoctl"))
+            .collect::<Vec<_>>(),
+        ["echoctl"],
+        "{end}"
+    );
 }
 
 /// The PID of the `summon run` started in `dir`.
@@ -219,7 +233,7 @@ fn run_pid(dir: &Path) -> Option<u32> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs tmux; runs with --include-ignored"]
+#[ignore = "needs tmux (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 async fn sigterm_stops_the_display_before_its_exit_line() {
     require("tmux");
     let (_server, t, pane) = started("term", 8).await;

@@ -21,5 +21,5 @@ pub(crate) use tool_ref::{BuiltinTool, ToolKind, ToolRef};
 
 /// The task of an agent run on its own (`delegate --source NAME` without `--instructions`,
 /// a pipeline task naming an agent without `instructions`): its role text is the work, as
-/// goose runs an agent with no instructions. Documented in the README.
+/// goose runs an agent with no instructions. Documented in docs/sources.md.
 pub(crate) const AGENT_ALONE_TASK: &str = "Do the work your role above describes, in the working directory, and report what you did and what you found.";

@@ -273,6 +273,53 @@ fn write_pages(cmd: &clap::Command, dir: &Path, written: &mut Vec<PathBuf>) -> s
 mod tests {
     use super::*;
 
+    /// docs/cli.md: every visible command's `--help`, depth first, for readers on the web.
+    fn cli_reference() -> String {
+        fn add(cmd: &mut clap::Command, path: &str, out: &mut String) {
+            let help = cmd.render_long_help().to_string();
+            let help: Vec<&str> = help.trim_end().lines().map(str::trim_end).collect();
+            out.push_str(&format!(
+                "## `{path}`\n\n```text\n{}\n```\n\n",
+                help.join("\n")
+            ));
+            let names: Vec<String> = cmd
+                .get_subcommands()
+                .filter(|c| !c.is_hide_set())
+                .map(|c| c.get_name().to_owned())
+                .collect();
+            for name in names {
+                if let Some(sub) = cmd.find_subcommand_mut(&name) {
+                    add(sub, &format!("{path} {name}"), out);
+                }
+            }
+        }
+        let mut cmd = Cli::command().disable_help_subcommand(true).term_width(100);
+        cmd.build();
+        let mut out = String::from(
+            "# Command-line reference\n\nEvery command's `--help`, generated from the program itself \
+         (`SUMMON_WRITE_DOCS=1 cargo test --lib cli_reference` writes this file again; a test \
+         keeps it current). What the commands are for: [commands.md](commands.md).\n\n",
+        );
+        add(&mut cmd, "summon", &mut out);
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+        out
+    }
+
+    #[test]
+    fn cli_reference_is_current() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md");
+        let wanted = cli_reference();
+        if std::env::var_os("SUMMON_WRITE_DOCS").is_some() {
+            std::fs::write(&path, &wanted).unwrap();
+        }
+        let found = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            found == wanted,
+            "docs/cli.md is not the commands' --help: run SUMMON_WRITE_DOCS=1 cargo test --lib cli_reference"
+        );
+    }
+
     #[test]
     fn shells_by_name_and_path() {
         assert_eq!(Shell::from_name("bash"), Some(Shell::Bash));

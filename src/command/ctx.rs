@@ -1,6 +1,7 @@
 //! What every command needs: the environment, output streams and the catalog.
 
 use std::io::{IsTerminal, Write as _};
+use std::path::PathBuf;
 
 use crate::color::{ColorChoice, Palette};
 use crate::diag::{self, Diagnostic};
@@ -31,6 +32,26 @@ impl Ctx {
     /// Discovers every source; the catalog is read once per command and not re-read.
     pub(crate) fn catalog(&self) -> Catalog {
         discover(search_dirs(&self.env))
+    }
+
+    /// Makes the project folder ([`crate::store::project_root`]) this command's working
+    /// directory, so a pipeline's relative paths, its sources and its store are the same from
+    /// every subfolder; says so on stderr when that is not where summon was started. Returns
+    /// where it was started: the command line's own paths are relative to that.
+    pub(crate) fn enter_project(&mut self) -> PathBuf {
+        let started = self.env.cwd.clone();
+        let home = self.env.home();
+        let (root, marker) = crate::store::project_root(&started, home.as_deref());
+        if root != started {
+            let marker = marker.unwrap_or_default();
+            let kind = if root.join(marker).is_dir() { "/" } else { "" };
+            self.note(&format!(
+                "working in the project folder {} (it holds {marker}{kind}): a pipeline's paths are relative to it",
+                root.display()
+            ));
+            self.env.cwd = root;
+        }
+        started
     }
 
     /// Prints diagnostics on stderr.

@@ -188,6 +188,7 @@ fn progress_line(label: &str, palette: crate::color::Palette, event: SubagentEve
             );
         }
         SubagentEvent::Turn { .. }
+        | SubagentEvent::StartupWait { .. }
         | SubagentEvent::Text { .. }
         | SubagentEvent::Tokens { .. }
         | SubagentEvent::Framing { .. } => {}

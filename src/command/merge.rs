@@ -24,8 +24,24 @@ use crate::recipe::params::Origin;
 use crate::recipe::{ParamInput, bind_params};
 
 pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
-    let pipeline = super::run::load_pipeline(&args.pipeline, ctx)?;
     let shown = args.pipeline.display().to_string();
+    let started = ctx.enter_project();
+    let mut args = args.clone();
+    if started != ctx.env.cwd {
+        // The command line's paths are read from where summon was started.
+        args.pipeline = started.join(&args.pipeline);
+        for dir in &mut args.dirs {
+            *dir = started.join(&*dir);
+        }
+        for path in [&mut args.out, &mut args.junit, &mut args.params.params_file]
+            .into_iter()
+            .flatten()
+        {
+            *path = started.join(&*path);
+        }
+    }
+    let args = &args;
+    let pipeline = super::run::load_pipeline(&args.pipeline, ctx)?;
     if let Some(out) = &args.out {
         let out_dir = ctx.env.cwd.join(out);
         for dir in &args.dirs {

@@ -30,8 +30,14 @@ use crate::recipe::{ParamInput, bind_params};
 use crate::source::read_source_text;
 
 pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
-    let pipeline = load_pipeline(&args.pipeline, ctx)?;
     let shown = args.pipeline.display().to_string();
+    let started = ctx.enter_project();
+    let args = &if started == ctx.env.cwd {
+        args.clone()
+    } else {
+        from_started(args, &started)
+    };
+    let pipeline = load_pipeline(&args.pipeline, ctx)?;
     // `--resume` continues with what the run was started with.
     let earlier = match &args.resume {
         Some(id) => resumed_setup(&pipeline, args, id, &shown, ctx)?,
@@ -421,10 +427,36 @@ pub(super) fn print_outcome(
     Ok(!failed.is_empty())
 }
 
+/// The command line's paths read from where summon was started (`started`), before the
+/// project folder became the working directory.
+fn from_started(args: &RunArgs, started: &std::path::Path) -> RunArgs {
+    let mut args = args.clone();
+    args.pipeline = started.join(&args.pipeline);
+    for path in [
+        &mut args.out,
+        &mut args.junit,
+        &mut args.items_from,
+        &mut args.params.params_file,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        *path = started.join(&*path);
+    }
+    args
+}
+
 pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pipeline> {
     let path = ctx.env.cwd.join(pipeline);
-    let text = read_source_text(&path)
-        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message).in_file(&path)))?;
+    let text = read_source_text(&path).map_err(|message| {
+        let mut found = crate::diag::Diagnostic::error(message).in_file(&path);
+        if !path.exists()
+            && let Some(close) = close_files(&path, &ctx.env.cwd)
+        {
+            found = found.with_hint(close);
+        }
+        Error::from(found)
+    })?;
     if let Some(hint) = not_a_pipeline(&path, &text) {
         return Err(Error::from(
             crate::diag::Diagnostic::error(hint).in_file(&path),
@@ -439,6 +471,28 @@ pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pip
         Some(pipeline) if errors.is_empty() => Ok(pipeline),
         _ => Err(Error::Input(Diagnostics { items: errors })),
     }
+}
+
+/// "did you mean" for a pipeline file that is not there: the close names of its folder's
+/// YAML files, or the pipelines of the project's `pipelines/` when its folder is missing.
+fn close_files(path: &std::path::Path, cwd: &std::path::Path) -> Option<String> {
+    let dir = path.parent()?;
+    let wanted = path.file_name()?.to_str()?;
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
+        .collect();
+    let close = crate::diag::suggestions(wanted, names.iter().map(String::as_str));
+    if close.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = close
+        .iter()
+        .map(|name| crate::diag::render::display_path(&dir.join(name), cwd))
+        .collect();
+    Some(format!("did you mean {}?", shown.join(", ")))
 }
 
 /// What a file given to `summon run` is when it is a recipe or an agent rather than a

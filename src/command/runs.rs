@@ -63,8 +63,30 @@ fn list(args: &RunsArgs, ctx: &mut Ctx) -> Result<()> {
         return Ok(());
     }
     if runs.is_empty() {
-        ctx.out
-            .line("No runs recorded here. Start one with `summon run PIPELINE.yaml`.")?;
+        let all = match (&pipeline, status) {
+            (None, None) => 0,
+            _ => match existing_store(ctx)? {
+                Some(store) => store.list_runs(None, None)?.len(),
+                None => 0,
+            },
+        };
+        if all == 0 {
+            ctx.out
+                .line("No runs recorded here. Start one with `summon run PIPELINE.yaml`.")?;
+        } else {
+            let mut asked = Vec::new();
+            if let Some(path) = &args.pipeline {
+                asked.push(format!("--pipeline {}", path.display()));
+            }
+            if let Some(status) = &args.status {
+                asked.push(format!("--status {status}"));
+            }
+            ctx.out.line(&format!(
+                "No run matches {}; `summon runs` lists all {}.",
+                asked.join(" "),
+                crate::plural::count(all as u64, "run")
+            ))?;
+        }
         return Ok(());
     }
     let mut text = format!(
@@ -124,8 +146,17 @@ fn show(run_id: &str, json: bool, ctx: &mut Ctx) -> Result<()> {
     }
     match &listing.report {
         Some(report) => {
-            text.push_str(&serde_json::to_string_pretty(report).unwrap_or_default());
+            if let Some(out) = &run.out_dir {
+                let page = std::path::Path::new(out).join("report.html");
+                if ctx.env.cwd.join(&page).is_file() {
+                    text.push_str(&format!(
+                        "Report: {} (`--json` prints report.json)\n",
+                        shown_path(&page.display().to_string(), ctx)
+                    ));
+                }
+            }
             text.push('\n');
+            text.push_str(&report_table(report));
         }
         None => text.push_str(&format!(
             "No report yet: {} tasks completed, {} failed, {} tokens so far.\n",
@@ -136,6 +167,64 @@ fn show(run_id: &str, json: bool, ctx: &mut Ctx) -> Result<()> {
     }
     ctx.out.write(&text)?;
     Ok(())
+}
+
+/// A run's report as a person reads it: a row per step (status, tasks, tokens, cost), the
+/// total, the retries by cause and the count of warnings.
+fn report_table(report: &Value) -> String {
+    let status_of = |id: &str| {
+        report["pipeline"]["steps"]
+            .as_array()
+            .and_then(|steps| steps.iter().find(|s| s["id"] == id))
+            .and_then(|s| s["status"].as_str())
+            .unwrap_or("-")
+            .to_owned()
+    };
+    let row = |name: &str, status: &str, stats: &Value| {
+        let n = |key: &str| stats[key].as_u64().unwrap_or(0);
+        let cost = match (stats["cost_usd"].as_f64(), stats["priced"].as_bool()) {
+            (Some(cost), Some(true)) => fmt_cost(cost),
+            _ => "no price".to_owned(),
+        };
+        format!(
+            "{name:<20} {status:<10} {:>7} {:>9} {:>7} {:>8} {:>9}\n",
+            n("tasks"),
+            n("completed"),
+            n("failed"),
+            fmt_tokens(n("input_tokens") + n("output_tokens")),
+            cost
+        )
+    };
+    let mut text = format!(
+        "{:<20} {:<10} {:>7} {:>9} {:>7} {:>8} {:>9}\n",
+        "STEP", "STATUS", "TASKS", "COMPLETED", "FAILED", "TOKENS", "COST"
+    );
+    if let Some(steps) = report["steps"].as_object() {
+        for (id, stats) in steps {
+            text.push_str(&row(id, &status_of(id), stats));
+        }
+    }
+    text.push_str(&row("total", "", &report["total"]));
+    let retries: Vec<String> = report["retries_by_class"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(class, n)| {
+            n.as_u64()
+                .filter(|n| *n > 0)
+                .map(|n| format!("{n} {class}"))
+        })
+        .collect();
+    if !retries.is_empty() {
+        text.push_str(&format!("Retried requests: {}\n", retries.join(", ")));
+    }
+    if let Some(warnings) = report["warnings"].as_array().filter(|w| !w.is_empty()) {
+        text.push_str(&format!(
+            "{} about extensions and tools: `--json` lists them\n",
+            crate::plural::count(warnings.len() as u64, "warning")
+        ));
+    }
+    text
 }
 
 fn prune(

@@ -146,6 +146,12 @@ pub(crate) fn compile_pipeline(mut pipeline: Pipeline, inputs: &Inputs<'_>) -> C
         super::render::check_renders(&tenv, &pipeline, &known, inputs.params),
     ))
     .collect();
+    // A name no search folder has: where they are.
+    for finding in &mut findings {
+        if finding.check == Check::Source && finding.message.contains(" not found.") {
+            finding.hint = catalog.looked_in();
+        }
+    }
     let mut steps = Vec::with_capacity(pipeline.steps.len());
     for (index, step) in pipeline.steps.iter().enumerate() {
         let settings = StepSettings::layer(&inputs.flags, step, &pipeline.settings);

@@ -38,6 +38,9 @@
 //! cache: false                    # optional: no prompt caching (default: on)
 //! models:                         # per-model facts over the built-in ones
 //!   my-local-model: { context_window: 32000 }   # tokens of prompt and output per request
+//!   claude-sonnet-4-7: { structured_outputs: true } # Anthropic: answer in the schema natively
+//!                                 # (`output_config.format`); built in for Opus 4.5/4.6,
+//!                                 # Sonnet 4.5/4.6, Haiku 4.5; others get a forced answer tool
 //! store:                          # run history kept per pipeline (default: 20 runs, 7 days)
 //!   keep_runs: 20
 //!   keep_days: 7
@@ -228,6 +231,9 @@ pub(crate) struct Config {
     pub(crate) prices: IndexMap<String, Located<Price>>,
     /// `models.<id>.context_window`: context windows over the built-in ones, by model id.
     pub(crate) context_windows: IndexMap<String, u64>,
+    /// `models.<id>.structured_outputs`: whether Anthropic's native structured outputs are
+    /// used for the model, over the built-in list.
+    pub(crate) native_structured: IndexMap<String, bool>,
     /// Whether the project's own settings that send credentials may apply.
     pub(crate) trust: super::trust::Trust,
     /// `store.keep_runs`: the newest runs of each pipeline kept in the run history.
@@ -274,6 +280,7 @@ impl Config {
         self.providers.extend(over.providers);
         self.prices.extend(over.prices);
         self.context_windows.extend(over.context_windows);
+        self.native_structured.extend(over.native_structured);
         self.keep_runs = over.keep_runs.or(self.keep_runs);
         self.keep_days = over.keep_days.or(self.keep_days);
         self.sandbox = over.sandbox.or(self.sandbox);
@@ -333,6 +340,15 @@ impl Config {
             .get(model)
             .copied()
             .or_else(|| super::windows::built_in(model))
+    }
+
+    /// Whether an Anthropic model answers in a JSON schema natively (`output_config.format`):
+    /// the config file's word, else the built-in list.
+    pub(crate) fn native_structured(&self, model: &str) -> bool {
+        self.native_structured
+            .get(model)
+            .copied()
+            .unwrap_or_else(|| crate::provider::anthropic_native_structured(model))
     }
 
     /// The files that were found and read.
@@ -479,7 +495,8 @@ fn parse_inner(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Config {
         config.prices = read_prices(node, &mut d);
     }
     if let Some(node) = r.get("models") {
-        config.context_windows = super::windows::read_models(node, &mut d);
+        (config.context_windows, config.native_structured) =
+            super::windows::read_models(node, &mut d);
     }
     if let Some(node) = r.get("store") {
         read_store_settings(node, &mut config, &mut d);

@@ -31,8 +31,12 @@ pub(crate) fn built_in(model: &str) -> Option<u64> {
 }
 
 /// `models: { <id>: { context_window: N } }` of one config file.
-pub(crate) fn read_models(node: &Node, d: &mut FileDiags<'_>) -> IndexMap<String, u64> {
+pub(crate) fn read_models(
+    node: &Node,
+    d: &mut FileDiags<'_>,
+) -> (IndexMap<String, u64>, IndexMap<String, bool>) {
     let mut windows = IndexMap::new();
+    let mut native = IndexMap::new();
     let Some(entries) = node.as_map() else {
         d.error(
             node.pos,
@@ -41,7 +45,7 @@ pub(crate) fn read_models(node: &Node, d: &mut FileDiags<'_>) -> IndexMap<String
                 node.kind_name()
             ),
         );
-        return windows;
+        return (windows, native);
     };
     for (key, value) in entries {
         let Some(model) = key.as_str().map(str::trim).filter(|m| !m.is_empty()) else {
@@ -70,9 +74,20 @@ pub(crate) fn read_models(node: &Node, d: &mut FileDiags<'_>) -> IndexMap<String
                 ),
             }
         }
+        if let Some(node) = r.get("structured_outputs") {
+            match node.to_json().as_bool() {
+                Some(on) => {
+                    native.insert(model.to_owned(), on);
+                }
+                None => d.error(
+                    node.pos,
+                    format!("`{path}.structured_outputs` must be true or false"),
+                ),
+            }
+        }
         r.finish(d);
     }
-    windows
+    (windows, native)
 }
 
 #[cfg(test)]

@@ -129,7 +129,7 @@ pub(crate) fn run_worker(
     observer: &mut Observer<'_>,
 ) -> Result<Vec<Diagnostic>> {
     // The store its caller created or found; the worker runs in the caller's directory.
-    let store = Store::open_for(&env.cwd)?;
+    let store = Store::open_for(env)?;
     let project = store.project_dir().to_path_buf();
     let fail = |store: &Store, message: &str| {
         let _ = store.finish(
@@ -391,7 +391,7 @@ mod tests {
             instructions: Some("summarise notes.md".into()),
             ..DelegationRequest::default()
         };
-        let store = Store::open_for(&mock.env.cwd).unwrap();
+        let store = Store::open_for(&mock.env).unwrap();
         let task = store
             .create_task(
                 &request.description(),
@@ -429,7 +429,7 @@ mod tests {
             source: Some("nowhere".into()),
             ..DelegationRequest::default()
         };
-        let store = Store::open_for(&mock.env.cwd).unwrap();
+        let store = Store::open_for(&mock.env).unwrap();
         let json = serde_json::to_string(&request).unwrap();
         let id = store
             .create_task("nowhere", None, &json, 5, false)

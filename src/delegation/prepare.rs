@@ -180,6 +180,7 @@ pub(crate) async fn prepare_with(
     prepared.spec.context_window = request
         .context_window
         .or_else(|| config.context_window(&prepared.resolved.model));
+    prepared.spec.native_structured = config.native_structured(&prepared.resolved.model);
     Ok(prepared)
 }
 
@@ -272,6 +273,7 @@ impl Draft {
             stop: self.stop,
             allow_empty: self.allow_empty,
             context_window: None,
+            native_structured: false,
             response_schema: self.response_schema,
             schema_retries: SCHEMA_RETRIES,
             retry: self.retry,

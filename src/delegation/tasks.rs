@@ -48,7 +48,7 @@ impl TaskStore {
     /// Opens the project's store, creating it in the working directory when there is none
     /// above it.
     pub(crate) fn open(env: &Env) -> Result<Self> {
-        Self::refreshed(env, Store::open_for(&env.cwd)?)
+        Self::refreshed(env, Store::open_for(env)?)
     }
 
     /// [`TaskStore::open`] for readers: `None` when the project has no store, and none is

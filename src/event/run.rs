@@ -62,6 +62,12 @@ pub(crate) enum RunEvent {
         class: &'static str,
         wait: std::time::Duration,
     },
+    /// A task of `step` waits `wait` for its provider to start before its request is sent
+    /// again: not in flight meanwhile, and not a retry.
+    Waiting {
+        step: usize,
+        wait: std::time::Duration,
+    },
     /// A task finished (or was taken from an earlier run), with all it did. `level`: the
     /// reduction level it belongs to; `row`: its journal row number, `None` when the
     /// journal has it already (a resumed task).

@@ -67,6 +67,8 @@ struct Pending {
     provider: String,
     schema: Option<Value>,
     schema_asks: u32,
+    /// What was wrong with each answer that did not validate.
+    schema_errors: Vec<String>,
     schema_retries: u32,
     /// The valid answer was taken from a fenced block or the text around it.
     extracted: bool,
@@ -136,7 +138,7 @@ pub(super) async fn run_batch_tasks(
         ..
     } = tasks;
     let started = Instant::now();
-    let store = Store::open_for(&shared.env.cwd).map_err(|e| StepError::Store(e.to_string()))?;
+    let store = Store::open_for(&shared.env).map_err(|e| StepError::Store(e.to_string()))?;
     let mut run = BatchRun {
         store: std::sync::Mutex::new(store),
         shared,
@@ -491,6 +493,7 @@ impl BatchRun<'_> {
             provider,
             schema: prepared.spec.response_schema.clone(),
             schema_asks: 0,
+            schema_errors: Vec::new(),
             schema_retries: prepared.spec.schema_retries,
             extracted: false,
             output_limit: sent_limit,
@@ -975,6 +978,7 @@ impl BatchRun<'_> {
             }
             Err(errors) if task.schema_asks < task.schema_retries => {
                 task.schema_asks += 1;
+                task.schema_errors.push(errors.clone());
                 task.request.messages.push(Message::Assistant {
                     text: Some(answer),
                     tool_calls: Vec::new(),
@@ -986,12 +990,10 @@ impl BatchRun<'_> {
                 self.waiting.push(task);
             }
             Err(errors) => {
+                task.schema_errors.push(errors);
                 let error = Failure::new(
                     FailureClass::Schema,
-                    format!(
-                        "the answer does not match the response schema after {} correction(s):\n{errors}",
-                        task.schema_asks
-                    ),
+                    crate::subagent::schema_failure(&task.schema_errors, &answer),
                 );
                 self.finish(
                     task,

@@ -304,7 +304,7 @@ pub(crate) fn plan(
                             &config,
                             &fan_out.task,
                             &base,
-                            None,
+                            fan_out.task.schema.as_deref().cloned(),
                             Some(items),
                             plan,
                         )
@@ -600,6 +600,7 @@ impl Drafter<'_> {
                         schema,
                         resolved.endpoint.kind,
                         resolved.endpoint.structured_output,
+                        self.config.native_structured(&resolved.model),
                     )
                 ));
             }

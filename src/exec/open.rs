@@ -47,7 +47,7 @@ impl OpenRun {
         pipeline: &Pipeline,
         options: &RunOptions,
     ) -> Result<Self> {
-        let store = Store::open_for(&env.cwd)?;
+        let store = Store::open_for(env)?;
         let pipeline_path = pipeline
             .file
             .path()

@@ -31,6 +31,8 @@ enum Seen {
     StepFinished(usize, StepStatus, Option<String>),
     /// Just before a failed task's `Finished`: the class of its failure.
     Failed(u64, FailureClass),
+    /// A wait for a provider that is still starting.
+    Waiting(usize, Duration),
     Other,
 }
 
@@ -55,6 +57,7 @@ impl Consumer for Tap {
             RunEvent::StepTotal { step, total } => Seen::Total(*step, *total),
             RunEvent::TasksStarted { step, count } => Seen::Sent(*step, *count),
             RunEvent::Retry { step, class, wait } => Seen::Retry(*step, class, *wait),
+            RunEvent::Waiting { step, wait } => Seen::Waiting(*step, *wait),
             RunEvent::TaskFinished { done, row, .. } => Seen::Finished {
                 step: done.step,
                 index: done.index,
@@ -356,6 +359,37 @@ fn on_error_continue_runs_every_item_and_min_success_decides() {
     assert_eq!(summary.steps[1].1, StepStatus::Failed);
     assert_eq!(finished(&seen, 1).len(), 4, "continue still ran every item");
     assert_eq!(summary.steps[2].1, StepStatus::Skipped);
+}
+
+#[test]
+fn a_provider_still_starting_is_waited_for_as_waiting_not_as_retries() {
+    let loading = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let count = Arc::clone(&loading);
+    let engine = Engine::new(MockConfig::new().rule(move |_: &RecordedRequest| {
+        if count.fetch_add(1, Ordering::SeqCst) < 3 {
+            Reply::status(
+                503,
+                r#"{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}"#,
+            )
+        } else {
+            Reply::Echo
+        }
+    }));
+    let (summary, seen) = engine.run(&pipeline(&["a", "b"], ""), Some(1), None);
+    summary.unwrap();
+    let waits: Vec<usize> = seen
+        .iter()
+        .filter_map(|s| match s {
+            Seen::Waiting(step, wait) if !wait.is_zero() => Some(*step),
+            _ => None,
+        })
+        .collect();
+    // one event for each of the three refused requests, and none counted as a retry
+    assert_eq!(waits, [1, 1, 1], "{seen:?}");
+    assert!(
+        !seen.iter().any(|s| matches!(s, Seen::Retry(..))),
+        "{seen:?}"
+    );
 }
 
 #[test]

@@ -395,7 +395,25 @@ pub(crate) async fn run_task(
                 ),
             ));
         }
-        if ok || attempt >= step.retries || shared.kill.is_cancelled() {
+        // An answer that its corrections could not bring to the schema is not sent again
+        // from the start: the corrections were its retries.
+        let corrected_in_vain = !ok
+            && corrections > 0
+            && error
+                .as_ref()
+                .is_some_and(|e| e.class == FailureClass::Schema);
+        if corrected_in_vain
+            && attempt < step.retries
+            && let Some(error) = &mut error
+        {
+            let note = format!(
+                " (not retried: its {} were its retries)",
+                crate::plural::count(corrections, "correction")
+            );
+            let end = error.message.find('\n').unwrap_or(error.message.len());
+            error.message.insert_str(end, &note);
+        }
+        if ok || corrected_in_vain || attempt >= step.retries || shared.kill.is_cancelled() {
             return TaskDone {
                 step: step.index,
                 index,
@@ -516,6 +534,12 @@ async fn attempt_task(
             shared.events.emit(RunEvent::Retry {
                 step: step.index,
                 class,
+                wait: delay,
+            });
+        }
+        crate::subagent::SubagentEvent::StartupWait { delay } => {
+            shared.events.emit(RunEvent::Waiting {
+                step: step.index,
                 wait: delay,
             });
         }

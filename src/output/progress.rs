@@ -1,8 +1,9 @@
 //! The live display of a run, on stderr. [`resolve`] picks the mode:
 //!
 //! - [`DisplayMode::Bar`] on a terminal: one indicatif bar per step,
-//!   `notes [=====>    ] 120/400 16 in flight, 3 failed, 52.1k tokens, $0.21 · 41s, ETA 1m`,
-//!   (`, 2 waiting to retry (next in 1.5s)` while tasks wait out a provider's retry delay),
+//!   `notes [=====>    ] 120/400 41s, ETA 1m · 16 in flight, 3 failed, 52.1k tokens, $0.21` (the
+//!   counts cut to the terminal's width, never wrapped; `, 2 waiting to retry (next in 1.5s)` while tasks
+//!   wait out a provider's retry delay),
 //!   a spinner while the step's total is unknown, redrawn at most [`BAR_HZ`] times a second.
 //!   When the run ends (or is interrupted) the bars are cleared and each step's final line is
 //!   printed once.
@@ -251,6 +252,38 @@ impl Shared {
 pub(crate) struct Progress {
     shared: Arc<Shared>,
     ticker: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+    /// The terminal's settings before the bars turned its `^C` echo off.
+    echo: Mutex<Option<QuietInterrupt>>,
+}
+
+/// The terminal's `^C` echo (`ECHOCTL`), off while the bars are drawn: the terminal writes
+/// `^C` where the cursor is when Ctrl-C is typed, behind the bars' back, and the bars could not
+/// be cleared whole after it (a frozen bar above the last lines). Restored when the display
+/// stops.
+struct QuietInterrupt {
+    saved: nix::sys::termios::Termios,
+}
+
+impl QuietInterrupt {
+    /// Turns the echo off on stderr's terminal; `None` when stderr is not a terminal or the
+    /// echo is off already.
+    fn start() -> Option<Self> {
+        use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+        let stderr = io::stderr();
+        let saved = tcgetattr(&stderr).ok()?;
+        if !saved.local_flags.contains(LocalFlags::ECHOCTL) {
+            return None;
+        }
+        let mut quiet = saved.clone();
+        quiet.local_flags.remove(LocalFlags::ECHOCTL);
+        tcsetattr(&stderr, SetArg::TCSANOW, &quiet).ok()?;
+        Some(Self { saved })
+    }
+
+    fn restore(self) {
+        use nix::sys::termios::{SetArg, tcsetattr};
+        let _ = tcsetattr(io::stderr(), SetArg::TCSANOW, &self.saved);
+    }
 }
 
 impl crate::process::groups::Screen for Progress {
@@ -262,12 +295,16 @@ impl crate::process::groups::Screen for Progress {
 impl Progress {
     /// The display on stderr.
     pub(crate) fn new(mode: DisplayMode) -> Self {
-        Self::build(
+        let progress = Self::build(
             mode,
             ProgressDrawTarget::stderr_with_hz(BAR_HZ),
             Box::new(io::stderr()),
             LINES_INTERVAL,
-        )
+        );
+        if mode == DisplayMode::Bar {
+            *lock(&progress.echo) = QuietInterrupt::start();
+        }
+        progress
     }
 
     fn build(
@@ -304,6 +341,7 @@ impl Progress {
         Self {
             shared,
             ticker: Mutex::new(ticker),
+            echo: Mutex::new(None),
         }
     }
     pub(crate) fn mode(&self) -> DisplayMode {
@@ -442,6 +480,9 @@ impl Progress {
     /// a last line for every step that did not finish. Idempotent; dropping the display does
     /// it too.
     pub(crate) fn finish(&self) {
+        if let Some(echo) = lock(&self.echo).take() {
+            echo.restore();
+        }
         let Some((stop, handle)) = lock(&self.ticker).take() else {
             return;
         };
@@ -493,9 +534,9 @@ impl Progress {
 /// spinner and the count so far.
 fn bar_style(with_total: bool) -> ProgressStyle {
     style(if with_total {
-        "{prefix:.bold} [{bar:30}] {pos}/{len} {msg} · {elapsed}, ETA {eta}"
+        "{prefix:.bold} [{bar:30}] {pos}/{len} {elapsed}, ETA {eta} · {wide_msg}"
     } else {
-        "{spinner} {prefix:.bold} {pos} done, {msg} · {elapsed}"
+        "{spinner} {prefix:.bold} {pos} done, {elapsed} · {wide_msg}"
     })
 }
 

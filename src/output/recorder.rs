@@ -275,6 +275,9 @@ impl Consumer for Recorder {
                 *self.retries.entry(*class).or_default() += 1;
                 self.out.progress.retry(&self.out.step_ids[*step], *wait);
             }
+            RunEvent::Waiting { step, wait } => {
+                self.out.progress.retry(&self.out.step_ids[*step], *wait);
+            }
             RunEvent::TaskFinished { done, level, row } => self.record(done, *level, *row),
             RunEvent::Notice {
                 kind: Notice::Warning,

@@ -1,4 +1,4 @@
-//! Table `outputs` (README "Pipelines", outputs): one row per task of a fan_out step, in item
+//! Table `outputs` (docs/pipelines.md, outputs): one row per task of a fan_out step, in item
 //! order, as CSV (with a header, quoted by the `csv` crate) or JSONL (one object per row, its
 //! columns in order).
 //!

@@ -19,7 +19,10 @@ use serde_json::{Map, Value};
 /// The extensions [`open_file_items`] reads.
 const SUPPORTED: &str = ".csv, .jsonl, .ndjson, .json";
 
-/// How many trailing lines of a failed command's stderr go into the error.
+/// How many leading and trailing lines of a failed command's stderr go into the error: the
+/// first lines usually say what went wrong (`fatal: not a git repository`), the last ones
+/// where it stopped.
+const STDERR_HEAD_LINES: usize = 5;
 const STDERR_TAIL_LINES: usize = 10;
 
 /// Why a step's items could not be produced. Messages name the command, file or pattern, and
@@ -36,7 +39,7 @@ pub(crate) enum ItemError {
         command: String,
         /// "exited with code N" or "was killed by signal N".
         status: String,
-        /// The last lines of its stderr.
+        /// The first and the last lines of its stderr.
         stderr: String,
     },
     #[error("items command `{command}` timed out after {}", fmt_secs(*.timeout))]
@@ -85,8 +88,9 @@ pub(crate) const COMMAND_LIMIT: Duration = Duration::from_secs(600);
 pub(crate) enum StaticForm {
     /// One item per non-empty output line, run with `sh -c` in the working directory.
     Command,
-    /// Matching paths, sorted.
-    Glob,
+    /// Matching paths, sorted; with `gitignore`, paths that `.gitignore`, `.ignore` and
+    /// `.git/info/exclude` leave out are left out.
+    Glob { gitignore: bool },
     /// A CSV file with a header (one object per row) or JSONL (one value per line), streamed.
     File,
 }
@@ -112,7 +116,7 @@ pub(crate) fn expand_items(
 ) -> Result<Expanded, ItemError> {
     match form {
         StaticForm::Command => command_items(text, cwd, COMMAND_LIMIT).map(Expanded::Items),
-        StaticForm::Glob => glob_items(text, cwd).map(Expanded::Items),
+        StaticForm::Glob { gitignore } => glob_items(text, cwd, gitignore).map(Expanded::Items),
         StaticForm::File => {
             let path = cwd.join(text.trim());
             let reader = open_file_items(&path)?;
@@ -175,7 +179,7 @@ pub(crate) fn command_items(
     });
     let (err_tx, err_rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let _ = err_tx.send(read_tail(stderr, STDERR_TAIL_LINES));
+        let _ = err_tx.send(read_head_tail(stderr, STDERR_HEAD_LINES, STDERR_TAIL_LINES));
     });
 
     let timed_out = || {
@@ -273,9 +277,13 @@ fn read_item_lines(pipe: impl Read) -> Vec<Value> {
 
 /// The last `keep` non-empty lines of a stream, joined by newlines; memory stays bounded
 /// whatever the stream's length.
-fn read_tail(pipe: impl Read, keep: usize) -> String {
+/// The first `head` and the last `tail` lines of `pipe`, long lines cut, with a line saying
+/// how many were left out between them.
+fn read_head_tail(pipe: impl Read, head: usize, tail: usize) -> String {
     const MAX_LINE: usize = 500;
-    let mut tail: VecDeque<String> = VecDeque::with_capacity(keep + 1);
+    let mut first: Vec<String> = Vec::with_capacity(head);
+    let mut last: VecDeque<String> = VecDeque::with_capacity(tail + 1);
+    let mut left_out = 0usize;
     for_each_line(pipe, |mut text| {
         if text.len() > MAX_LINE {
             let mut cut = MAX_LINE;
@@ -285,12 +293,24 @@ fn read_tail(pipe: impl Read, keep: usize) -> String {
             text.truncate(cut);
             text.push('…');
         }
-        tail.push_back(text);
-        if tail.len() > keep {
-            tail.pop_front();
+        if first.len() < head {
+            first.push(text);
+            return;
+        }
+        last.push_back(text);
+        if last.len() > tail {
+            last.pop_front();
+            left_out += 1;
         }
     });
-    Vec::from(tail).join("\n")
+    if left_out > 0 {
+        first.push(format!(
+            "… {left_out} more line{} …",
+            crate::plural::s(left_out as u64)
+        ));
+    }
+    first.extend(last);
+    first.join("\n")
 }
 
 fn trim_eol(line: &[u8]) -> &[u8] {
@@ -527,10 +547,17 @@ impl Iterator for ItemReader {
 
 /// The files under `cwd` matching `pattern` (globset syntax: `*` and `?` stay within one path
 /// component, `**` crosses them, `{a,b}` and `[ab]` work), as `/`-separated paths relative to
-/// `cwd`, sorted. `.gitignore` is not applied (the pattern is explicit), but `.git` directories
-/// are skipped unless the pattern names `.git`. A pattern may not leave `cwd`: `..` components
+/// `cwd`, sorted. With `gitignore`, what `.gitignore` files (in the folders walked and above
+/// them), `.ignore` files and `.git/info/exclude` leave out is left out, inside a git
+/// repository or not; the user's global excludes are not read, so the items are the same on
+/// every machine. A pattern naming one file matches it even when it is ignored. `.git`
+/// directories are skipped unless the pattern names `.git`; other hidden files are kept. A pattern may not leave `cwd`: `..` components
 /// and absolute paths outside it are refused. Symbolic links to directories are not followed.
-pub(crate) fn glob_items(pattern: &str, cwd: &Path) -> Result<Vec<Value>, ItemError> {
+pub(crate) fn glob_items(
+    pattern: &str,
+    cwd: &Path,
+    gitignore: bool,
+) -> Result<Vec<Value>, ItemError> {
     let fail = |message: String| ItemError::Glob {
         pattern: pattern.to_owned(),
         message,
@@ -574,6 +601,11 @@ pub(crate) fn glob_items(pattern: &str, cwd: &Path) -> Result<Vec<Value>, ItemEr
     } else if root.is_dir() {
         let walker = ignore::WalkBuilder::new(&root)
             .standard_filters(false)
+            .git_ignore(gitignore)
+            .git_exclude(gitignore)
+            .ignore(gitignore)
+            .parents(gitignore)
+            .require_git(false)
             .follow_links(false)
             .max_depth(max_depth)
             .filter_entry(move |entry| include_git || entry.file_name() != ".git")
@@ -806,11 +838,28 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(error.contains("exited with code 3"), "{error}");
-        assert!(
-            error.contains("err30") && error.contains("err21"),
+        // the first lines (what went wrong) and the last (where it stopped), the rest counted
+        let stderr = error.split_once("stderr:\n").unwrap().1;
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(
+            lines[..5],
+            ["err1", "err2", "err3", "err4", "err5"],
             "{error}"
         );
-        assert!(!error.contains("err20\n"), "{error}");
+        assert_eq!(lines[5], "… 15 more lines …", "{error}");
+        assert_eq!(
+            lines[6..],
+            (21..=30).map(|i| format!("err{i}")).collect::<Vec<_>>()[..]
+        );
+        // short stderr is shown whole
+        let error = command_items(
+            "echo one >&2; echo two >&2; exit 1",
+            dir.path(),
+            Duration::from_secs(10),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.ends_with("stderr:\none\ntwo"), "{error}");
     }
 
     #[test]
@@ -859,7 +908,7 @@ mod tests {
         }
         write(root, ".gitignore", "*.md\n");
         let glob = |p: &str| -> Vec<String> {
-            glob_items(p, root)
+            glob_items(p, root, false)
                 .unwrap()
                 .into_iter()
                 .map(|v| v.as_str().unwrap().to_owned())
@@ -884,13 +933,63 @@ mod tests {
     }
 
     #[test]
+    fn glob_leaves_out_what_ignore_files_leave_out_unless_told_not_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for name in [
+            "README.md",
+            "docs/guide.md",
+            "docs/draft.md",
+            "docs/keep.md",
+            "node_modules/pkg/README.md",
+            "docs/node_modules/x/README.md",
+            "build/out.md",
+            "notes/private.md",
+            "notes/public.md",
+            "local.md",
+        ] {
+            write(root, name, "");
+        }
+        write(root, ".gitignore", "node_modules/\n/build\n");
+        write(root, "docs/.gitignore", "*.md\n!keep.md\n!guide.md\n");
+        write(root, "notes/.ignore", "private.md\n");
+        write(root, ".git/info/exclude", "local.md\n");
+        let glob = |p: &str, gitignore: bool| -> Vec<String> {
+            glob_items(p, root, gitignore)
+                .unwrap()
+                .into_iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            glob("**/*.md", true),
+            [
+                "README.md",
+                "docs/guide.md",
+                "docs/keep.md",
+                "notes/public.md"
+            ]
+        );
+        // the walk starts below `docs/`, and the root's `.gitignore` still applies there
+        assert_eq!(
+            glob("docs/**/*.md", true),
+            ["docs/guide.md", "docs/keep.md"]
+        );
+        // a file named outright is matched though ignored
+        assert_eq!(glob("build/out.md", true), ["build/out.md"]);
+        assert_eq!(glob("**/*.md", false).len(), 10);
+    }
+
+    #[test]
     fn glob_refuses_to_leave_the_working_directory() {
         let dir = tempfile::tempdir().unwrap();
         for pattern in ["../*", "docs/../../x", "/etc/*", "/**/*.md"] {
-            let error = glob_items(pattern, dir.path()).unwrap_err().to_string();
+            let error = glob_items(pattern, dir.path(), true)
+                .unwrap_err()
+                .to_string();
             assert!(error.contains("must stay inside"), "{pattern}: {error}");
         }
-        let error = glob_items("[", dir.path()).unwrap_err().to_string();
+        let error = glob_items("[", dir.path(), true).unwrap_err().to_string();
         assert!(error.starts_with("glob `[`:"), "{error}");
     }
 

@@ -1,4 +1,4 @@
-//! The pipeline format, version 1 (README "Pipelines"): a pipeline names steps; each step
+//! The pipeline format, version 1 (docs/pipelines.md): a pipeline names steps; each step
 //! delegates one or many subagent tasks. Strings that are rendered later are [`Template`]s
 //! that remember where they were written.
 
@@ -311,7 +311,7 @@ pub(crate) enum OutputBody {
     Table(Table),
 }
 
-/// A table `outputs` entry (README "Pipelines", outputs).
+/// A table `outputs` entry (docs/pipelines.md, outputs).
 #[derive(Debug, Clone)]
 pub(crate) struct Table {
     /// The fan_out step whose tasks are the rows, and where it was named.

@@ -1111,6 +1111,17 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
     });
     let file = template_field(&mut r, "file", d);
     let glob = template_field(&mut r, "glob", d);
+    let gitignore_path = r.child_path("gitignore");
+    let gitignore_key = r.get_entry("gitignore").map(|(k, _)| k.pos);
+    let gitignore = bool_field(&mut r, "gitignore", d);
+    if let Some(pos) = gitignore_key
+        && forms.first().is_some_and(|(f, _)| *f != "glob")
+    {
+        d.warning(
+            pos,
+            format!("`{gitignore_path}` only applies to `glob`; it is ignored"),
+        );
+    }
     let is_agent = forms
         .first()
         .is_some_and(|(f, _)| matches!(*f, "source" | "instructions"));
@@ -1140,7 +1151,14 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
         Some("command") => command.map_or(fallback, |t| Decompose::Static(StaticForm::Command, t)),
         Some("items") => items.map_or(fallback, Decompose::Items),
         Some("file") => file.map_or(fallback, |t| Decompose::Static(StaticForm::File, t)),
-        Some("glob") => glob.map_or(fallback, |t| Decompose::Static(StaticForm::Glob, t)),
+        Some("glob") => glob.map_or(fallback, |t| {
+            Decompose::Static(
+                StaticForm::Glob {
+                    gitignore: gitignore.unwrap_or(true),
+                },
+                t,
+            )
+        }),
         Some(_) => agent.map_or(fallback, Decompose::Agent),
         None => fallback,
     }
@@ -2033,7 +2051,7 @@ outputs:
             ]
         );
         assert!(
-            matches!(&p.steps[3].kind, StepKind::Decompose(Decompose::Static(StaticForm::Glob, g)) if g.text == "docs/**/*.md")
+            matches!(&p.steps[3].kind, StepKind::Decompose(Decompose::Static(StaticForm::Glob { gitignore: true }, g)) if g.text == "docs/**/*.md")
         );
         assert_eq!(p.steps[3].needs.len(), 2);
         assert!(

@@ -24,6 +24,12 @@ pub(crate) const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// model often writes `"\n\n"` beside a tool call). An assistant turn left with no content is
 /// left out whole, and the user turns around it merge into one.
 pub(crate) fn request_body(req: &ChatRequest) -> Value {
+    request_body_as(req, true)
+}
+
+/// [`request_body`]; with `native` (the provider has not refused it), a structured answer the
+/// model and schema allow is asked as `output_config.format` instead of the answer tool.
+pub(crate) fn request_body_as(req: &ChatRequest, native: bool) -> Value {
     let mut messages: Vec<(&str, Vec<Value>)> = Vec::with_capacity(req.messages.len());
     for message in &req.messages {
         let (role, blocks) = match message {
@@ -96,13 +102,23 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
             })
         })
         .collect();
-    // The answer tool is always offered; forced, no other tool can be called.
-    if let Some(format) = &req.response_format {
-        let (tool, choice) = anthropic_answer_tool(format);
-        tools.push(tool);
-        if format.force {
-            body.insert("tool_choice".into(), choice);
+    match &req.response_format {
+        // Natively: the final text is the answer, and every tool stays callable.
+        Some(format) if native && format.anthropic_native() => {
+            body.insert(
+                "output_config".into(),
+                json!({"format": {"type": "json_schema", "schema": format.schema}}),
+            );
         }
+        // Else the answer tool is always offered; forced, no other tool can be called.
+        Some(format) => {
+            let (tool, choice) = anthropic_answer_tool(format);
+            tools.push(tool);
+            if format.force {
+                body.insert("tool_choice".into(), choice);
+            }
+        }
+        None => {}
     }
     if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));

@@ -150,6 +150,9 @@ pub(crate) struct Client {
     /// The provider refused `max_tokens` and asked for `max_completion_tokens` (OpenAI's
     /// reasoning models): every later request names the limit so.
     completion_tokens: Arc<std::sync::atomic::AtomicBool>,
+    /// Anthropic refused `output_config` once: structured answers go through the answer tool
+    /// from then on.
+    native_refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl fmt::Debug for Client {
@@ -217,6 +220,7 @@ impl Client {
             answered: Arc::default(),
             startup_said: Arc::default(),
             completion_tokens: Arc::default(),
+            native_refused: Arc::default(),
         })
     }
 
@@ -244,10 +248,13 @@ impl Client {
     pub(crate) async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         loop {
             let level = self.format_level();
+            let native = !self
+                .native_refused
+                .load(std::sync::atomic::Ordering::Relaxed);
             let completion = self
                 .completion_tokens
                 .load(std::sync::atomic::Ordering::Relaxed);
-            match self.chat_as(req, level, completion).await {
+            match self.chat_as(req, level, completion, native).await {
                 Err(ProviderError::BadRequest {
                     status: 400,
                     message,
@@ -257,6 +264,29 @@ impl Client {
                     && refuses_response_format(&message) =>
                 {
                     self.step_down(level, &message);
+                }
+                // Anthropic refusing `output_config` (a model or schema it cannot take): the
+                // answer tool from now on.
+                Err(ProviderError::BadRequest {
+                    status: 400,
+                    message,
+                }) if self.endpoint.kind == ProviderKind::Anthropic
+                    && native
+                    && req
+                        .response_format
+                        .as_ref()
+                        .is_some_and(|f| f.anthropic_native())
+                    && (message.contains("output_config") || message.contains("schema")) =>
+                {
+                    let first = !self
+                        .native_refused
+                        .swap(true, std::sync::atomic::Ordering::Relaxed);
+                    if first && let Ok(mut notice) = self.notice.lock() {
+                        *notice = Some(format!(
+                            "provider `{}` refused the structured-output request ({message}); sending an answer tool from now on",
+                            self.endpoint.name
+                        ));
+                    }
                 }
                 Err(ProviderError::BadRequest {
                     status: 400,
@@ -319,11 +349,12 @@ impl Client {
         req: &ChatRequest,
         format: OpenAiFormat,
         completion: bool,
+        native: bool,
     ) -> Result<ChatResponse, ProviderError> {
         let body = match self.endpoint.kind {
             ProviderKind::OpenAi => openai::request_bytes_as(req, format, completion),
             ProviderKind::Anthropic => {
-                serde_json::to_vec(&anthropic::request_body(req)).unwrap_or_default()
+                serde_json::to_vec(&anthropic::request_body_as(req, native)).unwrap_or_default()
             }
         };
         let request = self

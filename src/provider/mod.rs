@@ -25,5 +25,6 @@ pub(crate) use message::ToolCall;
 pub(crate) use message::{ChatRequest, ChatResponse, Message, ToolOutput, ToolSpec, Usage};
 pub(crate) use retry::{RetryHook, RetryPolicy, retry_transient, send_with_retry};
 pub(crate) use structured::{
-    OpenAiFormat, ResponseFormat, mechanism as structured_mechanism, unwrap_answer,
+    OpenAiFormat, ResponseFormat, anthropic_native_structured, mechanism as structured_mechanism,
+    unwrap_answer,
 };

@@ -199,9 +199,16 @@ pub(crate) trait RetryHook {
     /// `attempt` counts retries from 1; `delay` is the wait before it.
     fn on_retry(&mut self, err: &ProviderError, attempt: u32, delay: Duration);
 
-    /// Told once per provider that it is still starting (`err`) and is waited for, at most
-    /// `budget`, apart from the retries.
-    fn on_startup_wait(&mut self, _err: &ProviderError, _budget: Duration) {}
+    /// Told before each wait of `delay` for a provider that is still starting (`err`), which
+    /// is waited for at most `budget`, apart from the retries; `first` once per provider.
+    fn on_startup_wait(
+        &mut self,
+        _err: &ProviderError,
+        _budget: Duration,
+        _delay: Duration,
+        _first: bool,
+    ) {
+    }
 
     /// Waits out `delay` before the next attempt.
     fn wait(&mut self, delay: Duration) -> impl Future<Output = ()> + Send {
@@ -262,9 +269,8 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
         };
         let starting = err.is_loading() || (err.is_connect() && !client.has_answered());
         if starting && let Some(delay) = backoff.next_startup_delay() {
-            if client.first_startup_wait() {
-                hook.on_startup_wait(&err, policy.startup_wait);
-            }
+            let first = client.first_startup_wait();
+            hook.on_startup_wait(&err, policy.startup_wait, delay, first);
             hook.wait(delay).await;
             continue;
         }

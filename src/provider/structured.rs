@@ -20,6 +20,10 @@ pub(crate) struct ResponseFormat {
     /// `schema` is the original schema wrapped in an object (its root is not an object).
     #[serde(default)]
     pub(crate) wrapped: bool,
+    /// Anthropic: the model answers in the schema natively (`output_config.format`) when the
+    /// schema meets its rules ([`anthropic_native_schema`]), instead of through the answer tool.
+    #[serde(default)]
+    pub(crate) native: bool,
 }
 
 impl ResponseFormat {
@@ -31,8 +35,101 @@ impl ResponseFormat {
             schema: wrap(schema),
             force,
             wrapped: wrapper_key(schema).is_some(),
+            native: false,
         })
     }
+
+    /// The same format, asked natively where the model supports it.
+    pub(crate) fn native(mut self, native: bool) -> Self {
+        self.native = native;
+        self
+    }
+
+    /// Whether it goes to Anthropic as `output_config.format`.
+    pub(crate) fn anthropic_native(&self) -> bool {
+        self.native && anthropic_native_schema(&self.schema)
+    }
+}
+
+/// The Claude models whose structured outputs are generally available (`output_config.format`
+/// with a JSON schema, combined with tools in one request): Opus 4.5 and 4.6, Sonnet 4.5 and
+/// 4.6, Haiku 4.5, by id with or without a date. The config file's `models.<id>.
+/// structured_outputs` decides for any other.
+pub(crate) fn anthropic_native_structured(model: &str) -> bool {
+    const GA: [&str; 5] = [
+        "claude-opus-4-5",
+        "claude-opus-4-6",
+        "claude-sonnet-4-5",
+        "claude-sonnet-4-6",
+        "claude-haiku-4-5",
+    ];
+    GA.iter().any(|id| {
+        model == *id
+            || model
+                .strip_prefix(id)
+                .is_some_and(|rest| rest.starts_with('-') || rest.starts_with('@'))
+    })
+}
+
+/// Keywords Anthropic's structured outputs refuse or do not enforce: numeric ranges, string
+/// and array lengths, and what a grammar cannot express.
+const ANTHROPIC_UNSUPPORTED: [&str; 20] = [
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+    "patternProperties",
+    "propertyNames",
+    "if",
+    "then",
+    "else",
+    "not",
+    "$ref",
+    "$defs",
+];
+
+/// Whether Anthropic can take `schema` natively: every object closed with
+/// `additionalProperties: false` and none of [`ANTHROPIC_UNSUPPORTED`] anywhere. Another schema
+/// goes through the answer tool, whose input is validated here in full.
+pub(crate) fn anthropic_native_schema(schema: &Value) -> bool {
+    fn ok(node: &Value) -> bool {
+        match node {
+            Value::Object(map) => {
+                if map
+                    .keys()
+                    .any(|k| ANTHROPIC_UNSUPPORTED.contains(&k.as_str()))
+                {
+                    return false;
+                }
+                let is_object = match map.get("type") {
+                    Some(Value::String(t)) => t == "object",
+                    Some(Value::Array(types)) => types.iter().any(|t| t == "object"),
+                    _ => map.contains_key("properties"),
+                };
+                if is_object && map.get("additionalProperties") != Some(&Value::Bool(false)) {
+                    return false;
+                }
+                map.iter().all(|(key, value)| match key.as_str() {
+                    // names, not schemas
+                    "required" | "enum" | "const" | "description" | "title" | "examples"
+                    | "default" => true,
+                    "properties" => value.as_object().is_none_or(|props| props.values().all(ok)),
+                    _ => ok(value),
+                })
+            }
+            Value::Array(items) => items.iter().all(ok),
+            _ => true,
+        }
+    }
+    ok(schema)
 }
 
 /// Whether `schema` has an object at its root (`type: object`, alone or among its types).
@@ -110,9 +207,23 @@ impl OpenAiFormat {
 
 /// How a structured answer with `schema` is asked of a provider of `kind` that is sent
 /// `level` first: what `summon run --dry-run` shows.
-pub(crate) fn mechanism(schema: &Value, kind: super::ProviderKind, level: OpenAiFormat) -> String {
+/// `native_model`: the model has Anthropic's structured outputs.
+pub(crate) fn mechanism(
+    schema: &Value,
+    kind: super::ProviderKind,
+    level: OpenAiFormat,
+    native_model: bool,
+) -> String {
     let sent = wrap(schema);
     let native = match (kind, level) {
+        (super::ProviderKind::Anthropic, _) if native_model && anthropic_native_schema(&sent) => {
+            "output_config.format json_schema (Anthropic's structured outputs)".to_owned()
+        }
+        (super::ProviderKind::Anthropic, _) if native_model => format!(
+            "a `{ANSWER_TOOL}` tool whose input is the answer (the schema does not meet \
+             structured outputs' rules: every object closed with additionalProperties: false, \
+             no lengths or ranges)"
+        ),
         (super::ProviderKind::Anthropic, _) => {
             format!("a `{ANSWER_TOOL}` tool whose input is the answer")
         }
@@ -321,13 +432,23 @@ mod tests {
         use super::super::ProviderKind;
         let array = json!({"type": "array", "items": {"type": "string"}});
         assert_eq!(
-            mechanism(&array, ProviderKind::OpenAi, OpenAiFormat::JsonSchema),
+            mechanism(
+                &array,
+                ProviderKind::OpenAi,
+                OpenAiFormat::JsonSchema,
+                false
+            ),
             "response_format json_schema (strict); the schema's root is not an object, so it \
              is wrapped as an object's `items` and the answer unwrapped"
         );
         assert!(
-            mechanism(&array, ProviderKind::OpenAi, OpenAiFormat::JsonObject)
-                .starts_with("the prompt and lenient extraction (json_object cannot")
+            mechanism(
+                &array,
+                ProviderKind::OpenAi,
+                OpenAiFormat::JsonObject,
+                false
+            )
+            .starts_with("the prompt and lenient extraction (json_object cannot")
         );
         let format = ResponseFormat::for_schema(&array, false).unwrap();
         assert_eq!(
@@ -336,8 +457,50 @@ mod tests {
         );
         let object = json!({"type": "object"});
         assert_eq!(
-            mechanism(&object, ProviderKind::OpenAi, OpenAiFormat::JsonObject),
+            mechanism(
+                &object,
+                ProviderKind::OpenAi,
+                OpenAiFormat::JsonObject,
+                false
+            ),
             "response_format json_object"
         );
+    }
+
+    #[test]
+    fn anthropic_structured_outputs_by_model_and_schema() {
+        for model in [
+            "claude-sonnet-4-5",
+            "claude-sonnet-4-5-20250929",
+            "claude-opus-4-6",
+            "claude-haiku-4-5@20251001",
+        ] {
+            assert!(anthropic_native_structured(model), "{model}");
+        }
+        for model in [
+            "claude-sonnet-4",
+            "claude-3-5-haiku-latest",
+            "claude-sonnet-4-50",
+        ] {
+            assert!(!anthropic_native_structured(model), "{model}");
+        }
+        let closed = json!({"type": "object", "additionalProperties": false,
+            "properties": {"tags": {"type": "array", "items": {"type": "object",
+                "additionalProperties": false, "properties": {"name": {"type": "string"}}}}},
+            "required": ["tags"]});
+        assert!(anthropic_native_schema(&closed));
+        let mut open = closed.clone();
+        open["properties"]["tags"]["items"]
+            .as_object_mut()
+            .unwrap()
+            .remove("additionalProperties");
+        assert!(!anthropic_native_schema(&open));
+        let mut ranged = closed.clone();
+        ranged["properties"]["tags"]["maxItems"] = json!(3);
+        assert!(!anthropic_native_schema(&ranged));
+        // a property named like a keyword is a name, not the keyword
+        let named = json!({"type": "object", "additionalProperties": false,
+            "properties": {"minimum": {"type": "number"}}});
+        assert!(anthropic_native_schema(&named));
     }
 }

@@ -80,6 +80,14 @@ fn decompose() -> Value {
             "glob",
             template("A glob pattern; each matching path is an item."),
         ),
+        (
+            "gitignore",
+            json!({
+                "description": "With `glob`: leave out what `.gitignore`, `.ignore` and `.git/info/exclude` leave out (the default); `false` matches every file.",
+                "type": "boolean",
+                "default": true
+            }),
+        ),
     ] {
         properties.insert(key.to_owned(), value);
     }

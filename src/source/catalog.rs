@@ -211,7 +211,7 @@ impl Catalog {
 
     fn not_found_message(&self, name: &str) -> Diagnostic {
         let close = self.suggest(name);
-        if close.is_empty() {
+        let found = if close.is_empty() {
             Diagnostic::error(format!(
                 "Source '{name}' not found. Use summon load to see available sources."
             ))
@@ -220,7 +220,38 @@ impl Catalog {
                 "Source '{name}' not found. Did you mean: {}?",
                 close.join(", ")
             ))
+        };
+        // With nothing close, where it looked says more than the name.
+        match self.looked_in() {
+            Some(looked) if close.is_empty() => found.with_hint(looked),
+            _ => found,
         }
+    }
+
+    /// Where discovery looked, for a name it did not find: the folders that exist, the
+    /// working directory's relative to it.
+    pub(crate) fn looked_in(&self) -> Option<String> {
+        let cwd = self.working_dir()?;
+        let shown: Vec<String> = self
+            .searched
+            .iter()
+            .filter(|d| d.path.is_dir())
+            .map(|d| match d.path.strip_prefix(cwd) {
+                Ok(rel) if rel.as_os_str().is_empty() => format!("{}/", cwd.display()),
+                Ok(rel) => format!("{}/", rel.display()),
+                Err(_) => format!("{}/", d.path.display()),
+            })
+            .collect();
+        let missing = self.searched.len() - shown.len();
+        Some(format!(
+            "looked in {}{}",
+            shown.join(", "),
+            if missing > 0 {
+                format!(" ({missing} other search folders do not exist)")
+            } else {
+                String::new()
+            }
+        ))
     }
 
     /// Why a file meant to define `name` gave no source: "`recipes/x.yaml` has errors: run

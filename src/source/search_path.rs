@@ -45,9 +45,11 @@ pub(crate) fn search_dirs(env: &Env) -> Vec<SearchDir> {
             dirs.push(SearchDir { path, kind, scope });
         }
     };
+    // The project's folders are found from any of its subfolders, as `summon run` finds them.
+    let (root, _) = crate::store::project_root(cwd, home.as_deref());
     add(Some(cwd.clone()), DirKind::WorkingDir, Scope::Local);
     for sub in ["recipes", ".goose/recipes", ".agents/recipes"] {
-        add(Some(cwd.join(sub)), DirKind::Recipes, Scope::Local);
+        add(Some(root.join(sub)), DirKind::Recipes, Scope::Local);
     }
     for dir in env
         .path_list("SUMMON_RECIPE_PATH")
@@ -72,17 +74,17 @@ pub(crate) fn search_dirs(env: &Env) -> Vec<SearchDir> {
         Scope::Global,
     );
     add(
-        Some(cwd.join(".goose/agents")),
+        Some(root.join(".goose/agents")),
         DirKind::Agents,
         Scope::Local,
     );
     add(
-        Some(cwd.join(".claude/agents")),
+        Some(root.join(".claude/agents")),
         DirKind::Agents,
         Scope::Local,
     );
     add(
-        Some(cwd.join(".agents/agents")),
+        Some(root.join(".agents/agents")),
         DirKind::ProjectRoles,
         Scope::Local,
     );

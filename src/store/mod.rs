@@ -139,11 +139,48 @@ pub(crate) fn find_project(cwd: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
+/// What makes a folder a project's root folder for [`project_root`].
+pub(crate) const PROJECT_MARKERS: [&str; 8] = [
+    DIR_NAME,
+    "summon.yaml",
+    ".git",
+    "pipelines",
+    "recipes",
+    ".goose",
+    ".agents",
+    ".claude/agents",
+];
+
+/// The project folder `summon run` and `summon merge` work in when started in `cwd`: `cwd` or
+/// its nearest parent holding one of [`PROJECT_MARKERS`] (`.summon/`, `summon.yaml`, `.git`, `pipelines/`,
+/// `recipes/`, `.goose/`, `.agents/`, `.claude/agents/`), found upward as git finds `.git`,
+/// and `cwd` itself when none does. The home folder is a project only when `cwd` is the home
+/// folder (its `.goose/` and `.claude/` are the user's global folders), and the search stops
+/// there. Returns the folder and the marker that made it one.
+pub(crate) fn project_root(cwd: &Path, home: Option<&Path>) -> (PathBuf, Option<&'static str>) {
+    for dir in cwd.ancestors() {
+        if home == Some(dir) && dir != cwd {
+            break;
+        }
+        if let Some(marker) = PROJECT_MARKERS
+            .into_iter()
+            .find(|m| dir.join(m).symlink_metadata().is_ok())
+        {
+            return (dir.to_path_buf(), Some(marker));
+        }
+    }
+    (cwd.to_path_buf(), None)
+}
+
 impl Store {
-    /// The store of the project `cwd` is in ([`find_project`]), created in `cwd` when there is
-    /// none: for commands that write (a background task, a pipeline run).
-    pub(crate) fn open_for(cwd: &Path) -> Result<Store, StoreError> {
-        Store::open(&find_project(cwd).unwrap_or_else(|| cwd.to_path_buf()))
+    /// The store of the project `env.cwd` is in ([`find_project`]), created in its project
+    /// folder ([`project_root`]) when there is none: for commands that write (a background
+    /// task, a pipeline run).
+    pub(crate) fn open_for(env: &crate::env::Env) -> Result<Store, StoreError> {
+        let cwd = &env.cwd;
+        Store::open(
+            &find_project(cwd).unwrap_or_else(|| project_root(cwd, env.home().as_deref()).0),
+        )
     }
 
     /// The store of the project `cwd` is in, or `None` when there is none: for commands that
@@ -367,8 +404,10 @@ mod tests {
             .unwrap()
             .expect("the store above");
         assert_eq!(found.project_dir(), tmp.path());
+        let mut env = crate::env::Env::default();
+        env.cwd = deep.clone();
         assert_eq!(
-            Store::open_for(&deep).unwrap().dir(),
+            Store::open_for(&env).unwrap().dir(),
             tmp.path().join(DIR_NAME)
         );
         assert!(!deep.join(DIR_NAME).exists());

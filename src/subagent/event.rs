@@ -15,6 +15,8 @@ pub(crate) enum SubagentEvent {
         /// [`crate::provider::ProviderError::retry_class`] of the failure.
         class: &'static str,
     },
+    /// The provider is still starting; the request is sent again after `delay` (not a retry).
+    StartupWait { delay: Duration },
     /// A tool call finished.
     ToolCall {
         name: String,

@@ -26,4 +26,4 @@ pub(crate) use redact::Redactor;
 pub(crate) use role::read_role_text;
 pub(crate) use run::{SubagentResult, SubagentSpec, SubagentStatus, run_subagent};
 pub(crate) use slot::Slot;
-pub(crate) use structured::check_answer;
+pub(crate) use structured::{check_answer, schema_failure};

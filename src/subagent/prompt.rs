@@ -14,7 +14,7 @@ it describes how to approach the task, but it never overrides these instructions
 permissions.";
 
 /// The standard prompt every task is sent, kept short: it is paid for on every request of
-/// every task (README states its size).
+/// every task (docs/providers.md states its size).
 const PREAMBLE: &str = "You are a subagent started by summon for one delegated task. Nobody will \
 answer questions, so ask none. Your final reply, as plain text, is all that is returned.";
 

@@ -97,6 +97,7 @@ impl Redactor {
             SubagentEvent::Text { text } => self.in_place(text),
             SubagentEvent::Warning { message } => self.in_place(message),
             SubagentEvent::Turn { .. }
+            | SubagentEvent::StartupWait { .. }
             | SubagentEvent::Tokens { .. }
             | SubagentEvent::Framing { .. } => {}
         }

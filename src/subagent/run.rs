@@ -36,6 +36,8 @@ pub(crate) struct SubagentSpec {
     /// The model's context window: a request estimated larger is not sent.
     pub(crate) context_window: Option<u64>,
     pub(crate) response_schema: Option<serde_json::Value>,
+    /// The model answers in the schema natively (Anthropic's `output_config.format`).
+    pub(crate) native_structured: bool,
     /// How many times a schema-invalid answer is sent back for correction.
     pub(crate) schema_retries: u32,
     pub(crate) retry: Option<RetryConfig>,
@@ -327,7 +329,17 @@ impl crate::provider::RetryHook for SlotHook<'_> {
         });
     }
 
-    fn on_startup_wait(&mut self, err: &ProviderError, budget: Duration) {
+    fn on_startup_wait(
+        &mut self,
+        err: &ProviderError,
+        budget: Duration,
+        delay: Duration,
+        first: bool,
+    ) {
+        (self.observer)(SubagentEvent::StartupWait { delay });
+        if !first {
+            return;
+        }
         let what = if err.is_loading() {
             "the provider is still loading its model (HTTP 503)".to_owned()
         } else {
@@ -415,7 +427,8 @@ async fn run_once(
         response_format: spec
             .response_schema
             .as_ref()
-            .and_then(|s| ResponseFormat::for_schema(s, tools.specs.is_empty())),
+            .and_then(|s| ResponseFormat::for_schema(s, tools.specs.is_empty()))
+            .map(|f| f.native(spec.native_structured)),
         cache: CacheHint::default(),
     };
     if !spec.cache.on || !prefix_is_cacheable(client.endpoint().kind, &request) {
@@ -425,6 +438,8 @@ async fn run_once(
     let output_limit = client.endpoint().kind.output_limit(request.max_tokens);
     let mut last_text = String::new();
     let mut schema_asks = 0;
+    // What was wrong with each answer that did not validate, for the failure.
+    let mut schema_errors: Vec<String> = Vec::new();
     let mut turns = 0;
     loop {
         if turns >= spec.max_turns {
@@ -523,22 +538,43 @@ async fn run_once(
             };
             match check_answer(validator, schema, &answer) {
                 Ok(checked) => {
+                    // A value asked wrapped is the bare value's JSON, as the result's data.
+                    let wrapped = request.response_format.as_ref().is_some_and(|f| f.wrapped);
                     return Outcome {
                         status: SubagentStatus::Completed,
-                        text: answer,
+                        text: if wrapped {
+                            checked.value.to_string()
+                        } else {
+                            answer
+                        },
                         structured: Some(checked.value),
                         extracted: checked.extracted,
                     };
                 }
                 Err(errors) => {
+                    schema_errors.push(errors.clone());
+                    if turns >= spec.max_turns && schema_asks < spec.schema_retries {
+                        // No turn left for a correction: the schema is what failed.
+                        let mut message =
+                            super::structured::schema_failure(&schema_errors, &answer);
+                        let end = message.find('\n').unwrap_or(message.len());
+                        message.insert_str(
+                            end,
+                            &format!(
+                                " (no turn left to correct it: max_turns is {})",
+                                spec.max_turns
+                            ),
+                        );
+                        return Outcome::plain(
+                            SubagentStatus::Failed(Failure::new(FailureClass::Schema, message)),
+                            answer,
+                        );
+                    }
                     if schema_asks >= spec.schema_retries {
                         return Outcome::plain(
                             SubagentStatus::Failed(Failure::new(
                                 FailureClass::Schema,
-                                format!(
-                                    "the answer does not match the response schema after {} correction(s):\n{errors}",
-                                    schema_asks
-                                ),
+                                super::structured::schema_failure(&schema_errors, &answer),
                             )),
                             answer,
                         );

@@ -38,6 +38,40 @@ pub(crate) fn check_answer(
     }
 }
 
+/// How much of the last answer a schema failure quotes.
+const QUOTED_ANSWER: usize = 300;
+
+/// The error of a task whose answers never matched the schema: the last answer quoted (cut),
+/// then what was wrong with each answer, the first one and every correction's, in order.
+pub(crate) fn schema_failure(errors_per_answer: &[String], last_answer: &str) -> String {
+    let corrections = errors_per_answer.len().saturating_sub(1);
+    let mut quoted = last_answer.trim().to_owned();
+    let left = quoted.len();
+    let quoted = if quoted.is_empty() {
+        "an empty answer".to_owned()
+    } else if crate::text::truncate_at_boundary(&mut quoted, QUOTED_ANSWER) {
+        format!(
+            "{} … ({} more bytes)",
+            serde_json::Value::String(quoted.clone()),
+            left - quoted.len()
+        )
+    } else {
+        serde_json::Value::String(quoted).to_string()
+    };
+    let mut message = format!(
+        "the answer does not match the response schema after {corrections} correction(s); the last answer: {quoted}"
+    );
+    for (index, errors) in errors_per_answer.iter().enumerate() {
+        let which = if index == 0 {
+            "answer".to_owned()
+        } else {
+            format!("correction {index}")
+        };
+        message.push_str(&format!("\n{which}: {}", errors.replace('\n', "; ")));
+    }
+    message
+}
+
 /// Up to 20 validation errors, each naming where in the value it is.
 fn schema_errors(validator: &jsonschema::Validator, value: &serde_json::Value) -> Vec<String> {
     validator

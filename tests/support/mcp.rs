@@ -1,5 +1,5 @@
 //! Helpers of the MCP tests: the third-party servers (installed once under
-//! `target/mcp-servers`, as `.ci/run` does), the scripted servers of tests/fixtures/mcp, what
+//! `mcp-servers/` of the target directory, as `.ci/run` does), the scripted servers of tests/fixtures/mcp, what
 //! the model was told about its tool calls, and whether a server process is still there.
 
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ pub(crate) const TIME_SERVER: &str = "mcp-server-time==2026.10.19";
 
 /// Where the third-party servers are installed (once, shared by every test and by CI).
 fn servers_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/mcp-servers")
+    super::target_dir().join("mcp-servers")
 }
 
 /// Runs `install` unless `ready` exists, one install at a time (`.ci/run` installs them

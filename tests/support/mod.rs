@@ -37,6 +37,14 @@ pub(crate) fn expected(text: &str) -> String {
     out
 }
 
+/// Cargo's target directory (`CARGO_TARGET_DIR` when set, else `target/` of the checkout):
+/// where the programs the tests install from registries are kept, never elsewhere in the
+/// checkout.
+pub(crate) fn target_dir() -> std::path::PathBuf {
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).to_path_buf()
+}
+
 /// The directory of real third-party files, when present next to the checkout.
 pub(crate) fn corpus_dir() -> Option<std::path::PathBuf> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
@@ -91,7 +99,7 @@ pub(crate) fn wait_for(limit: std::time::Duration, what: &str, mut cond: impl Fn
 
 /// Fails the test, saying what to install, unless `program --version` (tmux: `-V`) runs here. Tests that
 /// need a program from outside the project are `#[ignore]`d with the reason and call this
-/// first, so that asked for (`-- --include-ignored`) without it they fail instead of passing.
+/// first, so that asked for (`-- --ignored`) without it they fail instead of passing.
 pub(crate) fn require(program: &str) {
     let flag = if program == "tmux" { "-V" } else { "--version" };
     let runs = std::process::Command::new(program)

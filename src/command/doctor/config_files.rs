@@ -31,7 +31,7 @@ pub(super) fn check(loaded: &Loaded, env: &Env, checks: &mut Vec<Check>) {
         checks.push(Check::from_diagnostic(
             Section::Config,
             diagnostic,
-            "edit the file at that line; the README's \"Providers and models\" documents the format",
+            "edit the file at that line; docs/providers.md documents the format",
         ));
     }
 }

@@ -63,7 +63,7 @@ pub(super) fn check(
             let mut check = Check::from_diagnostic(
                 Section::Provider,
                 &diagnostic,
-                "see \"Providers and models\" in the README",
+                "see docs/providers.md, \"Providers and models\"",
             );
             if args.offline {
                 check

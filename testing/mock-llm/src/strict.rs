@@ -49,6 +49,14 @@ fn anthropic(body: &Value) -> Result<(), String> {
     if body.get("max_tokens").and_then(Value::as_u64).is_none() {
         return Err("max_tokens: Field required".into());
     }
+    if body.get("output_format").is_some() {
+        return Err(
+            "output_format: Extra inputs are not permitted (use output_config.format)".into(),
+        );
+    }
+    if let Some(config) = body.get("output_config") {
+        output_config(config)?;
+    }
     if let Some(Value::Array(blocks)) = body.get("system") {
         for (j, block) in blocks.iter().enumerate() {
             text_block(block, &format!("system.{j}"))?;
@@ -86,6 +94,40 @@ fn anthropic(body: &Value) -> Result<(), String> {
         if role == "assistant" && last && !open_calls.is_empty() {
             return Err(unanswered(i, &open_calls));
         }
+    }
+    Ok(())
+}
+
+/// Anthropic's structured outputs: `output_config.format` is `{"type": "json_schema",
+/// "schema": {...}}`, and every object of the schema is closed (`additionalProperties: false`),
+/// as the API requires.
+fn output_config(config: &Value) -> Result<(), String> {
+    let format = config
+        .get("format")
+        .ok_or("output_config.format: Field required")?;
+    if format.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return Err("output_config.format.type: Input should be 'json_schema'".into());
+    }
+    let schema = format
+        .get("schema")
+        .filter(|s| s.is_object())
+        .ok_or("output_config.format.schema: Input should be a valid dictionary")?;
+    fn closed(node: &Value) -> bool {
+        match node {
+            Value::Object(map) => {
+                let object = map.get("type").and_then(Value::as_str) == Some("object")
+                    || map.contains_key("properties");
+                (!object || map.get("additionalProperties") == Some(&Value::Bool(false)))
+                    && map
+                        .iter()
+                        .all(|(k, v)| k == "required" || k == "enum" || closed(v))
+            }
+            Value::Array(items) => items.iter().all(closed),
+            _ => true,
+        }
+    }
+    if !closed(schema) {
+        return Err("output_config.format.schema: For 'object' type, 'additionalProperties' must be explicitly set to false".into());
     }
     Ok(())
 }
