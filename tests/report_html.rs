@@ -88,12 +88,26 @@ steps:
     )
 }
 
-/// The data document a page embeds.
+/// The data a page embeds: its summary, with `tasks` gathered from its chunks.
 fn embedded(page: &str) -> Value {
-    let open = "<script type=\"application/json\" id=\"summon-data\">";
-    let start = page.find(open).expect("the data element") + open.len();
-    let end = start + page[start..].find("</script>").expect("its end");
-    serde_json::from_str(&page[start..end]).expect("the data is JSON")
+    let script = |from: usize| -> Value {
+        let start = from + page[from..].find('>').expect("the element") + 1;
+        let end = start + page[start..].find("</script>").expect("its end");
+        serde_json::from_str(&page[start..end]).expect("the data is JSON")
+    };
+    let mut data = script(page.find("id=\"summon-data\"").expect("the data element"));
+    let mut tasks = Vec::new();
+    for (at, _) in page.match_indices("<script type=\"application/json\" class=\"summon-tasks\">") {
+        tasks.extend(
+            script(at)
+                .as_array()
+                .expect("a chunk is an array")
+                .iter()
+                .cloned(),
+        );
+    }
+    data["tasks"] = Value::Array(tasks);
+    data
 }
 
 /// Runs the checks pipeline into `out`: every item runs (`on_error: continue`), three fail, and
