@@ -18,6 +18,10 @@ by tokio's millisecond timer, which would add 1-2 ms to every answer.
 
     benches/fanout.py                      # the three standard cases
     benches/fanout.py N C L_MS [N C L_MS]  # your own cases
+    benches/fanout.py --all ...            # every output on: --out (results.jsonl, report.json,
+                                           # report.html), --junit and a CSV table output
+
+SUMMON=path runs another summon binary; NO_BUILD=1 builds nothing (the release binaries are there).
 """
 import math, os, subprocess, sys, tempfile, time
 
@@ -26,11 +30,13 @@ CASES = [(2000, 64, 200), (10000, 256, 100), (100000, 256, 10)]
 
 
 def build():
-    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "summon-mock-llm", "-p", "summon"],
-                   cwd=ROOT, check=True)
+    if not os.environ.get("NO_BUILD"):
+        subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "summon-mock-llm", "-p", "summon"],
+                       cwd=ROOT, check=True)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     release = os.path.join(target, "release")
-    return tuple(os.path.join(release, name) for name in ("summon", "summon-mock-llm", "summon-load-floor"))
+    summon, mock, floor = (os.path.join(release, name) for name in ("summon", "summon-mock-llm", "summon-load-floor"))
+    return os.environ.get("SUMMON", summon), mock, floor
 
 
 def start_mock(mock, latency_ms):
@@ -47,7 +53,17 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_case(summon, mock, n, c, latency_ms):
+ALL_OUTPUTS = """outputs:
+  - path: out/rows.csv
+    rows: tasks
+    columns:
+      id: "{{ item.id }}"
+      text: "{{ item.text }}"
+      status: "{{ status }}"
+"""
+
+
+def run_case(summon, mock, n, c, latency_ms, all_outputs=False):
     with tempfile.TemporaryDirectory() as work:
         with open(os.path.join(work, "rows.csv"), "w") as f:
             f.write("id,text\n")
@@ -67,14 +83,17 @@ steps:
       extensions: []
     on_error: continue
 """)
+            if all_outputs:
+                f.write(ALL_OUTPUTS)
         server, port = start_mock(mock, latency_ms)
         try:
             env = dict(os.environ, OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1", OPENAI_API_KEY="sk-bench",
                        SUMMON_MODEL="bench", CI="1")
             errors = open(os.path.join(work, "stderr.txt"), "w+")
             start = time.perf_counter()
-            proc = subprocess.Popen([summon, "run", "fan.yaml", "--concurrency", str(c), "--out", "out", "--quiet"],
-                                    cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=errors)
+            extra = ["--junit", "junit.xml"] if all_outputs else []
+            proc = subprocess.Popen([summon, "run", "fan.yaml", "--concurrency", str(c), "--out", "out", "--quiet"]
+                                    + extra, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=errors)
             # The run's own resource use, not the mock server's.
             _, status, usage = os.wait4(proc.pid, 0)
             wall = time.perf_counter() - start
@@ -86,6 +105,10 @@ steps:
             lines = sum(1 for _ in open(os.path.join(work, "out", "results.jsonl")))
             if lines != n:
                 sys.exit(f"results.jsonl has {lines} lines, expected {n}")
+            if all_outputs:
+                for name in ("out/report.json", "out/report.html", "out/rows.csv", "junit.xml"):
+                    if not os.path.isfile(os.path.join(work, name)):
+                        sys.exit(f"no {name}")
         finally:
             server.terminate()
             server.wait()
@@ -116,14 +139,15 @@ def run_floor(floor, mock, n, c, latency_ms):
 
 
 def main():
-    args = [int(a) for a in sys.argv[1:]]
+    all_outputs = "--all" in sys.argv[1:]
+    args = [int(a) for a in sys.argv[1:] if a != "--all"]
     cases = [tuple(args[i:i + 3]) for i in range(0, len(args), 3)] if args else CASES
     summon, mock, floor = build()
     print("| N | C | L (ms) | wall (s) | ideal (s) | wall / ideal | CPU per task (ms) | peak RSS (MiB) "
           "| floor wall (s) | wall / floor | floor CPU per request (ms) | mock CPU per request (ms) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n, c, latency in cases:
-        wall, ideal, cpu_ms, rss, mock_ms = run_case(summon, mock, n, c, latency)
+        wall, ideal, cpu_ms, rss, mock_ms = run_case(summon, mock, n, c, latency, all_outputs)
         floor_wall, floor_cpu_ms = run_floor(floor, mock, n, c, latency)
         print(f"| {n} | {c} | {latency} | {wall:.2f} | {ideal:.2f} | {wall / ideal:.3f} | {cpu_ms:.3f} | {rss:.1f} "
               f"| {floor_wall:.2f} | {wall / floor_wall:.3f} | {floor_cpu_ms:.4f} | {mock_ms:.4f} |", flush=True)

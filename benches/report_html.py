@@ -4,7 +4,7 @@ summon writes them: an item object, a prompt, an output of a few hundred bytes, 
 failed, one in five with a tool call, one in fifty retried; report.json with its per-step
 numbers and step graph), builds the page with `summon report DIR`, and loads it in headless
 Chromium. Prints, per N: the sizes of results.jsonl and report.html and their ratio, the time
-`summon report` takes, the time from navigation to the first table page drawn (the page's own
+`summon report` takes and its peak RSS, the time from navigation to the first table page drawn (the page's own
 `performance.now()`, which it leaves in `data-render-ms`), and the wall time of a headless
 Chromium that loads the page and dumps its DOM, next to one that loads an empty page.
 
@@ -127,7 +127,10 @@ def main():
             dir = os.path.join(tmp, f"out{n}")
             write_run(dir, n)
             started = time.monotonic()
-            subprocess.run([summon, "report", dir], check=True, stdout=subprocess.DEVNULL)
+            proc = subprocess.Popen([summon, "report", dir], stdout=subprocess.DEVNULL)
+            _, status, usage = os.wait4(proc.pid, 0)
+            if os.waitstatus_to_exitcode(status) != 0:
+                sys.exit(f"N={n}: summon report failed")
             build = time.monotonic() - started
             results = os.path.getsize(os.path.join(dir, "results.jsonl"))
             page = os.path.getsize(os.path.join(dir, "report.html"))
@@ -136,12 +139,15 @@ def main():
             shown = re.search(r'id="task-count">(\d+)<', dom)
             if not rendered or not shown or int(shown.group(1)) != n + 1:
                 sys.exit(f"N={n}: the page did not render (count {shown and shown.group(1)})")
-            rows.append((n, results, page, build, int(rendered.group(1)) / 1000, wall))
+            held = re.search(r'This page holds (\d+) of the (\d+) tasks', dom)
+            if held:
+                print(f"N={n}: the page holds {held.group(1)} of {held.group(2)} tasks, and says so", flush=True)
+            rows.append((n, results, page, build, usage.ru_maxrss / 1024, int(rendered.group(1)) / 1000, wall))
     print(f"{'tasks':>8} {'results.jsonl':>14} {'report.html':>12} {'ratio':>6} {'summon report':>14} "
-          f"{'page drawn':>11} {'chromium load+dump':>19}")
-    for n, results, page, build, drawn, wall in rows:
+          f"{'its peak RSS':>13} {'page drawn':>11} {'chromium load+dump':>19}")
+    for n, results, page, build, rss, drawn, wall in rows:
         print(f"{n:>8} {results / 1e6:>11.1f} MB {page / 1e6:>9.1f} MB {page / results:>6.2f} {build:>12.2f} s "
-              f"{drawn:>9.2f} s {wall:>10.2f} s (empty page {baseline:.2f} s)")
+              f"{rss:>9.1f} MiB {drawn:>9.2f} s {wall:>10.2f} s (empty page {baseline:.2f} s)")
 
 
 if __name__ == "__main__":

@@ -88,12 +88,26 @@ steps:
     )
 }
 
-/// The data document a page embeds.
+/// The data a page embeds: its summary, with `tasks` gathered from its chunks.
 fn embedded(page: &str) -> Value {
-    let open = "<script type=\"application/json\" id=\"summon-data\">";
-    let start = page.find(open).expect("the data element") + open.len();
-    let end = start + page[start..].find("</script>").expect("its end");
-    serde_json::from_str(&page[start..end]).expect("the data is JSON")
+    let script = |from: usize| -> Value {
+        let start = from + page[from..].find('>').expect("the element") + 1;
+        let end = start + page[start..].find("</script>").expect("its end");
+        serde_json::from_str(&page[start..end]).expect("the data is JSON")
+    };
+    let mut data = script(page.find("id=\"summon-data\"").expect("the data element"));
+    let mut tasks = Vec::new();
+    for (at, _) in page.match_indices("<script type=\"application/json\" class=\"summon-tasks\">") {
+        tasks.extend(
+            script(at)
+                .as_array()
+                .expect("a chunk is an array")
+                .iter()
+                .cloned(),
+        );
+    }
+    data["tasks"] = Value::Array(tasks);
+    data
 }
 
 /// Runs the checks pipeline into `out`: every item runs (`on_error: continue`), three fail, and
@@ -472,4 +486,47 @@ async fn report_html_in_headless_chromium_counts_filters_and_shows_errors() {
     let bytes = std::fs::read(&png).expect("the screenshot");
     assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
     assert!(bytes.len() > 10_000, "not blank: {} bytes", bytes.len());
+}
+
+// A run of more than 100,000 tasks: the page holds its failed tasks, then the first completed
+// ones, to 100,000, and says so; the counts are the run's.
+#[test]
+#[ignore = "needs Chromium (apt-get install chromium); run with --include-ignored"]
+fn a_page_of_a_bigger_run_holds_the_failed_tasks_first_and_says_so() {
+    let t = Test::new();
+    let dir = t.path().join("big");
+    std::fs::create_dir_all(&dir).unwrap();
+    let total = 100_005u64;
+    let failed = |i: u64| i % 20_000 == 19_999;
+    let mut lines = String::new();
+    for i in 0..total {
+        let status = if failed(i) { "failed" } else { "completed" };
+        lines.push_str(&format!(
+            "{{\"step\":\"work\",\"index\":{i},\"item\":\"row {i}\",\"status\":\"{status}\",\"output\":\"ok\",\"error\":{}}}\n",
+            if failed(i) { "\"row is bad\"" } else { "null" }
+        ));
+    }
+    std::fs::write(dir.join("results.jsonl"), lines).unwrap();
+    let report =
+        serde_json::json!({"total": {"tasks": total, "completed": total - 5, "failed": 5}});
+    std::fs::write(dir.join("report.json"), report.to_string()).unwrap();
+    let built = t.command().args(["report", "big"]).output().unwrap();
+    assert!(built.status.success(), "{built:?}");
+
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    let data = embedded(&page);
+    assert_eq!(data["tasks_total"], total);
+    assert_eq!(data["tasks_held"], 100_000);
+    let url = format!("file://{}", dir.join("report.html").display());
+    let profile = tempfile::tempdir().unwrap();
+    let failed_rows = dom(profile.path(), &format!("{url}#status=failed"));
+    assert_eq!(row_statuses(&failed_rows), vec!["failed"; 5]);
+    assert_eq!(text_of(&failed_rows, "task-count"), total.to_string());
+    assert_eq!(text_of(&failed_rows, "failed-count"), "5");
+    assert!(
+        text_of(&failed_rows, "held")
+            .starts_with(&format!("This page holds 100000 of the {total} tasks")),
+        "{}",
+        text_of(&failed_rows, "held")
+    );
 }

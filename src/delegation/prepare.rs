@@ -111,6 +111,8 @@ pub(crate) struct Resolver {
         std::sync::Mutex<std::collections::HashMap<[Option<String>; 4], std::sync::Arc<Resolved>>>,
     /// The default working directory, checked once.
     workdir: std::sync::OnceLock<WorkDir>,
+    /// The environment of model-run commands, made once (it reads every provider preset).
+    command_env: std::sync::OnceLock<crate::sandbox::CommandEnv>,
 }
 
 impl Resolver {
@@ -173,7 +175,15 @@ pub(crate) async fn prepare_with(
         request.sandbox,
         (config.sandbox, config.network),
     ]));
-    draft.tools = draft.tools.with_command_env(config.command_env(env)?);
+    let command_env = match resolver.command_env.get() {
+        Some(made) => made.clone(),
+        None => {
+            let made = config.command_env(env)?;
+            let _ = resolver.command_env.set(made.clone());
+            made
+        }
+    };
+    draft.tools = draft.tools.with_command_env(command_env);
     let mut prepared = draft.into_prepared(resolved);
     let limit = &mut prepared.spec.max_output_tokens;
     *limit = limit.or(config.max_output_tokens);

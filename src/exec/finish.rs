@@ -82,7 +82,7 @@ impl Finish<'_> {
                 ),
             }
         }
-        if let (Some(junit), Some(path)) = (&sink.out.junit, self.junit) {
+        if let (Some(junit), Some(path)) = (&mut sink.out.junit, self.junit) {
             junit.write(&env.cwd.join(path))?;
         }
         let steps: Vec<(String, StepStatus, Option<String>)> = pipeline

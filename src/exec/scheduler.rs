@@ -133,7 +133,7 @@ pub(crate) fn run_pipeline(
         junit: options
             .junit
             .as_ref()
-            .map(|_| JunitWriter::new(pipeline.name.clone())),
+            .map(|_| JunitWriter::spilling(pipeline.name.clone(), store.dir())),
         progress: Arc::clone(&progress),
         tables: crate::output::Tables::new(&pipeline, store.dir())?,
         step_ids: step_ids.clone(),

@@ -17,16 +17,21 @@
 //! `<properties>` with `cache_read_tokens` and `cache_write_tokens` before its cases.
 //!
 //! A case is named `STEP: LABEL` (the caller's label for the item, cut at [`LABEL_MAX`]
-//! characters), or `STEP` alone for an empty label. Cases are listed in the order they were
-//! added; `time` is the task's duration in seconds, a suite's the sum of its tasks'.
+//! characters), or `STEP` alone for an empty label. Cases are listed in item order (a
+//! step's cases after a gap in its items, or recorded twice, last); `time` is the task's duration in seconds, a suite's the sum of its tasks'.
 //! Everything is escaped; characters XML 1.0 cannot carry (control characters other than tab
 //! and line breaks) become U+FFFD.
 //!
-//! [`JunitWriter`] keeps per case only a few numbers and the name (all names of a step share
-//! one buffer); only failures keep their error text (cut at [`ERROR_MAX`] bytes).
+//! [`JunitWriter`] renders each case's XML the moment its task is recorded (a failure's error
+//! text cut at [`ERROR_MAX`] bytes). A case that comes in item order goes straight to its
+//! step's spill (an unnamed file, with [`JunitWriter::spilling`]); one that finishes early
+//! waits in a small map for those before it, as a table's rows do, so memory does not grow with
+//! the number of cases. The file is written at the end: the counts, then each step's cases.
 
-use std::io::{self, Write};
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -47,21 +52,50 @@ enum Status {
     Skipped,
 }
 
-struct Case {
-    /// The task's item index: cases are written in item order, whatever order they ended in.
-    order: u64,
-    /// Range of the name in the suite's `names`.
-    name_start: u32,
-    name_len: u32,
-    time_ms: u32,
-    status: Status,
-    error: Option<Box<str>>,
+/// Where a step's cases go, in item order.
+enum Spill {
+    Memory(Vec<u8>),
+    File(BufWriter<File>),
 }
 
-#[derive(Default)]
+impl Spill {
+    fn append(&mut self, xml: &[u8]) -> io::Result<()> {
+        match self {
+            Self::Memory(bytes) => {
+                bytes.extend_from_slice(xml);
+                Ok(())
+            }
+            Self::File(file) => file.write_all(xml),
+        }
+    }
+
+    /// Copies everything appended so far to `out`.
+    fn copy_to(&mut self, out: &mut impl Write) -> io::Result<()> {
+        match self {
+            Self::Memory(bytes) => out.write_all(bytes),
+            Self::File(file) => {
+                file.flush()?;
+                let file = file.get_mut();
+                let end = file.stream_position()?;
+                file.seek(SeekFrom::Start(0))?;
+                io::copy(&mut Read::by_ref(file).take(end), out)?;
+                file.seek(SeekFrom::Start(end))?;
+                Ok(())
+            }
+        }
+    }
+}
+
 struct Suite {
-    names: String,
-    cases: Vec<Case>,
+    /// The cases so far, in item order.
+    spill: Spill,
+    /// The item index the spill waits for.
+    next: u64,
+    /// Cases that finished before some case ahead of them (and any recorded twice), by item
+    /// index and arrival.
+    early: BTreeMap<(u64, u64), Box<[u8]>>,
+    arrived: u64,
+    tests: u64,
     failures: u64,
     skipped: u64,
     time_ms: u64,
@@ -75,14 +109,31 @@ pub(crate) struct JunitWriter {
     /// The `<testsuites>` name: the pipeline's.
     name: String,
     suites: IndexMap<String, Suite>,
+    /// Where the steps' spill files go (`None`: in memory).
+    spill_dir: Option<PathBuf>,
+    /// The first error of a spill file, reported by [`JunitWriter::write`].
+    error: Option<io::Error>,
+    /// A case's XML, reused.
+    buffer: Vec<u8>,
 }
 
 impl JunitWriter {
-    /// An empty report named `name` (the pipeline's name).
+    /// An empty report named `name` (the pipeline's name), its cases held in memory.
     pub(crate) fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
             suites: IndexMap::new(),
+            spill_dir: None,
+            error: None,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// An empty report whose cases go to unnamed files in `spill_dir`.
+    pub(crate) fn spilling(name: impl Into<String>, spill_dir: &Path) -> Self {
+        Self {
+            spill_dir: Some(spill_dir.to_owned()),
+            ..Self::new(name)
         }
     }
 
@@ -102,10 +153,7 @@ impl JunitWriter {
 
     /// Counts a task's prompt cache reads and writes in its step's `<properties>`.
     pub(crate) fn add_cache(&mut self, step: &str, read: u64, write: u64) {
-        if !self.suites.contains_key(step) {
-            self.suites.insert(step.to_owned(), Suite::default());
-        }
-        let suite = &mut self.suites[step];
+        let suite = self.suite(step);
         suite.cache_read += read;
         suite.cache_write += write;
     }
@@ -114,6 +162,39 @@ impl JunitWriter {
     #[cfg(test)]
     pub(crate) fn add_skipped(&mut self, step: &str, index: u64, label: &str) {
         self.push(step, index, label, Status::Skipped, Duration::ZERO, None);
+    }
+
+    fn suite(&mut self, step: &str) -> &mut Suite {
+        if !self.suites.contains_key(step) {
+            let spill = match &self.spill_dir {
+                None => Spill::Memory(Vec::new()),
+                Some(dir) => {
+                    match std::fs::create_dir_all(dir).and_then(|()| tempfile::tempfile_in(dir)) {
+                        Ok(file) => Spill::File(BufWriter::with_capacity(64 * 1024, file)),
+                        Err(e) => {
+                            self.error.get_or_insert(e);
+                            Spill::Memory(Vec::new())
+                        }
+                    }
+                }
+            };
+            self.suites.insert(
+                step.to_owned(),
+                Suite {
+                    spill,
+                    next: 0,
+                    early: BTreeMap::new(),
+                    arrived: 0,
+                    tests: 0,
+                    failures: 0,
+                    skipped: 0,
+                    time_ms: 0,
+                    cache_read: 0,
+                    cache_write: 0,
+                },
+            );
+        }
+        &mut self.suites[step]
     }
 
     fn push(
@@ -125,47 +206,63 @@ impl JunitWriter {
         duration: Duration,
         error: Option<&str>,
     ) {
-        if !self.suites.contains_key(step) {
-            self.suites.insert(step.to_owned(), Suite::default());
-        }
-        let suite = &mut self.suites[step];
-        let start = suite.names.len();
-        push_name(&mut suite.names, step, label);
         let time_ms = u32::try_from(duration.as_millis()).unwrap_or(u32::MAX);
-        let error = match status {
-            Status::Failed => {
-                suite.failures += 1;
-                Some(cut(error.unwrap_or("failed"), ERROR_MAX).into())
-            }
-            Status::Skipped => {
-                suite.skipped += 1;
-                None
-            }
-            Status::Passed => None,
-        };
+        let mut xml = std::mem::take(&mut self.buffer);
+        xml.clear();
+        write_case(&mut xml, step, label, time_ms, status, error)
+            .expect("writing to memory does not fail");
+        let suite = self.suite(step);
+        suite.tests += 1;
+        match status {
+            Status::Failed => suite.failures += 1,
+            Status::Skipped => suite.skipped += 1,
+            Status::Passed => {}
+        }
         suite.time_ms += u64::from(time_ms);
-        suite.cases.push(Case {
-            order,
-            name_start: u32::try_from(start).unwrap_or(u32::MAX),
-            name_len: u32::try_from(suite.names.len() - start).unwrap_or(0),
-            time_ms,
-            status,
-            error,
-        });
+        suite.arrived += 1;
+        let mut result = Ok(());
+        if order == suite.next {
+            result = suite.spill.append(&xml);
+            suite.next += 1;
+            while let Some(entry) = suite.early.first_entry() {
+                if entry.key().0 != suite.next {
+                    break;
+                }
+                let xml = entry.remove();
+                if result.is_ok() {
+                    result = suite.spill.append(&xml);
+                }
+                suite.next += 1;
+            }
+        } else {
+            suite
+                .early
+                .insert((order, suite.arrived), xml.as_slice().into());
+        }
+        if let Err(e) = result {
+            self.error.get_or_insert(e);
+        }
+        self.buffer = xml;
     }
 
     /// Writes the XML to `path` (through a temporary file and a rename).
-    pub(crate) fn write(&self, path: &Path) -> io::Result<()> {
-        let mut bytes = Vec::new();
-        self.write_to(&mut bytes)?;
-        super::report::write_atomically(path, &bytes)
+    pub(crate) fn write(&mut self, path: &Path) -> io::Result<()> {
+        crate::safe_fs::refuse_link(path)?;
+        crate::safe_fs::Dest::at(path)?.write_with(|file| {
+            let mut out = BufWriter::with_capacity(64 * 1024, file);
+            self.write_to(&mut out)?;
+            out.flush()
+        })
     }
 
     /// Writes the XML document.
-    pub(crate) fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+    pub(crate) fn write_to(&mut self, out: &mut impl Write) -> io::Result<()> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
         let (mut tests, mut failures, mut skipped, mut time_ms) = (0u64, 0, 0, 0);
         for suite in self.suites.values() {
-            tests += suite.cases.len() as u64;
+            tests += suite.tests;
             failures += suite.failures;
             skipped += suite.skipped;
             time_ms += suite.time_ms;
@@ -186,13 +283,13 @@ impl JunitWriter {
             r#"" tests="{tests}" failures="{failures}" errors="0" skipped="{skipped}" time="{}">"#,
             secs(time_ms)
         )?;
-        for (id, suite) in &self.suites {
+        for (id, suite) in &mut self.suites {
             write!(out, r#"  <testsuite name=""#)?;
             escape(out, id, true)?;
             writeln!(
                 out,
                 r#"" tests="{}" failures="{}" errors="0" skipped="{}" time="{}">"#,
-                suite.cases.len(),
+                suite.tests,
                 suite.failures,
                 suite.skipped,
                 secs(suite.time_ms)
@@ -205,35 +302,48 @@ impl JunitWriter {
                     suite.cache_read, suite.cache_write
                 )?;
             }
-            let mut cases: Vec<&Case> = suite.cases.iter().collect();
-            cases.sort_by_key(|c| c.order);
-            for case in cases {
-                let start = case.name_start as usize;
-                let name = &suite.names[start..start + case.name_len as usize];
-                write!(out, r#"    <testcase name=""#)?;
-                escape(out, name, true)?;
-                write!(out, r#"" classname=""#)?;
-                escape(out, id, true)?;
-                write!(out, r#"" time="{}""#, secs(u64::from(case.time_ms)))?;
-                match (case.status, &case.error) {
-                    (Status::Failed, error) => {
-                        let error = error.as_deref().unwrap_or("failed");
-                        let first = error.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-                        write!(out, ">\n      <failure message=\"")?;
-                        escape(out, cut(first, 200), true)?;
-                        write!(out, "\" type=\"failure\">")?;
-                        escape(out, error, false)?;
-                        writeln!(out, "</failure>\n    </testcase>")?;
-                    }
-                    (Status::Skipped, _) => writeln!(out, "><skipped/></testcase>")?,
-                    (Status::Passed, _) => writeln!(out, "/>")?,
-                }
+            // The cases in item order, then those after a gap (or recorded twice) in theirs.
+            suite.spill.copy_to(out)?;
+            for xml in suite.early.values() {
+                out.write_all(xml)?;
             }
             writeln!(out, "  </testsuite>")?;
         }
         writeln!(out, "</testsuites>")?;
         out.flush()
     }
+}
+
+/// One `<testcase>`: `STEP: LABEL` (or `STEP`), its time, and a failure with its error.
+fn write_case(
+    out: &mut Vec<u8>,
+    step: &str,
+    label: &str,
+    time_ms: u32,
+    status: Status,
+    error: Option<&str>,
+) -> io::Result<()> {
+    let mut name = String::new();
+    push_name(&mut name, step, label);
+    write!(out, r#"    <testcase name=""#)?;
+    escape(out, &name, true)?;
+    write!(out, r#"" classname=""#)?;
+    escape(out, step, true)?;
+    write!(out, r#"" time="{}""#, secs(u64::from(time_ms)))?;
+    match status {
+        Status::Failed => {
+            let error = cut(error.unwrap_or("failed"), ERROR_MAX);
+            let first = error.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            write!(out, ">\n      <failure message=\"")?;
+            escape(out, cut(first, 200), true)?;
+            write!(out, "\" type=\"failure\">")?;
+            escape(out, error, false)?;
+            writeln!(out, "</failure>\n    </testcase>")?;
+        }
+        Status::Skipped => writeln!(out, "><skipped/></testcase>")?,
+        Status::Passed => writeln!(out, "/>")?,
+    }
+    Ok(())
 }
 
 fn secs(ms: u64) -> String {
@@ -389,7 +499,7 @@ mod tests {
         Ok(())
     }
 
-    fn render(junit: &JunitWriter) -> String {
+    fn render(junit: &mut JunitWriter) -> String {
         let mut out = Vec::new();
         junit.write_to(&mut out).unwrap();
         String::from_utf8(out).unwrap()
@@ -416,7 +526,7 @@ mod tests {
             Some(&format!("\n{nasty}\n]]> second line")),
         );
         junit.add_skipped("summary", 0, "");
-        let xml = render(&junit);
+        let xml = render(&mut junit);
         check_well_formed(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
         assert!(!xml.contains('\u{1}') && !xml.contains('\u{1b}'), "{xml}");
         assert!(xml.contains(
@@ -466,7 +576,7 @@ mod tests {
             Duration::from_secs(2),
             Some(&"x".repeat(10_000)),
         );
-        let xml = render(&junit);
+        let xml = render(&mut junit);
         check_well_formed(&xml).unwrap();
         assert!(xml.contains(r#"<testsuites name="summon" "#), "{xml}");
         let label = format!("s: {}…", "é".repeat(LABEL_MAX));
@@ -481,5 +591,42 @@ mod tests {
             std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
             1
         );
+    }
+
+    #[test]
+    fn spilled_cases_come_out_in_item_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut junit = JunitWriter::spilling("p", dir.path());
+        let ms = Duration::from_millis(1);
+        for index in [2, 0, 7, 1, 3] {
+            junit.add_case(
+                "s",
+                index,
+                &format!("i{index}"),
+                index != 3,
+                ms,
+                Some("bad"),
+            );
+        }
+        junit.add_case("t", 0, "t0", true, ms, None);
+        let xml = render(&mut junit);
+        check_well_formed(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
+        let names: Vec<&str> = xml
+            .split("<testcase name=\"")
+            .skip(1)
+            .map(|c| c.split('"').next().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["s: i0", "s: i1", "s: i2", "s: i3", "s: i7", "t: t0"]
+        );
+        assert!(
+            xml.contains(
+                r#"<testsuite name="s" tests="5" failures="1" errors="0" skipped="0" time="0.005">"#
+            ),
+            "{xml}"
+        );
+        // Written again, the same document: the spill is read, not used up.
+        assert_eq!(render(&mut junit), xml);
     }
 }

@@ -482,6 +482,7 @@ impl Store {
             return Err(self.invalid(format!("no run {run_id} to journal")));
         }
         let conn = connect(&self.db_path)?;
+        tune_writer(&conn).map_err(|e| self.invalid(format!("cannot tune the journal: {e}")))?;
         let shared = Arc::new(Shared::default());
         let (sender, receiver) = mpsc::channel();
         let worker = Worker {
@@ -503,6 +504,16 @@ impl Store {
             db_path: self.db_path.clone(),
         })
     }
+}
+
+/// The writer's connection: a page cache that holds the outputs' hash indexes of a big run
+/// (their keys are random, so every row touches a page of each) and a checkpoint every 16 MiB
+/// of WAL rather than 4 MiB (a page written by many commits is copied to the database once).
+fn tune_writer(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "PRAGMA cache_size=-8192;
+         PRAGMA wal_autocheckpoint=4096;",
+    )
 }
 
 enum Msg {
