@@ -155,6 +155,11 @@ pub(crate) struct RunArgs {
     /// price, results within 24 h), as `backend: batch` does for one step.
     #[arg(long)]
     pub(crate) batch: bool,
+    /// A spend cap in US dollars: no task starts that could cross it (over the pipeline's
+    /// `settings.max_cost` and the config file's `max_cost`); at the cap the run ends
+    /// "budget reached" (exit 3), resumable with a higher cap.
+    #[arg(long, value_name = "USD", value_parser = usd)]
+    pub(crate) max_cost: Option<f64>,
     /// No progress display.
     #[arg(long, short)]
     pub(crate) quiet: bool,
@@ -193,6 +198,9 @@ pub(crate) struct MergeArgs {
     /// Write a JUnit XML report (one test case per task of every shard and of the merge).
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<PathBuf>,
+    /// A spend cap in US dollars for the remaining steps (exit 3 when reached).
+    #[arg(long, value_name = "USD", value_parser = usd)]
+    pub(crate) max_cost: Option<f64>,
     /// No progress display.
     #[arg(long, short)]
     pub(crate) quiet: bool,
@@ -479,6 +487,10 @@ pub(crate) struct DoctorArgs {
     /// Send no request: skip the check that the provider answers.
     #[arg(long)]
     pub(crate) offline: bool,
+    /// Print the price table (built-in, dated, with its sources, under the config file's
+    /// `prices:`) and check nothing.
+    #[arg(long)]
+    pub(crate) prices: bool,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -539,6 +551,14 @@ fn non_empty_stop(text: &str) -> Result<String, String> {
         Err("a stop sequence cannot be empty".to_owned())
     } else {
         Ok(text.to_owned())
+    }
+}
+
+/// A number of US dollars above 0 (`--max-cost`).
+fn usd(text: &str) -> Result<f64, String> {
+    match text.trim().trim_start_matches('$').parse::<f64>() {
+        Ok(n) if n > 0.0 && n.is_finite() => Ok(n),
+        _ => Err(format!("`{text}` is not a number of US dollars above 0")),
     }
 }
 

@@ -97,7 +97,11 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         .and_then(|out| plan.closing_note(out, &shown));
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
-    preflight(&compiled, &config, &ctx.env)?;
+    let cap = args
+        .max_cost
+        .or(compiled.pipeline.settings.max_cost)
+        .or(config.max_cost);
+    preflight(&compiled, &config, &ctx.env, cap)?;
     let pipeline = compiled.pipeline;
     let display = resolve_display(
         std::io::stderr().is_terminal(),
@@ -122,6 +126,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         wait: args.wait,
         watch: None,
         stop: None,
+        max_cost: args.max_cost,
     };
     let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
     write_step_summary("run", &name, &summary, ctx);
@@ -137,6 +142,15 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
             if let (Some(value), true) = (value, args.shard.is_some() || args.until.is_some()) {
                 part.push_str(&format!(" {flag} {value}"));
             }
+        }
+        if let Some(reached) = &summary.budget {
+            eprintln!(
+                "summon: run {} stopped, {reached}; continue it with `summon run {}{part} \
+                 --resume --max-cost MORE`",
+                summary.run_id,
+                args.pipeline.display()
+            );
+            return Err(Error::Budget);
         }
         eprintln!(
             "summon: run {} interrupted; continue it with `summon run {}{part} --resume`",
@@ -178,6 +192,8 @@ struct Setup {
     out: Option<String>,
     junit: Option<String>,
     concurrency: Option<u32>,
+    /// `--max-cost` the run was started with (a resume may raise it).
+    max_cost: Option<f64>,
     /// The catalog the run was started with.
     catalog: Option<crate::source::Catalog>,
 }
@@ -230,6 +246,10 @@ impl Setup {
             }
             _ => {}
         }
+        // A different cap is what a run that reached its cap resumes with.
+        if args.max_cost.is_none() {
+            args.max_cost = self.max_cost;
+        }
         Ok(args)
     }
 }
@@ -281,6 +301,7 @@ fn resumed_setup(
         out: setup.out,
         junit: setup.junit,
         concurrency: setup.concurrency.and_then(|n| u32::try_from(n).ok()),
+        max_cost: setup.max_cost_micro_usd.map(|m| m as f64 / 1e6),
         catalog: serde_json::from_str::<serde_json::Value>(&run.catalog_json)
             .ok()
             .filter(serde_json::Value::is_array)
@@ -297,6 +318,7 @@ fn preflight(
     compiled: &CompiledPipeline,
     config: &crate::config::Config,
     env: &crate::env::Env,
+    cap: Option<f64>,
 ) -> Result<()> {
     let mut wanted: Vec<(&str, &ModelChoice)> = Vec::new();
     for (step, resolved) in compiled.pipeline.steps.iter().zip(&compiled.steps) {
@@ -334,12 +356,26 @@ fn preflight(
             recipe_model: choice.source_model.as_deref(),
             recipe_origin: &choice.origin,
         };
-        runtime
+        let resolved = runtime
             .block_on(crate::config::resolve(env, config, &overrides))
             .map_err(|d| {
                 let message = format!("step `{step}`: {}", d.message);
                 Error::from(crate::diag::Diagnostic { message, ..d })
             })?;
+        if let Some(cap) = cap
+            && config.price(&resolved.model).is_none()
+        {
+            // A cap cannot be kept without knowing what a request costs.
+            return Err(Error::from(
+                crate::diag::Diagnostic::error(format!(
+                    "step `{step}`: {} for model `{}`, so the spend cap of {} cannot be kept",
+                    crate::config::NO_PRICE,
+                    resolved.model,
+                    crate::subagent::budget::usd(cap)
+                ))
+                .with_hint(crate::config::prices::no_price_hint(&resolved.model)),
+            ));
+        }
     }
     Ok(())
 }
@@ -686,8 +722,10 @@ fn dry_run_text(
         text.push_str(&format!("Estimated input cost: ${cost:.4}\n"));
     } else {
         text.push_str(&format!(
-            "Estimated input cost: ${cost:.4} for priced models; no price in the config file for: {}\n",
-            unpriced.join(", ")
+            "Estimated input cost: ${cost:.4} for priced models; {} for: {} ({})\n",
+            crate::config::NO_PRICE,
+            unpriced.join(", "),
+            crate::config::prices::no_price_hint(&unpriced[0])
         ));
     }
     text.push_str("No request was sent.\n");

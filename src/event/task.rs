@@ -46,6 +46,16 @@ impl TaskDone {
     pub(crate) fn error_message(&self) -> Option<&str> {
         self.error.as_ref().map(|failure| failure.message.as_str())
     }
+
+    /// The spend cap refused the task's first request: it sent nothing and is not a result
+    /// (a resumed run sends it).
+    pub(crate) fn not_started(&self) -> bool {
+        self.error
+            .as_ref()
+            .is_some_and(|e| e.class == super::FailureClass::Budget)
+            && self.turns == 0
+            && self.usage.total() == 0
+    }
 }
 
 /// What `results.jsonl` and `report.html` tell about a task beyond its answer: enough to

@@ -728,8 +728,10 @@ impl BatchRun<'_> {
         }
         while let Some(joined) = running.join_next().await {
             match joined {
+                Ok(Some(done)) if done.not_started() => self.shared.check_budget(),
                 Ok(Some(done)) => {
                     self.done(done);
+                    self.shared.check_budget();
                     if self.stop {
                         running.abort_all();
                     }

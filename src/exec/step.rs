@@ -60,6 +60,27 @@ pub(crate) struct Shared {
     pub(crate) events: Events,
     /// When the run started: tasks' start times are told from it.
     pub(crate) run_started: Instant,
+    /// The run's spend cap, when it has one.
+    pub(crate) budget: Option<Arc<crate::subagent::budget::Ledger>>,
+}
+
+impl Shared {
+    /// After a task ended: once the spend cap is reached, no new task starts (as after a
+    /// first Ctrl-C) and the run ends "budget reached".
+    pub(crate) fn check_budget(&self) {
+        if let Some(ledger) = &self.budget
+            && ledger.reached()
+            && !self.drain.is_cancelled()
+        {
+            self.events.emit(RunEvent::Interrupted {
+                text: format!(
+                    "summon: {}: no new task starts; finishing the tasks in flight",
+                    ledger.reached_text()
+                ),
+            });
+            self.drain.cancel();
+        }
+    }
 }
 
 /// A task's concurrency slots, held until its result is committed to the journal, so that a
@@ -363,11 +384,13 @@ pub(crate) async fn run_task(
     let label = (!item.is_null()).then(|| crate::event::item_label(&item, index));
     // Every attempt is billed, the ones that failed too.
     let mut spent = Spent::default();
+    // The task's share of the spend cap, kept over its attempts.
+    let mut budget = None;
     loop {
         trace.attempts += 1;
         trace.in_flight = Spent::default();
         let outcome = tokio::select! {
-            outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace, label.as_deref()) => outcome,
+            outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace, label.as_deref(), &mut budget) => outcome,
             () = shared.kill.cancelled() => Err(Failure::new(FailureClass::Cancelled, "cancelled")),
         };
         let Attempt {
@@ -395,7 +418,10 @@ pub(crate) async fn run_task(
                 ),
             ));
         }
-        if ok || attempt >= step.retries || shared.kill.is_cancelled() {
+        let over_budget = error
+            .as_ref()
+            .is_some_and(|e| e.class == FailureClass::Budget);
+        if ok || attempt >= step.retries || shared.kill.is_cancelled() || over_budget {
             return TaskDone {
                 step: step.index,
                 index,
@@ -473,8 +499,26 @@ async fn attempt_task(
     slot: &Arc<TaskSlot>,
     trace: &mut TaskTrace,
     item: Option<&str>,
+    budget: &mut Option<Arc<crate::subagent::budget::TaskBudget>>,
 ) -> Result<Attempt, Failure> {
     let mut prepared = prepare_task(shared, step, rendered).await?;
+    if let Some(ledger) = &shared.budget {
+        if budget.is_none() {
+            let model = &prepared.resolved.model;
+            let price = shared.config.price(model).ok_or_else(|| {
+                Failure::new(
+                    FailureClass::Prepare,
+                    format!(
+                        "{} for model `{model}`, so the spend cap cannot be kept: {}",
+                        crate::config::NO_PRICE,
+                        crate::config::prices::no_price_hint(model)
+                    ),
+                )
+            })?;
+            *budget = Some(Arc::new(ledger.task(price)));
+        }
+        prepared.spec.budget.clone_from(budget);
+    }
     if trace.prompt.is_none() {
         trace.prompt = Some(TaskTrace::clip(&prepared.spec.first_message, PROMPT_LIMIT));
     }
@@ -941,7 +985,15 @@ async fn run_tasks(
         };
         match joined {
             Some(Ok((done, permits))) => {
+                if done.not_started() {
+                    // Refused by the spend cap before its first request: not recorded, so
+                    // that `--resume` runs it.
+                    drop(permits);
+                    shared.check_budget();
+                    continue;
+                }
                 let (go_on, seq) = on_done(done);
+                shared.check_budget();
                 stop |= !go_on;
                 match seq {
                     Some(seq) => pending.push_back((seq, permits)),

@@ -69,6 +69,8 @@ pub(crate) struct PipelineSettings {
     pub(crate) stop: Vec<String>,
     /// Global cap on tasks in flight (`--concurrency` overrides).
     pub(crate) concurrency: Option<usize>,
+    /// The run's spend cap in USD (`--max-cost` overrides).
+    pub(crate) max_cost: Option<f64>,
     /// The sandbox of the model's shell commands (`--sandbox` / `--network` override).
     pub(crate) sandbox: Option<crate::sandbox::Policy>,
     pub(crate) network: Option<bool>,

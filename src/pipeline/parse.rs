@@ -309,6 +309,25 @@ fn bool_field(r: &mut MapReader<'_>, key: &str, d: &mut FileDiags<'_>) -> Option
     value
 }
 
+/// A spend cap: a number of US dollars above 0.
+fn usd_field(r: &mut MapReader<'_>, key: &str, d: &mut FileDiags<'_>) -> Option<f64> {
+    let path = r.child_path(key);
+    let node = r.get(key)?;
+    match node.to_json().as_f64() {
+        Some(value) if value > 0.0 && value.is_finite() => Some(value),
+        _ => {
+            d.error(
+                node.pos,
+                format!(
+                    "`{path}` must be a number of US dollars above 0, found {}",
+                    describe(node)
+                ),
+            );
+            None
+        }
+    }
+}
+
 fn temperature_field(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> Option<f64> {
     let path = r.child_path("temperature");
     let node = r.get("temperature")?;
@@ -388,6 +407,7 @@ fn read_settings(node: &Node, d: &mut FileDiags<'_>) -> PipelineSettings {
             .map(|node| crate::recipe::stop_sequences(node, "settings.stop", d))
             .unwrap_or_default(),
         concurrency: count_field(&mut r, "concurrency", 1, d),
+        max_cost: usd_field(&mut r, "max_cost", d),
         sandbox: sandbox_field(&mut r, d),
         network: bool_field(&mut r, "network", d),
     };

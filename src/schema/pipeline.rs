@@ -217,6 +217,7 @@ pub(super) fn schema() -> Value {
                     "max_output_tokens": whole("At most this many output tokens for one answer.", 1),
                     "stop": super::recipe::stop(),
                     "concurrency": whole("At most this many tasks in flight (`--concurrency` overrides; default 8).", 1),
+                    "max_cost": {"description": "A spend cap in USD for the run: no task starts that could cross it (`--max-cost` overrides; the config file's `max_cost` is the default).", "type": "number", "exclusiveMinimum": 0},
                     "sandbox": sandbox(),
                     "network": network()
                 },

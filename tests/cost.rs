@@ -1,0 +1,315 @@
+//! Prices and the spend cap: the built-in price table (`summon doctor --prices`), the one
+//! wording of a model without a price, and `--max-cost` at each of its boundaries with the
+//! exact number of requests sent.
+
+use crate::support;
+
+use serde_json::json;
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::{Test, chats, read_json, results};
+
+/// Prices that make the arithmetic exact: input is free and every output token costs
+/// $0.001, so an answer of 400 characters (100 tokens at the mock's four bytes a token) at
+/// an output limit of 100 tokens costs exactly what was held for it: $0.10.
+const OUTPUT_PRICED: &str = "
+prices:
+  mock-model: {input: 0, output: 1000}
+";
+
+/// Five single-turn tasks, all started at once, each held at $0.10.
+const FIVE: &str = "
+version: 1
+name: five
+settings:
+  max_turns: 1
+  max_output_tokens: 100
+  concurrency: 5
+steps:
+  - id: list
+    decompose:
+      items: [a, b, c, d, e]
+  - id: each
+    fan_out:
+      over: list
+      instructions: \"Say something about {{ item }}\"
+";
+
+fn answer() -> Reply {
+    Reply::text("x".repeat(400))
+}
+
+fn project(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+        .write("summon.yaml", OUTPUT_PRICED)
+}
+
+/// Runs summon in `t`'s project (again): its exit code and standard error.
+fn summon(t: &Test, args: &[&str]) -> (i32, String) {
+    let output = t.command().args(args).output().expect("run summon");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!stderr.contains("panicked at"), "{stderr}");
+    (output.status.code().unwrap_or(-1), stderr)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_task_starts_that_could_cross_the_cap_and_a_higher_cap_resumes_the_rest() {
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    let t = project(&server).write("p.yaml", FIVE);
+    let dir = t.path().join("out");
+
+    // $0.25 holds two tasks at $0.10; the third would cross it and does not start.
+    let run = ["run", "p.yaml", "--out", "out", "--quiet"];
+    let (code, stderr) = summon(&t, &[&run[..], &["--max-cost", "0.25"]].concat());
+    assert_eq!(code, 3, "{stderr}");
+    assert!(
+        stderr.contains("budget reached: $0.20 of $0.25"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--resume --max-cost MORE"), "{stderr}");
+    assert!(
+        stderr.contains("$0.20 of $0.25 cap"),
+        "the summary shows spent / cap: {stderr}"
+    );
+    assert_eq!(chats(&server).len(), 2, "{stderr}");
+    let lines = results(&dir);
+    assert_eq!(
+        lines.len(),
+        2,
+        "tasks that did not start are not results: {lines:?}"
+    );
+    assert!(
+        lines.iter().all(|l| l["status"] == "completed"),
+        "{lines:?}"
+    );
+    let report = read_json(&dir.join("report.json"));
+    assert_eq!(
+        report["budget"],
+        json!({"cap_usd": 0.25, "spent_usd": 0.2, "reached": true}),
+        "{report:#}"
+    );
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(
+        page.contains(r#""budget":{"cap_usd":0.25,"spent_usd":0.2,"reached":true}"#),
+        "report.html carries spent / cap"
+    );
+
+    // Resumed with the cap it was started with (journaled with the run), nothing more fits:
+    // no request.
+    let (code, stderr) = summon(&t, &[&run[..], &["--resume"]].concat());
+    assert_eq!(code, 3, "{stderr}");
+    assert!(
+        stderr.contains("budget reached: $0.20 of $0.25"),
+        "{stderr}"
+    );
+    assert_eq!(chats(&server).len(), 2, "{stderr}");
+
+    // A higher cap continues the run: what it spent before counts, the other three run.
+    let (code, stderr) = summon(&t, &[&run[..], &["--resume", "--max-cost", "0.5"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(chats(&server).len(), 5, "{stderr}");
+    let report = read_json(&dir.join("report.json"));
+    assert_eq!(report["budget"]["reached"], false, "{report:#}");
+    assert!(
+        (report["budget"]["spent_usd"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+        "{report:#}"
+    );
+    assert_eq!(results(&dir).len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cap_exactly_at_the_worst_case_lets_every_task_run() {
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    // Five tasks at $0.10 each fit $0.50 exactly (the boundary is inclusive).
+    project(&server)
+        .write("p.yaml", FIVE)
+        .args(["run", "p.yaml", "--quiet", "--max-cost", "0.5"])
+        .run();
+    assert_eq!(chats(&server).len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn settings_max_cost_and_the_config_default_cap_a_run_and_the_flag_overrides_them() {
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    let capped = FIVE.replace("  concurrency: 5\n", "  concurrency: 5\n  max_cost: 0.1\n");
+    let t = project(&server).write("p.yaml", &capped);
+    // The progress lines (no terminal) show the run's spend against its cap.
+    let out = t
+        .args(["run", "p.yaml", "--junit", "junit.xml"])
+        .code(3)
+        .stderr_has("budget reached: $0.10 of $0.10")
+        .stderr_has("[summon] spent $0.10 of $0.10 cap")
+        .stderr_has("no new task starts; finishing the tasks in flight")
+        .run();
+    let junit = std::fs::read_to_string(out.dir.join("junit.xml")).unwrap();
+    assert!(
+        junit.contains(r#"<property name="run_spent_usd" value="0.100000"/>"#)
+            && junit.contains(r#"<property name="run_max_cost_usd" value="0.1"/>"#),
+        "{junit}"
+    );
+    assert_eq!(chats(&server).len(), 1);
+
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    let config = format!("{OUTPUT_PRICED}max_cost: 0.3\n");
+    project(&server)
+        .write("summon.yaml", &config)
+        .write("p.yaml", FIVE)
+        .args(["run", "p.yaml", "--quiet"])
+        .code(3)
+        .stderr_has("budget reached: $0.30 of $0.30")
+        .run();
+    assert_eq!(chats(&server).len(), 3);
+
+    // The flag is over both.
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    project(&server)
+        .write("summon.yaml", &config)
+        .write("p.yaml", &capped)
+        .args(["run", "p.yaml", "--quiet", "--max-cost", "0.2"])
+        .code(3)
+        .stderr_has("budget reached: $0.20 of $0.20")
+        .run();
+    assert_eq!(chats(&server).len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_whose_input_grew_past_the_cap_stops_before_its_next_request() {
+    // The model reads a big file, then would answer: the file's 50,000 tokens at $100 per
+    // million make the second request cost up to $5, over the $2 cap.
+    let server = MockServer::start(MockConfig::new().rule(|request| {
+        let answered = request.body["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if answered {
+            Reply::text("done")
+        } else {
+            Reply::tool_call("read_file", json!({"path": "big.txt"}))
+        }
+    }))
+    .await;
+    let out = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+        .write(
+            "summon.yaml",
+            "prices:\n  mock-model: {input: 100, output: 0}\n",
+        )
+        .write_raw("big.txt", &"word ".repeat(40_000))
+        .write(
+            "p.yaml",
+            "
+            version: 1
+            name: grows
+            settings:
+              max_turns: 3
+            steps:
+              - id: read
+                delegate:
+                  instructions: Read big.txt and summarise it.
+            ",
+        )
+        .args([
+            "run",
+            "p.yaml",
+            "--out",
+            "out",
+            "--quiet",
+            "--max-cost",
+            "2",
+        ])
+        .code(3)
+        .stderr_has("budget reached: stopped before its next request")
+        .run();
+    assert_eq!(chats(&server).len(), 1, "{}", out.stderr);
+    let lines = results(&out.dir.join("out"));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["status"], "failed", "{lines:?}");
+    assert_eq!(
+        lines[0]["turns"], 1,
+        "the refused request is not a turn: {lines:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cap_with_a_model_without_a_price_is_refused_before_any_request() {
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    let out = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+        .write("p.yaml", FIVE)
+        .args(["run", "p.yaml", "--max-cost", "1"])
+        .code(1)
+        .stderr_has("step `each`: no price for model `mock-model`, so the spend cap of $1.00 cannot be kept")
+        .stderr_has("add it to `prices:` in summon.yaml")
+        .run();
+    assert!(server.requests().is_empty(), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_without_a_price_says_no_price_once_with_how_to_add_one() {
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+        .write("p.yaml", FIVE)
+        .args(["run", "p.yaml", "--quiet"])
+        .stderr_has("tokens, no price, ")
+        .stderr_has("summon: no price for `mock-model`: add it to `prices:` in summon.yaml")
+        .run();
+}
+
+#[test]
+fn doctor_shows_the_built_in_price_table_under_the_config_file() {
+    let out = Test::new()
+        .write(
+            "summon.yaml",
+            "prices:\n  gpt-5: {input: 1, output: 2}\n  local: {input: 0.5, output: 0.5}\n",
+        )
+        .args(["doctor", "--prices", "--json"])
+        .run();
+    let table = out.json();
+    assert_eq!(table["unit"], "USD per million tokens");
+    assert!(
+        table["date"].as_str().is_some_and(|d| d.len() == 10),
+        "{table:#}"
+    );
+    assert!(
+        table["sources"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("https://")
+    );
+    let models = &table["models"];
+    assert_eq!(models["gpt-5-mini"]["from"], "built-in");
+    assert_eq!(models["gpt-5-mini"]["flex"]["output"], 1.0);
+    assert_eq!(models["claude-haiku-4-5"]["batch"]["input"], 0.5);
+    assert!(
+        models["claude-haiku-4-5"].get("flex").is_none(),
+        "{table:#}"
+    );
+    // The config file's entry replaces the built-in standard price, key by key.
+    assert_eq!(models["gpt-5"]["from"], "config");
+    assert_eq!(models["gpt-5"]["standard"]["output"], 2.0);
+    assert_eq!(models["local"]["standard"]["input"], 0.5);
+
+    Test::new()
+        .args(["doctor", "--prices"])
+        .stdout_has(
+            "claude-sonnet-4-5\n  standard  $3 in, $0.3 cached, $3.75 cache write, $15 out\n",
+        )
+        .stdout_has("  batch     $1.5 in, $0.15 cached, $1.875 cache write, $7.5 out\n")
+        .run();
+
+    // The check of the setup names the model's price and where it comes from.
+    Test::new()
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "gpt-5-mini-2025-08-07")
+        .args(["doctor", "--offline"])
+        .stdout_has("price of `gpt-5-mini-2025-08-07`: $0.25 in, $0.025 cached, $2 out per million tokens (from the built-in table of ")
+        .run();
+}
