@@ -252,6 +252,10 @@ pub(crate) struct DelegateArgs {
     /// The subagent's working directory; must be inside the current directory.
     #[arg(long, value_name = "DIR")]
     pub(crate) working_dir: Option<PathBuf>,
+    /// A spend cap in US dollars (over the config file's `max_cost`): the task does not start
+    /// when its worst case could cross it, and stops before a request that could (exit 3).
+    #[arg(long, value_name = "USD", value_parser = usd)]
+    pub(crate) max_cost: Option<f64>,
     /// Run in the background: print the task id at once and exit; collect with `summon load ID`.
     #[arg(long = "async")]
     pub(crate) r#async: bool,

@@ -313,3 +313,99 @@ fn doctor_shows_the_built_in_price_table_under_the_config_file() {
         .stdout_has("price of `gpt-5-mini-2025-08-07`: $0.25 in, $0.025 cached, $2 out per million tokens (from the built-in table of ")
         .run();
 }
+
+/// Three single-turn tasks through the provider's batch API, each at an output limit of 100
+/// tokens: at batch prices ($0.0005 an output token) the batch is estimated at up to $0.15.
+const BATCHED: &str = "
+version: 1
+name: batched
+settings:
+  max_output_tokens: 100
+steps:
+  - id: list
+    decompose:
+      items: [a, b, c]
+  - id: each
+    backend: batch
+    fan_out:
+      over: list
+      instructions: \"Say something about {{ item }}\"
+";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_whose_estimate_crosses_the_cap_is_not_sent_and_a_higher_cap_sends_it() {
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    let t = project(&server)
+        .env("SUMMON_BATCH_POLL_MS", "5")
+        .write("p.yaml", BATCHED);
+    let run = ["run", "p.yaml", "--out", "out", "--quiet"];
+    let (code, stderr) = summon(&t, &[&run[..], &["--max-cost", "0.1"]].concat());
+    assert_eq!(code, 3, "{stderr}");
+    assert!(
+        stderr.contains(
+            "a batch of 3 tasks estimated at up to $0.15 would cross the spend cap; not sent"
+        ),
+        "{stderr}"
+    );
+    assert!(server.requests().is_empty(), "nothing is uploaded or sent");
+    assert!(results(&t.path().join("out")).is_empty());
+
+    // Resumed with a cap the estimate fits: the batch goes, at batch prices.
+    let (code, stderr) = summon(
+        &t,
+        &[&run[..], &["--resume", "--max-cost", "0.15"]].concat(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let lines = results(&t.path().join("out"));
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l["status"] == "completed"),
+        "{lines:?}"
+    );
+    assert!(chats(&server).is_empty(), "no live request");
+    let report = read_json(&t.path().join("out/report.json"));
+    // Each answer is 100 output tokens at $0.0005.
+    assert!(
+        (report["budget"]["spent_usd"].as_f64().unwrap() - 0.15).abs() < 1e-9,
+        "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delegation_under_a_cap_starts_only_when_its_worst_case_fits() {
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    // Two turns at 100 output tokens: up to $0.20.
+    let delegate = [
+        "delegate",
+        "--instructions",
+        "Say something",
+        "--max-turns",
+        "2",
+        "--max-output-tokens",
+        "100",
+    ];
+    project(&server)
+        .args(delegate)
+        .args(["--max-cost", "0.15"])
+        .code(3)
+        .stderr_has("budget reached: not started ($0.00 of $0.15 spent)")
+        .run();
+    assert!(server.requests().is_empty());
+    project(&server)
+        .args(delegate)
+        .args(["--max-cost", "0.2"])
+        .stdout_has(&"x".repeat(400))
+        .run();
+    assert_eq!(chats(&server).len(), 1);
+    // Without a price the cap cannot be kept: refused before any request.
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "mock-model")
+        .args(delegate)
+        .args(["--max-cost", "1"])
+        .code(1)
+        .stderr_has("no price for model `mock-model`, so the spend cap of $1.00 cannot be kept")
+        .run();
+    assert_eq!(chats(&server).len(), 1);
+}

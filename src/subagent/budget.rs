@@ -75,6 +75,25 @@ impl Ledger {
         format!("{} of {}", usd(self.spent()), usd(self.cap))
     }
 
+    /// Holds `amount` for work sent at once (a provider batch, estimated before it is
+    /// sent): `false`, and the cap reached, when it would cross the cap.
+    pub(crate) fn hold(&self, amount: f64) -> bool {
+        let mut state = self.state();
+        if state.reached || state.spent + state.reserved + amount > self.cap * (1.0 + 1e-12) {
+            state.reached = true;
+            return false;
+        }
+        state.reserved += amount;
+        true
+    }
+
+    /// Work held with [`Self::hold`] ended: `held` is given back and `cost` is spent.
+    pub(crate) fn settle(&self, held: f64, cost: f64) {
+        let mut state = self.state();
+        state.reserved = (state.reserved - held).max(0.0);
+        state.spent += cost;
+    }
+
     /// A task's budget, priced at `price`.
     pub(crate) fn task(self: &Arc<Self>, price: Price) -> TaskBudget {
         TaskBudget {
@@ -241,6 +260,17 @@ mod tests {
                 .message
                 .starts_with("budget reached: stopped before its next request")
         );
+    }
+
+    #[test]
+    fn a_batch_is_held_whole_or_not_at_all() {
+        let ledger = Ledger::new(1.0, 0.0);
+        assert!(ledger.hold(0.6));
+        assert!(!ledger.hold(0.5), "0.6 + 0.5 crosses 1.0");
+        assert!(ledger.reached());
+        ledger.settle(0.6, 0.2);
+        assert!((ledger.spent() - 0.2).abs() < 1e-9);
+        assert!(!ledger.hold(0.1), "at the cap nothing more is sent");
     }
 
     #[test]
