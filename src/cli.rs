@@ -256,6 +256,14 @@ pub(crate) struct DelegateArgs {
     /// when its worst case could cross it, and stops before a request that could (exit 3).
     #[arg(long, value_name = "USD", value_parser = usd)]
     pub(crate) max_cost: Option<f64>,
+    /// The service tier of its requests: standard, flex (OpenAI: batch prices, slower, a 429
+    /// when capacity is short) or priority (OpenAI: faster, dearer).
+    #[arg(long, value_name = "TIER", value_parser = live_tier)]
+    pub(crate) tier: Option<crate::config::Tier>,
+    /// With --tier flex: a request the provider has no flex capacity for is sent at once at
+    /// the standard tier (and priced so) instead of waiting.
+    #[arg(long)]
+    pub(crate) flex_fallback: bool,
     /// Run in the background: print the task id at once and exit; collect with `summon load ID`.
     #[arg(long = "async")]
     pub(crate) r#async: bool,
@@ -555,6 +563,17 @@ fn non_empty_stop(text: &str) -> Result<String, String> {
         Err("a stop sequence cannot be empty".to_owned())
     } else {
         Ok(text.to_owned())
+    }
+}
+
+/// A service tier a live request can ask for (`--tier`).
+fn live_tier(text: &str) -> Result<crate::config::Tier, String> {
+    use crate::config::Tier;
+    match Tier::parse(text.trim()) {
+        Some(Tier::Batch) => Err("`batch` is a pipeline's fan_out steps' tier (`backend: batch`); a delegation is one live request at a time"
+            .to_owned()),
+        Some(tier) if text.trim() == tier.name() => Ok(tier),
+        _ => Err(format!("`{text}` is not a tier: standard, flex or priority")),
     }
 }
 

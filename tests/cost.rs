@@ -314,7 +314,8 @@ fn doctor_shows_the_built_in_price_table_under_the_config_file() {
         .run();
 }
 
-/// Three single-turn tasks through the provider's batch API, each at an output limit of 100
+/// Three single-turn tasks through the provider's batch API (`tier: batch`, which is `backend:
+/// batch`), each at an output limit of 100
 /// tokens: at batch prices ($0.0005 an output token) the batch is estimated at up to $0.15.
 const BATCHED: &str = "
 version: 1
@@ -326,7 +327,7 @@ steps:
     decompose:
       items: [a, b, c]
   - id: each
-    backend: batch
+    tier: batch
     fan_out:
       over: list
       instructions: \"Say something about {{ item }}\"
@@ -408,4 +409,145 @@ async fn a_delegation_under_a_cap_starts_only_when_its_worst_case_fits() {
         .stderr_has("no price for model `mock-model`, so the spend cap of $1.00 cannot be kept")
         .run();
     assert_eq!(chats(&server).len(), 1);
+}
+
+/// One task at `tier` (with `fallback`), its answer 400 characters.
+fn tiered(tier: &str, fallback: bool) -> String {
+    let fallback = if fallback {
+        "    flex_fallback: standard\n"
+    } else {
+        ""
+    };
+    format!(
+        "version: 1\nname: tiered\nsettings:\n  max_output_tokens: 100\nsteps:\n  - id: one\n    delegate:\n      instructions: Say something\n    tier: {tier}\n{fallback}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flex_step_asks_for_flex_and_is_priced_at_the_tier_that_served_it() {
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    let t = project(&server).write("p.yaml", &tiered("flex", false));
+    let (code, stderr) = summon(&t, &["run", "p.yaml", "--out", "out", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    let sent = chats(&server);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].body["service_tier"], "flex");
+    let lines = results(&t.path().join("out"));
+    assert_eq!(lines[0]["service_tier"], "flex", "{lines:?}");
+    // 100 output tokens at flex: half of $0.001.
+    let report = read_json(&t.path().join("out/report.json"));
+    assert!(
+        (report["total"]["cost_usd"].as_f64().unwrap() - 0.05).abs() < 1e-9,
+        "{report:#}"
+    );
+
+    // A standard step sends no tier and is priced at standard.
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    let t = project(&server).write("p.yaml", &tiered("standard", false));
+    let (code, stderr) = summon(&t, &["run", "p.yaml", "--out", "out", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(chats(&server)[0].body.get("service_tier").is_none());
+    let report = read_json(&t.path().join("out/report.json"));
+    assert!(
+        (report["total"]["cost_usd"].as_f64().unwrap() - 0.1).abs() < 1e-9,
+        "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn flex_without_capacity_is_retried_at_flex_or_sent_at_standard_with_the_fallback() {
+    let mock = || {
+        let mut config = MockConfig::new().default_reply(answer());
+        config.flex_unavailable = 1;
+        config
+    };
+    // Retried with backoff, at flex: served flex, priced at flex.
+    let server = MockServer::start(mock()).await;
+    let t = project(&server)
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .write("p.yaml", &tiered("flex", false));
+    let (code, stderr) = summon(&t, &["run", "p.yaml", "--out", "out", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    let sent = server.requests();
+    assert_eq!(sent.len(), 2, "{stderr}");
+    assert!(sent.iter().all(|r| r.body["service_tier"] == "flex"));
+    let report = read_json(&t.path().join("out/report.json"));
+    assert_eq!(report["retries_by_class"]["rate_limited"], 1, "{report:#}");
+    assert!((report["total"]["cost_usd"].as_f64().unwrap() - 0.05).abs() < 1e-9);
+
+    // With `flex_fallback: standard`: sent again at once at the standard tier, priced so.
+    let server = MockServer::start(mock()).await;
+    let t = project(&server).write("p.yaml", &tiered("flex", true));
+    let (code, stderr) = summon(&t, &["run", "p.yaml", "--out", "out"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("has no flex capacity now (429); sent at the standard tier"),
+        "{stderr}"
+    );
+    let sent = server.requests();
+    assert_eq!(sent.len(), 2, "{stderr}");
+    assert_eq!(sent[0].body["service_tier"], "flex");
+    assert!(sent[1].body.get("service_tier").is_none());
+    let lines = results(&t.path().join("out"));
+    assert_eq!(lines[0]["service_tier"], "default", "{lines:?}");
+    let report = read_json(&t.path().join("out/report.json"));
+    assert!(
+        (report["total"]["cost_usd"].as_f64().unwrap() - 0.1).abs() < 1e-9,
+        "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tier_the_provider_or_model_refuses_is_an_error_at_its_line_before_the_run() {
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    // gpt-4o is listed without a flex tier.
+    project(&server)
+        .env("SUMMON_MODEL", "gpt-4o")
+        .write("p.yaml", &tiered("flex", false))
+        .args(["run", "p.yaml"])
+        .code(1)
+        .stderr_has(
+            "p.yaml:9:11: error: step `one`: model `gpt-4o` is not offered at the `flex` tier",
+        )
+        .run();
+    // Anthropic has no flex or priority service tier.
+    Test::new()
+        .env("SUMMON_PROVIDER", "anthropic")
+        .env("ANTHROPIC_BASE_URL", &server.url_anthropic())
+        .env("ANTHROPIC_API_KEY", "sk-ant-test-0123456789abcdef")
+        .env("SUMMON_MODEL", "claude-haiku-4-5")
+        .write("p.yaml", &tiered("priority", false))
+        .args(["run", "p.yaml"])
+        .code(1)
+        .stderr_has("has no `priority` service tier")
+        .run();
+    assert!(server.requests().is_empty());
+    // A delegation asks for its tier too; batch is not one of them.
+    project(&server)
+        .args(["delegate", "--instructions", "hi", "--tier", "flex"])
+        .run();
+    assert_eq!(chats(&server)[0].body["service_tier"], "flex");
+    project(&server)
+        .args(["delegate", "--instructions", "hi", "--tier", "batch"])
+        .code(1)
+        .stderr_has("a delegation is one live request at a time")
+        .run();
+}
+
+#[test]
+fn a_tier_is_one_of_four_words_and_batch_only_on_a_fan_out() {
+    Test::new()
+        .write("p.yaml", &tiered("cheap", false))
+        .args(["validate", "p.yaml"])
+        .code(1)
+        .stderr_has(
+            "`steps[0].tier` must be `standard` or `flex` or `priority` or `batch`, found `cheap`",
+        )
+        .run();
+    Test::new()
+        .write("p.yaml", &tiered("batch", false))
+        .args(["validate", "p.yaml"])
+        .code(1)
+        .stderr_has("`tier: batch` applies only to fan_out steps; step `one` is a delegate step")
+        .run();
 }

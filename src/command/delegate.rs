@@ -229,6 +229,8 @@ fn request_from_args(args: &DelegateArgs, ctx: &Ctx) -> Result<DelegationRequest
         temperature: args.model.temperature,
         max_turns: args.max_turns,
         max_cost: args.max_cost,
+        tier: args.tier,
+        flex_fallback: args.flex_fallback,
         max_output_tokens: args.max_output_tokens,
         stop: args.stop.clone(),
         context,

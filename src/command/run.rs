@@ -320,8 +320,15 @@ fn preflight(
     env: &crate::env::Env,
     cap: Option<f64>,
 ) -> Result<()> {
-    let mut wanted: Vec<(&str, &ModelChoice)> = Vec::new();
-    for (step, resolved) in compiled.pipeline.steps.iter().zip(&compiled.steps) {
+    // Each model choice once, with the steps that make it.
+    let mut wanted: Vec<(&str, &ModelChoice, Vec<usize>)> = Vec::new();
+    for (index, (step, resolved)) in compiled
+        .pipeline
+        .steps
+        .iter()
+        .zip(&compiled.steps)
+        .enumerate()
+    {
         let Some(choice) = &resolved.model else {
             continue;
         };
@@ -338,8 +345,9 @@ fn preflight(
                 &choice.source_model,
             )
         };
-        if !wanted.iter().any(|(_, other)| same(other)) {
-            wanted.push((&step.id, choice));
+        match wanted.iter_mut().find(|(_, other, _)| same(other)) {
+            Some((_, _, steps)) => steps.push(index),
+            None => wanted.push((&step.id, choice, vec![index])),
         }
     }
     if wanted.is_empty() {
@@ -348,7 +356,7 @@ fn preflight(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    for (step, choice) in wanted {
+    for (step, choice, steps) in wanted {
         let overrides = crate::config::Overrides {
             provider_flag: choice.provider.as_deref(),
             model_flag: choice.model.as_deref(),
@@ -376,8 +384,56 @@ fn preflight(
                 .with_hint(crate::config::prices::no_price_hint(&resolved.model)),
             ));
         }
+        for index in steps {
+            check_tier(compiled, index, &resolved)?;
+        }
     }
     Ok(())
+}
+
+/// A step's `tier` its provider or model is known to refuse: an error at the line that sets
+/// it, before the run. Flex and priority are OpenAI's service tiers; a model of the built-in
+/// price table is offered at the tiers it lists.
+fn check_tier(
+    compiled: &CompiledPipeline,
+    index: usize,
+    resolved: &crate::config::Resolved,
+) -> Result<()> {
+    use crate::config::Tier;
+    let pipeline = &compiled.pipeline;
+    let step = &pipeline.steps[index];
+    let Some((tier, pos)) = step.tier.or(pipeline.settings.tier) else {
+        return Ok(());
+    };
+    if !matches!(tier, Tier::Flex | Tier::Priority) {
+        return Ok(());
+    }
+    let problem = if resolved.endpoint.kind == crate::provider::ProviderKind::Anthropic {
+        Some(format!(
+            "provider `{}` (Anthropic) has no `{}` service tier; Anthropic's cheaper path is \
+             its Message Batches API (`tier: batch` on a fan_out step)",
+            resolved.provider_name,
+            tier.name()
+        ))
+    } else {
+        crate::config::prices::listed(&resolved.model)
+            .filter(|listed| listed.at(tier).is_none())
+            .map(|_| {
+                format!(
+                    "model `{}` is not offered at the `{}` tier (OpenAI offers flex for the \
+                     gpt-5 family, o3 and o4-mini)",
+                    resolved.model,
+                    tier.name()
+                )
+            })
+    };
+    match problem {
+        Some(message) => Err(Error::from(
+            crate::diag::Diagnostic::error(format!("step `{}`: {message}", step.id))
+                .at(crate::diag::Span::new(&pipeline.file, pos)),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Appends the run's Markdown summary to the file `GITHUB_STEP_SUMMARY` names (set by GitHub

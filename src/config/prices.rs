@@ -26,7 +26,8 @@ pub(crate) fn no_price_hint(model: &str) -> String {
 }
 
 /// A provider's service tier: what a request is served at, and priced at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum Tier {
     #[default]
     Standard,
@@ -39,6 +40,27 @@ pub(crate) enum Tier {
 }
 
 impl Tier {
+    /// The tier a word names: summon's names, and OpenAI's `service_tier` values (`default`
+    /// and `auto` are the standard tier).
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        match text {
+            "standard" | "default" | "auto" => Some(Self::Standard),
+            "flex" => Some(Self::Flex),
+            "priority" => Some(Self::Priority),
+            "batch" => Some(Self::Batch),
+            _ => None,
+        }
+    }
+
+    /// The `service_tier` a request asks for at this tier (none: the provider's default).
+    pub(crate) fn service_tier(self) -> Option<&'static str> {
+        match self {
+            Self::Flex => Some("flex"),
+            Self::Priority => Some("priority"),
+            Self::Standard | Self::Batch => None,
+        }
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Standard => "standard",
@@ -59,11 +81,15 @@ pub(crate) struct ModelPrices {
 }
 
 impl ModelPrices {
-    /// A config file's entry `standard` over the built-in entry `built_in`, if any.
+    /// A config file's entry `standard` over the built-in entry `built_in`, if any (a model
+    /// the table does not list has flex at half its standard price, OpenAI's rule).
     pub(crate) fn from_standard(standard: Price, built_in: Option<&ModelPrices>) -> Self {
         Self {
             standard,
-            flex: built_in.and_then(|b| b.flex),
+            flex: match built_in {
+                Some(listed) => listed.flex,
+                None => Some(standard.scaled(0.5)),
+            },
             priority: built_in.and_then(|b| b.priority),
             batch: built_in.and_then(|b| b.batch),
         }
@@ -198,6 +224,11 @@ fn find<'t, T>(table: &'t IndexMap<String, T>, model: &str) -> Option<&'t T> {
         })
         .max_by_key(|(id, _)| id.len())
         .map(|(_, found)| found)
+}
+
+/// `model`'s entry in the built-in table (what summon knows it is offered at).
+pub(crate) fn listed(model: &str) -> Option<ModelPrices> {
+    find(&built_in().models, model).copied()
 }
 
 /// The prices a run uses: the config file's entries over the built-in table.

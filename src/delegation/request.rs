@@ -32,6 +32,12 @@ pub(crate) struct DelegationRequest {
     /// `--max-cost`: the delegation's spend cap in USD (over the config file's `max_cost`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) max_cost: Option<f64>,
+    /// `--tier`: the service tier of its requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tier: Option<crate::config::Tier>,
+    /// `--flex-fallback standard`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) flex_fallback: bool,
 }
 
 impl DelegationRequest {

@@ -83,6 +83,10 @@ pub(crate) struct TaskTrace {
     pub(crate) overhead_tokens: Option<u64>,
     /// Of those, the tool definitions.
     pub(crate) tool_tokens: Option<u64>,
+    /// The service tier the provider says served its last answer (`default`, `flex`,
+    /// `priority`); the task is priced at it. Absent when the answer did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) service_tier: Option<String>,
     /// What the attempt in flight has spent so far (its turns and tokens), so that an attempt
     /// stopped by its timeout or a cancel is still billed for them.
     #[serde(skip)]
@@ -127,6 +131,7 @@ impl TaskTrace {
             prompt: line["prompt"].as_str().map(str::to_owned),
             overhead_tokens: line["overhead_tokens"].as_u64(),
             tool_tokens: line["tool_tokens"].as_u64(),
+            service_tier: line["service_tier"].as_str().map(str::to_owned),
             in_flight: Spent::default(),
         }
     }

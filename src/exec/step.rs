@@ -505,17 +505,22 @@ async fn attempt_task(
     if let Some(ledger) = &shared.budget {
         if budget.is_none() {
             let model = &prepared.resolved.model;
-            let price = shared.config.price(model).ok_or_else(|| {
-                Failure::new(
-                    FailureClass::Prepare,
-                    format!(
-                        "{} for model `{model}`, so the spend cap cannot be kept: {}",
-                        crate::config::NO_PRICE,
-                        crate::config::prices::no_price_hint(model)
-                    ),
-                )
-            })?;
-            *budget = Some(Arc::new(ledger.task(price)));
+            let price = shared
+                .config
+                .prices()
+                .model(model)
+                .map(|(p, _)| p)
+                .ok_or_else(|| {
+                    Failure::new(
+                        FailureClass::Prepare,
+                        format!(
+                            "{} for model `{model}`, so the spend cap cannot be kept: {}",
+                            crate::config::NO_PRICE,
+                            crate::config::prices::no_price_hint(model)
+                        ),
+                    )
+                })?;
+            *budget = Some(Arc::new(ledger.task(price, step.settings.tier)));
         }
         prepared.spec.budget.clone_from(budget);
     }
@@ -586,6 +591,9 @@ async fn attempt_task(
         })?,
         None => run.await,
     };
+    if result.service_tier.is_some() {
+        trace.service_tier.clone_from(&result.service_tier);
+    }
     let error = result.error(prepared.spec.max_turns);
     let text = match &result.structured {
         Some(value) => value.to_string(),
@@ -623,6 +631,12 @@ pub(super) async fn prepare_task(
     )
     .await
     .map_err(|e| prepare(prepare_message(e)))?;
+    let tier = step.settings.tier;
+    let resolved = Arc::make_mut(&mut prepared.resolved);
+    resolved.endpoint = resolved
+        .endpoint
+        .clone()
+        .at_tier(tier.service_tier(), step.settings.flex_fallback);
     let cache = &mut prepared.spec.cache;
     cache.on = step.cache;
     cache.shared = step.cache_shared;
@@ -696,16 +710,22 @@ pub(super) fn client_for(
         .clients
         .lock()
         .map_err(|_| Failure::other("internal error: client cache"))?;
-    Ok(match clients.get(&prepared.resolved.provider_name) {
+    // One client per provider and service tier (a flex client waits longer).
+    let key = match prepared.resolved.endpoint.service_tier {
+        Some(tier) => format!("{}\u{0}{tier}", prepared.resolved.provider_name),
+        None => prepared.resolved.provider_name.clone(),
+    };
+    Ok(match clients.get(&key) {
         Some(pair) => pair.clone(),
         None => {
             let client = Client::new(prepared.resolved.endpoint.clone())
                 .map_err(|e| Failure::new(FailureClass::Provider(e.class()), e.to_string()))?;
             let limiter = RateLimiter::new(prepared.resolved.limits);
-            clients.insert(
-                prepared.resolved.provider_name.clone(),
-                (client.clone(), limiter.clone()),
-            );
+            // The rate limits are the provider's, whatever the tier.
+            let limiter = clients
+                .get(&prepared.resolved.provider_name)
+                .map_or(limiter, |(_, l)| l.clone());
+            clients.insert(key, (client.clone(), limiter.clone()));
             (client, limiter)
         }
     })

@@ -436,7 +436,7 @@ impl Report {
 
     /// Adds one finished task of `step`, run by `model` (for its price), with `status`
     /// `completed`, `failed` or `skipped` (anything else counts as failed); a task answered
-    /// through a provider's batch API (`batch`) is priced at the batch tier. Returns its
+    /// at the service `tier` that served it (the batch tier through a provider's batch API). Returns its
     /// estimated cost (as [`Report::task_cost`]), for the progress display.
     #[allow(clippy::too_many_arguments)] // one flat call per task, no intermediate struct
     pub(crate) fn record_task(
@@ -448,14 +448,13 @@ impl Report {
         usage: Usage,
         duration: Duration,
         resumed: bool,
-        batch: bool,
+        tier: Tier,
         corrections: u32,
     ) -> Option<f64> {
         debug_assert!(
             matches!(status, "completed" | "failed" | "skipped"),
             "unknown task status {status:?}"
         );
-        let tier = if batch { Tier::Batch } else { Tier::Standard };
         let cost = self.task_cost(model, &usage, tier);
         if cost.is_none() {
             self.unpriced_models
@@ -696,7 +695,7 @@ mod tests {
             usage(1000, 100),
             Duration::from_millis(ms),
             false,
-            false,
+            Tier::Standard,
             0,
         );
     }
@@ -749,7 +748,7 @@ mod tests {
             usage(1000, 100),
             Duration::from_millis(200),
             true,
-            false,
+            Tier::Standard,
             0,
         );
         assert!((resumed_cost.unwrap() - 0.00021).abs() < 1e-12);
@@ -761,7 +760,7 @@ mod tests {
             Usage::default(),
             Duration::ZERO,
             false,
-            false,
+            Tier::Standard,
             0,
         );
         assert_eq!(skipped_cost, Some(0.0), "no tokens, no cost");

@@ -13,6 +13,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::file::Price;
+use crate::config::prices::{ModelPrices, Tier};
 use crate::provider::Usage;
 
 /// The wording of a refused request.
@@ -94,11 +95,19 @@ impl Ledger {
         state.spent += cost;
     }
 
-    /// A task's budget, priced at `price`.
-    pub(crate) fn task(self: &Arc<Self>, price: Price) -> TaskBudget {
+    /// A task's budget for a model priced `prices`, asking for `tier`: its worst case at
+    /// the tier's price (standard for flex, which may be served at standard), each answer
+    /// at the tier the provider says served it.
+    pub(crate) fn task(self: &Arc<Self>, prices: ModelPrices, tier: Tier) -> TaskBudget {
+        let worst = match tier {
+            Tier::Priority => prices.at(Tier::Priority).unwrap_or(prices.standard),
+            Tier::Batch => prices.at(Tier::Batch).unwrap_or(prices.standard),
+            Tier::Standard | Tier::Flex => prices.standard,
+        };
         TaskBudget {
             ledger: Arc::clone(self),
-            price,
+            prices,
+            price: worst,
             held: Mutex::new(0.0),
             started: Mutex::new(false),
         }
@@ -126,6 +135,8 @@ pub(crate) struct Refused {
 #[derive(Debug)]
 pub(crate) struct TaskBudget {
     ledger: Arc<Ledger>,
+    prices: ModelPrices,
+    /// What a request may cost at most, per token.
     price: Price,
     held: Mutex<f64>,
     /// A request of this task was let through.
@@ -177,9 +188,12 @@ impl TaskBudget {
         Ok(())
     }
 
-    /// After an answer: what it cost is spent.
-    pub(crate) fn spend(&self, usage: &Usage) {
-        let cost = self.price.cost(usage);
+    /// After an answer served at `served` (the answer's `service_tier`; none: standard):
+    /// what it cost is spent.
+    pub(crate) fn spend(&self, usage: &Usage, served: Option<&str>) {
+        let tier = served.and_then(Tier::parse).unwrap_or_default();
+        let price = self.prices.at(tier).unwrap_or(self.prices.standard);
+        let cost = price.cost(usage);
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let mut state = self.ledger.state();
         state.spent += cost;
@@ -201,13 +215,19 @@ impl Drop for TaskBudget {
 mod tests {
     use super::*;
 
-    fn price() -> Price {
-        // $1 per million input tokens, $10 per million output tokens.
-        Price {
+    fn price() -> ModelPrices {
+        // $1 per million input tokens, $10 per million output tokens; flex at half.
+        let standard = Price {
             input: 1.0,
             output: 10.0,
             cached_input: 0.1,
             cache_write: 1.0,
+        };
+        ModelPrices {
+            standard,
+            flex: Some(standard.scaled(0.5)),
+            priority: None,
+            batch: None,
         }
     }
 
@@ -222,12 +242,12 @@ mod tests {
     #[test]
     fn a_task_starts_only_when_its_worst_case_fits_beside_the_others() {
         let ledger = Ledger::new(1.0, 0.0);
-        let a = ledger.task(price());
+        let a = ledger.task(price(), Tier::Standard);
         // 2 turns of 100,000 input and 20,000 output tokens: 2 × $0.30.
         let worst = a.worst(100_000, 20_000, 2);
         assert!((worst - 0.6).abs() < 1e-9);
         a.before_request(worst).unwrap();
-        let b = ledger.task(price());
+        let b = ledger.task(price(), Tier::Standard);
         let refused = b.before_request(worst).unwrap_err();
         assert!(refused.before_start, "{refused:?}");
         assert_eq!(
@@ -236,22 +256,22 @@ mod tests {
         );
         assert!(ledger.reached());
         // At the cap no new task starts, even one that would fit.
-        let c = ledger.task(price());
+        let c = ledger.task(price(), Tier::Standard);
         assert!(c.before_request(0.0001).unwrap_err().before_start);
         // The task in flight goes on within what it holds.
-        a.spend(&usage(100_000, 20_000));
+        a.spend(&usage(100_000, 20_000), None);
         assert!((ledger.spent() - 0.3).abs() < 1e-9);
         a.before_request(a.worst(100_000, 20_000, 1)).unwrap();
-        a.spend(&usage(100_000, 20_000));
+        a.spend(&usage(100_000, 20_000), None);
         assert_eq!(ledger.reached_text(), "budget reached: $0.60 of $1.00");
     }
 
     #[test]
     fn a_task_whose_input_grew_stops_before_its_next_request() {
         let ledger = Ledger::new(1.0, 0.0);
-        let a = ledger.task(price());
+        let a = ledger.task(price(), Tier::Standard);
         a.before_request(a.worst(1_000, 1_000, 3)).unwrap();
-        a.spend(&usage(1_000, 1_000));
+        a.spend(&usage(1_000, 1_000), None);
         // A tool result of 900,000 tokens: the next request alone could cost $0.91.
         let refused = a.before_request(a.worst(901_000, 1_000, 2)).unwrap_err();
         assert!(!refused.before_start);
@@ -260,6 +280,19 @@ mod tests {
                 .message
                 .starts_with("budget reached: stopped before its next request")
         );
+    }
+
+    #[test]
+    fn an_answer_is_priced_at_the_tier_that_served_it() {
+        let ledger = Ledger::new(10.0, 0.0);
+        let a = ledger.task(price(), Tier::Flex);
+        // Held at the standard price: flex may be served at standard.
+        assert!((a.worst(0, 100_000, 1) - 1.0).abs() < 1e-9);
+        a.before_request(1.0).unwrap();
+        a.spend(&usage(0, 100_000), Some("flex"));
+        assert!((ledger.spent() - 0.5).abs() < 1e-9);
+        a.spend(&usage(0, 100_000), Some("default"));
+        assert!((ledger.spent() - 1.5).abs() < 1e-9);
     }
 
     #[test]
@@ -277,12 +310,12 @@ mod tests {
     fn what_a_finished_task_held_is_given_back_and_earlier_spending_counts() {
         let ledger = Ledger::new(1.0, 0.5);
         {
-            let a = ledger.task(price());
+            let a = ledger.task(price(), Tier::Standard);
             a.before_request(0.4).unwrap();
         }
-        let b = ledger.task(price());
+        let b = ledger.task(price(), Tier::Standard);
         b.before_request(0.5).unwrap();
-        let c = ledger.task(price());
+        let c = ledger.task(price(), Tier::Standard);
         assert!(
             c.before_request(0.01).is_err(),
             "$0.5 spent before, $0.5 held"

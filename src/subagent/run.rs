@@ -74,6 +74,8 @@ pub(crate) struct SubagentResult {
     /// What went wrong with the task's extensions (MCP servers): one that did not start, or
     /// failed during the task. The task may still have completed without their tools.
     pub(crate) warnings: Vec<String>,
+    /// The service tier the provider says served the last answer (`default`, `flex`, ...).
+    pub(crate) service_tier: Option<String>,
 }
 
 impl SubagentResult {
@@ -275,6 +277,8 @@ struct Totals {
     turns: u32,
     tool_calls: u32,
     usage: Usage,
+    /// The tier the last answer says served it.
+    service_tier: Option<String>,
 }
 
 impl Totals {
@@ -290,6 +294,7 @@ impl Totals {
             usage: self.usage,
             duration: started.elapsed(),
             warnings: Vec::new(),
+            service_tier: self.service_tier.clone(),
         }
     }
 }
@@ -507,7 +512,10 @@ async fn run_once(
         };
         limiter.record_actual(estimate, response.usage.total());
         if let Some(budget) = &spec.budget {
-            budget.spend(&response.usage);
+            budget.spend(&response.usage, response.service_tier.as_deref());
+        }
+        if response.service_tier.is_some() {
+            total.service_tier.clone_from(&response.service_tier);
         }
         total.usage.add(response.usage);
         observer(SubagentEvent::Tokens { total: total.usage });
