@@ -551,3 +551,35 @@ fn a_tier_is_one_of_four_words_and_batch_only_on_a_fan_out() {
         .stderr_has("`tier: batch` applies only to fan_out steps; step `one` is a delegate step")
         .run();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dry_run_prices_each_step_at_its_tier_and_says_when_the_estimate_crosses_the_cap() {
+    let server = MockServer::start(MockConfig::new().default_reply(answer())).await;
+    // Five first requests at 100 output tokens: up to $0.50 at standard, $0.25 at flex.
+    let t = project(&server).write("p.yaml", FIVE);
+    let out = t
+        .args(["run", "p.yaml", "--dry-run", "--max-cost", "0.3"])
+        .stdout_has("      cost at the standard tier: ~$0.0000 input, up to $0.5000 output (first requests)\n")
+        .stdout_has("Spend cap: $0.30; the estimate already crosses it")
+        .run();
+    assert!(server.requests().is_empty(), "{}", out.stdout);
+
+    let flex = FIVE.replace("  concurrency: 5\n", "  concurrency: 5\n  tier: flex\n");
+    let out = project(&server)
+        .write("p.yaml", &flex)
+        .args(["run", "p.yaml", "--dry-run", "--json", "--max-cost", "0.3"])
+        .run();
+    let plan = out.json();
+    let each = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "each")
+        .unwrap();
+    assert_eq!(each["tier"], "flex", "{plan:#}");
+    assert!((each["estimated_cost_usd"]["output_max"].as_f64().unwrap() - 0.25).abs() < 1e-9);
+    assert!((plan["estimated_cost_usd"].as_f64().unwrap() - 0.25).abs() < 1e-9);
+    assert_eq!(plan["max_cost_usd"], 0.3);
+    assert_eq!(plan["estimate_crosses_cap"], false);
+    assert!(server.requests().is_empty());
+}

@@ -6,10 +6,13 @@
 //! `deferred`: a step a shard leaves for `summon merge`, or one after `--until STEP`.
 //! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "drafted",
 //! "input_tokens", "overhead", "model", "prompt", "later", "notes", "output_limit": {"tokens",
-//! "default"}}], "tasks", "drafted_tasks",
-//! "estimated_input_tokens", "estimated_input_cost_usd", "unpriced_models", "errors"}`;
-//! `overhead` is the drafted tasks' per-task overhead as in `report.json` (`null`: none
-//! drafted).
+//! "default"}, "tier", "estimated_cost_usd": {"input", "output_max"}}], "tasks",
+//! "drafted_tasks", "estimated_input_tokens", "estimated_input_cost_usd",
+//! "estimated_cost_usd", "max_cost_usd", "estimate_crosses_cap", "unpriced_models",
+//! "errors"}`; `overhead` is the drafted tasks' per-task overhead as in `report.json`
+//! (`null`: none drafted); a step's `estimated_cost_usd` prices its drafted first requests
+//! at its tier (`null`: none drafted, or no price), `output_max` at the output limit;
+//! `estimate_crosses_cap` is `null` without a spend cap.
 
 use std::io::IsTerminal;
 
@@ -82,7 +85,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         },
     );
     if args.dry_run {
-        return dry_run(&compiled, &catalog, &params, args.output.json, ctx);
+        return dry_run(&compiled, &catalog, &params, args, ctx);
     }
     // Without the run to resume, the run says so before anything else.
     if args.resume.is_none() || frozen.is_some() {
@@ -568,13 +571,22 @@ fn dry_run(
     compiled: &CompiledPipeline,
     catalog: &crate::source::Catalog,
     params: &indexmap::IndexMap<String, String>,
-    json: bool,
+    args: &RunArgs,
     ctx: &mut Ctx,
 ) -> Result<()> {
+    let json = args.output.json;
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
     let pipeline = &compiled.pipeline;
     let plan = crate::exec::dry_run::plan(&ctx.env, &config, catalog, compiled, params);
+    let costs = step_costs(pipeline, &plan, &config, args.batch);
+    let budget = DryBudget {
+        cap: args
+            .max_cost
+            .or(pipeline.settings.max_cost)
+            .or(config.max_cost),
+        estimate: costs.iter().flatten().map(|c| c.input + c.output_max).sum(),
+    };
     let mut cost = 0.0f64;
     let mut unpriced: Vec<String> = Vec::new();
     for (model, tokens) in &plan.tokens_by_model {
@@ -596,8 +608,13 @@ fn dry_run(
         let steps: Vec<serde_json::Value> = plan
             .steps
             .iter()
-            .map(|s| {
+            .zip(&costs)
+            .map(|(s, c)| {
                 json!({
+                    "tier": c.as_ref().map(|c| c.tier.name()),
+                    "estimated_cost_usd": c.as_ref().map(|c| json!({
+                        "input": c.input, "output_max": c.output_max,
+                    })),
                     "id": s.id, "kind": s.kind, "needs": s.needs, "width": s.width,
                     "tasks": s.tasks, "drafted": s.drafted, "input_tokens": s.input_tokens,
                     "overhead": s.overhead.json(), "model": s.model,
@@ -619,6 +636,9 @@ fn dry_run(
             "drafted_tasks": drafted,
             "estimated_input_tokens": tokens,
             "estimated_input_cost_usd": cost,
+            "estimated_cost_usd": budget.estimate,
+            "max_cost_usd": budget.cap,
+            "estimate_crosses_cap": budget.crosses(),
             "unpriced_models": unpriced,
             "errors": plan.errors.iter().map(|(pos, message)| json!({
                 "line": pos.line, "column": pos.col, "message": message,
@@ -626,7 +646,7 @@ fn dry_run(
         }))?;
     } else {
         ctx.out.write(&dry_run_text(
-            pipeline, &plan, tasks, drafted, cost, &unpriced,
+            pipeline, &plan, tasks, drafted, cost, &unpriced, &costs, &budget,
         ))?;
     }
     if plan.errors.is_empty() {
@@ -693,6 +713,67 @@ fn levels_text(levels: &crate::exec::dry_run::LevelsPlan) -> String {
     text
 }
 
+/// What a step's drafted first requests cost at its tier: their input, and their output at
+/// the output limit.
+struct StepCost {
+    tier: crate::config::Tier,
+    input: f64,
+    output_max: f64,
+}
+
+/// The spend cap of a dry run and the estimate it is held against.
+struct DryBudget {
+    cap: Option<f64>,
+    estimate: f64,
+}
+
+impl DryBudget {
+    fn crosses(&self) -> Option<bool> {
+        self.cap.map(|cap| self.estimate > cap)
+    }
+}
+
+/// Each step's [`StepCost`]; `None` for a step with nothing drafted or no price.
+fn step_costs(
+    pipeline: &Pipeline,
+    plan: &crate::exec::dry_run::DryRun,
+    config: &crate::config::Config,
+    batch_all: bool,
+) -> Vec<Option<StepCost>> {
+    use crate::config::Tier;
+    let prices = config.prices();
+    plan.steps
+        .iter()
+        .map(|s| {
+            let step = pipeline.steps.iter().find(|p| p.id == s.id)?;
+            let settings = crate::compile::StepSettings::layer(
+                &crate::compile::Flags::default(),
+                step,
+                &pipeline.settings,
+            );
+            let fan_out = matches!(step.kind, crate::pipeline::model::StepKind::FanOut(_));
+            let tier = if step.backend == crate::pipeline::model::Backend::Batch
+                || (batch_all && fan_out)
+            {
+                Tier::Batch
+            } else {
+                settings.tier
+            };
+            if s.drafted == 0 {
+                return None;
+            }
+            let price = prices.at(s.model.as_deref()?, tier)?;
+            let output = s.output_limit.map_or(0, |(tokens, _)| u64::from(tokens));
+            Some(StepCost {
+                tier,
+                input: s.input_tokens as f64 * price.input / 1e6,
+                output_max: (s.drafted * output) as f64 * price.output / 1e6,
+            })
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)] // the parts of one printed plan
 fn dry_run_text(
     pipeline: &Pipeline,
     plan: &crate::exec::dry_run::DryRun,
@@ -700,6 +781,8 @@ fn dry_run_text(
     drafted: u64,
     cost: f64,
     unpriced: &[String],
+    costs: &[Option<StepCost>],
+    budget: &DryBudget,
 ) -> String {
     let mut text = format!(
         "Pipeline {} ({} steps)\n",
@@ -709,7 +792,7 @@ fn dry_run_text(
     if !pipeline.description.is_empty() {
         text.push_str(&format!("{}\n", pipeline.description.trim()));
     }
-    for step in &plan.steps {
+    for (step, step_cost) in plan.steps.iter().zip(costs) {
         let after = if step.needs.is_empty() {
             String::new()
         } else {
@@ -765,6 +848,14 @@ fn dry_run_text(
                 }
             ));
         }
+        if let Some(c) = step_cost {
+            text.push_str(&format!(
+                "      cost at the {} tier: ~${:.4} input, up to ${:.4} output (first requests)\n",
+                c.tier.name(),
+                c.input,
+                c.output_max
+            ));
+        }
         for note in &step.notes {
             text.push_str(&format!("      note: {note}\n"));
         }
@@ -783,6 +874,27 @@ fn dry_run_text(
             unpriced.join(", "),
             crate::config::prices::no_price_hint(&unpriced[0])
         ));
+    }
+    if budget.estimate > 0.0 {
+        text.push_str(&format!(
+            "Estimated cost of those first requests at each step's tier: up to ${:.4} (their \
+             input, and their output at the output limit)\n",
+            budget.estimate
+        ));
+    }
+    if let Some(cap) = budget.cap {
+        let cap_text = crate::subagent::budget::usd(cap);
+        if budget.crosses() == Some(true) {
+            text.push_str(&format!(
+                "Spend cap: {cap_text}; the estimate already crosses it: the run would stop \
+                 with \"budget reached\" before every task has run\n"
+            ));
+        } else {
+            text.push_str(&format!(
+                "Spend cap: {cap_text}; the estimate is within it (later turns, tool results \
+                 and tasks that read model output come on top)\n"
+            ));
+        }
     }
     text.push_str("No request was sent.\n");
     text

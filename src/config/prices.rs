@@ -360,4 +360,48 @@ mod tests {
         assert!(prices.model("gpt-5").unwrap().1);
         assert!(!prices.model("gpt-5-mini").unwrap().1);
     }
+
+    /// A 1,000-task classification: a shared prefix of 2,048 tokens (instructions and the
+    /// label set; cached after the first task), 200 tokens of item, 50 tokens of answer, priced
+    /// from the built-in table at each tier. `cargo test --lib classification -- --nocapture`
+    /// prints the table of docs/cost.md.
+    #[test]
+    fn classification_of_a_thousand_items_at_each_tier() {
+        use crate::provider::Usage;
+        let (tasks, prefix, item, answer) = (1000u64, 2048u64, 200u64, 50u64);
+        let usage = |cached: bool, write: bool| Usage {
+            input_tokens: prefix + item,
+            output_tokens: answer,
+            cache_read_tokens: if cached { prefix } else { 0 },
+            cache_write_tokens: if write { prefix } else { 0 },
+        };
+        let prices = Prices::default();
+        let run = |model: &str, tier: Tier| {
+            let p = prices.at(model, tier).unwrap();
+            let anthropic = model.starts_with("claude");
+            let first = p.cost(&usage(false, anthropic));
+            let rest = p.cost(&usage(true, false)) * (tasks - 1) as f64;
+            let uncached = p.cost(&usage(false, false)) * tasks as f64;
+            (first + rest, uncached)
+        };
+        for (model, tiers) in [
+            ("gpt-5-mini", &[Tier::Standard, Tier::Flex, Tier::Batch][..]),
+            ("gpt-5", &[Tier::Standard, Tier::Flex, Tier::Batch][..]),
+            ("claude-haiku-4-5", &[Tier::Standard, Tier::Batch][..]),
+        ] {
+            let (standard, _) = run(model, Tier::Standard);
+            for &tier in tiers {
+                let (cached, uncached) = run(model, tier);
+                println!(
+                    "| {model} | {} | ${cached:.4} | ${uncached:.4} |",
+                    tier.name()
+                );
+                if tier != Tier::Standard {
+                    // Flex and batch: half the standard price, cache discounts on top.
+                    assert!((cached * 2.0 - standard).abs() < 1e-9, "{model} {tier:?}");
+                }
+                assert!(cached < uncached, "the cached prefix saves");
+            }
+        }
+    }
 }
