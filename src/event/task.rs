@@ -76,6 +76,10 @@ pub(crate) struct TaskTrace {
     pub(crate) retry_wait_ms: u64,
     /// The tools it called, in call order.
     pub(crate) tools: Vec<ToolUse>,
+    /// The service tier the provider says served its last answer (`default`, `flex`,
+    /// `priority`); the task is priced at it. Written last in its `results.jsonl` line.
+    #[serde(skip)]
+    pub(crate) service_tier: Option<String>,
     /// The rendered first message sent to the model, at most [`PROMPT_LIMIT`] bytes.
     pub(crate) prompt: Option<String>,
     /// The estimated tokens of its first request beyond its own text, tool definitions
@@ -83,10 +87,6 @@ pub(crate) struct TaskTrace {
     pub(crate) overhead_tokens: Option<u64>,
     /// Of those, the tool definitions.
     pub(crate) tool_tokens: Option<u64>,
-    /// The service tier the provider says served its last answer (`default`, `flex`,
-    /// `priority`); the task is priced at it. Absent when the answer did not say.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) service_tier: Option<String>,
     /// What the attempt in flight has spent so far (its turns and tokens), so that an attempt
     /// stopped by its timeout or a cancel is still billed for them.
     #[serde(skip)]
