@@ -77,7 +77,7 @@ pub(crate) struct TaskTrace {
     /// The tools it called, in call order.
     pub(crate) tools: Vec<ToolUse>,
     /// The service tier the provider says served its last answer (`default`, `flex`,
-    /// `priority`); the task is priced at it. Written last in its `results.jsonl` line.
+    /// `priority`); the task is priced at it (not written to `results.jsonl`).
     #[serde(skip)]
     pub(crate) service_tier: Option<String>,
     /// The rendered first message sent to the model, at most [`PROMPT_LIMIT`] bytes.
@@ -131,7 +131,7 @@ impl TaskTrace {
             prompt: line["prompt"].as_str().map(str::to_owned),
             overhead_tokens: line["overhead_tokens"].as_u64(),
             tool_tokens: line["tool_tokens"].as_u64(),
-            service_tier: line["service_tier"].as_str().map(str::to_owned),
+            service_tier: None,
             in_flight: Spent::default(),
         }
     }

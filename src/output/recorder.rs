@@ -155,7 +155,6 @@ impl Recorder {
                 cache_read_tokens: done.usage.cache_read_tokens,
                 cache_write_tokens: done.usage.cache_write_tokens,
                 role: done.role.as_deref(),
-                service_tier: done.trace.service_tier.as_deref(),
             };
             if let Err(e) = results.write(&line) {
                 self.out

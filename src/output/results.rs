@@ -33,8 +33,7 @@
 //! `on_extension_error`); `data`, the parsed answer of a task validated against a JSON schema
 //! (`null` for a text answer); `cache_read_tokens`
 //! and `cache_write_tokens`, the part of `input_tokens` the provider read from or wrote to its
-//! prompt cache; `service_tier`, last and only when the provider said it, the tier that served
-//! the task's last answer (`default`, `flex`, `priority`: the task is priced at it). Lines are buffered and flushed at least every
+//! prompt cache. Lines are buffered and flushed at least every
 //! [`FLUSH_INTERVAL`] (by a small background thread), every [`FLUSH_LINES`] lines, on
 //! [`ResultsWriter::flush`] and on drop, so a crash loses at most the last moments; the run's
 //! journal holds every finished task, and on resume [`read_results`] tells which of them the
@@ -94,9 +93,6 @@ pub(crate) struct ResultLine<'a> {
     pub(crate) cache_write_tokens: u64,
     /// The agent role the task ran as (`null` for a recipe or ad-hoc task).
     pub(crate) role: Option<&'a str>,
-    /// The tier the provider says served the task's last answer, when it said.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) service_tier: Option<&'a str>,
 }
 
 struct State {
@@ -307,7 +303,6 @@ mod tests {
             trace: &TRACE,
             warnings: &[],
             role: None,
-            service_tier: None,
             data: None,
             cache_read_tokens: 60,
             cache_write_tokens: 0,
