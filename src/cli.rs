@@ -155,6 +155,11 @@ pub(crate) struct RunArgs {
     /// price, results within 24 h), as `backend: batch` does for one step.
     #[arg(long)]
     pub(crate) batch: bool,
+    /// A spend cap in US dollars: no task starts that could cross it (over the pipeline's
+    /// `settings.max_cost` and the config file's `max_cost`); at the cap the run ends
+    /// "budget reached" (exit 3), resumable with a higher cap.
+    #[arg(long, value_name = "USD", value_parser = usd)]
+    pub(crate) max_cost: Option<f64>,
     /// No progress display.
     #[arg(long, short)]
     pub(crate) quiet: bool,
@@ -193,6 +198,9 @@ pub(crate) struct MergeArgs {
     /// Write a JUnit XML report (one test case per task of every shard and of the merge).
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<PathBuf>,
+    /// A spend cap in US dollars for the remaining steps (exit 3 when reached).
+    #[arg(long, value_name = "USD", value_parser = usd)]
+    pub(crate) max_cost: Option<f64>,
     /// No progress display.
     #[arg(long, short)]
     pub(crate) quiet: bool,
@@ -244,6 +252,18 @@ pub(crate) struct DelegateArgs {
     /// The subagent's working directory; must be inside the current directory.
     #[arg(long, value_name = "DIR")]
     pub(crate) working_dir: Option<PathBuf>,
+    /// A spend cap in US dollars (over the config file's `max_cost`): the task does not start
+    /// when its worst case could cross it, and stops before a request that could (exit 3).
+    #[arg(long, value_name = "USD", value_parser = usd)]
+    pub(crate) max_cost: Option<f64>,
+    /// The service tier of its requests: standard, flex (OpenAI: batch prices, slower, a 429
+    /// when capacity is short) or priority (OpenAI: faster, dearer).
+    #[arg(long, value_name = "TIER", value_parser = live_tier)]
+    pub(crate) tier: Option<crate::config::Tier>,
+    /// With --tier flex: a request the provider has no flex capacity for is sent at once at
+    /// the standard tier (and priced so) instead of waiting.
+    #[arg(long)]
+    pub(crate) flex_fallback: bool,
     /// Run in the background: print the task id at once and exit; collect with `summon load ID`.
     #[arg(long = "async")]
     pub(crate) r#async: bool,
@@ -479,6 +499,10 @@ pub(crate) struct DoctorArgs {
     /// Send no request: skip the check that the provider answers.
     #[arg(long)]
     pub(crate) offline: bool,
+    /// Print the price table (built-in, dated, with its sources, under the config file's
+    /// `prices:`) and check nothing.
+    #[arg(long)]
+    pub(crate) prices: bool,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
@@ -539,6 +563,25 @@ fn non_empty_stop(text: &str) -> Result<String, String> {
         Err("a stop sequence cannot be empty".to_owned())
     } else {
         Ok(text.to_owned())
+    }
+}
+
+/// A service tier a live request can ask for (`--tier`).
+fn live_tier(text: &str) -> Result<crate::config::Tier, String> {
+    use crate::config::Tier;
+    match Tier::parse(text.trim()) {
+        Some(Tier::Batch) => Err("`batch` is a pipeline's fan_out steps' tier (`backend: batch`); a delegation is one live request at a time"
+            .to_owned()),
+        Some(tier) if text.trim() == tier.name() => Ok(tier),
+        _ => Err(format!("`{text}` is not a tier: standard, flex or priority")),
+    }
+}
+
+/// A number of US dollars above 0 (`--max-cost`).
+fn usd(text: &str) -> Result<f64, String> {
+    match text.trim().trim_start_matches('$').parse::<f64>() {
+        Ok(n) if n > 0.0 && n.is_finite() => Ok(n),
+        _ => Err(format!("`{text}` is not a number of US dollars above 0")),
     }
 }
 

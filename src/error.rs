@@ -21,6 +21,9 @@ pub(crate) mod exit {
     pub(crate) const BUSY: i32 = 75;
     /// `summon load ID` stopped waiting while the task still runs (as timeout(1) exits).
     pub(crate) const STILL_RUNNING: i32 = 124;
+    /// The spend cap was reached: the run or delegation stopped starting work (resumable
+    /// with a higher cap).
+    pub(crate) const BUDGET: i32 = 3;
     /// Interrupted by Ctrl-C.
     pub(crate) const INTERRUPTED: i32 = 130;
 }
@@ -37,6 +40,8 @@ pub(crate) enum Error {
     StillRunning,
     /// Interrupted by the user.
     Interrupted,
+    /// The spend cap was reached (exit 3); what happened was already shown.
+    Budget,
     /// The `.summon/` store failed (exit 74; 75 when it stayed locked, 1 when it refused a task
     /// over the background limit). Its message names the database file.
     Store(StoreError),
@@ -54,6 +59,7 @@ impl Error {
             Self::Busy(_) => exit::BUSY,
             Self::StillRunning => exit::STILL_RUNNING,
             Self::Interrupted => exit::INTERRUPTED,
+            Self::Budget => exit::BUDGET,
             Self::Store(StoreError::Busy { .. }) => exit::BUSY,
             Self::Store(StoreError::TooManyTasks { .. }) => exit::USAGE,
             Self::Store(_) => exit::STORE,

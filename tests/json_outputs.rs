@@ -52,8 +52,21 @@ struct DryRunJson {
     drafted_tasks: u64,
     estimated_input_tokens: u64,
     estimated_input_cost_usd: f64,
+    estimated_cost_usd: f64,
+    max_cost_usd: Option<f64>,
+    estimate_crosses_cap: Option<bool>,
     unpriced_models: Vec<String>,
     errors: Vec<DryRunError>,
+}
+
+/// A step's drafted first requests priced at its tier (the keys are pinned; the values are
+/// checked in `tests/cost.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct StepCost {
+    input: f64,
+    output_max: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -73,6 +86,8 @@ struct DryRunStep {
     output_limit: Option<OutputLimit>,
     overhead: Option<Overhead>,
     levels: Option<Levels>,
+    tier: Option<String>,
+    estimated_cost_usd: Option<StepCost>,
 }
 
 /// The output limit of a step's requests.
@@ -233,6 +248,15 @@ fn dry_run_json_has_exactly_its_documented_keys() {
     assert_eq!(overhead.tokens, 3 * overhead.per_task_max, "{overhead:?}");
     assert!(json.steps[0].overhead.is_none() && json.steps[2].overhead.is_none());
     assert!(json.steps.iter().all(|s| s.levels.is_none()), "{json:?}");
+    // mock-model has no price: no step is priced, and there is no cap to cross.
+    assert!(
+        json.steps
+            .iter()
+            .all(|s| s.estimated_cost_usd.is_none() && s.tier.is_none()),
+        "{json:?}"
+    );
+    assert_eq!(json.estimated_cost_usd, 0.0);
+    assert_eq!((json.max_cost_usd, json.estimate_crosses_cap), (None, None));
     let sum = &json.steps[2];
     assert_eq!(
         sum.later.as_deref(),

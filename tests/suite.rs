@@ -15,6 +15,7 @@ mod batch_calls;
 mod compile_checks;
 mod completions;
 mod corpus;
+mod cost;
 mod crash;
 mod delegate;
 mod discovery;

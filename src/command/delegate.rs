@@ -68,6 +68,10 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
     show(&outcome, args, ctx)?;
     match outcome.error {
         None => Ok(()),
+        Some(failure) if failure.class == crate::event::FailureClass::Budget => {
+            eprintln!("summon: {}", failure.message);
+            Err(Error::Budget)
+        }
         Some(failure) => Err(Error::Failed(failure.message)),
     }
 }
@@ -225,6 +229,9 @@ fn request_from_args(args: &DelegateArgs, ctx: &Ctx) -> Result<DelegationRequest
         model: args.model.model.clone(),
         temperature: args.model.temperature,
         max_turns: args.max_turns,
+        max_cost: args.max_cost,
+        tier: args.tier,
+        flex_fallback: args.flex_fallback,
         max_output_tokens: args.max_output_tokens,
         stop: args.stop.clone(),
         context,

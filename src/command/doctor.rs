@@ -9,6 +9,10 @@
 //! broken files, every source shadowed by another) and [`store`] (the `.summon/` schema
 //! version, tasks whose worker is gone), and [`sandbox`] (whether the model's shell commands
 //! will be sandboxed: the Landlock ABI, the default policy and what each policy gives).
+//! [`prices`] says the model's price and where it comes from; `--prices` prints the whole
+//! price table instead (`--json`: `{"date", "unit", "sources", "notes", "models": {MODEL:
+//! {"standard"|"flex"|"priority"|"batch": {"input", "cached_input", "cache_write", "output"},
+//! "from": "built-in"|"config"}}}`).
 //!
 //! JSON (`--json`): `{"ok": BOOL, "errors": N, "warnings": N, "provider": PROVIDER|null,
 //! "model": {"name", "from", "alias"}|null, "config_files": [{"path", "scope":
@@ -23,6 +27,7 @@
 mod check;
 mod config_files;
 mod environment;
+mod prices;
 mod provider;
 mod sandbox;
 mod sources;
@@ -38,8 +43,19 @@ use check::{Check, Section, Status};
 
 pub(crate) fn run(args: &DoctorArgs, ctx: &mut Ctx) -> Result<()> {
     let loaded = crate::config::file::load(&ctx.env);
+    if args.prices {
+        if args.output.json {
+            ctx.out.json(&prices::table_json(&loaded.config))?;
+        } else {
+            ctx.out.write(&prices::table_text(&loaded.config))?;
+        }
+        return Ok(());
+    }
     let mut checks = Vec::new();
     let report = provider::check(args, &ctx.env, &loaded.config, &mut checks);
+    if let Some(model) = report.model.as_ref().and_then(|m| m["name"].as_str()) {
+        prices::check(&loaded.config, model, &mut checks);
+    }
     environment::check(&ctx.env, &mut checks);
     config_files::check(&loaded, &ctx.env, &mut checks);
     sources::check(&ctx.catalog(), &ctx.env.cwd, &mut checks);

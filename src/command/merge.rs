@@ -123,12 +123,20 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         display,
         batch: false,
         plan,
+        max_cost: args.max_cost,
     };
     let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
     super::run::write_step_summary("merge", &name, &summary, ctx);
     let mut extra = serde_json::Map::new();
     extra.insert("shards".into(), json!(args.dirs.len()));
     let failed = super::run::print_outcome(&mut summary, extra, args.output.json, ctx)?;
+    if let Some(reached) = &summary.budget {
+        eprintln!(
+            "summon: merge stopped, {reached}; run `summon merge {shown} --max-cost MORE` again \
+             (finished tasks are not repeated)"
+        );
+        return Err(Error::Budget);
+    }
     if summary.interrupted {
         eprintln!(
             "summon: merge interrupted; run `summon merge {shown}` again (finished shard tasks \

@@ -6,10 +6,13 @@
 //! `deferred`: a step a shard leaves for `summon merge`, or one after `--until STEP`.
 //! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "drafted",
 //! "input_tokens", "overhead", "model", "prompt", "later", "notes", "output_limit": {"tokens",
-//! "default"}}], "tasks", "drafted_tasks",
-//! "estimated_input_tokens", "estimated_input_cost_usd", "unpriced_models", "errors"}`;
-//! `overhead` is the drafted tasks' per-task overhead as in `report.json` (`null`: none
-//! drafted).
+//! "default"}, "tier", "estimated_cost_usd": {"input", "output_max"}}], "tasks",
+//! "drafted_tasks", "estimated_input_tokens", "estimated_input_cost_usd",
+//! "estimated_cost_usd", "max_cost_usd", "estimate_crosses_cap", "unpriced_models",
+//! "errors"}`; `overhead` is the drafted tasks' per-task overhead as in `report.json`
+//! (`null`: none drafted); a step's `estimated_cost_usd` prices its drafted first requests
+//! at its tier (`null`: none drafted, or no price), `output_max` at the output limit;
+//! `estimate_crosses_cap` is `null` without a spend cap.
 
 use std::io::IsTerminal;
 
@@ -88,7 +91,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         },
     );
     if args.dry_run {
-        return dry_run(&compiled, &catalog, &params, args.output.json, ctx);
+        return dry_run(&compiled, &catalog, &params, args, ctx);
     }
     // Without the run to resume, the run says so before anything else.
     if args.resume.is_none() || frozen.is_some() {
@@ -103,7 +106,11 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         .and_then(|out| plan.closing_note(out, &shown));
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
-    preflight(&compiled, &config, &ctx.env)?;
+    let cap = args
+        .max_cost
+        .or(compiled.pipeline.settings.max_cost)
+        .or(config.max_cost);
+    preflight(&compiled, &config, &ctx.env, cap)?;
     let pipeline = compiled.pipeline;
     let display = resolve_display(
         std::io::stderr().is_terminal(),
@@ -128,6 +135,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         wait: args.wait,
         watch: None,
         stop: None,
+        max_cost: args.max_cost,
     };
     let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
     write_step_summary("run", &name, &summary, ctx);
@@ -143,6 +151,15 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
             if let (Some(value), true) = (value, args.shard.is_some() || args.until.is_some()) {
                 part.push_str(&format!(" {flag} {value}"));
             }
+        }
+        if let Some(reached) = &summary.budget {
+            eprintln!(
+                "summon: run {} stopped, {reached}; continue it with `summon run {}{part} \
+                 --resume --max-cost MORE`",
+                summary.run_id,
+                args.pipeline.display()
+            );
+            return Err(Error::Budget);
         }
         eprintln!(
             "summon: run {} interrupted; continue it with `summon run {}{part} --resume`",
@@ -184,6 +201,8 @@ struct Setup {
     out: Option<String>,
     junit: Option<String>,
     concurrency: Option<u32>,
+    /// `--max-cost` the run was started with (a resume may raise it).
+    max_cost: Option<f64>,
     /// The catalog the run was started with.
     catalog: Option<crate::source::Catalog>,
 }
@@ -236,6 +255,10 @@ impl Setup {
             }
             _ => {}
         }
+        // A different cap is what a run that reached its cap resumes with.
+        if args.max_cost.is_none() {
+            args.max_cost = self.max_cost;
+        }
         Ok(args)
     }
 }
@@ -287,6 +310,7 @@ fn resumed_setup(
         out: setup.out,
         junit: setup.junit,
         concurrency: setup.concurrency.and_then(|n| u32::try_from(n).ok()),
+        max_cost: setup.max_cost_micro_usd.map(|m| m as f64 / 1e6),
         catalog: serde_json::from_str::<serde_json::Value>(&run.catalog_json)
             .ok()
             .filter(serde_json::Value::is_array)
@@ -303,9 +327,17 @@ fn preflight(
     compiled: &CompiledPipeline,
     config: &crate::config::Config,
     env: &crate::env::Env,
+    cap: Option<f64>,
 ) -> Result<()> {
-    let mut wanted: Vec<(&str, &ModelChoice)> = Vec::new();
-    for (step, resolved) in compiled.pipeline.steps.iter().zip(&compiled.steps) {
+    // Each model choice once, with the steps that make it.
+    let mut wanted: Vec<(&str, &ModelChoice, Vec<usize>)> = Vec::new();
+    for (index, (step, resolved)) in compiled
+        .pipeline
+        .steps
+        .iter()
+        .zip(&compiled.steps)
+        .enumerate()
+    {
         let Some(choice) = &resolved.model else {
             continue;
         };
@@ -322,8 +354,9 @@ fn preflight(
                 &choice.source_model,
             )
         };
-        if !wanted.iter().any(|(_, other)| same(other)) {
-            wanted.push((&step.id, choice));
+        match wanted.iter_mut().find(|(_, other, _)| same(other)) {
+            Some((_, _, steps)) => steps.push(index),
+            None => wanted.push((&step.id, choice, vec![index])),
         }
     }
     if wanted.is_empty() {
@@ -332,7 +365,7 @@ fn preflight(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    for (step, choice) in wanted {
+    for (step, choice, steps) in wanted {
         let overrides = crate::config::Overrides {
             provider_flag: choice.provider.as_deref(),
             model_flag: choice.model.as_deref(),
@@ -340,14 +373,76 @@ fn preflight(
             recipe_model: choice.source_model.as_deref(),
             recipe_origin: &choice.origin,
         };
-        runtime
+        let resolved = runtime
             .block_on(crate::config::resolve(env, config, &overrides))
             .map_err(|d| {
                 let message = format!("step `{step}`: {}", d.message);
                 Error::from(crate::diag::Diagnostic { message, ..d })
             })?;
+        if let Some(cap) = cap
+            && config.price(&resolved.model).is_none()
+        {
+            // A cap cannot be kept without knowing what a request costs.
+            return Err(Error::from(
+                crate::diag::Diagnostic::error(format!(
+                    "step `{step}`: {} for model `{}`, so the spend cap of {} cannot be kept",
+                    crate::config::NO_PRICE,
+                    resolved.model,
+                    crate::subagent::budget::usd(cap)
+                ))
+                .with_hint(crate::config::prices::no_price_hint(&resolved.model)),
+            ));
+        }
+        for index in steps {
+            check_tier(compiled, index, &resolved)?;
+        }
     }
     Ok(())
+}
+
+/// A step's `tier` its provider or model is known to refuse: an error at the line that sets
+/// it, before the run. Flex and priority are OpenAI's service tiers; a model of the built-in
+/// price table is offered at the tiers it lists.
+fn check_tier(
+    compiled: &CompiledPipeline,
+    index: usize,
+    resolved: &crate::config::Resolved,
+) -> Result<()> {
+    use crate::config::Tier;
+    let pipeline = &compiled.pipeline;
+    let step = &pipeline.steps[index];
+    let Some((tier, pos)) = step.tier.or(pipeline.settings.tier) else {
+        return Ok(());
+    };
+    if !matches!(tier, Tier::Flex | Tier::Priority) {
+        return Ok(());
+    }
+    let problem = if resolved.endpoint.kind == crate::provider::ProviderKind::Anthropic {
+        Some(format!(
+            "provider `{}` (Anthropic) has no `{}` service tier; Anthropic's cheaper path is \
+             its Message Batches API (`tier: batch` on a fan_out step)",
+            resolved.provider_name,
+            tier.name()
+        ))
+    } else {
+        crate::config::prices::listed(&resolved.model)
+            .filter(|listed| listed.at(tier).is_none())
+            .map(|_| {
+                format!(
+                    "model `{}` is not offered at the `{}` tier (OpenAI offers flex for the \
+                     gpt-5 family, o3 and o4-mini)",
+                    resolved.model,
+                    tier.name()
+                )
+            })
+    };
+    match problem {
+        Some(message) => Err(Error::from(
+            crate::diag::Diagnostic::error(format!("step `{}`: {message}", step.id))
+                .at(crate::diag::Span::new(&pipeline.file, pos)),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Appends the run's Markdown summary to the file `GITHUB_STEP_SUMMARY` names (set by GitHub
@@ -530,13 +625,22 @@ fn dry_run(
     compiled: &CompiledPipeline,
     catalog: &crate::source::Catalog,
     params: &indexmap::IndexMap<String, String>,
-    json: bool,
+    args: &RunArgs,
     ctx: &mut Ctx,
 ) -> Result<()> {
+    let json = args.output.json;
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
     let pipeline = &compiled.pipeline;
     let plan = crate::exec::dry_run::plan(&ctx.env, &config, catalog, compiled, params);
+    let costs = step_costs(pipeline, &plan, &config, args.batch);
+    let budget = DryBudget {
+        cap: args
+            .max_cost
+            .or(pipeline.settings.max_cost)
+            .or(config.max_cost),
+        estimate: costs.iter().flatten().map(|c| c.input + c.output_max).sum(),
+    };
     let mut cost = 0.0f64;
     let mut unpriced: Vec<String> = Vec::new();
     for (model, tokens) in &plan.tokens_by_model {
@@ -558,8 +662,13 @@ fn dry_run(
         let steps: Vec<serde_json::Value> = plan
             .steps
             .iter()
-            .map(|s| {
+            .zip(&costs)
+            .map(|(s, c)| {
                 json!({
+                    "tier": c.as_ref().map(|c| c.tier.name()),
+                    "estimated_cost_usd": c.as_ref().map(|c| json!({
+                        "input": c.input, "output_max": c.output_max,
+                    })),
                     "id": s.id, "kind": s.kind, "needs": s.needs, "width": s.width,
                     "tasks": s.tasks, "drafted": s.drafted, "input_tokens": s.input_tokens,
                     "overhead": s.overhead.json(), "model": s.model,
@@ -581,6 +690,9 @@ fn dry_run(
             "drafted_tasks": drafted,
             "estimated_input_tokens": tokens,
             "estimated_input_cost_usd": cost,
+            "estimated_cost_usd": budget.estimate,
+            "max_cost_usd": budget.cap,
+            "estimate_crosses_cap": budget.crosses(),
             "unpriced_models": unpriced,
             "errors": plan.errors.iter().map(|(pos, message)| json!({
                 "line": pos.line, "column": pos.col, "message": message,
@@ -588,7 +700,7 @@ fn dry_run(
         }))?;
     } else {
         ctx.out.write(&dry_run_text(
-            pipeline, &plan, tasks, drafted, cost, &unpriced,
+            pipeline, &plan, tasks, drafted, cost, &unpriced, &costs, &budget,
         ))?;
     }
     if plan.errors.is_empty() {
@@ -655,6 +767,67 @@ fn levels_text(levels: &crate::exec::dry_run::LevelsPlan) -> String {
     text
 }
 
+/// What a step's drafted first requests cost at its tier: their input, and their output at
+/// the output limit.
+struct StepCost {
+    tier: crate::config::Tier,
+    input: f64,
+    output_max: f64,
+}
+
+/// The spend cap of a dry run and the estimate it is held against.
+struct DryBudget {
+    cap: Option<f64>,
+    estimate: f64,
+}
+
+impl DryBudget {
+    fn crosses(&self) -> Option<bool> {
+        self.cap.map(|cap| self.estimate > cap)
+    }
+}
+
+/// Each step's [`StepCost`]; `None` for a step with nothing drafted or no price.
+fn step_costs(
+    pipeline: &Pipeline,
+    plan: &crate::exec::dry_run::DryRun,
+    config: &crate::config::Config,
+    batch_all: bool,
+) -> Vec<Option<StepCost>> {
+    use crate::config::Tier;
+    let prices = config.prices();
+    plan.steps
+        .iter()
+        .map(|s| {
+            let step = pipeline.steps.iter().find(|p| p.id == s.id)?;
+            let settings = crate::compile::StepSettings::layer(
+                &crate::compile::Flags::default(),
+                step,
+                &pipeline.settings,
+            );
+            let fan_out = matches!(step.kind, crate::pipeline::model::StepKind::FanOut(_));
+            let tier = if step.backend == crate::pipeline::model::Backend::Batch
+                || (batch_all && fan_out)
+            {
+                Tier::Batch
+            } else {
+                settings.tier
+            };
+            if s.drafted == 0 {
+                return None;
+            }
+            let price = prices.at(s.model.as_deref()?, tier)?;
+            let output = s.output_limit.map_or(0, |(tokens, _)| u64::from(tokens));
+            Some(StepCost {
+                tier,
+                input: s.input_tokens as f64 * price.input / 1e6,
+                output_max: (s.drafted * output) as f64 * price.output / 1e6,
+            })
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)] // the parts of one printed plan
 fn dry_run_text(
     pipeline: &Pipeline,
     plan: &crate::exec::dry_run::DryRun,
@@ -662,6 +835,8 @@ fn dry_run_text(
     drafted: u64,
     cost: f64,
     unpriced: &[String],
+    costs: &[Option<StepCost>],
+    budget: &DryBudget,
 ) -> String {
     let mut text = format!(
         "Pipeline {} ({} steps)\n",
@@ -671,7 +846,7 @@ fn dry_run_text(
     if !pipeline.description.is_empty() {
         text.push_str(&format!("{}\n", pipeline.description.trim()));
     }
-    for step in &plan.steps {
+    for (step, step_cost) in plan.steps.iter().zip(costs) {
         let after = if step.needs.is_empty() {
             String::new()
         } else {
@@ -727,6 +902,14 @@ fn dry_run_text(
                 }
             ));
         }
+        if let Some(c) = step_cost {
+            text.push_str(&format!(
+                "      cost at the {} tier: ~${:.4} input, up to ${:.4} output (first requests)\n",
+                c.tier.name(),
+                c.input,
+                c.output_max
+            ));
+        }
         for note in &step.notes {
             text.push_str(&format!("      note: {note}\n"));
         }
@@ -740,9 +923,32 @@ fn dry_run_text(
         text.push_str(&format!("Estimated input cost: ${cost:.4}\n"));
     } else {
         text.push_str(&format!(
-            "Estimated input cost: ${cost:.4} for priced models; no price in the config file for: {}\n",
-            unpriced.join(", ")
+            "Estimated input cost: ${cost:.4} for priced models; {} for: {} ({})\n",
+            crate::config::NO_PRICE,
+            unpriced.join(", "),
+            crate::config::prices::no_price_hint(&unpriced[0])
         ));
+    }
+    if budget.estimate > 0.0 {
+        text.push_str(&format!(
+            "Estimated cost of those first requests at each step's tier: up to ${:.4} (their \
+             input, and their output at the output limit)\n",
+            budget.estimate
+        ));
+    }
+    if let Some(cap) = budget.cap {
+        let cap_text = crate::subagent::budget::usd(cap);
+        if budget.crosses() == Some(true) {
+            text.push_str(&format!(
+                "Spend cap: {cap_text}; the estimate already crosses it: the run would stop \
+                 with \"budget reached\" before every task has run\n"
+            ));
+        } else {
+            text.push_str(&format!(
+                "Spend cap: {cap_text}; the estimate is within it (later turns, tool results \
+                 and tasks that read model output come on top)\n"
+            ));
+        }
     }
     text.push_str("No request was sent.\n");
     text

@@ -45,6 +45,10 @@ pub(crate) struct StepSettings {
     pub(crate) network: Option<bool>,
     /// Stop sequences: the step's `stop`, else the settings'.
     pub(crate) stop: Vec<String>,
+    /// The service tier: the step's, else the settings' (standard).
+    pub(crate) tier: crate::config::Tier,
+    /// `flex_fallback: standard`: the step's, else the settings'.
+    pub(crate) flex_fallback: bool,
 }
 
 impl StepSettings {
@@ -62,6 +66,15 @@ impl StepSettings {
             sandbox: flags.sandbox.or(step.sandbox).or(pipeline.sandbox),
             network: flags.network.or(step.network).or(pipeline.network),
             stop: step.stop.clone().unwrap_or_else(|| pipeline.stop.clone()),
+            tier: step
+                .tier
+                .or(pipeline.tier)
+                .map(|(tier, _)| tier)
+                .unwrap_or_default(),
+            flex_fallback: step
+                .flex_fallback
+                .or(pipeline.flex_fallback)
+                .unwrap_or(false),
         }
     }
 }

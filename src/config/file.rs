@@ -14,6 +14,8 @@
 //! default_model: gpt-4o-mini      # optional: the model used when nothing else names one
 //! max_output_tokens: 16000        # optional: the output limit of every request (summon's
 //!                                 # default: 4096, Anthropic 8192)
+//! max_cost: 20                    # optional: the spend cap in USD of every run, delegation
+//!                                 # and merge (`--max-cost` and `settings.max_cost` override)
 //! providers:
 //!   work:
 //!     kind: openai                # openai (any OpenAI-compatible server) | anthropic
@@ -208,6 +210,16 @@ impl Price {
         }
     }
 
+    /// Every price times `factor`.
+    pub(crate) fn scaled(&self, factor: f64) -> Self {
+        Self {
+            input: self.input * factor,
+            output: self.output * factor,
+            cached_input: self.cached_input * factor,
+            cache_write: self.cache_write * factor,
+        }
+    }
+
     /// The cost in USD of `usage`, each part of the input at its own price.
     pub(crate) fn cost(&self, usage: &crate::provider::Usage) -> f64 {
         (usage.uncached_input() as f64 * self.input
@@ -227,6 +239,9 @@ pub(crate) struct Config {
     pub(crate) default_model: Option<Located<String>>,
     /// The output limit of every request, unless a flag or step sets one.
     pub(crate) max_output_tokens: Option<u32>,
+    /// `max_cost`: the spend cap of every run and delegation in USD, unless a flag or the
+    /// pipeline sets one.
+    pub(crate) max_cost: Option<f64>,
     pub(crate) providers: IndexMap<String, ProviderConfig>,
     pub(crate) prices: IndexMap<String, Located<Price>>,
     /// `models.<id>.context_window`: context windows over the built-in ones, by model id.
@@ -277,6 +292,7 @@ impl Config {
         if over.max_output_tokens.is_some() {
             self.max_output_tokens = over.max_output_tokens;
         }
+        self.max_cost = over.max_cost.or(self.max_cost);
         self.providers.extend(over.providers);
         self.prices.extend(over.prices);
         self.context_windows.extend(over.context_windows);
@@ -329,9 +345,19 @@ impl Config {
         Ok(crate::sandbox::CommandEnv::new(names, credentials, keys))
     }
 
-    /// The price of a model, when one is configured.
+    /// The price of a model: the config file's, else the built-in table's.
     pub(crate) fn price(&self, model: &str) -> Option<Price> {
-        self.prices.get(model).map(|p| p.value)
+        self.prices().get(model)
+    }
+
+    /// The prices of every model: the config file's entries over the built-in table.
+    pub(crate) fn prices(&self) -> super::prices::Prices {
+        super::prices::Prices::new(
+            self.prices
+                .iter()
+                .map(|(model, price)| (model.clone(), price.value))
+                .collect(),
+        )
     }
 
     /// The context window of `model`: the config file's, else the built-in one.
@@ -485,6 +511,19 @@ fn parse_inner(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Config {
     refuse_literal_key(&mut r, &mut d);
     config.default_provider = located_string(&mut r, "default_provider", &mut d);
     config.default_model = located_string(&mut r, "default_model", &mut d);
+    config.max_cost = r.get("max_cost").and_then(|n| match n.to_json().as_f64() {
+        Some(usd) if usd > 0.0 && usd.is_finite() => Some(usd),
+        _ => {
+            d.error(
+                n.pos,
+                format!(
+                    "`max_cost` must be a number of US dollars above 0, found {}",
+                    describe(n)
+                ),
+            );
+            None
+        }
+    });
     config.max_output_tokens = r
         .get("max_output_tokens")
         .and_then(|n| output_limit(n, "max_output_tokens", &mut d));

@@ -10,10 +10,12 @@
 
 pub(crate) mod file;
 pub(crate) mod presets;
+pub(crate) mod prices;
 mod probe;
 pub(crate) mod resolve;
 pub(crate) mod trust;
 pub(crate) mod windows;
 
 pub(crate) use file::{Config, load_config};
+pub(crate) use prices::{NO_PRICE, Prices, Tier};
 pub(crate) use resolve::{Overrides, Resolved, env_max_turns, resolve};

@@ -289,6 +289,7 @@ impl Draft {
             retry: self.retry,
             extensions: self.servers,
             slot: None,
+            budget: None,
             cache: crate::subagent::TaskCache::default(),
         };
         Prepared {

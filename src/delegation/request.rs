@@ -29,6 +29,15 @@ pub(crate) struct DelegationRequest {
     pub(crate) sandbox: Option<crate::sandbox::Policy>,
     #[serde(default)]
     pub(crate) network: Option<bool>,
+    /// `--max-cost`: the delegation's spend cap in USD (over the config file's `max_cost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) max_cost: Option<f64>,
+    /// `--tier`: the service tier of its requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tier: Option<crate::config::Tier>,
+    /// `--flex-fallback standard`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) flex_fallback: bool,
 }
 
 impl DelegationRequest {

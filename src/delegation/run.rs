@@ -115,6 +115,7 @@ impl Ready {
             usage: Usage::default(),
             duration: Duration::ZERO,
             warnings: Vec::new(),
+            service_tier: None,
         });
         let error = result.error(prepared.spec.max_turns);
         let resolved = &prepared.resolved;
@@ -166,11 +167,39 @@ pub(crate) fn ready(
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let prepared = match runtime.block_on(prepare(env, config, source, &request.to_request())) {
+    let mut prepared = match runtime.block_on(prepare(env, config, source, &request.to_request())) {
         Ok(prepared) => prepared,
         Err(PrepareError::Input(diags)) => return Err(Error::Input(diags)),
         Err(PrepareError::Task(message)) => return Err(Error::Failed(message)),
     };
+    if let Some(tier) = request.tier {
+        let resolved = std::sync::Arc::make_mut(&mut prepared.resolved);
+        resolved.endpoint = resolved
+            .endpoint
+            .clone()
+            .at_tier(tier.service_tier(), request.flex_fallback);
+    }
+    if let Some(cap) = request.max_cost.or(config.max_cost) {
+        // A cap is kept by pricing every request: a model without a price cannot have one.
+        let model = &prepared.resolved.model;
+        let price = config
+            .prices()
+            .model(model)
+            .map(|(p, _)| p)
+            .ok_or_else(|| {
+                Error::from(
+                    crate::diag::Diagnostic::error(format!(
+                        "{} for model `{model}`, so the spend cap of {} cannot be kept",
+                        crate::config::NO_PRICE,
+                        crate::subagent::budget::usd(cap)
+                    ))
+                    .with_hint(crate::config::prices::no_price_hint(model)),
+                )
+            })?;
+        let ledger = crate::subagent::budget::Ledger::new(cap, 0.0);
+        let tier = request.tier.unwrap_or_default();
+        prepared.spec.budget = Some(std::sync::Arc::new(ledger.task(price, tier)));
+    }
     Ok(Ready { runtime, prepared })
 }
 

@@ -24,6 +24,9 @@ pub(crate) enum FailureClass {
     /// The task could not be made ready: an unknown source, a parameter, its provider, or a
     /// request too large for the model.
     Prepare,
+    /// The spend cap was reached: the task did not start, or stopped before its next
+    /// request.
+    Budget,
     /// Anything else, and a failure read back from the journal.
     Other,
 }
@@ -42,6 +45,7 @@ impl FailureClass {
             Self::Timeout => "timeout".to_owned(),
             Self::Cancelled => "cancelled".to_owned(),
             Self::Prepare => "task not ready".to_owned(),
+            Self::Budget => "budget reached".to_owned(),
             Self::Other => "other".to_owned(),
         }
     }

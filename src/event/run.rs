@@ -31,6 +31,9 @@ pub(crate) struct RunSummary {
     /// The final step's text.
     pub(crate) final_output: Option<super::FinalText>,
     pub(crate) interrupted: bool,
+    /// `budget reached: $X of $Y` when the spend cap stopped the run (then `interrupted`
+    /// too: it resumes like one).
+    pub(crate) budget: Option<String>,
     /// The run's `report.json` document (counts, tokens, cost per step and in total).
     pub(crate) report: serde_json::Value,
     /// The one-line summary printed at the end (`12 tasks: 11 completed, ...`).

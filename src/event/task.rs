@@ -46,6 +46,16 @@ impl TaskDone {
     pub(crate) fn error_message(&self) -> Option<&str> {
         self.error.as_ref().map(|failure| failure.message.as_str())
     }
+
+    /// The spend cap refused the task's first request: it sent nothing and is not a result
+    /// (a resumed run sends it).
+    pub(crate) fn not_started(&self) -> bool {
+        self.error
+            .as_ref()
+            .is_some_and(|e| e.class == super::FailureClass::Budget)
+            && self.turns == 0
+            && self.usage.total() == 0
+    }
 }
 
 /// What `results.jsonl` and `report.html` tell about a task beyond its answer: enough to
@@ -66,6 +76,10 @@ pub(crate) struct TaskTrace {
     pub(crate) retry_wait_ms: u64,
     /// The tools it called, in call order.
     pub(crate) tools: Vec<ToolUse>,
+    /// The service tier the provider says served its last answer (`default`, `flex`,
+    /// `priority`); the task is priced at it (not written to `results.jsonl`).
+    #[serde(skip)]
+    pub(crate) service_tier: Option<String>,
     /// The rendered first message sent to the model, at most [`PROMPT_LIMIT`] bytes.
     pub(crate) prompt: Option<String>,
     /// The estimated tokens of its first request beyond its own text, tool definitions
@@ -117,6 +131,7 @@ impl TaskTrace {
             prompt: line["prompt"].as_str().map(str::to_owned),
             overhead_tokens: line["overhead_tokens"].as_u64(),
             tool_tokens: line["tool_tokens"].as_u64(),
+            service_tier: None,
             in_flight: Spent::default(),
         }
     }

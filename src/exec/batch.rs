@@ -82,6 +82,9 @@ struct Pending {
     prompt: String,
     /// What its request carries beyond its own text (no tools: a batch line has none).
     overhead: crate::event::Overhead,
+    /// Held against the spend cap since it was sent (USD), and its batch price.
+    held: f64,
+    price: Option<crate::config::file::Price>,
 }
 
 /// A batch being polled.
@@ -367,6 +370,10 @@ impl BatchRun<'_> {
         mut error: Option<Failure>,
         batch_id: Option<String>,
     ) {
+        if let Some(ledger) = &self.shared.budget {
+            let cost = task.price.map_or(0.0, |p| p.cost(&task.usage));
+            ledger.settle(task.held, cost);
+        }
         // A model's answer that repeats a configured key is cleaned as a live task's is.
         let (mut output, mut structured) = (output, structured);
         if let Some(redactor) = self.redactors.get(&task.provider) {
@@ -501,6 +508,12 @@ impl BatchRun<'_> {
             resubmits: 0,
             turns: 0,
             usage: Usage::default(),
+            held: 0.0,
+            price: self
+                .shared
+                .config
+                .prices()
+                .at(&prepared.resolved.model, crate::config::Tier::Batch),
             rendered,
         });
     }
@@ -583,7 +596,50 @@ impl BatchRun<'_> {
         }
     }
 
-    async fn submit_one(&mut self, client: &Client, provider: &str, tasks: Vec<Pending>) {
+    async fn submit_one(&mut self, client: &Client, provider: &str, mut tasks: Vec<Pending>) {
+        if let Some(ledger) = &self.shared.budget {
+            // The batch's estimate: each line's input and its output limit, at batch prices.
+            let estimates: Vec<f64> = tasks
+                .iter()
+                .map(|t| {
+                    let output = t
+                        .output_limit
+                        .unwrap_or(client.endpoint().kind.default_output_limit(None, 0));
+                    t.price.map_or(f64::INFINITY, |p| {
+                        (crate::provider::estimate_tokens(&t.request) as f64 * p.input
+                            + f64::from(output) * p.output)
+                            / 1e6
+                    })
+                })
+                .collect();
+            let new: f64 = tasks
+                .iter()
+                .zip(&estimates)
+                .filter(|(t, _)| t.held == 0.0)
+                .map(|(_, e)| e)
+                .sum();
+            if !ledger.hold(new) {
+                // Not sent: nothing is recorded, so `--resume` sends them.
+                self.shared.events.warning(format!(
+                    "step `{}`: a batch of {} estimated at up to {} would cross the spend cap; \
+                     not sent",
+                    self.step.id,
+                    crate::plural::count(tasks.len() as u64, "task"),
+                    crate::subagent::budget::usd(new)
+                ));
+                for task in tasks.iter().filter(|t| t.held > 0.0) {
+                    ledger.settle(task.held, 0.0);
+                }
+                self.stop = true;
+                self.shared.check_budget();
+                return;
+            }
+            for (task, estimate) in tasks.iter_mut().zip(estimates) {
+                if task.held == 0.0 {
+                    task.held = estimate;
+                }
+            }
+        }
         let lines: Vec<BatchLine> = tasks
             .iter()
             .map(|t| BatchLine {
@@ -731,8 +787,10 @@ impl BatchRun<'_> {
         }
         while let Some(joined) = running.join_next().await {
             match joined {
+                Ok(Some(done)) if done.not_started() => self.shared.check_budget(),
                 Ok(Some(done)) => {
                     self.done(done);
+                    self.shared.check_budget();
                     if self.stop {
                         running.abort_all();
                     }

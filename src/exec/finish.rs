@@ -63,6 +63,23 @@ impl Finish<'_> {
         }
         let retries = sink.retries().clone();
         sink.out.report.set_retries(&retries);
+        let budget = self.shared.budget.as_ref().map(|ledger| {
+            let spent = ledger.spent();
+            if let Err(e) = store.set_run_spent(run_id, spent) {
+                eprintln!("summon: warning: cannot record what the run spent: {e}");
+            }
+            crate::output::BudgetJson {
+                cap_usd: ledger.cap(),
+                spent_usd: spent,
+                reached: ledger.reached(),
+            }
+        });
+        if let Some(budget) = &budget {
+            sink.out.report.set_budget(budget.clone());
+            if let Some(junit) = &mut sink.out.junit {
+                junit.set_budget(budget.spent_usd, budget.cap_usd);
+            }
+        }
         // One clock for report.json and the report kept in the run history.
         sink.out.report.finish();
         sink.out
@@ -148,6 +165,9 @@ impl Finish<'_> {
         };
         let summary_line = sink.out.report.summary_line();
         eprintln!("summon: {summary_line}");
+        if let Some(hint) = sink.out.report.unpriced_hint() {
+            eprintln!("summon: {hint}");
+        }
         if let Some(failures) = sink.failure_summary() {
             eprintln!("{failures}");
         }
@@ -159,6 +179,12 @@ impl Finish<'_> {
             steps,
             final_output,
             interrupted,
+            budget: self
+                .shared
+                .budget
+                .as_ref()
+                .filter(|ledger| ledger.reached())
+                .map(|ledger| ledger.reached_text()),
             report: sink.out.report.to_json(),
             summary_line,
         })

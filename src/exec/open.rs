@@ -36,6 +36,8 @@ pub(super) struct OpenRun {
     pub(super) results: Option<ResultsWriter>,
     /// Results already in `results.jsonl` from before a resume.
     pub(super) already_written: Written,
+    /// What an earlier attempt of this run spent, USD (`--resume`).
+    pub(super) spent_before: f64,
 }
 
 impl OpenRun {
@@ -88,6 +90,9 @@ impl OpenRun {
             out: options.out_dir.as_ref().map(|d| d.display().to_string()),
             junit: options.junit.as_ref().map(|j| j.display().to_string()),
             concurrency: options.concurrency,
+            max_cost_micro_usd: options.max_cost.map(crate::store::micro_usd),
+            // A resumed run keeps what it spent before.
+            spent_micro_usd: run.setup.as_ref().and_then(|s| s.spent_micro_usd),
         };
         store.set_run_setup(&run.run_id, out_text.as_deref(), &setup, &defaults)?;
         hold(&store, &run, options.resume.is_none(), options.wait)?;
@@ -110,6 +115,7 @@ impl OpenRun {
         };
         let journal = store.journal_writer(&run.run_id, writer_options)?;
         let (results, already_written) = open_results(env, options)?;
+        let spent_before = setup.spent_micro_usd.unwrap_or(0) as f64 / 1e6;
         Ok(Self {
             store,
             run,
@@ -121,6 +127,7 @@ impl OpenRun {
             committed,
             results,
             already_written,
+            spent_before,
         })
     }
 }

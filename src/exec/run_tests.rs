@@ -151,6 +151,7 @@ impl Engine {
         let catalog = crate::source::discover(crate::source::search_dirs(&env));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let options = RunOptions {
+            max_cost: None,
             pipeline,
             params,
             concurrency,

@@ -59,6 +59,9 @@ pub(crate) struct RunOptions {
     pub(crate) wait: bool,
     /// Another consumer of the run's events, beside its outputs.
     pub(crate) watch: Option<Box<dyn Consumer>>,
+    /// `--max-cost`: the run's spend cap in USD, over the pipeline's `settings.max_cost` and
+    /// the config file's `max_cost`.
+    pub(crate) max_cost: Option<f64>,
     /// Cancelled by the caller to stop the run as a first Ctrl-C does: no new task starts,
     /// the tasks in flight finish, and the run ends interrupted (resumable).
     pub(crate) stop: Option<CancellationToken>,
@@ -123,7 +126,16 @@ pub(crate) fn run_pipeline(
         committed,
         results,
         already_written,
+        spent_before,
     } = opened;
+    let budget = options
+        .max_cost
+        .or(pipeline.settings.max_cost)
+        .or(config.max_cost)
+        .map(|cap| crate::subagent::budget::Ledger::new(cap, spent_before));
+    if let Some(ledger) = &budget {
+        progress.set_budget(Arc::clone(ledger));
+    }
     let agents = Arc::new(agents_json(&catalog));
     let step_ids: Vec<String> = pipeline.steps.iter().map(|s| s.id.clone()).collect();
     let recorder = Recorder::new(Outputs {
@@ -170,6 +182,7 @@ pub(crate) fn run_pipeline(
         run_started,
         batch_all: options.batch,
         events: events.clone(),
+        budget,
     });
     let outputs = Arc::new(StepOutputs::new(pipeline.steps.len()));
     let params = Arc::new(options.params);
@@ -239,12 +252,7 @@ fn add_steps(progress: &Progress, pipeline: &Pipeline, plan: &Plan) {
 
 /// The run's report, with every step's sandbox.
 fn new_report(config: &Config, pipeline: &Pipeline) -> Report {
-    let prices = config
-        .prices
-        .iter()
-        .map(|(model, price)| (model.clone(), price.value))
-        .collect();
-    let mut report = Report::new(prices);
+    let mut report = Report::new(config.prices());
     for (i, step) in pipeline.steps.iter().enumerate() {
         let level = StepConfig::new(i, step, &pipeline.settings).sandbox();
         let effective = crate::sandbox::Sandbox::pick(&[level, (config.sandbox, config.network)]);

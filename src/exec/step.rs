@@ -60,6 +60,27 @@ pub(crate) struct Shared {
     pub(crate) events: Events,
     /// When the run started: tasks' start times are told from it.
     pub(crate) run_started: Instant,
+    /// The run's spend cap, when it has one.
+    pub(crate) budget: Option<Arc<crate::subagent::budget::Ledger>>,
+}
+
+impl Shared {
+    /// After a task ended: once the spend cap is reached, no new task starts (as after a
+    /// first Ctrl-C) and the run ends "budget reached".
+    pub(crate) fn check_budget(&self) {
+        if let Some(ledger) = &self.budget
+            && ledger.reached()
+            && !self.drain.is_cancelled()
+        {
+            self.events.emit(RunEvent::Interrupted {
+                text: format!(
+                    "summon: {}: no new task starts; finishing the tasks in flight",
+                    ledger.reached_text()
+                ),
+            });
+            self.drain.cancel();
+        }
+    }
 }
 
 /// A task's concurrency slots, held until its result is committed to the journal, so that a
@@ -363,11 +384,13 @@ pub(crate) async fn run_task(
     let label = (!item.is_null()).then(|| crate::event::item_label(&item, index));
     // Every attempt is billed, the ones that failed too.
     let mut spent = Spent::default();
+    // The task's share of the spend cap, kept over its attempts.
+    let mut budget = None;
     loop {
         trace.attempts += 1;
         trace.in_flight = Spent::default();
         let outcome = tokio::select! {
-            outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace, label.as_deref()) => outcome,
+            outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace, label.as_deref(), &mut budget) => outcome,
             () = shared.kill.cancelled() => Err(Failure::new(FailureClass::Cancelled, "cancelled")),
         };
         let Attempt {
@@ -413,7 +436,15 @@ pub(crate) async fn run_task(
             let end = error.message.find('\n').unwrap_or(error.message.len());
             error.message.insert_str(end, &note);
         }
-        if ok || corrected_in_vain || attempt >= step.retries || shared.kill.is_cancelled() {
+        let over_budget = error
+            .as_ref()
+            .is_some_and(|e| e.class == FailureClass::Budget);
+        if ok
+            || corrected_in_vain
+            || attempt >= step.retries
+            || shared.kill.is_cancelled()
+            || over_budget
+        {
             return TaskDone {
                 step: step.index,
                 index,
@@ -491,8 +522,31 @@ async fn attempt_task(
     slot: &Arc<TaskSlot>,
     trace: &mut TaskTrace,
     item: Option<&str>,
+    budget: &mut Option<Arc<crate::subagent::budget::TaskBudget>>,
 ) -> Result<Attempt, Failure> {
     let mut prepared = prepare_task(shared, step, rendered).await?;
+    if let Some(ledger) = &shared.budget {
+        if budget.is_none() {
+            let model = &prepared.resolved.model;
+            let price = shared
+                .config
+                .prices()
+                .model(model)
+                .map(|(p, _)| p)
+                .ok_or_else(|| {
+                    Failure::new(
+                        FailureClass::Prepare,
+                        format!(
+                            "{} for model `{model}`, so the spend cap cannot be kept: {}",
+                            crate::config::NO_PRICE,
+                            crate::config::prices::no_price_hint(model)
+                        ),
+                    )
+                })?;
+            *budget = Some(Arc::new(ledger.task(price, step.settings.tier)));
+        }
+        prepared.spec.budget.clone_from(budget);
+    }
     if trace.prompt.is_none() {
         trace.prompt = Some(TaskTrace::clip(&prepared.spec.first_message, PROMPT_LIMIT));
     }
@@ -566,6 +620,9 @@ async fn attempt_task(
         })?,
         None => run.await,
     };
+    if result.service_tier.is_some() {
+        trace.service_tier.clone_from(&result.service_tier);
+    }
     let error = result.error(prepared.spec.max_turns);
     let text = match &result.structured {
         Some(value) => value.to_string(),
@@ -603,6 +660,12 @@ pub(super) async fn prepare_task(
     )
     .await
     .map_err(|e| prepare(prepare_message(e)))?;
+    let tier = step.settings.tier;
+    let resolved = Arc::make_mut(&mut prepared.resolved);
+    resolved.endpoint = resolved
+        .endpoint
+        .clone()
+        .at_tier(tier.service_tier(), step.settings.flex_fallback);
     let cache = &mut prepared.spec.cache;
     cache.on = step.cache;
     cache.shared = step.cache_shared;
@@ -676,16 +739,22 @@ pub(super) fn client_for(
         .clients
         .lock()
         .map_err(|_| Failure::other("internal error: client cache"))?;
-    Ok(match clients.get(&prepared.resolved.provider_name) {
+    // One client per provider and service tier (a flex client waits longer).
+    let key = match prepared.resolved.endpoint.service_tier {
+        Some(tier) => format!("{}\u{0}{tier}", prepared.resolved.provider_name),
+        None => prepared.resolved.provider_name.clone(),
+    };
+    Ok(match clients.get(&key) {
         Some(pair) => pair.clone(),
         None => {
             let client = Client::new(prepared.resolved.endpoint.clone())
                 .map_err(|e| Failure::new(FailureClass::Provider(e.class()), e.to_string()))?;
             let limiter = RateLimiter::new(prepared.resolved.limits);
-            clients.insert(
-                prepared.resolved.provider_name.clone(),
-                (client.clone(), limiter.clone()),
-            );
+            // The rate limits are the provider's, whatever the tier.
+            let limiter = clients
+                .get(&prepared.resolved.provider_name)
+                .map_or(limiter, |(_, l)| l.clone());
+            clients.insert(key, (client.clone(), limiter.clone()));
             (client, limiter)
         }
     })
@@ -965,7 +1034,15 @@ async fn run_tasks(
         };
         match joined {
             Some(Ok((done, permits))) => {
+                if done.not_started() {
+                    // Refused by the spend cap before its first request: not recorded, so
+                    // that `--resume` runs it.
+                    drop(permits);
+                    shared.check_budget();
+                    continue;
+                }
                 let (go_on, seq) = on_done(done);
+                shared.check_budget();
                 stop |= !go_on;
                 match seq {
                     Some(seq) => pending.push_back((seq, permits)),

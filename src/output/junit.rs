@@ -14,7 +14,8 @@
 //! ```
 //!
 //! A suite whose tasks read from or wrote to the provider's prompt cache carries
-//! `<properties>` with `cache_read_tokens` and `cache_write_tokens` before its cases.
+//! `<properties>` with `cache_read_tokens` and `cache_write_tokens` before its cases; under a
+//! spend cap every suite has `run_spent_usd` and `run_max_cost_usd` there too.
 //!
 //! A case is named `STEP: LABEL` (the caller's label for the item, cut at [`LABEL_MAX`]
 //! characters), or `STEP` alone for an empty label. Cases are listed in item order (a
@@ -115,6 +116,8 @@ pub(crate) struct JunitWriter {
     error: Option<io::Error>,
     /// A case's XML, reused.
     buffer: Vec<u8>,
+    /// The run's spend and its cap (USD), when it has one.
+    budget: Option<(f64, f64)>,
 }
 
 impl JunitWriter {
@@ -126,6 +129,7 @@ impl JunitWriter {
             spill_dir: None,
             error: None,
             buffer: Vec::new(),
+            budget: None,
         }
     }
 
@@ -135,6 +139,11 @@ impl JunitWriter {
             spill_dir: Some(spill_dir.to_owned()),
             ..Self::new(name)
         }
+    }
+
+    /// The run's spend and its cap, shown in every suite's `<properties>`.
+    pub(crate) fn set_budget(&mut self, spent: f64, cap: f64) {
+        self.budget = Some((spent, cap));
     }
 
     /// Adds the finished task `index` of `step`: passed, or failed with `error`.
@@ -294,13 +303,25 @@ impl JunitWriter {
                 suite.skipped,
                 secs(suite.time_ms)
             )?;
-            if suite.cache_read > 0 || suite.cache_write > 0 {
-                writeln!(
-                    out,
-                    "    <properties>\n      <property name=\"cache_read_tokens\" value=\"{}\"/>\n      \
-                     <property name=\"cache_write_tokens\" value=\"{}\"/>\n    </properties>",
-                    suite.cache_read, suite.cache_write
-                )?;
+            let cached = suite.cache_read > 0 || suite.cache_write > 0;
+            if cached || self.budget.is_some() {
+                writeln!(out, "    <properties>")?;
+                if cached {
+                    writeln!(
+                        out,
+                        "      <property name=\"cache_read_tokens\" value=\"{}\"/>\n      \
+                         <property name=\"cache_write_tokens\" value=\"{}\"/>",
+                        suite.cache_read, suite.cache_write
+                    )?;
+                }
+                if let Some((spent, cap)) = self.budget {
+                    writeln!(
+                        out,
+                        "      <property name=\"run_spent_usd\" value=\"{spent:.6}\"/>\n      \
+                         <property name=\"run_max_cost_usd\" value=\"{cap}\"/>"
+                    )?;
+                }
+                writeln!(out, "    </properties>")?;
             }
             // The cases in item order, then those after a gap (or recorded twice) in theirs.
             suite.spill.copy_to(out)?;

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::report::{cache_share, fmt_cost, fmt_tokens};
+use super::report::{cache_share, fmt_tokens};
 
 /// Bar redraws per second, at most.
 pub(crate) const BAR_HZ: u8 = 10;
@@ -79,16 +79,9 @@ struct StepState {
 }
 
 impl StepState {
-    /// The cost so far: `≥` when some tasks could not be priced, `no price` when none could,
-    /// nothing before the first task ends.
+    /// The cost so far ([`super::report::cost_text`]), nothing before the first task ends.
     fn cost_text(&self) -> Option<String> {
-        match (self.priced, self.unpriced) {
-            (0, 0) => return None,
-            (0, _) => return Some("no price".to_owned()),
-            _ => {}
-        }
-        let at_least = if self.unpriced > 0 { "≥" } else { "" };
-        Some(format!("{at_least}{}", fmt_cost(self.cost)))
+        super::report::cost_text(self.cost, self.priced, self.unpriced)
     }
 
     /// How many tasks wait to retry now, and when the first of them goes again.
@@ -146,8 +139,9 @@ impl StepState {
         line
     }
 
-    /// The bar's message: `16 in flight, 3 failed, 52.1k tokens, 62% cached, $0.21`.
-    fn message(&self) -> String {
+    /// The bar's message: `16 in flight, 3 failed, 52.1k tokens, 62% cached, $0.21`, and the
+    /// run's spend against its cap when it has one.
+    fn message(&self, budget: Option<&str>) -> String {
         let mut parts = Vec::new();
         if !self.finished {
             parts.push(self.flight());
@@ -162,10 +156,13 @@ impl StepState {
         if let Some(cost) = self.cost_text() {
             parts.push(cost);
         }
+        if let Some(budget) = budget {
+            parts.push(format!("run {budget}"));
+        }
         parts.join(", ")
     }
 
-    fn draw(&mut self) {
+    fn draw(&mut self, budget: Option<&str>) {
         self.dirty = false;
         let Some(bar) = &self.bar else { return };
         if let Some(total) = self.total {
@@ -178,7 +175,7 @@ impl StepState {
             self.bar_style = Some(with_total);
         }
         bar.set_position(self.done);
-        bar.set_message(self.message());
+        bar.set_message(self.message(budget));
         if self.finished && !bar.is_finished() {
             bar.finish();
         }
@@ -190,6 +187,8 @@ struct Shared {
     steps: Mutex<IndexMap<String, StepState>>,
     multi: Option<MultiProgress>,
     lines_out: Mutex<Box<dyn Write + Send>>,
+    /// The run's spend cap, when it has one.
+    budget: Mutex<Option<Arc<crate::subagent::budget::Ledger>>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -199,6 +198,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// `$0.21 of $1.00 cap`, under a spend cap.
+    fn budget_text(&self) -> Option<String> {
+        lock(&self.budget)
+            .as_ref()
+            .map(|ledger| format!("{} cap", ledger.spent_of_cap()))
+    }
+
     fn print(&self, text: &str) {
         match &self.multi {
             Some(multi) => {
@@ -214,6 +220,8 @@ impl Shared {
 
     /// One round of the background thread.
     fn tick(&self) {
+        let budget = self.budget_text();
+        let budget = budget.as_deref();
         let mut steps = lock(&self.steps);
         match self.mode {
             DisplayMode::Bar => {
@@ -223,7 +231,7 @@ impl Shared {
                     let waits = state.retry_ends.len();
                     state.retry_ends.retain(|end| *end > now);
                     if state.dirty || waits > 0 {
-                        state.draw();
+                        state.draw(budget);
                     } else if let (Some(bar), false) = (&state.bar, state.finished) {
                         // The spinner turns and the elapsed time and ETA move on.
                         bar.tick();
@@ -239,6 +247,9 @@ impl Shared {
                     }
                 }
                 drop(steps);
+                if let (false, Some(budget)) = (text.is_empty(), budget) {
+                    text.push_str(&format!("[summon] spent {budget}\n"));
+                }
                 if !text.is_empty() {
                     self.print(&text);
                 }
@@ -319,6 +330,7 @@ impl Progress {
             steps: Mutex::new(IndexMap::new()),
             multi,
             lines_out: Mutex::new(lines_out),
+            budget: Mutex::new(None),
         });
         let interval = match mode {
             DisplayMode::Bar => Some(Duration::from_millis(1000 / u64::from(BAR_HZ))),
@@ -349,6 +361,11 @@ impl Progress {
     }
 
     /// Adds a step (again: updates its total). `total` is its task count, when known.
+    /// Shows the run's spend against its cap.
+    pub(crate) fn set_budget(&self, ledger: Arc<crate::subagent::budget::Ledger>) {
+        *lock(&self.shared.budget) = Some(ledger);
+    }
+
     pub(crate) fn add_step(&self, id: &str, total: Option<u64>) {
         let mut steps = lock(&self.shared.steps);
         if let Some(state) = steps.get_mut(id) {
@@ -432,6 +449,7 @@ impl Progress {
 
     /// `step` is over: its bar shows its final numbers, or its last line is printed.
     pub(crate) fn step_finished(&self, step: &str) {
+        let budget = self.shared.budget_text();
         let mut steps = lock(&self.shared.steps);
         let Some(state) = steps.get_mut(step) else {
             return;
@@ -441,10 +459,13 @@ impl Progress {
         }
         state.finished = true;
         match self.shared.mode {
-            DisplayMode::Bar => state.draw(),
+            DisplayMode::Bar => state.draw(budget.as_deref()),
             DisplayMode::Lines => {
                 let mut line = state.line(step);
                 line.push('\n');
+                if let Some(budget) = budget {
+                    line.push_str(&format!("[summon] spent {budget}\n"));
+                }
                 drop(steps);
                 self.shared.print(&line);
             }
@@ -590,9 +611,9 @@ mod tests {
         // A wait that is over: the task is in flight again.
         state.retry_ends = vec![Instant::now() - Duration::from_millis(1)];
         assert!(
-            state.message().starts_with("2 in flight, 0 failed"),
+            state.message(None).starts_with("2 in flight, 0 failed"),
             "{}",
-            state.message()
+            state.message(None)
         );
     }
 
@@ -692,7 +713,7 @@ mod tests {
         );
         assert_eq!(
             tail[1],
-            "[summon] notes: 136/400 done, 3 failed, 52.1k tokens, ≥$0.21"
+            "[summon] notes: 136/400 done, 3 failed, 52.1k tokens, $0.21 + no price for 16 tasks"
         );
         // Nothing is printed after finish.
         let len = text.len();
@@ -719,7 +740,10 @@ mod tests {
                 let steps = lock(&progress.shared.steps);
                 let state = &steps["s"];
                 assert_eq!((state.done, state.failed, state.tokens), (1, 1, 5));
-                assert_eq!(state.message(), "0 in flight, 1 failed, 5 tokens, $0.50");
+                assert_eq!(
+                    state.message(None),
+                    "0 in flight, 1 failed, 5 tokens, $0.50"
+                );
                 if let Some(bar) = &state.bar {
                     assert_eq!(bar.position(), 1);
                     assert_eq!(bar.length(), Some(2));

@@ -192,7 +192,7 @@ impl Recorder {
                 done.usage,
                 done.duration,
                 done.resumed,
-                done.batch_id.is_some(),
+                served_tier(done),
                 done.corrections,
             )
         };
@@ -328,4 +328,17 @@ fn count_failure(
             .first
             .push(format!("{step}: {}", item_label(&done.item, done.index)));
     }
+}
+
+/// The tier a task is priced at: the batch tier through a provider's batch API, else the one
+/// its last answer says served it (standard when it did not say).
+fn served_tier(done: &crate::event::TaskDone) -> crate::config::Tier {
+    if done.batch_id.is_some() {
+        return crate::config::Tier::Batch;
+    }
+    done.trace
+        .service_tier
+        .as_deref()
+        .and_then(crate::config::Tier::parse)
+        .unwrap_or_default()
 }

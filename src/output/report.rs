@@ -77,7 +77,6 @@
 //!   this run: `{"tasks", "tokens", "tool_tokens", "per_task_max",
 //!   "tool_tokens_per_task_max"}` (sums, then the largest of one task), `null` when none did.
 
-use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -85,15 +84,11 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 use serde::Serialize;
 
-use crate::config::file::Price;
+use crate::config::{Prices, Tier};
 use crate::provider::Usage;
 
 /// The report file name inside the `--out` directory.
 pub(crate) const REPORT_FILE: &str = "report.json";
-
-/// What a task answered through a provider's batch API costs, as a share of the configured
-/// (live) prices: OpenAI Batch and Anthropic Message Batches bill half.
-pub(crate) const BATCH_PRICE_FACTOR: f64 = 0.5;
 
 /// Counts and sums over a set of tasks.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -221,7 +216,7 @@ impl StepEntry {
 
 /// The run's aggregate, fed one task at a time.
 pub(crate) struct Report {
-    prices: HashMap<String, Price>,
+    prices: Prices,
     started_at: jiff::Timestamp,
     started: Instant,
     finished: Option<Instant>,
@@ -234,6 +229,19 @@ pub(crate) struct Report {
     pipeline: Option<serde_json::Value>,
     /// The tasks' extension warnings.
     warnings: Vec<TaskWarning>,
+    /// The models of tasks that could not be priced.
+    unpriced_models: indexmap::IndexSet<String>,
+    /// The spend cap, when the run has one.
+    budget: Option<BudgetJson>,
+}
+
+/// `budget` in report.json: the cap, what was spent against it (every request of the run,
+/// earlier attempts of a resumed run included), and whether it was reached.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub(crate) struct BudgetJson {
+    pub(crate) cap_usd: f64,
+    pub(crate) spent_usd: f64,
+    pub(crate) reached: bool,
 }
 
 /// One extension warning of one task.
@@ -268,6 +276,8 @@ struct ReportJson<'a> {
     pipeline: Option<&'a serde_json::Value>,
     #[serde(skip_serializing_if = "<[TaskWarning]>::is_empty")]
     warnings: &'a [TaskWarning],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget: Option<&'a BudgetJson>,
 }
 
 #[derive(Serialize)]
@@ -315,9 +325,9 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl Report {
-    /// An empty report; `prices` maps a model to its USD per million tokens.
+    /// An empty report; `prices` gives a model's USD per million tokens.
     /// The run's wall time starts now.
-    pub(crate) fn new(prices: HashMap<String, Price>) -> Self {
+    pub(crate) fn new(prices: Prices) -> Self {
         Self {
             prices,
             started_at: jiff::Timestamp::now(),
@@ -329,6 +339,8 @@ impl Report {
             sandbox: IndexMap::new(),
             pipeline: None,
             warnings: Vec::new(),
+            unpriced_models: indexmap::IndexSet::new(),
+            budget: None,
         }
     }
 
@@ -369,6 +381,28 @@ impl Report {
         }
     }
 
+    /// What to do about the models that had no price: one line, `None` when every task was
+    /// priced.
+    pub(crate) fn unpriced_hint(&self) -> Option<String> {
+        let first = self.unpriced_models.first()?;
+        let models: Vec<String> = self
+            .unpriced_models
+            .iter()
+            .map(|m| format!("`{m}`"))
+            .collect();
+        Some(format!(
+            "{} for {}: {}",
+            crate::config::NO_PRICE,
+            models.join(", "),
+            crate::config::prices::no_price_hint(first)
+        ))
+    }
+
+    /// Sets the spend cap and what was spent against it.
+    pub(crate) fn set_budget(&mut self, budget: BudgetJson) {
+        self.budget = Some(budget);
+    }
+
     /// When the run's clock started.
     pub(crate) fn started(&self) -> Instant {
         self.started
@@ -393,16 +427,16 @@ impl Report {
 
     /// The estimated cost of a task: `Some(0.0)` when it used no tokens, `None` when its model
     /// has no price.
-    pub(crate) fn task_cost(&self, model: Option<&str>, usage: &Usage) -> Option<f64> {
+    pub(crate) fn task_cost(&self, model: Option<&str>, usage: &Usage, tier: Tier) -> Option<f64> {
         if usage.total() == 0 {
             return Some(0.0);
         }
-        Some(self.prices.get(model?)?.cost(usage))
+        Some(self.prices.at(model?, tier)?.cost(usage))
     }
 
     /// Adds one finished task of `step`, run by `model` (for its price), with `status`
     /// `completed`, `failed` or `skipped` (anything else counts as failed); a task answered
-    /// through a provider's batch API (`batch`) is priced at [`BATCH_PRICE_FACTOR`]. Returns its
+    /// at the service `tier` that served it (the batch tier through a provider's batch API). Returns its
     /// estimated cost (as [`Report::task_cost`]), for the progress display.
     #[allow(clippy::too_many_arguments)] // one flat call per task, no intermediate struct
     pub(crate) fn record_task(
@@ -414,15 +448,18 @@ impl Report {
         usage: Usage,
         duration: Duration,
         resumed: bool,
-        batch: bool,
+        tier: Tier,
         corrections: u32,
     ) -> Option<f64> {
-        let price_factor = if batch { BATCH_PRICE_FACTOR } else { 1.0 };
         debug_assert!(
             matches!(status, "completed" | "failed" | "skipped"),
             "unknown task status {status:?}"
         );
-        let cost = self.task_cost(model, &usage).map(|c| c * price_factor);
+        let cost = self.task_cost(model, &usage, tier);
+        if cost.is_none() {
+            self.unpriced_models
+                .insert(model.unwrap_or("(unknown model)").to_owned());
+        }
         let task = Task {
             status,
             turns,
@@ -516,6 +553,7 @@ impl Report {
                 })
                 .collect(),
             retries_by_class: &self.retries,
+            budget: self.budget.as_ref(),
             sandbox: &self.sandbox,
             pipeline: self.pipeline.as_ref(),
             warnings: &self.warnings,
@@ -531,8 +569,7 @@ impl Report {
     }
 
     /// `12 tasks: 11 completed, 1 failed, 3.2k tokens, $0.004, 41.0s` — failed, skipped and
-    /// resumed only when there are some; the cost only when some task could be priced (`≥`
-    /// before it when others could not).
+    /// resumed only when there are some; the cost as [`cost_text`] says it.
     pub(crate) fn summary_line(&self) -> String {
         let t = &self.total;
         let mut line = format!(
@@ -555,12 +592,16 @@ impl Report {
         if let Some(share) = cache_share(t.input_tokens, t.cache_read_tokens) {
             line.push_str(&format!(", {share}"));
         }
-        match (t.priced_tasks, t.unpriced_tasks) {
-            (0, 0) => {}
-            (0, _) => line.push_str(", no price"),
-            (_, unpriced) => {
-                let at_least = if unpriced > 0 { "≥" } else { "" };
-                line.push_str(&format!(", {at_least}{}", fmt_cost(t.cost)));
+        match &self.budget {
+            Some(b) => line.push_str(&format!(
+                ", {} of {} cap",
+                crate::subagent::budget::usd(b.spent_usd),
+                crate::subagent::budget::usd(b.cap_usd)
+            )),
+            None => {
+                if let Some(cost) = cost_text(t.cost, t.priced_tasks, t.unpriced_tasks) {
+                    line.push_str(&format!(", {cost}"));
+                }
             }
         }
         line.push_str(&format!(", {}", fmt_duration(self.wall())));
@@ -573,6 +614,23 @@ impl Report {
 /// refused, never written through.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     crate::safe_fs::write_replacing(path, bytes)
+}
+
+/// The cost of `priced` tasks that came to `usd` beside `unpriced` tasks whose model has no
+/// price, in the one wording every output uses: `$0.21`, `$0.21 + no price for 3 tasks`, `no
+/// price`; `None` before any task.
+pub(crate) fn cost_text(usd: f64, priced: u64, unpriced: u64) -> Option<String> {
+    let no_price = crate::config::NO_PRICE;
+    match (priced, unpriced) {
+        (0, 0) => None,
+        (0, _) => Some(no_price.to_owned()),
+        (_, 0) => Some(fmt_cost(usd)),
+        (_, n) => Some(format!(
+            "{} + {no_price} for {n} task{}",
+            fmt_cost(usd),
+            if n == 1 { "" } else { "s" }
+        )),
+    }
 }
 
 /// `950`, `3.2k`, `52.1k`, `1.3M`.
@@ -625,6 +683,7 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
 mod tests {
     use super::*;
     use serde_json::{Value, json};
+    use std::collections::HashMap;
 
     /// 1000 input and 100 output tokens in 2 turns.
     fn record(report: &mut Report, step: &str, model: &str, status: &str, ms: u64) {
@@ -636,16 +695,16 @@ mod tests {
             usage(1000, 100),
             Duration::from_millis(ms),
             false,
-            false,
+            Tier::Standard,
             0,
         );
     }
 
-    fn prices() -> HashMap<String, Price> {
-        HashMap::from([(
+    fn prices() -> Prices {
+        Prices::only(HashMap::from([(
             "cheap".to_owned(),
-            Price::with_cache_defaults("cheap", 0.15, 0.60),
-        )])
+            crate::config::file::Price::with_cache_defaults("cheap", 0.15, 0.60),
+        )]))
     }
 
     fn usage(input: u64, output: u64) -> Usage {
@@ -689,7 +748,7 @@ mod tests {
             usage(1000, 100),
             Duration::from_millis(200),
             true,
-            false,
+            Tier::Standard,
             0,
         );
         assert!((resumed_cost.unwrap() - 0.00021).abs() < 1e-12);
@@ -701,7 +760,7 @@ mod tests {
             Usage::default(),
             Duration::ZERO,
             false,
-            false,
+            Tier::Standard,
             0,
         );
         assert_eq!(skipped_cost, Some(0.0), "no tokens, no cost");
@@ -812,7 +871,7 @@ mod tests {
         );
         assert!(line.ends_with('s'), "{line}");
 
-        let mut report = Report::new(HashMap::new());
+        let mut report = Report::new(Prices::only(HashMap::new()));
         record(&mut report, "s", "x", "completed", 1);
         assert!(
             report

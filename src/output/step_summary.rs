@@ -84,9 +84,12 @@ fn count(stats: &Value, key: &str) -> u64 {
 }
 
 fn cost(stats: &Value) -> String {
+    let tasks = count(stats, "tasks");
+    let unpriced = count(stats, "unpriced_tasks");
     match stats["cost_usd"].as_f64() {
-        Some(usd) if stats["priced"].as_bool() == Some(false) => format!("≥{}", fmt_cost(usd)),
-        Some(usd) => fmt_cost(usd),
+        Some(usd) => super::report::cost_text(usd, tasks.saturating_sub(unpriced).max(1), unpriced)
+            .unwrap_or_else(|| fmt_cost(usd)),
+        None if unpriced > 0 => crate::config::NO_PRICE.to_owned(),
         None => "–".to_owned(),
     }
 }
@@ -157,6 +160,7 @@ mod tests {
             ],
             final_output: None,
             interrupted: false,
+            budget: None,
             report: json!({"steps": {"work": {"tasks": 3, "completed": 1, "failed": 2,
                 "input_tokens": 1000, "output_tokens": 200, "cost_usd": 0.5, "priced": true}}}),
             summary_line: "3 tasks: 1 completed, 2 failed".into(),
@@ -186,6 +190,7 @@ mod tests {
             steps: vec![("work".into(), StepStatus::Failed, Some(hostile.into()))],
             final_output: None,
             interrupted: false,
+            budget: None,
             report: json!({"steps": {}}),
             summary_line: "1 task: 1 failed".into(),
         };

@@ -69,6 +69,12 @@ pub(crate) struct PipelineSettings {
     pub(crate) stop: Vec<String>,
     /// Global cap on tasks in flight (`--concurrency` overrides).
     pub(crate) concurrency: Option<usize>,
+    /// The run's spend cap in USD (`--max-cost` overrides).
+    pub(crate) max_cost: Option<f64>,
+    /// The service tier of every step's requests, and where it is written.
+    pub(crate) tier: Option<(crate::config::Tier, Pos)>,
+    /// `flex_fallback: standard` for every step.
+    pub(crate) flex_fallback: Option<bool>,
     /// The sandbox of the model's shell commands (`--sandbox` / `--network` override).
     pub(crate) sandbox: Option<crate::sandbox::Policy>,
     pub(crate) network: Option<bool>,
@@ -136,6 +142,12 @@ pub(crate) struct Step {
     /// An empty final answer completes the task instead of failing it.
     pub(crate) allow_empty: bool,
     pub(crate) backend: Backend,
+    /// `tier`: the service tier of the step's requests, and where it is written (`batch`
+    /// is `backend: batch`).
+    pub(crate) tier: Option<(crate::config::Tier, Pos)>,
+    /// `flex_fallback: standard`: a flex request the provider has no capacity for is sent
+    /// at the standard tier.
+    pub(crate) flex_fallback: Option<bool>,
     /// Take the answer of an earlier run to the same request instead of sending it.
     pub(crate) reuse: bool,
     /// The sandbox of the model's shell commands, over the settings'.

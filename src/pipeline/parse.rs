@@ -309,6 +309,52 @@ fn bool_field(r: &mut MapReader<'_>, key: &str, d: &mut FileDiags<'_>) -> Option
     value
 }
 
+/// `tier: standard | flex | priority | batch`.
+fn tier_field(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> Option<(crate::config::Tier, Pos)> {
+    use crate::config::Tier;
+    choice(
+        r,
+        "tier",
+        &[
+            ("standard", Tier::Standard),
+            ("flex", Tier::Flex),
+            ("priority", Tier::Priority),
+            ("batch", Tier::Batch),
+        ],
+        d,
+    )
+}
+
+/// `flex_fallback: standard` (true) or `none` (false).
+fn flex_fallback_field(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> Option<bool> {
+    choice(
+        r,
+        "flex_fallback",
+        &[("standard", true), ("none", false)],
+        d,
+    )
+    .map(|(v, _)| v)
+}
+
+/// A spend cap: a number of US dollars above 0.
+fn usd_field(r: &mut MapReader<'_>, key: &str, d: &mut FileDiags<'_>) -> Option<f64> {
+    let path = r.child_path(key);
+    let node = r.get(key)?;
+    match node.to_json().as_f64() {
+        Some(value) if value > 0.0 && value.is_finite() => Some(value),
+        _ => {
+            d.error(
+                node.pos,
+                format!(
+                    "`{path}` must be a number of US dollars above 0, found {}",
+                    describe(node)
+                ),
+            );
+            None
+        }
+    }
+}
+
 fn temperature_field(r: &mut MapReader<'_>, d: &mut FileDiags<'_>) -> Option<f64> {
     let path = r.child_path("temperature");
     let node = r.get("temperature")?;
@@ -388,6 +434,9 @@ fn read_settings(node: &Node, d: &mut FileDiags<'_>) -> PipelineSettings {
             .map(|node| crate::recipe::stop_sequences(node, "settings.stop", d))
             .unwrap_or_default(),
         concurrency: count_field(&mut r, "concurrency", 1, d),
+        max_cost: usd_field(&mut r, "max_cost", d),
+        tier: tier_field(&mut r, d),
+        flex_fallback: flex_fallback_field(&mut r, d),
         sandbox: sandbox_field(&mut r, d),
         network: bool_field(&mut r, "network", d),
     };
@@ -610,6 +659,23 @@ fn read_step(
         Some((backend, _)) => backend,
         None => Backend::Live,
     };
+    let tier = tier_field(&mut r, d);
+    let backend = match tier {
+        Some((crate::config::Tier::Batch, pos)) if kind_known && !is_fan_out => {
+            d.error(
+                pos,
+                format!(
+                    "`tier: batch` applies only to fan_out steps; {label} is a {} step",
+                    kind.name()
+                ),
+            );
+            backend
+        }
+        // `tier: batch` is `backend: batch`.
+        Some((crate::config::Tier::Batch, _)) => Backend::Batch,
+        _ => backend,
+    };
+    let flex_fallback = flex_fallback_field(&mut r, d);
     let reuse = bool_field(&mut r, "reuse", d).unwrap_or(false);
     let sandbox = sandbox_field(&mut r, d);
     let network = bool_field(&mut r, "network", d);
@@ -654,6 +720,8 @@ fn read_step(
             stop,
             allow_empty,
             backend,
+            tier,
+            flex_fallback,
             reuse,
             sandbox,
             network,

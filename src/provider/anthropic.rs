@@ -203,6 +203,7 @@ pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, ProviderError
             .get("stop_reason")
             .and_then(Value::as_str)
             .map(str::to_owned),
+        service_tier: None,
     })
 }
 

@@ -88,6 +88,11 @@ pub(crate) struct ProviderEndpoint {
     /// The structured-output mechanism an OpenAI-compatible server is sent first
     /// (`structured_output` in the config file); a 400 still steps it down.
     pub(crate) structured_output: OpenAiFormat,
+    /// The service tier every chat request asks for (OpenAI's `service_tier`: `flex`,
+    /// `priority`); none: the provider's default.
+    pub(crate) service_tier: Option<&'static str>,
+    /// A flex request answered 429 is sent again at once at the standard tier.
+    pub(crate) flex_fallback: bool,
 }
 
 impl ProviderEndpoint {
@@ -109,7 +114,26 @@ impl ProviderEndpoint {
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
             structured_output: OpenAiFormat::JsonSchema,
+            service_tier: None,
+            flex_fallback: false,
         }
+    }
+
+    /// The slowest a flex answer is waited for, at least (OpenAI's own examples raise the
+    /// client timeout to 15 minutes for flex).
+    pub(crate) const FLEX_REQUEST_TIMEOUT: Duration = Duration::from_secs(900);
+
+    /// This endpoint asking for `service_tier` (`flex`, `priority`; none: the default), a
+    /// flex request waited for at least [`Self::FLEX_REQUEST_TIMEOUT`] and, with `fallback`,
+    /// sent at the standard tier when the provider has no flex capacity.
+    #[must_use]
+    pub(crate) fn at_tier(mut self, service_tier: Option<&'static str>, fallback: bool) -> Self {
+        if service_tier == Some("flex") {
+            self.request_timeout = self.request_timeout.max(Self::FLEX_REQUEST_TIMEOUT);
+            self.flex_fallback = fallback;
+        }
+        self.service_tier = service_tier;
+        self
     }
 
     /// Sets the key and the variable it came from (`None` when it came from a config file).
@@ -246,6 +270,7 @@ impl Client {
     /// `max_tokens` for `max_completion_tokens` (OpenAI's reasoning models) is sent that name
     /// from then on.
     pub(crate) async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let mut tier = self.endpoint.service_tier;
         loop {
             let level = self.format_level();
             let native = !self
@@ -254,7 +279,22 @@ impl Client {
             let completion = self
                 .completion_tokens
                 .load(std::sync::atomic::Ordering::Relaxed);
-            match self.chat_as(req, level, completion, native).await {
+            match self.chat_as(req, level, completion, native, tier).await {
+                // Flex capacity is short ("resource unavailable"): with `flex_fallback:
+                // standard` the request goes at once at the standard tier (and is priced so,
+                // by the tier the answer says served it).
+                Err(ProviderError::RateLimited { .. })
+                    if tier == Some("flex") && self.endpoint.flex_fallback =>
+                {
+                    tier = None;
+                    if let Ok(mut notice) = self.notice.lock() {
+                        *notice = Some(format!(
+                            "provider `{}` has no flex capacity now (429); sent at the standard \
+                             tier (flex_fallback: standard)",
+                            self.endpoint.name
+                        ));
+                    }
+                }
                 Err(ProviderError::BadRequest {
                     status: 400,
                     message,
@@ -350,9 +390,10 @@ impl Client {
         format: OpenAiFormat,
         completion: bool,
         native: bool,
+        tier: Option<&str>,
     ) -> Result<ChatResponse, ProviderError> {
         let body = match self.endpoint.kind {
-            ProviderKind::OpenAi => openai::request_bytes_as(req, format, completion),
+            ProviderKind::OpenAi => openai::request_bytes_tier(req, format, completion, tier),
             ProviderKind::Anthropic => {
                 serde_json::to_vec(&anthropic::request_body_as(req, native)).unwrap_or_default()
             }

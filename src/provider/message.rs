@@ -122,6 +122,9 @@ pub(crate) struct ChatResponse {
     pub(crate) usage: Usage,
     /// The provider's reason for stopping (`stop`, `tool_calls`, `end_turn`, `max_tokens`, ...).
     pub(crate) stop_reason: Option<String>,
+    /// The service tier the provider says served the request (OpenAI's `service_tier`:
+    /// `default`, `flex`, `priority`).
+    pub(crate) service_tier: Option<String>,
 }
 
 /// Token usage of one or more requests.

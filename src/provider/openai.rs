@@ -27,17 +27,20 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
 /// `format` is how far the server supports `response_format`.
 #[cfg(test)]
 pub(crate) fn request_bytes(req: &ChatRequest, format: OpenAiFormat) -> Vec<u8> {
-    request_bytes_as(req, format, false)
+    request_bytes_tier(req, format, false, None)
 }
 
 /// [`request_bytes`], with the output limit as `max_completion_tokens` when `completion` (the
-/// name OpenAI's reasoning models take; they refuse `max_tokens`).
-pub(crate) fn request_bytes_as(
+/// name OpenAI's reasoning models take; they refuse `max_tokens`), at a service tier (`flex`,
+/// `priority`) when one is asked for.
+pub(crate) fn request_bytes_tier(
     req: &ChatRequest,
     format: OpenAiFormat,
     completion: bool,
+    service_tier: Option<&str>,
 ) -> Vec<u8> {
     let mut body = Body::new(req, format);
+    body.service_tier = service_tier;
     if completion {
         body.max_completion_tokens = body.max_tokens.take();
     }
@@ -70,6 +73,9 @@ struct Body<'a> {
     /// Routes the requests that share a prefix to the same prompt cache.
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_cache_key: Option<&'a str>,
+    /// The service tier asked for (`flex`, `priority`); none: the provider's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_tier: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -169,6 +175,7 @@ impl<'a> Body<'a> {
                 .as_ref()
                 .and_then(|f| openai_response_format(f, format)),
             prompt_cache_key: req.cache.key.as_deref(),
+            service_tier: None,
         }
     }
 }
@@ -286,6 +293,10 @@ pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, ProviderError
             .get("finish_reason")
             .and_then(Value::as_str)
             .map(str::to_owned),
+        service_tier: body
+            .get("service_tier")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
     })
 }
 
@@ -333,6 +344,7 @@ pub(crate) fn parse_response_fast(body: &[u8]) -> Option<ChatResponse> {
             cache_write_tokens: 0,
         },
         stop_reason: choice.finish_reason.map(Cow::into_owned),
+        service_tier: wire.service_tier.map(Cow::into_owned),
     })
 }
 
@@ -342,6 +354,8 @@ struct FastResponse<'a> {
     choices: Vec<FastChoice<'a>>,
     #[serde(default)]
     usage: Option<FastUsage>,
+    #[serde(default, borrow)]
+    service_tier: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]

@@ -17,7 +17,7 @@ name: all
 description: every key
 parameters:
   - {key: topic, input_type: string, requirement: optional, default: x, description: d, options: [x]}
-settings: {provider: openai, model: m, temperature: 0.5, max_turns: 2, max_output_tokens: 9, stop: ["\n"], concurrency: 2}
+settings: {provider: openai, model: m, temperature: 0.5, max_turns: 2, max_output_tokens: 9, stop: ["\n"], concurrency: 2, max_cost: 5}
 steps:
   - id: listed
     decompose: {items: [a, b]}

@@ -11,6 +11,20 @@ fn template(description: &str) -> Value {
     json!({"description": format!("{description} A template (`{{{{ ... }}}}`)."), "type": "string"})
 }
 
+fn tier() -> Value {
+    json!({
+        "description": "The service tier of the requests: standard (default); flex (OpenAI: batch prices, slower answers, a 429 when capacity is short); priority (OpenAI: faster, dearer); batch (fan_out only: `backend: batch`). Priced by the tier the provider says served each answer.",
+        "enum": ["standard", "flex", "priority", "batch"]
+    })
+}
+
+fn flex_fallback() -> Value {
+    json!({
+        "description": "standard: a flex request the provider has no capacity for (429) is sent at once at the standard tier, and priced so; none (default): retried at flex with backoff.",
+        "enum": ["standard", "none"]
+    })
+}
+
 fn whole(description: &str, minimum: u64) -> Value {
     json!({"description": description, "type": "integer", "minimum": minimum})
 }
@@ -162,6 +176,8 @@ fn step() -> Value {
                 "description": "live (default): one request per turn; batch (fan_out only): the provider's batch API, cheaper and slower.",
                 "enum": ["live", "batch"]
             },
+            "tier": tier(),
+            "flex_fallback": flex_fallback(),
             "reuse": {"description": "Take the answer of an earlier run to the same request instead of sending it again.", "type": "boolean"},
             "sandbox": sandbox(),
             "network": network(),
@@ -225,6 +241,9 @@ pub(super) fn schema() -> Value {
                     "max_output_tokens": whole("At most this many output tokens for one answer.", 1),
                     "stop": super::recipe::stop(),
                     "concurrency": whole("At most this many tasks in flight (`--concurrency` overrides; default 8).", 1),
+                    "tier": tier(),
+                    "flex_fallback": flex_fallback(),
+                    "max_cost": {"description": "A spend cap in USD for the run: no task starts that could cross it (`--max-cost` overrides; the config file's `max_cost` is the default).", "type": "number", "exclusiveMinimum": 0},
                     "sandbox": sandbox(),
                     "network": network()
                 },

@@ -138,6 +138,19 @@ impl Store {
         })
     }
 
+    /// Records what the run has spent (USD) in its setup, for a resumed run's spend cap.
+    pub(crate) fn set_run_spent(&self, run_id: &str, spent: f64) -> Result<(), StoreError> {
+        let micro = i64::try_from(super::journal::micro_usd(spent)).unwrap_or(i64::MAX);
+        self.read(|conn| {
+            conn.execute(
+                "UPDATE runs SET options = json_set(coalesce(options, '{}'), \
+                 '$.spent_micro_usd', ?2) WHERE run_id = ?1",
+                params![run_id, micro],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Records the report of a run that ended, and lets go of it.
     pub(crate) fn set_run_report(&self, run_id: &str, report: &Value) -> Result<(), StoreError> {
         let text = report.to_string();

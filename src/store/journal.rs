@@ -155,6 +155,18 @@ pub(crate) struct RunSetup {
     pub(crate) junit: Option<String>,
     /// `--concurrency`.
     pub(crate) concurrency: Option<usize>,
+    /// `--max-cost`, in millionths of a US dollar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) max_cost_micro_usd: Option<u64>,
+    /// What the run had spent when it last ended, in millionths of a US dollar (a resumed
+    /// run's spend cap counts it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) spent_micro_usd: Option<u64>,
+}
+
+/// US dollars as millionths, as [`RunSetup`] keeps them.
+pub(crate) fn micro_usd(usd: f64) -> u64 {
+    (usd * 1e6).round().max(0.0) as u64
 }
 
 /// One finished (or batch-submitted) task of a run, as recorded in the journal.

@@ -61,7 +61,7 @@ pub(crate) use batch::{BatchRecord, BatchTask};
 pub(crate) use history::{Retention, RunListing};
 pub(crate) use journal::{
     FinishedMap, JournalStatus, JournalWriter, RunRecord, RunSetup, RunStatus, TaskResultRow,
-    WriterOptions,
+    WriterOptions, micro_usd,
 };
 pub(crate) use schema::SCHEMA_VERSION;
 pub(crate) use task::{Claim, Control, TaskFilter, TaskLookup, TaskRecord, TaskStatus};

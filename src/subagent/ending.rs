@@ -68,6 +68,7 @@ mod tests {
                 ..Usage::default()
             },
             stop_reason: Some(stop.to_owned()),
+            service_tier: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Subagents: one agent loop, its prompt and its tools.
 
+pub(crate) mod budget;
 mod cache;
 mod checks;
 mod ending;

@@ -167,6 +167,7 @@ mod tests {
             usage: crate::provider::Usage::default(),
             duration: Duration::ZERO,
             warnings: vec!["server said tok-123456".into()],
+            service_tier: None,
         });
         assert_eq!(result.warnings, ["server said [redacted]"]);
         assert_eq!(result.text, "said [redacted]");

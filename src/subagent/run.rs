@@ -47,6 +47,8 @@ pub(crate) struct SubagentSpec {
     pub(crate) slot: Option<std::sync::Arc<dyn super::slot::Slot>>,
     /// How the task uses the provider's prompt cache.
     pub(crate) cache: super::cache::TaskCache,
+    /// The task's share of a spend cap, when there is one.
+    pub(crate) budget: Option<std::sync::Arc<super::budget::TaskBudget>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +76,8 @@ pub(crate) struct SubagentResult {
     /// What went wrong with the task's extensions (MCP servers): one that did not start, or
     /// failed during the task. The task may still have completed without their tools.
     pub(crate) warnings: Vec<String>,
+    /// The service tier the provider says served the last answer (`default`, `flex`, ...).
+    pub(crate) service_tier: Option<String>,
 }
 
 impl SubagentResult {
@@ -275,6 +279,8 @@ struct Totals {
     turns: u32,
     tool_calls: u32,
     usage: Usage,
+    /// The tier the last answer says served it.
+    service_tier: Option<String>,
 }
 
 impl Totals {
@@ -290,6 +296,7 @@ impl Totals {
             usage: self.usage,
             duration: started.elapsed(),
             warnings: Vec::new(),
+            service_tier: self.service_tier.clone(),
         }
     }
 }
@@ -467,6 +474,25 @@ async fn run_once(
                     .default_output_limit(spec.context_window, prompt),
             );
         }
+        if let Some(budget) = &spec.budget {
+            // The most the task may still spend: this turn and the ones left, each at the
+            // output limit, with this request's input.
+            let output = request
+                .max_tokens
+                .or(output_limit)
+                .unwrap_or_else(|| client.endpoint().kind.default_output_limit(None, 0));
+            let worst = budget.worst(
+                estimate_tokens(&request),
+                u64::from(output),
+                spec.max_turns - turns + 1,
+            );
+            if let Err(refused) = budget.before_request(worst) {
+                // Not sent: not a turn.
+                total.turns -= 1;
+                let failure = Failure::new(FailureClass::Budget, refused.message);
+                return Outcome::plain(SubagentStatus::Failed(failure), last_text);
+            }
+        }
         // Only a token budget needs the estimate (it walks the whole request).
         let estimate = if limiter.is_unlimited() {
             0
@@ -500,6 +526,12 @@ async fn run_once(
             }
         };
         limiter.record_actual(estimate, response.usage.total());
+        if let Some(budget) = &spec.budget {
+            budget.spend(&response.usage, response.service_tier.as_deref());
+        }
+        if response.service_tier.is_some() {
+            total.service_tier.clone_from(&response.service_tier);
+        }
         total.usage.add(response.usage);
         observer(SubagentEvent::Tokens { total: total.usage });
         if let Some(text) = response.text.as_ref().filter(|t| !t.trim().is_empty()) {

@@ -208,6 +208,11 @@ pub struct MockConfig {
     pub cache: bool,
     /// How long a cache entry lives after its last use (default: 5 minutes).
     pub cache_ttl: Duration,
+    /// How many `service_tier: flex` chat requests (OpenAI) are answered 429 "Resource
+    /// Unavailable" before flex serves again, as OpenAI's flex does when capacity is short.
+    /// Every OpenAI answer says the tier that served it (`service_tier`: the one asked for,
+    /// `default` otherwise).
+    pub flex_unavailable: u64,
 }
 
 impl Default for MockConfig {
@@ -230,6 +235,7 @@ impl Default for MockConfig {
             context_windows: Vec::new(),
             cache: true,
             cache_ttl: cache::DEFAULT_TTL,
+            flex_unavailable: 0,
         }
     }
 }
@@ -453,6 +459,8 @@ struct Shared {
     context_windows: Vec<(String, u64)>,
     /// The prompt cache, when caching is on.
     cache: Option<cache::PromptCache>,
+    /// Flex requests still to be answered 429.
+    flex_unavailable: AtomicU64,
     fault_counts: faults::FaultCounts,
     recorded: Mutex<Vec<RecordedRequest>>,
     count: AtomicU64,
@@ -517,6 +525,7 @@ impl MockServer {
             strict: config.strict,
             refused_formats: config.refused_formats.clone(),
             context_windows: config.context_windows.clone(),
+            flex_unavailable: AtomicU64::new(config.flex_unavailable),
             cache: config
                 .cache
                 .then(|| cache::PromptCache::new(config.cache_ttl)),
@@ -791,6 +800,28 @@ async fn handle_chat(
         }
         return json_response(StatusCode::BAD_REQUEST, &body);
     }
+    let asked_tier = request
+        .body
+        .get("service_tier")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if api == Api::OpenAi
+        && asked_tier.as_deref() == Some("flex")
+        && shared
+            .flex_unavailable
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    {
+        request.refused = Some("flex: resource unavailable (429)".to_owned());
+        if shared.record {
+            lock(&shared.recorded).push(request);
+        }
+        let body = json!({"error": {
+            "message": "Resource Unavailable: the flex processing tier has no capacity right now; try again later or use the default tier",
+            "type": "resource_unavailable", "param": null, "code": "resource_unavailable",
+        }});
+        return raw_response(429, &[], body.to_string());
+    }
     let fault = shared.faults.as_ref().and_then(|plan| plan.draw(seq));
     request.fault = fault;
 
@@ -866,6 +897,14 @@ async fn handle_chat(
         },
     };
     let mut body = success_body(api, id, &model, &answer, input_tokens);
+    if api == Api::OpenAi {
+        // The tier that served it: the one asked for (`auto` is served at `default`).
+        let served = asked_tier
+            .as_deref()
+            .filter(|tier| matches!(*tier, "flex" | "priority"))
+            .unwrap_or("default");
+        body["service_tier"] = json!(served);
+    }
     if let (Some(cache), Some(outcome)) = (&shared.cache, &cached) {
         cache::report(api, &mut body, outcome, input_tokens);
         cache.commit(outcome);

@@ -46,6 +46,13 @@ pub(crate) fn error_body(api: Api, message: &str) -> Value {
 }
 
 fn anthropic(body: &Value) -> Result<(), String> {
+    if let Some(tier) = body.get("service_tier")
+        && !matches!(tier.as_str(), Some("auto" | "standard_only"))
+    {
+        return Err(format!(
+            "service_tier: Input should be 'auto' or 'standard_only', found {tier}"
+        ));
+    }
     if body.get("max_tokens").and_then(Value::as_u64).is_none() {
         return Err("max_tokens: Field required".into());
     }
@@ -211,6 +218,17 @@ fn text_block(block: &Value, at: &str) -> Result<(), String> {
 }
 
 fn openai(body: &Value) -> Result<(), String> {
+    // OpenAI's `service_tier` values; Anthropic's API takes `auto` and `standard_only`.
+    if let Some(tier) = body.get("service_tier")
+        && !matches!(
+            tier.as_str(),
+            Some("auto" | "default" | "flex" | "priority" | "scale")
+        )
+    {
+        return Err(format!(
+            "Invalid value for 'service_tier': {tier}. Supported values are: 'auto', 'default', 'flex', 'scale' and 'priority'."
+        ));
+    }
     let messages = match body.get("messages").and_then(Value::as_array) {
         Some(messages) if !messages.is_empty() => messages,
         _ => return Err("[] is too short - 'messages'".into()),
