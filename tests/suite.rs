@@ -61,6 +61,7 @@ mod tables_out;
 mod task_usage;
 mod tasks;
 mod terminal;
+mod traces;
 mod trust;
 mod validate;
 

@@ -190,6 +190,8 @@ fn progress_line(label: &str, palette: crate::color::Palette, event: SubagentEve
         SubagentEvent::Turn { .. }
         | SubagentEvent::Text { .. }
         | SubagentEvent::Tokens { .. }
+        | SubagentEvent::Response { .. }
+        | SubagentEvent::ToolStarted { .. }
         | SubagentEvent::Framing { .. } => {}
     }
 }

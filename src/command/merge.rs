@@ -97,6 +97,7 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         reuse: false,
         wait: false,
         watch: None,
+        trace_id: None,
         stop: None,
         pipeline,
         params,

@@ -97,6 +97,8 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         .and_then(|out| plan.closing_note(out, &shown));
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
+    let trace_settings = crate::telemetry::Settings::from_env(&ctx.env)
+        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message)))?;
     preflight(&compiled, &config, &ctx.env)?;
     let pipeline = compiled.pipeline;
     let display = resolve_display(
@@ -105,6 +107,19 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         args.quiet || args.output.json,
     );
     let name = pipeline.name.clone();
+    let traces = match trace_settings {
+        Some(settings) => {
+            let steps = pipeline.steps.iter().map(|s| s.id.clone()).collect();
+            match crate::telemetry::RunTraces::start(&settings, &ctx.env, &name, steps) {
+                Ok(traces) => Some(traces),
+                Err(err) => {
+                    ctx.note(&format!("warning: traces: not exported ({err})"));
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     let options = RunOptions {
         pipeline,
         params,
@@ -120,10 +135,34 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         plan,
         reuse: args.reuse,
         wait: args.wait,
-        watch: None,
+        watch: traces.as_ref().map(crate::telemetry::RunTraces::consumer),
+        trace_id: traces.as_ref().map(|t| t.trace_id().to_owned()),
         stop: None,
     };
-    let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
+    let ran = run_pipeline(&ctx.env, config, catalog, options);
+    if let Some(traces) = traces {
+        let (run_id, failed) = match &ran {
+            Ok(summary) => (
+                Some(summary.run_id.as_str()),
+                summary
+                    .steps
+                    .iter()
+                    .find_map(|(id, status, _)| {
+                        (*status == crate::event::StepStatus::Failed)
+                            .then(|| format!("step {id} failed"))
+                    })
+                    .or_else(|| summary.interrupted.then(|| "interrupted".to_owned())),
+            ),
+            Err(_) => (
+                None,
+                Some("the run did not start or ended in error".to_owned()),
+            ),
+        };
+        if let Some(warning) = traces.finish(run_id, failed.as_deref()) {
+            ctx.note(&format!("warning: {warning}"));
+        }
+    }
+    let mut summary = ran?;
     write_step_summary("run", &name, &summary, ctx);
     let failed = print_outcome(&mut summary, serde_json::Map::new(), args.output.json, ctx)?;
     if summary.interrupted {

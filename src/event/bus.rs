@@ -82,6 +82,16 @@ impl Events {
         row
     }
 
+    /// What task `index` of `step` is doing now.
+    pub(crate) fn activity(&self, step: usize, index: u64, what: super::Doing) {
+        self.emit(RunEvent::Activity(super::Activity {
+            step,
+            index,
+            at: std::time::Instant::now(),
+            what,
+        }));
+    }
+
     /// A warning about `step`, shown once per run however many of its tasks meet it.
     pub(crate) fn warn(&self, step: &str, message: &str) {
         self.warning(format!("step `{step}`: {message}"));

@@ -70,6 +70,9 @@ pub(crate) enum RunEvent {
         level: Option<u32>,
         row: Option<u64>,
     },
+    /// What a running task did (an attempt, a model request, a tool call), for consumers
+    /// that follow tasks live.
+    Activity(super::Activity),
     /// A line for the person watching: a warning (shown once per run however many tasks
     /// meet it) or what a step is doing (not shown by a quiet display).
     Notice { kind: Notice, text: String },
@@ -78,15 +81,7 @@ pub(crate) enum RunEvent {
     /// A step ended.
     StepFinished {
         step: usize,
-        #[cfg_attr(
-            not(test),
-            expect(dead_code, reason = "the run's end reads the steps' ends")
-        )]
         status: StepStatus,
-        #[cfg_attr(
-            not(test),
-            expect(dead_code, reason = "the run's end reads the steps' ends")
-        )]
         error: Option<String>,
     },
 }

@@ -59,6 +59,8 @@ pub(crate) struct RunOptions {
     pub(crate) wait: bool,
     /// Another consumer of the run's events, beside its outputs.
     pub(crate) watch: Option<Box<dyn Consumer>>,
+    /// The trace the run's spans belong to, for `report.json` and `report.html`.
+    pub(crate) trace_id: Option<String>,
     /// Cancelled by the caller to stop the run as a first Ctrl-C does: no new task starts,
     /// the tasks in flight finish, and the run ends interrupted (resumable).
     pub(crate) stop: Option<CancellationToken>,
@@ -110,7 +112,8 @@ pub(crate) fn run_pipeline(
     let screen: Arc<dyn crate::process::groups::Screen> = progress.clone();
     crate::process::groups::stop_on_exit(Arc::downgrade(&screen));
     add_steps(&progress, &pipeline, &plan);
-    let report = new_report(&config, &pipeline);
+    let mut report = new_report(&config, &pipeline);
+    report.set_trace_id(options.trace_id.clone());
     let run_started = report.started();
     let OpenRun {
         store,

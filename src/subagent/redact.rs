@@ -98,6 +98,8 @@ impl Redactor {
             SubagentEvent::Warning { message } => self.in_place(message),
             SubagentEvent::Turn { .. }
             | SubagentEvent::Tokens { .. }
+            | SubagentEvent::Response { .. }
+            | SubagentEvent::ToolStarted { .. }
             | SubagentEvent::Framing { .. } => {}
         }
         event
