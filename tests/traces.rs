@@ -397,3 +397,50 @@ fn grpc_is_refused_before_the_run_with_the_variable_named() {
         .stderr_has("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: summon exports traces over OTLP/HTTP only")
         .run();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_request_still_sends_the_trace_before_the_exit() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .default_reply(Reply::text("late").delayed(std::time::Duration::from_secs(60))),
+    )
+    .await;
+    let collector = Collector::start(StatusCode::OK).await;
+    let t = traced(&server, &collector.url).args(["run", "p.yaml", "--out", "out"]);
+    let child = t
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    support::wait_for(
+        std::time::Duration::from_secs(20),
+        "a request in flight",
+        || server.in_flight() >= 1,
+    );
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    let spans = collector.spans();
+    let run = one(&spans, "run traced");
+    assert_eq!(
+        run.status.as_ref().map(|s| s.code),
+        Some(SpanStatus::Error as i32)
+    );
+    let requests = named(&spans, "chat mock-model");
+    assert!(!requests.is_empty(), "{:?}", names(&spans));
+    assert!(
+        requests
+            .iter()
+            .all(|r| attr(r, "error.type") == Some(json!("interrupted"))),
+        "the requests in flight end interrupted"
+    );
+}

@@ -16,13 +16,20 @@ use super::export::{Counts, Exporting, Tally};
 use crate::event::{Activity, Consumer, Doing, FailureClass, RunEvent, TaskDone};
 
 /// The traces of one run: a consumer of its events (through [`RunTraces::consumer`]) and
-/// the end of its root span ([`RunTraces::finish`]).
+/// the end of its root span ([`RunTraces::finish`], or a signal's exit).
 pub(crate) struct RunTraces {
+    inner: Arc<Inner>,
+    trace_id: String,
+}
+
+/// What the end of the run, or a signal's exit, flushes.
+struct Inner {
     state: Arc<Mutex<State>>,
     provider: SdkTracerProvider,
     counts: Arc<Counts>,
     endpoint: String,
-    trace_id: String,
+    /// The run's span has ended: later ends do nothing.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 /// The spans still open.
@@ -90,7 +97,7 @@ impl RunTraces {
             .start_with_context(&tracer, &parent);
         let run = parent.with_span(run);
         let trace_id = run.span().span_context().trace_id().to_string();
-        Ok(Self {
+        let inner = Arc::new(Inner {
             state: Arc::new(Mutex::new(State {
                 tracer,
                 capture: settings.capture_content,
@@ -104,8 +111,11 @@ impl RunTraces {
             provider,
             counts,
             endpoint: settings.endpoint.clone(),
-            trace_id,
-        })
+            ended: std::sync::atomic::AtomicBool::new(false),
+        });
+        let flush: Arc<dyn crate::process::groups::Screen> = inner.clone();
+        crate::process::groups::flush_on_exit(Arc::downgrade(&flush));
+        Ok(Self { inner, trace_id })
     }
 
     /// The run's trace id (32 hex digits).
@@ -115,13 +125,22 @@ impl RunTraces {
 
     /// A consumer of the run's events that adds them to these traces.
     pub(crate) fn consumer(&self) -> Box<dyn Consumer> {
-        Box::new(Follow(Arc::clone(&self.state)))
+        Box::new(Follow(Arc::clone(&self.inner.state)))
     }
 
     /// Ends the run's span (`run_id`, and an error status when `failed`), sends what is left
     /// within the flush time, and answers the one warning of a run whose spans did not all
     /// reach the collector.
     pub(crate) fn finish(self, run_id: Option<&str>, failed: Option<&str>) -> Option<String> {
+        self.inner.end(run_id, failed)
+    }
+}
+
+impl Inner {
+    fn end(&self, run_id: Option<&str>, failed: Option<&str>) -> Option<String> {
+        if self.ended.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
         {
             let mut state = self
                 .state
@@ -148,6 +167,16 @@ impl RunTraces {
         }
         let _ = self.provider.shutdown();
         warning(&self.endpoint, &self.counts.tally())
+    }
+}
+
+/// A signal ends summon: the open spans end as interrupted and are sent, within the flush
+/// time, before the exit.
+impl crate::process::groups::Screen for Inner {
+    fn finish(&self) {
+        if let Some(warning) = self.end(None, Some("terminated by a signal")) {
+            eprintln!("summon: warning: {warning}");
+        }
     }
 }
 
