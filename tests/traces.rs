@@ -444,3 +444,103 @@ async fn sigterm_mid_request_still_sends_the_trace_before_the_exit() {
         "the requests in flight end interrupted"
     );
 }
+
+fn tool_then_answer() -> MockConfig {
+    MockConfig::new().rule(|request| {
+        let answered_tool = request.body["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if answered_tool {
+            Reply::text("the summary")
+        } else {
+            Reply::tool_call("list_files", json!({}))
+        }
+    })
+}
+
+/// `delegate NAME` → `invoke_agent NAME` → attempt → two requests and the tool call between.
+fn check_delegation(spans: &[Span], root_name: &str) -> Span {
+    let root = one(spans, root_name).clone();
+    let agent = children(spans, &root);
+    assert_eq!(
+        names(&agent.iter().map(|s| (*s).clone()).collect::<Vec<_>>()),
+        ["invoke_agent task"]
+    );
+    assert_eq!(
+        attr(agent[0], "gen_ai.operation.name"),
+        Some(json!("invoke_agent"))
+    );
+    let attempt = children(spans, agent[0]);
+    assert_eq!(attempt.len(), 1);
+    let mut inside: Vec<&str> = children(spans, attempt[0])
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    inside.sort_unstable();
+    assert_eq!(
+        inside,
+        [
+            "chat mock-model",
+            "chat mock-model",
+            "execute_tool list_files"
+        ]
+    );
+    root
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreground_delegation_is_a_trace_of_its_own() {
+    let server = MockServer::start(tool_then_answer()).await;
+    let collector = Collector::start(StatusCode::OK).await;
+    traced(&server, &collector.url)
+        .env(
+            "TRACEPARENT",
+            &format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01"),
+        )
+        .args(["delegate", "--instructions", "Summarise the project"])
+        .stdout("the summary\n")
+        .run();
+    let spans = collector.spans();
+    let root = check_delegation(&spans, "delegate task");
+    assert_eq!(hex(&root.trace_id), PARENT_TRACE);
+    assert_eq!(hex(&root.parent_span_id), PARENT_SPAN);
+    assert!(!String::from_utf8_lossy(&collector.raw()).contains("Summarise the project"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_task_is_traced_by_its_worker() {
+    let server = MockServer::start(tool_then_answer()).await;
+    let collector = Collector::start(StatusCode::OK).await;
+    let t = traced(&server, &collector.url);
+    let started = t
+        .command()
+        .args([
+            "delegate",
+            "--async",
+            "--json",
+            "--instructions",
+            "Summarise the project",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let id = serde_json::from_slice::<Value>(&started.stdout).unwrap()["task_id"]
+        .as_str()
+        .expect("the task id")
+        .to_owned();
+    let loaded = t.command().args(["load", &id]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&loaded.stdout), "the summary\n");
+    // The worker sends its trace as it exits, after recording the result.
+    support::wait_for(
+        std::time::Duration::from_secs(20),
+        "the worker's trace",
+        || !named(&collector.spans(), "delegate task").is_empty(),
+    );
+    let spans = collector.spans();
+    let root = check_delegation(&spans, "delegate task");
+    assert_eq!(attr(&root, "summon.run.id"), Some(json!(id)));
+}

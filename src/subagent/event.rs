@@ -47,4 +47,7 @@ pub(crate) enum SubagentEvent {
     },
     /// A tool call starts.
     ToolStarted { name: String },
+    /// A delegation starts with this provider and model (sent by the delegation library
+    /// before the agent loop's first event).
+    Started { provider: String, model: String },
 }

@@ -100,6 +100,7 @@ impl Redactor {
             | SubagentEvent::Tokens { .. }
             | SubagentEvent::Response { .. }
             | SubagentEvent::ToolStarted { .. }
+            | SubagentEvent::Started { .. }
             | SubagentEvent::Framing { .. } => {}
         }
         event

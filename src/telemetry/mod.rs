@@ -13,9 +13,11 @@
 //! ```
 
 mod client;
+mod delegation;
 mod export;
 mod settings;
 mod spans;
 
+pub(crate) use delegation::{DelegationTraces, Ended};
 pub(crate) use settings::Settings;
 pub(crate) use spans::RunTraces;

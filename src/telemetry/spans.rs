@@ -39,6 +39,8 @@ struct State {
     /// The engine's clock against the wall clock.
     anchor: (Instant, SystemTime),
     step_ids: Vec<String>,
+    /// The one task of a delegation: its agent's name (`invoke_agent NAME`).
+    agent: Option<String>,
     run: Context,
     steps: HashMap<usize, Context>,
     levels: HashMap<usize, Context>,
@@ -59,6 +61,26 @@ impl RunTraces {
         settings: &Settings,
         env: &crate::env::Env,
         pipeline: &str,
+        step_ids: Vec<String>,
+    ) -> std::io::Result<Self> {
+        Self::start_root(
+            settings,
+            env,
+            format!("run {pipeline}"),
+            vec![
+                KeyValue::new("summon.pipeline", pipeline.to_owned()),
+                KeyValue::new("openinference.span.kind", "CHAIN"),
+            ],
+            step_ids,
+        )
+    }
+
+    /// Starts a root span named `name`, under `TRACEPARENT` when the environment has one.
+    pub(super) fn start_root(
+        settings: &Settings,
+        env: &crate::env::Env,
+        name: String,
+        root_attributes: Vec<KeyValue>,
         step_ids: Vec<String>,
     ) -> std::io::Result<Self> {
         let builder = opentelemetry_otlp::SpanExporter::builder().with_http();
@@ -91,9 +113,9 @@ impl RunTraces {
         let parent = parent_context(env);
         let anchor = (Instant::now(), SystemTime::now());
         let run = tracer
-            .span_builder(format!("run {pipeline}"))
+            .span_builder(name)
             .with_kind(SpanKind::Internal)
-            .with_attributes([KeyValue::new("summon.pipeline", pipeline.to_owned())])
+            .with_attributes(root_attributes)
             .start_with_context(&tracer, &parent);
         let run = parent.with_span(run);
         let trace_id = run.span().span_context().trace_id().to_string();
@@ -103,6 +125,7 @@ impl RunTraces {
                 capture: settings.capture_content,
                 anchor,
                 step_ids,
+                agent: None,
                 run,
                 steps: HashMap::new(),
                 levels: HashMap::new(),
@@ -121,6 +144,23 @@ impl RunTraces {
     /// The run's trace id (32 hex digits).
     pub(crate) fn trace_id(&self) -> &str {
         &self.trace_id
+    }
+
+    /// Adds `event` to these traces.
+    pub(super) fn emit(&self, event: &RunEvent) {
+        self.lock().on_event(event);
+    }
+
+    /// Makes the one task of these traces an agent's invocation (`invoke_agent NAME`).
+    pub(super) fn set_agent(&self, name: &str) {
+        self.lock().agent = Some(name.to_owned());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A consumer of the run's events that adds them to these traces.
@@ -319,17 +359,28 @@ impl State {
     fn open_task(&mut self, step: usize, index: u64, at: SystemTime) -> &mut TaskSpans {
         if !self.tasks.contains_key(&(step, index)) {
             let parent = self.task_parent(step);
-            let id = self.step_ids.get(step).cloned().unwrap_or_default();
-            let task = self.child(
-                &parent,
-                format!("task {id}#{index}"),
-                SpanKind::Internal,
-                at,
-                vec![
-                    KeyValue::new("summon.step", id),
-                    KeyValue::new("summon.task.index", count(index)),
-                ],
-            );
+            let (name, attributes) = match &self.agent {
+                Some(agent) => (
+                    format!("invoke_agent {agent}"),
+                    vec![
+                        KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+                        KeyValue::new("gen_ai.agent.name", agent.clone()),
+                        KeyValue::new("openinference.span.kind", "AGENT"),
+                    ],
+                ),
+                None => {
+                    let id = self.step_ids.get(step).cloned().unwrap_or_default();
+                    (
+                        format!("task {id}#{index}"),
+                        vec![
+                            KeyValue::new("summon.step", id),
+                            KeyValue::new("summon.task.index", count(index)),
+                            KeyValue::new("openinference.span.kind", "AGENT"),
+                        ],
+                    )
+                }
+            };
+            let task = self.child(&parent, name, SpanKind::Internal, at, attributes);
             self.tasks.insert(
                 (step, index),
                 TaskSpans {
@@ -357,9 +408,11 @@ impl State {
                     previous.span().end_with_timestamp(at);
                 }
                 let parent = task.task.clone();
-                parent
-                    .span()
-                    .set_attribute(KeyValue::new("summon.sandbox.policy", *sandbox));
+                if !sandbox.is_empty() {
+                    parent
+                        .span()
+                        .set_attribute(KeyValue::new("summon.sandbox.policy", *sandbox));
+                }
                 let attempt_cx = self.child(
                     &parent,
                     format!("attempt {attempt}"),
@@ -387,6 +440,8 @@ impl State {
                     at,
                     vec![
                         KeyValue::new("gen_ai.operation.name", "chat"),
+                        KeyValue::new("openinference.span.kind", "LLM"),
+                        KeyValue::new("llm.model_name", model.clone()),
                         KeyValue::new("gen_ai.provider.name", provider.clone()),
                         KeyValue::new("gen_ai.request.model", model.clone()),
                         KeyValue::new("summon.turn", i64::from(*turn)),
@@ -424,6 +479,9 @@ impl State {
                                 "gen_ai.usage.cache_creation.input_tokens",
                                 count(usage.cache_write_tokens),
                             ),
+                            KeyValue::new("llm.token_count.prompt", count(usage.input_tokens)),
+                            KeyValue::new("llm.token_count.completion", count(usage.output_tokens)),
+                            KeyValue::new("llm.token_count.total", count(usage.total())),
                         ]);
                         if let Some(reason) = stop_reason {
                             span.set_attribute(KeyValue::new(
@@ -473,6 +531,8 @@ impl State {
                     at,
                     vec![
                         KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                        KeyValue::new("openinference.span.kind", "TOOL"),
+                        KeyValue::new("tool.name", name.clone()),
                         KeyValue::new("gen_ai.tool.name", name.clone()),
                     ],
                 );
@@ -603,7 +663,10 @@ impl State {
                     format!("step {id}"),
                     SpanKind::Internal,
                     now,
-                    vec![KeyValue::new("summon.step", id)],
+                    vec![
+                        KeyValue::new("summon.step", id),
+                        KeyValue::new("openinference.span.kind", "CHAIN"),
+                    ],
                 );
                 self.steps.insert(*step, cx);
             }
