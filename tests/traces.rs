@@ -544,3 +544,72 @@ async fn a_background_task_is_traced_by_its_worker() {
     let root = check_delegation(&spans, "delegate task");
     assert_eq!(attr(&root, "summon.run.id"), Some(json!(id)));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_the_run_starts_get_its_span_context() {
+    let server = MockServer::start(MockConfig::new().rule(|request| {
+        let answered_tool = request.body["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if answered_tool {
+            Reply::text("done")
+        } else {
+            Reply::tool_call("shell", json!({"command": "echo \"tp=$TRACEPARENT\""}))
+        }
+    }))
+    .await;
+    let collector = Collector::start(StatusCode::OK).await;
+    let pipeline = "version: 1
+name: commands
+steps:
+  - id: list
+    decompose:
+      command: echo \"$TRACEPARENT\"
+  - id: each
+    fan_out:
+      over: list
+      instructions: \"Run a command\"
+      extensions: [developer]
+";
+    let out = traced(&server, &collector.url)
+        .env(
+            "TRACEPARENT",
+            &format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01"),
+        )
+        .write_raw("c.yaml", pipeline)
+        .args([
+            "run",
+            "c.yaml",
+            "--out",
+            "out",
+            "--quiet",
+            "--sandbox",
+            "off",
+        ])
+        .run();
+    let spans = collector.spans();
+    let run = one(&spans, "run commands");
+    let expected = format!("00-{PARENT_TRACE}-{}-01", hex(&run.span_id));
+    // The decompose command saw the run's context, not the CI job's, and has its span.
+    let lines = results(&out.dir.join("out"));
+    let item = lines
+        .iter()
+        .find(|l| l["step"] == "each")
+        .expect("the task")["item"]
+        .clone();
+    assert_eq!(item, json!(expected));
+    let decompose = one(&spans, "decompose command");
+    assert_eq!(attr(decompose, "summon.decompose.items"), Some(json!(1)));
+    assert_eq!(decompose.parent_span_id, one(&spans, "step list").span_id);
+    // So did the model's shell command.
+    let answers: Vec<String> = support::chats(&server)
+        .iter()
+        .flat_map(support::mcp::tool_results)
+        .collect();
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.contains(&format!("tp={expected}"))),
+        "{answers:?}"
+    );
+}

@@ -101,6 +101,9 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         wait: false,
         watch: traces.as_ref().map(crate::telemetry::RunTraces::consumer),
         trace_id: traces.as_ref().map(|t| t.trace_id().to_owned()),
+        traceparent: traces
+            .as_ref()
+            .map(crate::telemetry::RunTraces::traceparent),
         stop: None,
         pipeline,
         params,

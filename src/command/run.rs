@@ -125,6 +125,9 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         wait: args.wait,
         watch: traces.as_ref().map(crate::telemetry::RunTraces::consumer),
         trace_id: traces.as_ref().map(|t| t.trace_id().to_owned()),
+        traceparent: traces
+            .as_ref()
+            .map(crate::telemetry::RunTraces::traceparent),
         stop: None,
     };
     let ran = run_pipeline(&ctx.env, config, catalog, options);

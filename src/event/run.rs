@@ -52,6 +52,15 @@ pub(crate) enum RunEvent {
         level: u32,
         chunks: usize,
     },
+    /// A decompose step's command ran (or its glob or file was read) from `started` until
+    /// now, giving `items` (none for a file streamed later) or failing with `error`.
+    Decomposed {
+        step: usize,
+        form: &'static str,
+        started: std::time::Instant,
+        items: Option<usize>,
+        error: Option<String>,
+    },
     /// Tasks of a step were sent (one, or a whole provider batch).
     TasksStarted { step: usize, count: usize },
     /// A provider request of a task of `step` is sent again after `wait`;

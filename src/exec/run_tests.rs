@@ -67,7 +67,7 @@ impl Consumer for Tap {
                 error,
             } => Seen::StepFinished(*step, *status, error.clone()),
             // What tasks do inside is not what these tests follow.
-            RunEvent::Activity(_) => return,
+            RunEvent::Activity(_) | RunEvent::Decomposed { .. } => return,
             RunEvent::LevelStarted { .. }
             | RunEvent::Notice { .. }
             | RunEvent::Interrupted { .. } => Seen::Other,
@@ -163,6 +163,7 @@ impl Engine {
             wait: false,
             watch: Some(Box::new(Tap(Arc::clone(&seen), stop.clone()))),
             trace_id: None,
+            traceparent: None,
             stop,
         };
         let summary = run_pipeline(&env, config, catalog, options);

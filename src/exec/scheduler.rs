@@ -61,6 +61,8 @@ pub(crate) struct RunOptions {
     pub(crate) watch: Option<Box<dyn Consumer>>,
     /// The trace the run's spans belong to, for `report.json` and `report.html`.
     pub(crate) trace_id: Option<String>,
+    /// The run span's context, passed to the commands the run starts as `TRACEPARENT`.
+    pub(crate) traceparent: Option<String>,
     /// Cancelled by the caller to stop the run as a first Ctrl-C does: no new task starts,
     /// the tasks in flight finish, and the run ends interrupted (resumable).
     pub(crate) stop: Option<CancellationToken>,
@@ -173,6 +175,7 @@ pub(crate) fn run_pipeline(
         run_started,
         batch_all: options.batch,
         events: events.clone(),
+        traceparent: options.traceparent.clone(),
     });
     let outputs = Arc::new(StepOutputs::new(pipeline.steps.len()));
     let params = Arc::new(options.params);

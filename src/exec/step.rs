@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     pub(crate) batch_all: bool,
     /// The run's events: what its outputs and display follow.
     pub(crate) events: Events,
+    /// The run span's context for the commands the run starts (`TRACEPARENT`).
+    pub(crate) traceparent: Option<String>,
     /// When the run started: tasks' start times are told from it.
     pub(crate) run_started: Instant,
 }
@@ -503,6 +505,9 @@ async fn attempt_task(
         trace.prompt = Some(TaskTrace::clip(&prepared.spec.first_message, PROMPT_LIMIT));
     }
     let (client, limiter) = client_for(shared, &prepared)?;
+    if let Some(traceparent) = &shared.traceparent {
+        prepared.spec.tools.set_traceparent(traceparent.clone());
+    }
     prepared.spec.slot = Some(Arc::clone(slot) as Arc<dyn crate::subagent::Slot>);
     for note in &prepared.notes {
         shared.events.warn(&step.id, &note.message);

@@ -146,6 +146,19 @@ impl RunTraces {
         &self.trace_id
     }
 
+    /// The run span's context as a `TRACEPARENT` value, for the commands the run starts.
+    pub(crate) fn traceparent(&self) -> String {
+        let state = self.lock();
+        let span = state.run.span();
+        let context = span.span_context();
+        format!(
+            "00-{}-{}-{:02x}",
+            context.trace_id(),
+            context.span_id(),
+            context.trace_flags().to_u8()
+        )
+    }
+
     /// Adds `event` to these traces.
     pub(super) fn emit(&self, event: &RunEvent) {
         self.lock().on_event(event);
@@ -700,6 +713,36 @@ impl State {
                 self.levels.insert(*step, cx);
             }
             RunEvent::Activity(activity) => self.activity(activity),
+            RunEvent::Decomposed {
+                step,
+                form,
+                started,
+                items,
+                error,
+            } => {
+                let Some(parent) = self.steps.get(step).cloned() else {
+                    return;
+                };
+                let mut attributes = vec![KeyValue::new("summon.decompose.form", *form)];
+                if let Some(items) = items {
+                    attributes.push(KeyValue::new(
+                        "summon.decompose.items",
+                        count(*items as u64),
+                    ));
+                }
+                let start = self.time(*started);
+                let cx = self.child(
+                    &parent,
+                    format!("decompose {form}"),
+                    SpanKind::Internal,
+                    start,
+                    attributes,
+                );
+                if error.is_some() {
+                    failed(&cx, "decompose_failed");
+                }
+                cx.span().end_with_timestamp(now);
+            }
             RunEvent::TaskFinished { done, level, .. } => self.task_finished(done, *level),
             RunEvent::Interrupted { .. } => {
                 self.run
