@@ -62,6 +62,7 @@ mod task_usage;
 mod tasks;
 mod terminal;
 mod traces;
+mod traces_phoenix;
 mod trust;
 mod validate;
 

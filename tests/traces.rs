@@ -18,13 +18,13 @@ use serde_json::{Value, json};
 use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::{Test, read_json, results};
 
-const KEY: &str = "sk-test-0123456789abcdef";
+pub(super) const KEY: &str = "sk-test-0123456789abcdef";
 const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN: &str = "00f067aa0ba902b7";
 
 /// `alpha` calls a tool, `beta` is refused once by a rate limit, `gamma` is cut off at the
 /// output limit (a failure).
-const PIPELINE: &str = "version: 1
+pub(super) const PIPELINE: &str = "version: 1
 name: traced
 steps:
   - id: list
@@ -37,7 +37,7 @@ steps:
     on_error: continue
 ";
 
-fn mock() -> MockConfig {
+pub(super) fn mock() -> MockConfig {
     let limited = Arc::new(AtomicBool::new(false));
     MockConfig::new().rule(move |request| {
         let text = request.body["messages"].to_string();
