@@ -196,7 +196,20 @@ async fn a_run_is_one_trace_of_steps_tasks_attempts_requests_and_tool_calls() {
     assert_eq!(report["trace_id"], PARENT_TRACE);
     let run = one(&spans, "run traced");
     assert_eq!(hex(&run.parent_span_id), PARENT_SPAN);
-    assert!(attr(run, "summon.run.id").is_some());
+    // So do report.html and `summon runs show`.
+    let page = std::fs::read_to_string(out.dir.join("out/report.html")).unwrap();
+    assert!(page.contains(PARENT_TRACE) && page.contains("R.trace_id"));
+    let run_id = attr(run, "summon.run.id").expect("the run id");
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_summon"))
+        .args(["runs", "show", run_id.as_str().unwrap()])
+        .current_dir(&out.dir)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(&format!("Trace: {PARENT_TRACE}\n")),
+        "{shown}"
+    );
 
     // run → steps → tasks → attempt → model requests and tool calls.
     let steps: Vec<&str> = children(&spans, run)
@@ -381,6 +394,12 @@ async fn a_collector_that_is_down_costs_one_warning() {
         .port();
     let out = run_with(&server, &format!("http://127.0.0.1:{port}"));
     one_warning(&out);
+    assert!(
+        out.stderr
+            .contains("(cannot reach the collector: Connection refused"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

@@ -122,6 +122,13 @@ fn show(run_id: &str, json: bool, ctx: &mut Ctx) -> Result<()> {
         Some(out) => text.push_str(&format!("Output: {}\n", shown_path(out, ctx))),
         None => text.push_str("Output: none (run without --out)\n"),
     }
+    if let Some(trace) = listing
+        .report
+        .as_ref()
+        .and_then(|report| report["trace_id"].as_str())
+    {
+        text.push_str(&format!("Trace: {trace}\n"));
+    }
     match &listing.report {
         Some(report) => {
             text.push_str(&serde_json::to_string_pretty(report).unwrap_or_default());

@@ -4,9 +4,14 @@
 use bytes::Bytes;
 use opentelemetry_http::{HttpClient, HttpError, Request, Response};
 
-/// Sends the exporter's requests with reqwest, on the export thread's runtime.
+/// Sends the exporter's requests with reqwest, on the export thread's runtime; why the last
+/// request could not be sent, in words, goes to the shared slot (the exporter's own error
+/// text is a debug dump).
 #[derive(Debug, Clone)]
-pub(super) struct ReqwestClient(pub(super) reqwest::Client);
+pub(super) struct ReqwestClient(
+    pub(super) reqwest::Client,
+    pub(super) std::sync::Arc<std::sync::Mutex<Option<String>>>,
+);
 
 #[async_trait::async_trait]
 impl HttpClient for ReqwestClient {
@@ -18,7 +23,14 @@ impl HttpClient for ReqwestClient {
             .headers(parts.headers)
             .body(body)
             .send()
-            .await?;
+            .await
+            .map_err(|err| {
+                let why = format!("cannot reach the collector: {}", innermost(&err));
+                if let Ok(mut slot) = self.1.lock() {
+                    *slot = Some(why.clone());
+                }
+                std::io::Error::other(why)
+            })?;
         let status = response.status();
         let headers = response.headers().clone();
         let body = response.bytes().await?;
@@ -26,4 +38,14 @@ impl HttpClient for ReqwestClient {
         *answer.headers_mut() = headers;
         Ok(answer)
     }
+}
+
+/// The deepest cause of `err` (`Connection refused (os error 111)`, `operation timed out`),
+/// which is what a person reading the warning needs.
+fn innermost(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
 }

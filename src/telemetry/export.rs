@@ -61,6 +61,7 @@ impl Exporting {
     pub(crate) fn start<E: SpanExporter + 'static>(
         exporter: E,
         settings: &Settings,
+        unreachable: Arc<Mutex<Option<String>>>,
     ) -> std::io::Result<(Self, Arc<Counts>)> {
         let (sender, receiver) = std::sync::mpsc::sync_channel(settings.queue);
         let (done, finished) = std::sync::mpsc::channel();
@@ -68,6 +69,7 @@ impl Exporting {
         let worker = Worker {
             exporter,
             counts: Arc::clone(&counts),
+            unreachable,
             batch: settings.batch,
             delay: settings.delay,
         };
@@ -185,6 +187,8 @@ impl SpanProcessor for Exporting {
 struct Worker<E> {
     exporter: E,
     counts: Arc<Counts>,
+    /// Why the client could not send the last request, when it could not.
+    unreachable: Arc<Mutex<Option<String>>>,
     batch: usize,
     delay: Duration,
 }
@@ -241,7 +245,15 @@ impl<E: SpanExporter> Worker<E> {
             Ok(()) => {
                 self.counts.exported.fetch_add(count, Ordering::Relaxed);
             }
-            Err(err) => self.counts.failed(err.to_string()),
+            Err(err) => {
+                let why = self
+                    .unreachable
+                    .lock()
+                    .ok()
+                    .and_then(|mut slot| slot.take())
+                    .unwrap_or_else(|| err.to_string());
+                self.counts.failed(why);
+            }
         }
     }
 }

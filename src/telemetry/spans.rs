@@ -98,13 +98,14 @@ impl RunTraces {
             .timeout(settings.timeout)
             .build()
             .map_err(std::io::Error::other)?;
+        let unreachable = Arc::new(Mutex::new(None));
         let exporter = opentelemetry_otlp::WithHttpConfig::with_http_client(
             builder,
-            super::client::ReqwestClient(client),
+            super::client::ReqwestClient(client, Arc::clone(&unreachable)),
         )
         .build()
         .map_err(std::io::Error::other)?;
-        let (processor, counts) = Exporting::start(exporter, settings)?;
+        let (processor, counts) = Exporting::start(exporter, settings, unreachable)?;
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
             .with_resource(resource(env))
