@@ -144,13 +144,14 @@ pub(crate) fn run_pipeline(
         step_ids: step_ids.clone(),
         already_written,
     });
+    let follow_tasks = options.watch.is_some();
     let bus = Arc::new(Mutex::new(Bus::new(RunOutputs {
         recorder,
         tasks: plan.writes_manifest().then(Vec::new),
         step_ids,
         watch: options.watch,
     })));
-    let events = Events::new(&bus);
+    let events = Events::new(&bus).follow_tasks(follow_tasks);
     let concurrency = options
         .concurrency
         .or(pipeline.settings.concurrency)
