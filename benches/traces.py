@@ -44,8 +44,16 @@ class Sink(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def start_sink():
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Sink)
+class SlowSink(Sink):
+    """A collector that takes 3 s to answer each request."""
+
+    def do_POST(self):
+        time.sleep(3)
+        super().do_POST()
+
+
+def start_sink(handler=Sink):
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
@@ -97,6 +105,8 @@ steps:
     port = mock.stdout.readline().strip().rsplit(":", 1)[1]
     sink = start_sink()
     up = f"http://127.0.0.1:{sink.server_address[1]}"
+    slow_sink = start_sink(SlowSink)
+    slow = f"http://127.0.0.1:{slow_sink.server_address[1]}"
     down = f"http://127.0.0.1:{free_port()}"
     # Off twice, between the others, to show how much the shared machine moves the figures.
     cases = [
@@ -104,6 +114,7 @@ steps:
         ("on, collector up (http/protobuf)", {"OTEL_EXPORTER_OTLP_ENDPOINT": up}),
         ("on, collector down", {"OTEL_EXPORTER_OTLP_ENDPOINT": down}),
         ("off, again", {}),
+        ("on, collector slow (3 s a request)", {"OTEL_EXPORTER_OTLP_ENDPOINT": slow}),
         ("on, collector up (http/json)", {"OTEL_EXPORTER_OTLP_ENDPOINT": up, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}),
     ]
     print(f"{N} tasks, concurrency {C}, mock latency {L} ms, {os.path.basename(SUMMON)} at {SUMMON}")
@@ -116,10 +127,11 @@ steps:
         cpu_base = cpu if name == "off" else cpu_base
         got = (Sink.spans - before[0], Sink.requests - before[1])
         spans = f"collector got {got[0]} spans in {got[1]} requests" if "json" in name else \
-            (f"collector got {got[1]} requests" if "up" in name else "")
+            (f"collector got {got[1]} requests" if "up" in name or "slow" in name else "")
         print(f"  {name:34} wall {wall:6.2f} s  x{wall / base:4.2f}  CPU {cpu:6.2f} s  x{cpu / cpu_base:4.2f}"
               f"  peak RSS {rss / 1024:6.1f} MiB  exit {code}  {spans}")
         for line in warning:
             print(f"      {line}")
     mock.terminate()
     sink.shutdown()
+    slow_sink.shutdown()
