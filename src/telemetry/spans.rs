@@ -308,6 +308,22 @@ fn failed(cx: &Context, error: &str) {
     span.set_status(Status::error(error.to_owned()));
 }
 
+/// The GenAI token counts of `usage`, cache reads and writes included.
+fn usage_attributes(usage: &crate::provider::Usage) -> [KeyValue; 4] {
+    [
+        KeyValue::new("gen_ai.usage.input_tokens", count(usage.input_tokens)),
+        KeyValue::new("gen_ai.usage.output_tokens", count(usage.output_tokens)),
+        KeyValue::new(
+            "gen_ai.usage.cache_read.input_tokens",
+            count(usage.cache_read_tokens),
+        ),
+        KeyValue::new(
+            "gen_ai.usage.cache_creation.input_tokens",
+            count(usage.cache_write_tokens),
+        ),
+    ]
+}
+
 fn millis(wait: Duration) -> i64 {
     i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)
 }
@@ -359,6 +375,21 @@ impl State {
             .with_attributes(attributes)
             .start_with_context(&self.tracer, parent);
         parent.with_span(span)
+    }
+
+    /// A span under the task's attempt in flight (its task's, before the first attempt), or
+    /// none for a task not followed.
+    fn in_attempt(
+        &self,
+        task: (usize, u64),
+        name: String,
+        kind: SpanKind,
+        at: SystemTime,
+        attributes: Vec<KeyValue>,
+    ) -> Option<Context> {
+        let task = self.tasks.get(&task)?;
+        let parent = task.attempt.as_ref().unwrap_or(&task.task);
+        Some(self.child(parent, name, kind, at, attributes))
     }
 
     /// The span a task of `step` starts under: its reduction level's, else its step's.
@@ -443,24 +474,21 @@ impl State {
                 model,
                 turn,
             } => {
-                let Some(task) = self.tasks.get(&(step, index)) else {
-                    return;
-                };
-                let parent = task.attempt.clone().unwrap_or_else(|| task.task.clone());
-                let request = self.child(
-                    &parent,
+                let Some(request) = self.in_attempt(
+                    (step, index),
                     format!("chat {model}"),
                     SpanKind::Client,
                     at,
                     vec![
                         KeyValue::new("gen_ai.operation.name", "chat"),
                         KeyValue::new("openinference.span.kind", "LLM"),
-                        KeyValue::new("llm.model_name", model.clone()),
                         KeyValue::new("gen_ai.provider.name", provider.clone()),
                         KeyValue::new("gen_ai.request.model", model.clone()),
                         KeyValue::new("summon.turn", i64::from(*turn)),
                     ],
-                );
+                ) else {
+                    return;
+                };
                 if let Some(task) = self.tasks.get_mut(&(step, index)) {
                     task.request = Some((request, model.clone()));
                 }
@@ -481,22 +509,8 @@ impl State {
                 match error {
                     Some(error) => failed(&request, error),
                     None => {
-                        span.set_attributes([
-                            KeyValue::new("gen_ai.response.model", model),
-                            KeyValue::new("gen_ai.usage.input_tokens", count(usage.input_tokens)),
-                            KeyValue::new("gen_ai.usage.output_tokens", count(usage.output_tokens)),
-                            KeyValue::new(
-                                "gen_ai.usage.cache_read.input_tokens",
-                                count(usage.cache_read_tokens),
-                            ),
-                            KeyValue::new(
-                                "gen_ai.usage.cache_creation.input_tokens",
-                                count(usage.cache_write_tokens),
-                            ),
-                            KeyValue::new("llm.token_count.prompt", count(usage.input_tokens)),
-                            KeyValue::new("llm.token_count.completion", count(usage.output_tokens)),
-                            KeyValue::new("llm.token_count.total", count(usage.total())),
-                        ]);
+                        span.set_attribute(KeyValue::new("gen_ai.response.model", model));
+                        span.set_attributes(usage_attributes(usage));
                         if let Some(reason) = stop_reason {
                             span.set_attribute(KeyValue::new(
                                 "gen_ai.response.finish_reasons",
@@ -534,22 +548,19 @@ impl State {
                 );
             }
             Doing::ToolStarted { name } => {
-                let Some(task) = self.tasks.get(&(step, index)) else {
-                    return;
-                };
-                let parent = task.attempt.clone().unwrap_or_else(|| task.task.clone());
-                let tool = self.child(
-                    &parent,
+                let Some(tool) = self.in_attempt(
+                    (step, index),
                     format!("execute_tool {name}"),
                     SpanKind::Internal,
                     at,
                     vec![
                         KeyValue::new("gen_ai.operation.name", "execute_tool"),
                         KeyValue::new("openinference.span.kind", "TOOL"),
-                        KeyValue::new("tool.name", name.clone()),
                         KeyValue::new("gen_ai.tool.name", name.clone()),
                     ],
-                );
+                ) else {
+                    return;
+                };
                 if let Some(task) = self.tasks.get_mut(&(step, index)) {
                     task.tool = Some(tool);
                 }
@@ -595,20 +606,8 @@ impl State {
             ),
             KeyValue::new("summon.task.turns", i64::from(done.turns)),
             KeyValue::new("summon.task.attempts", i64::from(done.trace.attempts)),
-            KeyValue::new("gen_ai.usage.input_tokens", count(done.usage.input_tokens)),
-            KeyValue::new(
-                "gen_ai.usage.output_tokens",
-                count(done.usage.output_tokens),
-            ),
-            KeyValue::new(
-                "gen_ai.usage.cache_read.input_tokens",
-                count(done.usage.cache_read_tokens),
-            ),
-            KeyValue::new(
-                "gen_ai.usage.cache_creation.input_tokens",
-                count(done.usage.cache_write_tokens),
-            ),
         ];
+        attributes.extend(usage_attributes(&done.usage));
         if let Some(role) = &done.role {
             attributes.push(KeyValue::new("summon.task.role", role.clone()));
             attributes.push(KeyValue::new("gen_ai.agent.name", role.clone()));
