@@ -39,6 +39,7 @@ mod schema;
 mod source;
 mod store;
 mod subagent;
+mod telemetry;
 mod template;
 mod text;
 mod yaml;

@@ -63,6 +63,8 @@ mod tables_out;
 mod task_usage;
 mod tasks;
 mod terminal;
+mod traces;
+mod traces_phoenix;
 mod trust;
 mod validate;
 

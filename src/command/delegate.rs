@@ -52,6 +52,8 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
     }
     let request = request_from_args(args, ctx)?;
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
+    let trace_settings = crate::telemetry::Settings::from_env(&ctx.env)
+        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message)))?;
     // The catalog is read once and frozen for the delegation.
     let catalog = ctx.catalog();
     if args.r#async {
@@ -59,9 +61,39 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
         return show_started(&started, args.output.json, ctx);
     }
     let palette = ctx.err_palette;
-    let observer: &mut Observer<'_> =
-        &mut move |label: &str, event: SubagentEvent| progress_line(label, palette, event);
-    let outcome = delegation::run(&ctx.env, &config, &catalog, &request, observer, None)?;
+    let mut traces = start_traces(trace_settings.as_ref(), &request, ctx);
+    let observer: &mut Observer<'_> = &mut |label: &str, event: SubagentEvent| {
+        if let Some(traces) = &mut traces {
+            traces.observe(&event);
+        }
+        progress_line(label, palette, event);
+    };
+    let ran = delegation::run(&ctx.env, &config, &catalog, &request, observer, None);
+    if let Some(traces) = traces {
+        let failure;
+        let ended = match &ran {
+            Ok(outcome) => crate::telemetry::Ended {
+                error: outcome.error.as_ref(),
+                task: None,
+                output: &outcome.text,
+            },
+            Err(_) => {
+                failure = crate::event::Failure::new(
+                    crate::event::FailureClass::Prepare,
+                    "the delegation could not start",
+                );
+                crate::telemetry::Ended {
+                    error: Some(&failure),
+                    task: None,
+                    output: "",
+                }
+            }
+        };
+        if let Some(warning) = traces.finish(&ended) {
+            ctx.note(&format!("warning: {warning}"));
+        }
+    }
+    let outcome = ran?;
     let mut notes = warnings.items;
     notes.extend(outcome.notes.iter().cloned());
     ctx.report(&notes);
@@ -139,9 +171,50 @@ pub(super) fn worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         .parse()
         .map_err(|_| Error::usage(format!("not a task id: `{id_text}`")))?;
     let palette = crate::color::Palette::default();
-    let observer: &mut Observer<'_> =
-        &mut move |label: &str, event: SubagentEvent| progress_line(label, palette, event);
+    // A variable the starting command accepted; unusable here, it only leaves traces off.
+    let settings = crate::telemetry::Settings::from_env(&ctx.env)
+        .ok()
+        .flatten();
+    let request = crate::store::Store::open_for(&ctx.env)
+        .ok()
+        .and_then(|store| store.get(&id).ok().flatten())
+        .and_then(|task| serde_json::from_str::<DelegationRequest>(&task.request_json).ok());
+    let mut traces = request
+        .as_ref()
+        .and_then(|request| start_traces(settings.as_ref(), request, ctx));
+    let observer: &mut Observer<'_> = &mut |label: &str, event: SubagentEvent| {
+        if let Some(traces) = &mut traces {
+            traces.observe(&event);
+        }
+        progress_line(label, palette, event);
+    };
     let notes = delegation::run_worker(&ctx.env, id, observer)?;
+    if let Some(traces) = traces {
+        // The worker recorded how the task ended.
+        let task = crate::store::Store::open_for(&ctx.env)
+            .ok()
+            .and_then(|store| store.get(&id).ok().flatten());
+        let failure = task.as_ref().and_then(|task| {
+            (task.status != crate::store::TaskStatus::Completed).then(|| {
+                crate::event::Failure::new(
+                    crate::event::FailureClass::Other,
+                    task.error.clone().unwrap_or_default(),
+                )
+            })
+        });
+        let id_text = id.to_string();
+        let output = task
+            .as_ref()
+            .and_then(|t| t.output.clone())
+            .unwrap_or_default();
+        if let Some(warning) = traces.finish(&crate::telemetry::Ended {
+            error: failure.as_ref(),
+            task: Some(&id_text),
+            output: &output,
+        }) {
+            eprintln!("summon: warning: {warning}");
+        }
+    }
     for note in &notes {
         eprintln!("{}", note.message);
     }
@@ -195,6 +268,9 @@ fn progress_line(label: &str, palette: crate::color::Palette, event: SubagentEve
         | SubagentEvent::StartupWait { .. }
         | SubagentEvent::Text { .. }
         | SubagentEvent::Tokens { .. }
+        | SubagentEvent::Response { .. }
+        | SubagentEvent::ToolStarted { .. }
+        | SubagentEvent::Started { .. }
         | SubagentEvent::Framing { .. } => {}
     }
 }
@@ -253,4 +329,21 @@ fn read_context(text: &str, ctx: &Ctx) -> Result<String> {
             full.display()
         ))
     })
+}
+
+/// The trace of a delegation, when the `OTEL_*` variables ask for one; a trace that cannot
+/// start is a warning, never a failed delegation.
+fn start_traces(
+    settings: Option<&crate::telemetry::Settings>,
+    request: &DelegationRequest,
+    ctx: &Ctx,
+) -> Option<crate::telemetry::DelegationTraces> {
+    let label = request.source.as_deref().unwrap_or("task");
+    match crate::telemetry::DelegationTraces::start(settings?, &ctx.env, label) {
+        Ok(traces) => Some(traces),
+        Err(err) => {
+            ctx.note(&format!("warning: traces: not exported ({err})"));
+            None
+        }
+    }
 }

@@ -103,6 +103,9 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
     let pipeline = compiled.pipeline;
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
+    let trace_settings = crate::telemetry::Settings::from_env(&ctx.env)
+        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message)))?;
+    let traces = super::run::start_traces(trace_settings.as_ref(), &pipeline, ctx);
     let display = resolve_display(
         std::io::stderr().is_terminal(),
         ctx.env.is_set("CI"),
@@ -112,7 +115,11 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
     let options = RunOptions {
         reuse: false,
         wait: false,
-        watch: None,
+        watch: traces.as_ref().map(crate::telemetry::RunTraces::consumer),
+        trace_id: traces.as_ref().map(|t| t.trace_id().to_owned()),
+        traceparent: traces
+            .as_ref()
+            .map(crate::telemetry::RunTraces::traceparent),
         stop: None,
         pipeline,
         params,
@@ -125,7 +132,9 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
         plan,
         max_cost: args.max_cost,
     };
-    let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
+    let ran = run_pipeline(&ctx.env, config, catalog, options);
+    super::run::end_traces(traces, &ran, ctx);
+    let mut summary = ran?;
     super::run::write_step_summary("merge", &name, &summary, ctx);
     let mut extra = serde_json::Map::new();
     extra.insert("shards".into(), json!(args.dirs.len()));

@@ -106,6 +106,8 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         .and_then(|out| plan.closing_note(out, &shown));
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
+    let trace_settings = crate::telemetry::Settings::from_env(&ctx.env)
+        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message)))?;
     let cap = args
         .max_cost
         .or(compiled.pipeline.settings.max_cost)
@@ -118,6 +120,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         args.quiet || args.output.json,
     );
     let name = pipeline.name.clone();
+    let traces = start_traces(trace_settings.as_ref(), &pipeline, ctx);
     let options = RunOptions {
         pipeline,
         params,
@@ -133,11 +136,17 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         plan,
         reuse: args.reuse,
         wait: args.wait,
-        watch: None,
+        watch: traces.as_ref().map(crate::telemetry::RunTraces::consumer),
+        trace_id: traces.as_ref().map(|t| t.trace_id().to_owned()),
+        traceparent: traces
+            .as_ref()
+            .map(crate::telemetry::RunTraces::traceparent),
         stop: None,
         max_cost: args.max_cost,
     };
-    let mut summary = run_pipeline(&ctx.env, config, catalog, options)?;
+    let ran = run_pipeline(&ctx.env, config, catalog, options);
+    end_traces(traces, &ran, ctx);
+    let mut summary = ran?;
     write_step_summary("run", &name, &summary, ctx);
     let failed = print_outcome(&mut summary, serde_json::Map::new(), args.output.json, ctx)?;
     if summary.interrupted {
@@ -192,6 +201,50 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         ctx.note(&closing);
     }
     Ok(())
+}
+
+/// The traces of a run, when the `OTEL_*` variables ask for them; traces that cannot start
+/// are a warning, never a failed run.
+pub(super) fn start_traces(
+    settings: Option<&crate::telemetry::Settings>,
+    pipeline: &Pipeline,
+    ctx: &Ctx,
+) -> Option<crate::telemetry::RunTraces> {
+    let steps = pipeline.steps.iter().map(|s| s.id.clone()).collect();
+    match crate::telemetry::RunTraces::start(settings?, &ctx.env, &pipeline.name, steps) {
+        Ok(traces) => Some(traces),
+        Err(err) => {
+            ctx.note(&format!("warning: traces: not exported ({err})"));
+            None
+        }
+    }
+}
+
+/// Ends a run's traces as the run ended and sends them; a collector that did not take them
+/// all is one warning.
+pub(super) fn end_traces(
+    traces: Option<crate::telemetry::RunTraces>,
+    ran: &Result<RunSummary>,
+    ctx: &Ctx,
+) {
+    let Some(traces) = traces else {
+        return;
+    };
+    let (run_id, failed) = match ran {
+        Ok(summary) => (
+            Some(summary.run_id.as_str()),
+            summary
+                .steps
+                .iter()
+                .find(|(_, status, _)| *status == crate::event::StepStatus::Failed)
+                .map(|(id, _, _)| format!("step {id} failed"))
+                .or_else(|| summary.interrupted.then(|| "interrupted".to_owned())),
+        ),
+        Err(_) => (None, Some("the run ended in error".to_owned())),
+    };
+    if let Some(warning) = traces.finish(run_id, failed.as_deref()) {
+        ctx.note(&format!("warning: {warning}"));
+    }
 }
 
 /// What a run to be resumed was started with.

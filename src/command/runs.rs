@@ -144,6 +144,13 @@ fn show(run_id: &str, json: bool, ctx: &mut Ctx) -> Result<()> {
         Some(out) => text.push_str(&format!("Output: {}\n", shown_path(out, ctx))),
         None => text.push_str("Output: none (run without --out)\n"),
     }
+    if let Some(trace) = listing
+        .report
+        .as_ref()
+        .and_then(|report| report["trace_id"].as_str())
+    {
+        text.push_str(&format!("Trace: {trace}\n"));
+    }
     match &listing.report {
         Some(report) => {
             if let Some(out) = &run.out_dir {

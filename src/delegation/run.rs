@@ -90,6 +90,10 @@ impl Ready {
         let limiter = RateLimiter::new(prepared.resolved.limits);
         let label = prepared.label.clone();
         let mut events = |event: SubagentEvent| observer(&label, event);
+        events(SubagentEvent::Started {
+            provider: prepared.resolved.provider_name.clone(),
+            model: prepared.resolved.model.clone(),
+        });
         let policy = RetryPolicy::from_env(env);
         let run = run_subagent(&client, &policy, &limiter, &prepared.spec, &mut events);
         let result = runtime.block_on(async {

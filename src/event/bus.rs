@@ -45,18 +45,29 @@ impl<C: Consumer> Consumer for Option<C> {
 
 /// The engine's handle on the stream: cheap to clone, shared by every step and task.
 #[derive(Clone)]
-pub(crate) struct Events(Arc<Mutex<Bus<dyn Consumer>>>);
+pub(crate) struct Events {
+    bus: Arc<Mutex<Bus<dyn Consumer>>>,
+    /// Whether a consumer follows what running tasks do ([`Events::activity`]); without one,
+    /// those events are not sent.
+    live: bool,
+}
 
 impl Events {
     /// Events to `bus`, which the caller keeps to take the consumer back when the run ends.
     pub(crate) fn new<C: Consumer + 'static>(bus: &Arc<Mutex<Bus<Option<C>>>>) -> Self {
         let bus: Arc<Mutex<Bus<dyn Consumer>>> = bus.clone();
-        Self(bus)
+        Self { bus, live: false }
+    }
+
+    /// Sends what running tasks do too (a consumer such as traces follows them).
+    pub(crate) fn follow_tasks(mut self, live: bool) -> Self {
+        self.live = live;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Bus<dyn Consumer>> {
         // A consumer that panicked leaves the bus usable: outputs are best effort.
-        self.0
+        self.bus
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -80,6 +91,19 @@ impl Events {
             row,
         });
         row
+    }
+
+    /// What task `index` of `step` is doing now, when a consumer follows running tasks.
+    pub(crate) fn activity(&self, step: usize, index: u64, what: super::Doing) {
+        if !self.live {
+            return;
+        }
+        self.emit(RunEvent::Activity(super::Activity {
+            step,
+            index,
+            at: std::time::Instant::now(),
+            what,
+        }));
     }
 
     /// A warning about `step`, shown once per run however many of its tasks meet it.
@@ -142,5 +166,16 @@ mod tests {
         // Closed: an event after the end goes nowhere, and the rows go on counting.
         assert_eq!(events.task_finished(done(9, false), None), Some(2));
         assert!(bus.lock().unwrap().close().is_none());
+    }
+
+    #[test]
+    fn what_running_tasks_do_is_sent_only_to_a_stream_that_follows_them() {
+        let bus = Arc::new(Mutex::new(Bus::new(Seen(Vec::new()))));
+        let doing = || super::super::Doing::ToolEnded { ok: true };
+        Events::new(&bus).activity(0, 1, doing());
+        Events::new(&bus).follow_tasks(true).activity(0, 2, doing());
+        let seen = bus.lock().unwrap().close().unwrap();
+        assert_eq!(seen.0.len(), 1, "{:?}", seen.0);
+        assert!(seen.0[0].contains("index: 2"), "{:?}", seen.0);
     }
 }

@@ -2,6 +2,7 @@
 //! task with its trace, how a step and a run ended, the final step's text, and the per-task
 //! overhead.
 
+mod activity;
 mod bus;
 mod failure;
 mod final_text;
@@ -9,6 +10,7 @@ mod overhead;
 mod run;
 mod task;
 
+pub(crate) use activity::{Activity, Doing};
 pub(crate) use bus::{Bus, Consumer, Events};
 pub(crate) use failure::{Failure, FailureClass};
 pub(crate) use final_text::{FinalText, FinalTextBuilder};

@@ -55,6 +55,15 @@ pub(crate) enum RunEvent {
         level: u32,
         chunks: usize,
     },
+    /// A decompose step's command ran (or its glob or file was read) from `started` until
+    /// now, giving `items` (none for a file streamed later) or failing with `error`.
+    Decomposed {
+        step: usize,
+        form: &'static str,
+        started: std::time::Instant,
+        items: Option<usize>,
+        error: Option<String>,
+    },
     /// Tasks of a step were sent (one, or a whole provider batch).
     TasksStarted { step: usize, count: usize },
     /// A provider request of a task of `step` is sent again after `wait`;
@@ -79,6 +88,9 @@ pub(crate) enum RunEvent {
         level: Option<u32>,
         row: Option<u64>,
     },
+    /// What a running task did (an attempt, a model request, a tool call), for consumers
+    /// that follow tasks live.
+    Activity(super::Activity),
     /// A line for the person watching: a warning (shown once per run however many tasks
     /// meet it) or what a step is doing (not shown by a quiet display).
     Notice { kind: Notice, text: String },
@@ -87,15 +99,7 @@ pub(crate) enum RunEvent {
     /// A step ended.
     StepFinished {
         step: usize,
-        #[cfg_attr(
-            not(test),
-            expect(dead_code, reason = "the run's end reads the steps' ends")
-        )]
         status: StepStatus,
-        #[cfg_attr(
-            not(test),
-            expect(dead_code, reason = "the run's end reads the steps' ends")
-        )]
         error: Option<String>,
     },
 }

@@ -483,7 +483,7 @@ fn expand<'p>(
         .render_str(&template.text, base)
         .map_err(|e| template.render_error(&e))?;
     let keep_items = Graph::new(pipeline).items_needed_by(&step.id);
-    Ok(match expand_items(form, &text, &env.cwd, keep_items) {
+    Ok(match expand_items(form, &text, &env.cwd, keep_items, &[]) {
         Ok(items::Expanded::Items(items)) => Expanded::Known(Known::Items(items)),
         Ok(items::Expanded::File(path)) => Expanded::Known(Known::File(path)),
         // An items file the run could not read is an error now, as it would be then.

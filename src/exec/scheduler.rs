@@ -62,6 +62,10 @@ pub(crate) struct RunOptions {
     /// `--max-cost`: the run's spend cap in USD, over the pipeline's `settings.max_cost` and
     /// the config file's `max_cost`.
     pub(crate) max_cost: Option<f64>,
+    /// The trace the run's spans belong to, for `report.json` and `report.html`.
+    pub(crate) trace_id: Option<String>,
+    /// The run span's context, passed to the commands the run starts as `TRACEPARENT`.
+    pub(crate) traceparent: Option<String>,
     /// Cancelled by the caller to stop the run as a first Ctrl-C does: no new task starts,
     /// the tasks in flight finish, and the run ends interrupted (resumable).
     pub(crate) stop: Option<CancellationToken>,
@@ -113,7 +117,8 @@ pub(crate) fn run_pipeline(
     let screen: Arc<dyn crate::process::groups::Screen> = progress.clone();
     crate::process::groups::stop_on_exit(Arc::downgrade(&screen));
     add_steps(&progress, &pipeline, &plan);
-    let report = new_report(&config, &pipeline);
+    let mut report = new_report(&config, &pipeline);
+    report.set_trace_id(options.trace_id.clone());
     let run_started = report.started();
     let OpenRun {
         store,
@@ -151,13 +156,14 @@ pub(crate) fn run_pipeline(
         step_ids: step_ids.clone(),
         already_written,
     });
+    let follow_tasks = options.watch.is_some();
     let bus = Arc::new(Mutex::new(Bus::new(RunOutputs {
         recorder,
         tasks: plan.writes_manifest().then(Vec::new),
         step_ids,
         watch: options.watch,
     })));
-    let events = Events::new(&bus);
+    let events = Events::new(&bus).follow_tasks(follow_tasks);
     let concurrency = options
         .concurrency
         .or(pipeline.settings.concurrency)
@@ -183,6 +189,7 @@ pub(crate) fn run_pipeline(
         batch_all: options.batch,
         events: events.clone(),
         budget,
+        traceparent: options.traceparent.clone(),
     });
     let outputs = Arc::new(StepOutputs::new(pipeline.steps.len()));
     let params = Arc::new(options.params);

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::delegation::{Request, Resolver, prepare_with};
 use crate::env::Env;
 use crate::event::{
-    Events, Failure, FailureClass, PROMPT_LIMIT, RunEvent, Spent, TaskDone, TaskTrace,
+    Doing, Events, Failure, FailureClass, PROMPT_LIMIT, RunEvent, Spent, TaskDone, TaskTrace,
 };
 use crate::pipeline::model::{OnExtensionError, PipelineSettings, Step, TaskTemplate};
 use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     pub(crate) batch_all: bool,
     /// The run's events: what its outputs and display follow.
     pub(crate) events: Events,
+    /// The run span's context for the commands the run starts (`TRACEPARENT`).
+    pub(crate) traceparent: Option<String>,
     /// When the run started: tasks' start times are told from it.
     pub(crate) run_started: Instant,
     /// The run's spend cap, when it has one.
@@ -389,8 +391,24 @@ pub(crate) async fn run_task(
     loop {
         trace.attempts += 1;
         trace.in_flight = Spent::default();
+        let sandbox = crate::sandbox::Sandbox::pick(&[
+            step.sandbox(),
+            (shared.config.sandbox, shared.config.network),
+        ]);
+        shared.events.activity(
+            step.index,
+            index,
+            Doing::Attempt {
+                attempt: trace.attempts,
+                sandbox: sandbox.policy.name(),
+            },
+        );
+        let task = TaskAt {
+            index,
+            item: label.as_deref(),
+        };
         let outcome = tokio::select! {
-            outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace, label.as_deref(), &mut budget) => outcome,
+            outcome = attempt_task(&shared, &step, &rendered, &slot, &mut trace, task, &mut budget) => outcome,
             () = shared.kill.cancelled() => Err(Failure::new(FailureClass::Cancelled, "cancelled")),
         };
         let Attempt {
@@ -472,6 +490,13 @@ pub(crate) async fn run_task(
     }
 }
 
+/// The task an attempt belongs to: its index and, in a fan_out, its item's label.
+#[derive(Clone, Copy)]
+struct TaskAt<'a> {
+    index: u64,
+    item: Option<&'a str>,
+}
+
 /// How one attempt at a task ended.
 struct Attempt {
     /// The subagent completed (its answer may still fail `on_extension_error`).
@@ -521,9 +546,10 @@ async fn attempt_task(
     rendered: &Rendered,
     slot: &Arc<TaskSlot>,
     trace: &mut TaskTrace,
-    item: Option<&str>,
+    task: TaskAt<'_>,
     budget: &mut Option<Arc<crate::subagent::budget::TaskBudget>>,
 ) -> Result<Attempt, Failure> {
+    let TaskAt { index, item } = task;
     let mut prepared = prepare_task(shared, step, rendered).await?;
     if let Some(ledger) = &shared.budget {
         if budget.is_none() {
@@ -551,6 +577,9 @@ async fn attempt_task(
         trace.prompt = Some(TaskTrace::clip(&prepared.spec.first_message, PROMPT_LIMIT));
     }
     let (client, limiter) = client_for(shared, &prepared)?;
+    if let Some(traceparent) = &shared.traceparent {
+        prepared.spec.tools.set_traceparent(traceparent.clone());
+    }
     prepared.spec.slot = Some(Arc::clone(slot) as Arc<dyn crate::subagent::Slot>);
     for note in &prepared.notes {
         shared.events.warn(&step.id, &note.message);
@@ -560,6 +589,7 @@ async fn attempt_task(
         prepared.resolved.model.len(),
     );
     let content_len = prepared.content_len;
+    let doing = |what: Doing| shared.events.activity(step.index, index, what);
     let mut observer = |event: crate::subagent::SubagentEvent| match event {
         crate::subagent::SubagentEvent::Framing {
             system_len,
@@ -585,6 +615,7 @@ async fn attempt_task(
         },
         crate::subagent::SubagentEvent::Retry { class, delay, .. } => {
             trace.retry(class, delay);
+            doing(Doing::Retry { class, wait: delay });
             shared.events.emit(RunEvent::Retry {
                 step: step.index,
                 class,
@@ -599,8 +630,28 @@ async fn attempt_task(
         }
         crate::subagent::SubagentEvent::ToolCall { name, ok, summary } => {
             trace.tool(&name, ok, &summary);
+            doing(Doing::ToolEnded { ok });
         }
-        crate::subagent::SubagentEvent::Turn { turn } => trace.in_flight.turns = turn,
+        crate::subagent::SubagentEvent::ToolStarted { name } => {
+            doing(Doing::ToolStarted { name });
+        }
+        crate::subagent::SubagentEvent::Response {
+            usage,
+            stop_reason,
+            error,
+        } => doing(Doing::Response {
+            usage,
+            stop_reason,
+            error,
+        }),
+        crate::subagent::SubagentEvent::Turn { turn } => {
+            trace.in_flight.turns = turn;
+            doing(Doing::Request {
+                provider: prepared.resolved.provider_name.clone(),
+                model: prepared.resolved.model.clone(),
+                turn,
+            });
+        }
         crate::subagent::SubagentEvent::Tokens { total } => trace.in_flight.usage = total,
         _ => {}
     };

@@ -166,12 +166,29 @@ impl StepRun {
                 let form = *form;
                 let text = scope.render(template)?;
                 let (cwd, keep_items) = (cwd.clone(), self.keep_items);
+                let shared = &self.run.shared;
+                let env: Vec<(String, String)> = shared
+                    .traceparent
+                    .iter()
+                    .map(|tp| ("TRACEPARENT".to_owned(), tp.clone()))
+                    .collect();
+                let started = std::time::Instant::now();
                 let expanded = tokio::task::spawn_blocking(move || {
-                    expand_items(form, &text, &cwd, keep_items)
+                    expand_items(form, &text, &cwd, keep_items, &env)
                 })
                 .await
-                .map_err(|e| StepError::Failed(e.to_string()))?
-                .map_err(|e| StepError::Items(e.to_string()))?;
+                .map_err(|e| StepError::Failed(e.to_string()))?;
+                shared.events.emit(crate::event::RunEvent::Decomposed {
+                    step: self.index,
+                    form: form.name(),
+                    started,
+                    items: match &expanded {
+                        Ok(Expanded::Items(items)) => Some(items.len()),
+                        _ => None,
+                    },
+                    error: expanded.as_ref().err().map(ToString::to_string),
+                });
+                let expanded = expanded.map_err(|e| StepError::Items(e.to_string()))?;
                 match expanded {
                     Expanded::Items(items) => items,
                     Expanded::File(path) => {

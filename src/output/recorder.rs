@@ -279,6 +279,7 @@ impl Consumer for Recorder {
                 self.out.progress.retry(&self.out.step_ids[*step], *wait);
             }
             RunEvent::TaskFinished { done, level, row } => self.record(done, *level, *row),
+            RunEvent::Activity(_) | RunEvent::Decomposed { .. } => {}
             RunEvent::Notice {
                 kind: Notice::Warning,
                 text,

@@ -22,6 +22,9 @@
 //! }
 //! ```
 //!
+//! `trace_id` (present when the run exports OpenTelemetry traces) is the 32-hex-digit id of
+//! the run's trace.
+//!
 //! `warnings` (present when there are some) lists what went wrong with the tasks' extensions
 //! (MCP servers) and an agent's listed tools left out, one entry per warning of a task, in the order the tasks finished; `item` is
 //! the item's label (its `id`, its text, or `#index`).
@@ -233,6 +236,8 @@ pub(crate) struct Report {
     unpriced_models: indexmap::IndexSet<String>,
     /// The spend cap, when the run has one.
     budget: Option<BudgetJson>,
+    /// The OpenTelemetry trace of the run, when it exports one.
+    trace_id: Option<String>,
 }
 
 /// `budget` in report.json: the cap, what was spent against it (every request of the run,
@@ -278,6 +283,8 @@ struct ReportJson<'a> {
     warnings: &'a [TaskWarning],
     #[serde(skip_serializing_if = "Option::is_none")]
     budget: Option<&'a BudgetJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -341,6 +348,7 @@ impl Report {
             warnings: Vec::new(),
             unpriced_models: indexmap::IndexSet::new(),
             budget: None,
+            trace_id: None,
         }
     }
 
@@ -352,6 +360,11 @@ impl Report {
     /// Sets the run's provider retries per class (classes outside [`RETRY_CLASSES`] are left
     /// out).
     /// Records the sandbox the model's shell commands of step `step` run in.
+    /// The run's trace id (`trace_id` in the document).
+    pub(crate) fn set_trace_id(&mut self, trace_id: Option<String>) {
+        self.trace_id = trace_id;
+    }
+
     pub(crate) fn set_sandbox(&mut self, step: &str, sandbox: crate::sandbox::Sandbox) {
         self.sandbox.insert(step.to_owned(), sandbox.to_json());
     }
@@ -557,6 +570,7 @@ impl Report {
             sandbox: &self.sandbox,
             pipeline: self.pipeline.as_ref(),
             warnings: &self.warnings,
+            trace_id: self.trace_id.as_deref(),
         }
     }
 

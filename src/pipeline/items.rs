@@ -95,6 +95,17 @@ pub(crate) enum StaticForm {
     File,
 }
 
+impl StaticForm {
+    /// `command`, `glob` or `file`, as the pipeline names it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Command => "command",
+            Self::Glob { .. } => "glob",
+            Self::File => "file",
+        }
+    }
+}
+
 /// What a static decompose form produced.
 #[derive(Debug)]
 pub(crate) enum Expanded {
@@ -113,9 +124,12 @@ pub(crate) fn expand_items(
     text: &str,
     cwd: &Path,
     keep_items: bool,
+    command_env: &[(String, String)],
 ) -> Result<Expanded, ItemError> {
     match form {
-        StaticForm::Command => command_items(text, cwd, COMMAND_LIMIT).map(Expanded::Items),
+        StaticForm::Command => {
+            command_items(text, cwd, COMMAND_LIMIT, command_env).map(Expanded::Items)
+        }
         StaticForm::Glob { gitignore } => glob_items(text, cwd, gitignore).map(Expanded::Items),
         StaticForm::File => {
             let path = cwd.join(text.trim());
@@ -135,11 +149,13 @@ pub(crate) fn expand_items(
 /// Runs `sh -c COMMAND` in `cwd` with stdin closed; one string item per non-empty line of its
 /// stdout (a trailing `\r` is dropped). A non-zero exit is an error carrying the exit code and
 /// the last lines of stderr; so is running longer than `timeout` (the command's whole process
-/// group is killed then).
+/// group is killed then). `env` is set on top of summon's own environment (the run's
+/// `TRACEPARENT`).
 pub(crate) fn command_items(
     command: &str,
     cwd: &Path,
     timeout: Duration,
+    env: &[(String, String)],
 ) -> Result<Vec<Value>, ItemError> {
     use std::os::unix::process::CommandExt;
 
@@ -152,6 +168,7 @@ pub(crate) fn command_items(
             .args(args)
             .arg(command)
             .current_dir(cwd)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -682,23 +699,24 @@ mod tests {
     fn a_file_is_read_whole_only_when_its_items_are_kept() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "in.jsonl", "1\n2\n");
-        let kept = expand_items(StaticForm::File, " in.jsonl\n", dir.path(), true).unwrap();
+        let kept = expand_items(StaticForm::File, " in.jsonl\n", dir.path(), true, &[]).unwrap();
         assert!(
             matches!(&kept, Expanded::Items(items) if *items == [json!(1), json!(2)]),
             "{kept:?}"
         );
-        let streamed = expand_items(StaticForm::File, "in.jsonl", dir.path(), false).unwrap();
+        let streamed = expand_items(StaticForm::File, "in.jsonl", dir.path(), false, &[]).unwrap();
         assert!(
             matches!(&streamed, Expanded::File(path) if *path == dir.path().join("in.jsonl")),
             "{streamed:?}"
         );
         // Missing, it is an error either way.
-        assert!(expand_items(StaticForm::File, "no.jsonl", dir.path(), false).is_err());
+        assert!(expand_items(StaticForm::File, "no.jsonl", dir.path(), false, &[]).is_err());
         let lines = expand_items(
             StaticForm::Command,
             "printf 'a\\n\\nb\\n'",
             dir.path(),
             false,
+            &[],
         );
         assert!(
             matches!(&lines, Ok(Expanded::Items(items)) if *items == [json!("a"), json!("b")]),
@@ -819,6 +837,7 @@ mod tests {
             "printf 'a\\r\\n\\n  \\nb c\\n'; ls; printf last",
             dir.path(),
             Duration::from_secs(10),
+            &[],
         )
         .unwrap();
         assert_eq!(
@@ -834,6 +853,7 @@ mod tests {
             "echo out; for i in $(seq 1 30); do echo err$i >&2; done; exit 3",
             dir.path(),
             Duration::from_secs(10),
+            &[],
         )
         .unwrap_err()
         .to_string();
@@ -856,6 +876,7 @@ mod tests {
             "echo one >&2; echo two >&2; exit 1",
             dir.path(),
             Duration::from_secs(10),
+            &[],
         )
         .unwrap_err()
         .to_string();
@@ -870,6 +891,7 @@ mod tests {
             "echo one; sleep 30; echo two",
             dir.path(),
             Duration::from_millis(300),
+            &[],
         )
         .unwrap_err();
         assert!(matches!(error, ItemError::CommandTimeout { .. }), "{error}");
@@ -884,8 +906,13 @@ mod tests {
     fn command_background_child_holding_stdout_times_out() {
         let dir = tempfile::tempdir().unwrap();
         let started = Instant::now();
-        let error =
-            command_items("sleep 30 & echo x", dir.path(), Duration::from_millis(300)).unwrap_err();
+        let error = command_items(
+            "sleep 30 & echo x",
+            dir.path(),
+            Duration::from_millis(300),
+            &[],
+        )
+        .unwrap_err();
         assert!(matches!(error, ItemError::CommandTimeout { .. }), "{error}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }

@@ -95,6 +95,16 @@ pub(crate) fn stop_on_exit(screen: std::sync::Weak<dyn Screen>) {
     }
 }
 
+/// What must be written out before a signal's exit (a run's traces), while it lives.
+static FLUSH: Mutex<Option<std::sync::Weak<dyn Screen>>> = Mutex::new(None);
+
+/// Says what to flush (its `finish`) before a signal's exit, after the screen is stopped.
+pub(crate) fn flush_on_exit(flush: std::sync::Weak<dyn Screen>) {
+    if let Ok(mut slot) = FLUSH.lock() {
+        *slot = Some(flush);
+    }
+}
+
 /// Called when the work is done, before summon exits with its own code: when a signal is
 /// ending summon, waits for its watcher to exit with the signal's code, so that a command
 /// whose children the watcher killed cannot finish first and exit as if nothing happened.
@@ -172,6 +182,13 @@ pub(crate) fn exit_on_signals(handled: Handled) {
             screen.finish();
         }
         eprintln!("summon: {name}{what}{stopped}");
+        let flush = FLUSH
+            .lock()
+            .ok()
+            .and_then(|slot| slot.as_ref().and_then(std::sync::Weak::upgrade));
+        if let Some(flush) = flush {
+            flush.finish();
+        }
         std::process::exit(128 + number);
     });
 }

@@ -24,6 +24,8 @@ pub(crate) struct CommandEnv {
     extra: Vec<String>,
     credentials: Vec<String>,
     keys: Vec<Secret>,
+    /// The span context a command runs under (`TRACEPARENT`), when the run exports traces.
+    traceparent: Option<String>,
 }
 
 impl CommandEnv {
@@ -34,7 +36,18 @@ impl CommandEnv {
             extra,
             credentials,
             keys,
+            traceparent: None,
         }
+    }
+
+    /// Commands get `TRACEPARENT` set to `traceparent`.
+    pub(crate) fn set_traceparent(&mut self, traceparent: String) {
+        self.traceparent = Some(traceparent);
+    }
+
+    /// What `TRACEPARENT` a command gets, if any.
+    pub(crate) fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
     }
 
     /// The configured keys: the values of the credential variables that are set.

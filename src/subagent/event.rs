@@ -40,4 +40,16 @@ pub(crate) enum SubagentEvent {
     },
     /// Token totals of the run so far, after each response.
     Tokens { total: crate::provider::Usage },
+    /// A model request ended: with an answer (its own tokens and why the model stopped) or
+    /// with the provider's error class, after any retries.
+    Response {
+        usage: crate::provider::Usage,
+        stop_reason: Option<String>,
+        error: Option<&'static str>,
+    },
+    /// A tool call starts.
+    ToolStarted { name: String },
+    /// A delegation starts with this provider and model (sent by the delegation library
+    /// before the agent loop's first event).
+    Started { provider: String, model: String },
 }

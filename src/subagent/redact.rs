@@ -99,6 +99,9 @@ impl Redactor {
             SubagentEvent::Turn { .. }
             | SubagentEvent::StartupWait { .. }
             | SubagentEvent::Tokens { .. }
+            | SubagentEvent::Response { .. }
+            | SubagentEvent::ToolStarted { .. }
+            | SubagentEvent::Started { .. }
             | SubagentEvent::Framing { .. } => {}
         }
         event

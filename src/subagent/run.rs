@@ -520,6 +520,11 @@ async fn run_once(
         let response = match sent {
             Ok(response) => response,
             Err(err) => {
+                observer(SubagentEvent::Response {
+                    usage: crate::provider::Usage::default(),
+                    stop_reason: None,
+                    error: Some(err.class()),
+                });
                 limiter.record_actual(estimate, 0);
                 let failure = Failure::new(FailureClass::Provider(err.class()), err.to_string());
                 return Outcome::plain(SubagentStatus::Failed(failure), last_text);
@@ -533,6 +538,11 @@ async fn run_once(
             total.service_tier.clone_from(&response.service_tier);
         }
         total.usage.add(response.usage);
+        observer(SubagentEvent::Response {
+            usage: response.usage,
+            stop_reason: response.stop_reason.clone(),
+            error: None,
+        });
         observer(SubagentEvent::Tokens { total: total.usage });
         if let Some(text) = response.text.as_ref().filter(|t| !t.trim().is_empty()) {
             last_text.clone_from(text);
@@ -637,6 +647,9 @@ async fn run_once(
         });
         for call in &response.tool_calls {
             total.tool_calls += 1;
+            observer(SubagentEvent::ToolStarted {
+                name: call.name.clone(),
+            });
             let output = match &call.unreadable {
                 Some(unreadable) => unreadable_output(&call.name, &unreadable.kind),
                 None => {

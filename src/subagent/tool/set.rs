@@ -167,6 +167,11 @@ impl ToolSet {
         self
     }
 
+    /// `shell` commands get `TRACEPARENT` set to `traceparent`.
+    pub(crate) fn set_traceparent(&mut self, traceparent: String) {
+        self.command_env.set_traceparent(traceparent);
+    }
+
     /// The environment `shell` commands get.
     pub(crate) fn command_env(&self) -> &CommandEnv {
         &self.command_env

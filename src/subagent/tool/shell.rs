@@ -211,6 +211,9 @@ async fn run(command: &str, context: &Context<'_>, timeout: Duration) -> Result<
         .env("TMPDIR", tmp)
         // A `summon delegate` run from here is refused: subagents cannot delegate.
         .env(crate::subagent::NESTED_ENV, "1");
+    if let Some(traceparent) = context.env.traceparent() {
+        cmd.env("TRACEPARENT", traceparent);
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| ToolError::Failed(format!("cannot start `sh`: {e}")))?;

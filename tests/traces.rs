@@ -1,0 +1,634 @@
+//! OpenTelemetry traces: with `OTEL_EXPORTER_OTLP_ENDPOINT` set, a run's steps, tasks,
+//! attempts, model requests and tool calls reach an OTLP/HTTP collector as one tree under
+//! `TRACEPARENT`, with the GenAI attributes and no key or prompt text; a collector that
+//! refuses or is down costs the run one warning and nothing else.
+
+use crate::support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::trace::v1::{Span, status::StatusCode as SpanStatus};
+use prost::Message as _;
+use serde_json::{Value, json};
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::{Test, read_json, results};
+
+pub(super) const KEY: &str = "sk-test-0123456789abcdef";
+const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_SPAN: &str = "00f067aa0ba902b7";
+
+/// `alpha` calls a tool, `beta` is refused once by a rate limit, `gamma` is cut off at the
+/// output limit (a failure).
+pub(super) const PIPELINE: &str = "version: 1
+name: traced
+steps:
+  - id: list
+    decompose:
+      items: [alpha, beta, gamma]
+  - id: each
+    fan_out:
+      over: list
+      instructions: \"Secret prompt text about {{ item }}\"
+    on_error: continue
+";
+
+pub(super) fn mock() -> MockConfig {
+    let limited = Arc::new(AtomicBool::new(false));
+    MockConfig::new().rule(move |request| {
+        let text = request.body["messages"].to_string();
+        let answered_tool = request.body["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if text.contains("alpha") && !answered_tool {
+            Reply::tool_call("list_files", json!({}))
+        } else if text.contains("beta") && !limited.swap(true, Ordering::SeqCst) {
+            Reply::status_with_headers(
+                429,
+                [("retry-after", "0")],
+                "{\"error\":{\"message\":\"slow down\"}}",
+            )
+        } else if text.contains("gamma") {
+            Reply::text("half an ans").finish("length")
+        } else {
+            Reply::text("fine answer")
+        }
+    })
+}
+
+/// A loopback OTLP/HTTP collector that answers `status` and keeps every request body.
+struct Collector {
+    url: String,
+    bodies: Arc<Mutex<Vec<Bytes>>>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl Collector {
+    async fn start(status: StatusCode) -> Self {
+        let bodies: Arc<Mutex<Vec<Bytes>>> = Arc::default();
+        let kept = Arc::clone(&bodies);
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: Bytes| {
+                let kept = Arc::clone(&kept);
+                async move {
+                    kept.lock().unwrap().push(body);
+                    status
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self {
+            url,
+            bodies,
+            _server: server,
+        }
+    }
+
+    fn spans(&self) -> Vec<Span> {
+        self.bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|body| {
+                ExportTraceServiceRequest::decode(body.as_ref())
+                    .expect("an OTLP protobuf body")
+                    .resource_spans
+            })
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .collect()
+    }
+
+    fn raw(&self) -> Vec<u8> {
+        self.bodies.lock().unwrap().concat()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn attr(span: &Span, key: &str) -> Option<Value> {
+    let value = span
+        .attributes
+        .iter()
+        .find(|kv| kv.key == key)?
+        .value
+        .as_ref()?
+        .value
+        .as_ref()?;
+    Some(match value {
+        Any::StringValue(s) => json!(s),
+        Any::IntValue(i) => json!(i),
+        Any::BoolValue(b) => json!(b),
+        Any::DoubleValue(d) => json!(d),
+        Any::ArrayValue(a) => Value::Array(
+            a.values
+                .iter()
+                .filter_map(|v| match v.value.as_ref()? {
+                    Any::StringValue(s) => Some(json!(s)),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        other => json!(format!("{other:?}")),
+    })
+}
+
+fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
+    spans.iter().filter(|s| s.name == name).collect()
+}
+
+fn one<'a>(spans: &'a [Span], name: &str) -> &'a Span {
+    let found = named(spans, name);
+    assert_eq!(found.len(), 1, "spans named {name}: {:?}", names(spans));
+    found[0]
+}
+
+fn names(spans: &[Span]) -> Vec<&str> {
+    spans.iter().map(|s| s.name.as_str()).collect()
+}
+
+fn children<'a>(spans: &'a [Span], parent: &Span) -> Vec<&'a Span> {
+    spans
+        .iter()
+        .filter(|s| s.parent_span_id == parent.span_id)
+        .collect()
+}
+
+fn traced(server: &MockServer, collector: &str) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .write_raw("p.yaml", PIPELINE)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_is_one_trace_of_steps_tasks_attempts_requests_and_tool_calls() {
+    let server = MockServer::start(mock()).await;
+    let collector = Collector::start(StatusCode::OK).await;
+    let out = traced(&server, &collector.url)
+        .env(
+            "TRACEPARENT",
+            &format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01"),
+        )
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    assert!(!out.stderr.contains("traces:"), "{}", out.stderr);
+    let spans = collector.spans();
+
+    // One trace, the CI job's, and report.json names it.
+    assert!(spans.iter().all(|s| hex(&s.trace_id) == PARENT_TRACE));
+    let report = read_json(&out.dir.join("out/report.json"));
+    assert_eq!(report["trace_id"], PARENT_TRACE);
+    let run = one(&spans, "run traced");
+    assert_eq!(hex(&run.parent_span_id), PARENT_SPAN);
+    // So do report.html and `summon runs show`.
+    let page = std::fs::read_to_string(out.dir.join("out/report.html")).unwrap();
+    assert!(page.contains(PARENT_TRACE) && page.contains("R.trace_id"));
+    let run_id = attr(run, "summon.run.id").expect("the run id");
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_summon"))
+        .args(["runs", "show", run_id.as_str().unwrap()])
+        .current_dir(&out.dir)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(&format!("Trace: {PARENT_TRACE}\n")),
+        "{shown}"
+    );
+
+    // run → steps → tasks → attempt → model requests and tool calls.
+    let steps: Vec<&str> = children(&spans, run)
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert!(steps.contains(&"step list") && steps.contains(&"step each"));
+    let each = one(&spans, "step each");
+    let tasks = children(&spans, each);
+    assert_eq!(tasks.len(), 3, "{:?}", names(&spans));
+    let lines = results(&out.dir.join("out"));
+    for task in &tasks {
+        let item = attr(task, "summon.task.item").expect("item");
+        let line = lines
+            .iter()
+            .find(|l| l["step"] == "each" && l["item"] == item)
+            .unwrap_or_else(|| panic!("no line for {item}"));
+        let attempts = children(&spans, task);
+        assert_eq!(attempts.len(), 1, "{item}");
+        assert_eq!(attempts[0].name, "attempt 1");
+        let inside = children(&spans, attempts[0]);
+        let requests: Vec<&&Span> = inside
+            .iter()
+            .filter(|s| s.name == "chat mock-model")
+            .collect();
+        assert!(!requests.is_empty(), "{item}");
+        // Token counts: each request's own, adding up to the task's line.
+        for key in ["input_tokens", "output_tokens"] {
+            let sum: i64 = requests
+                .iter()
+                .map(|r| {
+                    attr(r, &format!("gen_ai.usage.{key}"))
+                        .and_then(|v| v.as_i64())
+                        .unwrap_or(0)
+                })
+                .sum();
+            assert_eq!(json!(sum), line[key], "{item} {key}");
+            assert_eq!(
+                attr(task, &format!("gen_ai.usage.{key}")),
+                Some(line[key].clone())
+            );
+        }
+        for request in &requests {
+            assert_eq!(attr(request, "gen_ai.operation.name"), Some(json!("chat")));
+            assert_eq!(attr(request, "gen_ai.provider.name"), Some(json!("openai")));
+            assert_eq!(
+                attr(request, "gen_ai.request.model"),
+                Some(json!("mock-model"))
+            );
+            assert_eq!(request.kind, 3, "a client span");
+        }
+        match item.as_str() {
+            Some("alpha") => {
+                let tool = inside
+                    .iter()
+                    .find(|s| s.name == "execute_tool list_files")
+                    .expect("the tool call's span");
+                assert_eq!(attr(tool, "gen_ai.tool.name"), Some(json!("list_files")));
+                assert_eq!(
+                    attr(tool, "gen_ai.operation.name"),
+                    Some(json!("execute_tool"))
+                );
+                assert_eq!(requests.len(), 2);
+                assert_eq!(
+                    attr(requests[0], "gen_ai.response.finish_reasons"),
+                    Some(json!(["tool_calls"]))
+                );
+            }
+            Some("beta") => {
+                let waits: Vec<_> = requests
+                    .iter()
+                    .flat_map(|r| &r.events)
+                    .filter(|e| e.name == "rate_limit_wait")
+                    .collect();
+                assert_eq!(waits.len(), 1, "the 429's wait");
+                assert!(
+                    waits[0]
+                        .attributes
+                        .iter()
+                        .any(|kv| kv.key == "summon.retry.wait_ms")
+                );
+            }
+            Some("gamma") => {
+                let status = task.status.as_ref().expect("a status");
+                assert_eq!(status.code, SpanStatus::Error as i32);
+                assert_eq!(attr(task, "error.type"), Some(json!("unusable_answer")));
+                assert_eq!(line["status"], "failed");
+            }
+            other => panic!("unexpected item {other:?}"),
+        }
+    }
+
+    // No key, and by default no prompt text.
+    let raw = String::from_utf8_lossy(&collector.raw()).into_owned();
+    assert!(!raw.contains(KEY), "the key was exported");
+    assert!(
+        !raw.contains("Secret prompt text"),
+        "prompt text was exported"
+    );
+    assert!(!raw.contains("fine answer"), "answer text was exported");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prompt_and_answer_text_are_exported_only_on_opt_in() {
+    let server = MockServer::start(mock()).await;
+    let collector = Collector::start(StatusCode::OK).await;
+    traced(&server, &collector.url)
+        .env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+        .args(["run", "p.yaml", "--quiet"])
+        .run();
+    let spans = collector.spans();
+    let beta = spans
+        .iter()
+        .find(|s| attr(s, "summon.task.item") == Some(json!("beta")))
+        .expect("beta's task span");
+    let prompt = attr(beta, "gen_ai.input.messages").expect("the prompt");
+    assert!(
+        prompt
+            .as_str()
+            .unwrap()
+            .contains("Secret prompt text about beta")
+    );
+    assert_eq!(
+        attr(beta, "gen_ai.output.messages"),
+        Some(json!("fine answer"))
+    );
+    assert!(!String::from_utf8_lossy(&collector.raw()).contains(KEY));
+}
+
+/// The run, which succeeds with gamma failed (`on_error: continue`), traces or not.
+fn run_with(server: &MockServer, endpoint: &str) -> support::Output {
+    traced(server, endpoint)
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "2000")
+        .args(["run", "p.yaml", "--out", "out"])
+        .code(0)
+        .run()
+}
+
+fn one_warning(out: &support::Output) {
+    let warnings: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("traces:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", out.stderr);
+    assert!(
+        warnings[0].starts_with("summon: warning: traces: "),
+        "{}",
+        warnings[0]
+    );
+    assert!(
+        warnings[0].contains("spans not exported"),
+        "{}",
+        warnings[0]
+    );
+    let lines = results(&out.dir.join("out"));
+    assert_eq!(lines.iter().filter(|l| l["step"] == "each").count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collector_answering_500_costs_one_warning() {
+    let server = MockServer::start(mock()).await;
+    let collector = Collector::start(StatusCode::INTERNAL_SERVER_ERROR).await;
+    let out = run_with(&server, &collector.url);
+    one_warning(&out);
+    assert!(out.stderr.contains("500"), "{}", out.stderr);
+    assert!(
+        !collector.bodies.lock().unwrap().is_empty(),
+        "nothing was sent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collector_that_is_down_costs_one_warning() {
+    let server = MockServer::start(mock()).await;
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = run_with(&server, &format!("http://127.0.0.1:{port}"));
+    one_warning(&out);
+    assert!(
+        out.stderr
+            .contains("(cannot reach the collector: Connection refused"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn grpc_is_refused_before_the_run_with_the_variable_named() {
+    Test::new()
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .write_raw("p.yaml", PIPELINE)
+        .args(["run", "p.yaml"])
+        .code(1)
+        .stderr_has("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: summon exports traces over OTLP/HTTP only")
+        .run();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_request_still_sends_the_trace_before_the_exit() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .default_reply(Reply::text("late").delayed(std::time::Duration::from_secs(60))),
+    )
+    .await;
+    let collector = Collector::start(StatusCode::OK).await;
+    let t = traced(&server, &collector.url).args(["run", "p.yaml", "--out", "out"]);
+    let child = t
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    support::wait_for(
+        std::time::Duration::from_secs(20),
+        "a request in flight",
+        || server.in_flight() >= 1,
+    );
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    let spans = collector.spans();
+    let run = one(&spans, "run traced");
+    assert_eq!(
+        run.status.as_ref().map(|s| s.code),
+        Some(SpanStatus::Error as i32)
+    );
+    let requests = named(&spans, "chat mock-model");
+    assert!(!requests.is_empty(), "{:?}", names(&spans));
+    assert!(
+        requests
+            .iter()
+            .all(|r| attr(r, "error.type") == Some(json!("interrupted"))),
+        "the requests in flight end interrupted"
+    );
+}
+
+fn tool_then_answer() -> MockConfig {
+    MockConfig::new().rule(|request| {
+        let answered_tool = request.body["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if answered_tool {
+            Reply::text("the summary")
+        } else {
+            Reply::tool_call("list_files", json!({}))
+        }
+    })
+}
+
+/// `delegate NAME` → `invoke_agent NAME` → attempt → two requests and the tool call between.
+fn check_delegation(spans: &[Span], root_name: &str) -> Span {
+    let root = one(spans, root_name).clone();
+    let agent = children(spans, &root);
+    assert_eq!(
+        names(&agent.iter().map(|s| (*s).clone()).collect::<Vec<_>>()),
+        ["invoke_agent task"]
+    );
+    assert_eq!(
+        attr(agent[0], "gen_ai.operation.name"),
+        Some(json!("invoke_agent"))
+    );
+    let attempt = children(spans, agent[0]);
+    assert_eq!(attempt.len(), 1);
+    let mut inside: Vec<&str> = children(spans, attempt[0])
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    inside.sort_unstable();
+    assert_eq!(
+        inside,
+        [
+            "chat mock-model",
+            "chat mock-model",
+            "execute_tool list_files"
+        ]
+    );
+    root
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreground_delegation_is_a_trace_of_its_own() {
+    let server = MockServer::start(tool_then_answer()).await;
+    let collector = Collector::start(StatusCode::OK).await;
+    traced(&server, &collector.url)
+        .env(
+            "TRACEPARENT",
+            &format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01"),
+        )
+        .args(["delegate", "--instructions", "Summarise the project"])
+        .stdout("the summary\n")
+        .run();
+    let spans = collector.spans();
+    let root = check_delegation(&spans, "delegate task");
+    assert_eq!(hex(&root.trace_id), PARENT_TRACE);
+    assert_eq!(hex(&root.parent_span_id), PARENT_SPAN);
+    assert!(!String::from_utf8_lossy(&collector.raw()).contains("Summarise the project"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_task_is_traced_by_its_worker() {
+    let server = MockServer::start(tool_then_answer()).await;
+    let collector = Collector::start(StatusCode::OK).await;
+    let t = traced(&server, &collector.url);
+    let started = t
+        .command()
+        .args([
+            "delegate",
+            "--async",
+            "--json",
+            "--instructions",
+            "Summarise the project",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let id = serde_json::from_slice::<Value>(&started.stdout).unwrap()["task_id"]
+        .as_str()
+        .expect("the task id")
+        .to_owned();
+    let loaded = t.command().args(["load", &id]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&loaded.stdout), "the summary\n");
+    // The worker sends its trace as it exits, after recording the result.
+    support::wait_for(
+        std::time::Duration::from_secs(20),
+        "the worker's trace",
+        || !named(&collector.spans(), "delegate task").is_empty(),
+    );
+    let spans = collector.spans();
+    let root = check_delegation(&spans, "delegate task");
+    assert_eq!(attr(&root, "summon.run.id"), Some(json!(id)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_the_run_starts_get_its_span_context() {
+    let server = MockServer::start(MockConfig::new().rule(|request| {
+        let answered_tool = request.body["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if answered_tool {
+            Reply::text("done")
+        } else {
+            Reply::tool_call("shell", json!({"command": "echo \"tp=$TRACEPARENT\""}))
+        }
+    }))
+    .await;
+    let collector = Collector::start(StatusCode::OK).await;
+    let pipeline = "version: 1
+name: commands
+steps:
+  - id: list
+    decompose:
+      command: echo \"$TRACEPARENT\"
+  - id: each
+    fan_out:
+      over: list
+      instructions: \"Run a command\"
+      extensions: [developer]
+";
+    let out = traced(&server, &collector.url)
+        .env(
+            "TRACEPARENT",
+            &format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01"),
+        )
+        .write_raw("c.yaml", pipeline)
+        .args([
+            "run",
+            "c.yaml",
+            "--out",
+            "out",
+            "--quiet",
+            "--sandbox",
+            "off",
+        ])
+        .run();
+    let spans = collector.spans();
+    let run = one(&spans, "run commands");
+    let expected = format!("00-{PARENT_TRACE}-{}-01", hex(&run.span_id));
+    // The decompose command saw the run's context, not the CI job's, and has its span.
+    let lines = results(&out.dir.join("out"));
+    let item = lines
+        .iter()
+        .find(|l| l["step"] == "each")
+        .expect("the task")["item"]
+        .clone();
+    assert_eq!(item, json!(expected));
+    let decompose = one(&spans, "decompose command");
+    assert_eq!(attr(decompose, "summon.decompose.items"), Some(json!(1)));
+    assert_eq!(decompose.parent_span_id, one(&spans, "step list").span_id);
+    // So did the model's shell command.
+    let answers: Vec<String> = support::chats(&server)
+        .iter()
+        .flat_map(support::mcp::tool_results)
+        .collect();
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.contains(&format!("tp={expected}"))),
+        "{answers:?}"
+    );
+}
