@@ -1,0 +1,209 @@
+//! `summon mcp`: the project served to an MCP client over stdio, with rmcp's server side.
+//!
+//! Tools: `load`, `delegate`, `spawn_agent`, `run_pipeline` (`load` alone inside a
+//! subagent). The catalog is read once when the server starts: its agents go to the client
+//! in the server's instructions and are the names `spawn_agent` accepts for the session.
+//! Every delegation is a task of the project's store, run by a worker process
+//! ([`crate::delegation::start`]); a foreground call waits for it, sends its tool calls as
+//! progress notifications, and cancels it when the client cancels the call or goes away.
+//! Background tasks (`async: true`) outlive the server.
+
+mod args;
+mod calls;
+mod pipeline;
+mod tools;
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt as _};
+use tokio_util::sync::CancellationToken;
+
+use crate::delegation::{self, SourceList};
+use crate::env::Env;
+use crate::error::{Error, Result};
+use crate::source::Catalog;
+use crate::store::TaskId;
+
+/// What the server holds for the whole session.
+pub(crate) struct Shared {
+    env: Env,
+    /// The catalog read when the session started.
+    catalog: Catalog,
+    listing: SourceList,
+    /// Started inside a subagent: `load` only.
+    nested: bool,
+    /// The longest wait of one `load` of a running task.
+    load_wait: Duration,
+    /// Cancelled when the client goes away: foreground work stops.
+    shutdown: CancellationToken,
+    /// The foreground tasks running now.
+    foreground: Mutex<HashSet<TaskId>>,
+    instructions: String,
+}
+
+impl Shared {
+    fn track(&self, id: TaskId, running: bool) {
+        if let Ok(mut set) = self.foreground.lock() {
+            if running {
+                set.insert(id);
+            } else {
+                set.remove(&id);
+            }
+        }
+    }
+}
+
+/// Sends a call's progress lines to the client, when it asked for progress.
+pub(crate) struct Progress {
+    peer: Peer<RoleServer>,
+    token: Option<ProgressToken>,
+    handle: tokio::runtime::Handle,
+    sent: AtomicU64,
+}
+
+impl Progress {
+    /// One line, as a progress notification whose count goes up by one.
+    fn line(&self, message: &str) {
+        let Some(token) = &self.token else {
+            return;
+        };
+        let n = self.sent.fetch_add(1, Ordering::SeqCst) + 1;
+        let param = ProgressNotificationParam::new(token.clone(), n as f64).with_message(message);
+        let _ = self.handle.block_on(self.peer.notify_progress(param));
+    }
+}
+
+#[derive(Clone)]
+struct Server {
+    shared: std::sync::Arc<Shared>,
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions(self.shared.instructions.clone());
+        info.server_info = rmcp::model::Implementation::new("summon", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools::tools(
+            self.shared.nested,
+        )))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        // Inside a subagent the other tools are not listed, yet a call of one gets the
+        // seed's refusal rather than "unknown tool".
+        if !tools::tools(false).iter().any(|t| t.name == name) {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{}`", crate::text::printable(&name)),
+                None,
+            ));
+        }
+        let arguments = request.arguments.unwrap_or_default();
+        let progress = Progress {
+            peer: context.peer.clone(),
+            token: context.meta.get_progress_token(),
+            handle: tokio::runtime::Handle::current(),
+            sent: AtomicU64::new(0),
+        };
+        let cancel = context.ct.clone();
+        let shared = std::sync::Arc::clone(&self.shared);
+        let (send, receive) = tokio::sync::oneshot::channel();
+        // The work blocks (the store, worker processes): a thread of its own per call.
+        std::thread::spawn(move || {
+            let reply = calls::call(&shared, &name, &arguments, &progress, &cancel);
+            let _ = send.send(reply);
+        });
+        let reply = receive
+            .await
+            .map_err(|_| ErrorData::internal_error("the tool call's thread ended early", None))?;
+        let content = vec![ContentBlock::text(reply.text)];
+        Ok(if reply.error {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        }
+        .into())
+    }
+}
+
+/// Serves the project of `env.cwd` over stdio until the client closes stdin; then the
+/// foreground tasks are cancelled (background tasks keep running).
+pub(crate) fn serve(env: Env, load_wait: Duration) -> Result<()> {
+    let catalog = crate::source::discover(crate::source::search_dirs(&env));
+    let listing = delegation::list_sources(&catalog);
+    let nested = crate::subagent::inside_subagent(&env);
+    let instructions = tools::instructions(&listing, &env.cwd, nested);
+    let shared = std::sync::Arc::new(Shared {
+        env,
+        catalog,
+        listing,
+        nested,
+        load_wait,
+        shutdown: CancellationToken::new(),
+        foreground: Mutex::new(HashSet::new()),
+        instructions,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let server = Server {
+        shared: std::sync::Arc::clone(&shared),
+    };
+    let served = runtime.block_on(async move {
+        let service = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| Error::Failed(format!("the MCP session did not start: {e}")))?;
+        service
+            .waiting()
+            .await
+            .map_err(|e| Error::internal(format!("the MCP session ended badly: {e}")))?;
+        Ok::<(), Error>(())
+    });
+    // The client is gone: stop the foreground work, whose calls now end by themselves.
+    shared.shutdown.cancel();
+    stop_foreground(&shared);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
+}
+
+/// Cancels the foreground tasks still running, and waits for them to end.
+fn stop_foreground(shared: &Shared) {
+    let ids: Vec<TaskId> = shared
+        .foreground
+        .lock()
+        .map(|set| set.iter().copied().collect())
+        .unwrap_or_default();
+    if ids.is_empty() {
+        return;
+    }
+    let Ok(Some(tasks)) = delegation::TaskStore::open_existing(&shared.env) else {
+        return;
+    };
+    let grace = delegation::cancel_grace(&shared.env).unwrap_or(Duration::from_secs(5));
+    for id in ids {
+        let _ = delegation::cancel(&tasks, &id, grace);
+    }
+}
