@@ -35,6 +35,7 @@ mod load;
 mod mcp;
 mod mcp_conditions;
 mod mcp_names;
+mod mcp_server;
 mod new;
 mod pipeline_edges;
 mod pipeline_validate;

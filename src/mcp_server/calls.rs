@@ -69,13 +69,19 @@ pub(super) fn call(
 /// An error as the model reads it: diagnostics rendered without colour.
 pub(super) fn error_text(error: &Error, shared: &Shared) -> String {
     match error {
-        Error::Input(diags) => crate::diag::render_all(
-            &diags.items,
-            &shared.env.cwd,
-            crate::color::Palette::default(),
-        )
-        .trim_end()
-        .to_owned(),
+        Error::Input(diags) => {
+            let text = crate::diag::render_all(
+                &diags.items,
+                &shared.env.cwd,
+                crate::color::Palette::default(),
+            );
+            // The model reads it as the tool's answer: no program name, and the tool's
+            // own words for listing the sources.
+            text.replace("summon: error: ", "")
+                .replace("Use summon load to see", "Use load() to see")
+                .trim_end()
+                .to_owned()
+        }
         Error::Failed(message) | Error::Busy(message) | Error::Internal(message) => message.clone(),
         Error::Store(e) => e.to_string(),
         Error::Io(e) => e.to_string(),
@@ -121,7 +127,9 @@ fn load(shared: &Shared, map: &Object, cancel: &CancellationToken) -> Result<Rep
         // A source named like a task id is loaded when no task has that id.
         return match delegation::load_source(&shared.catalog, &name) {
             Ok(source) => Ok(Reply::ok(source.render())),
-            Err(diagnostic) => Err(diagnostic.message),
+            Err(diagnostic) => Err(diagnostic
+                .message
+                .replace("Use summon load to see", "Use load() to see")),
         };
     }
     let id = id.expect("a task was found by its id");
