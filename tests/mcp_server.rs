@@ -656,3 +656,78 @@ async fn a_cancelled_call_cancels_its_task_and_stops_its_worker() {
     assert!(!error, "{text}");
     assert!(text.contains(": cancelled"), "{text}");
 }
+
+#[test]
+fn http_on_an_address_that_is_not_loopback_is_refused_without_the_flag() {
+    let out = Test::new()
+        .args(["mcp", "--http", "0.0.0.0:0"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr
+            .contains("--http 0.0.0.0:0: not a loopback address")
+            && out.stderr.contains("--allow-remote"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// The Python SDK's streamable HTTP client against `summon mcp --http 127.0.0.1:0`.
+#[test]
+#[ignore = "needs the MCP Python SDK from PyPI (target/mcp-servers/py, installed by .ci/run)"]
+fn the_python_sdk_client_reaches_the_http_server() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("read_file", json!({"path": "notes.md"})),
+        Reply::text("over http"),
+    ])));
+    let packages = support::mcp::python_packages();
+    let test = project(&server);
+    let mut command = test.command();
+    command
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("summon: serving MCP at ")
+        .unwrap_or_else(|| panic!("no address: {line}"))
+        .to_owned();
+    let script = json!([
+        {"list": true},
+        {"call": "delegate", "arguments": {"instructions": "read notes.md"}, "progress": true},
+    ]);
+    let driver =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_client/drive.py");
+    let output = std::process::Command::new("python3")
+        .arg(driver)
+        .arg(&url)
+        .arg(script.to_string())
+        .current_dir(test.path())
+        .env("PYTHONPATH", &packages)
+        .output()
+        .expect("run python3");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let steps = result["steps"].as_array().unwrap();
+    assert_eq!(
+        steps[0]["tools"],
+        json!(["load", "delegate", "spawn_agent", "run_pipeline"])
+    );
+    assert_eq!(
+        steps[1]["progress"],
+        json!(["[subagent task] read_file: completed"])
+    );
+    assert!(steps[1]["text"].as_str().unwrap().ends_with("over http\n"));
+}

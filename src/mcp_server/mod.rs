@@ -147,14 +147,13 @@ impl ServerHandler for Server {
     }
 }
 
-/// Serves the project of `env.cwd` over stdio until the client closes stdin; then the
-/// foreground tasks are cancelled (background tasks keep running).
-pub(crate) fn serve(env: Env, load_wait: Duration) -> Result<()> {
+/// The session's state: the catalog read now, whether this runs inside a subagent.
+fn shared(env: Env, load_wait: Duration) -> std::sync::Arc<Shared> {
     let catalog = crate::source::discover(crate::source::search_dirs(&env));
     let listing = delegation::list_sources(&catalog);
     let nested = crate::subagent::inside_subagent(&env);
     let instructions = tools::instructions(&listing, &env.cwd, nested);
-    let shared = std::sync::Arc::new(Shared {
+    std::sync::Arc::new(Shared {
         env,
         catalog,
         listing,
@@ -163,11 +162,21 @@ pub(crate) fn serve(env: Env, load_wait: Duration) -> Result<()> {
         shutdown: CancellationToken::new(),
         foreground: Mutex::new(HashSet::new()),
         instructions,
-    });
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .build()?;
+        .build()?)
+}
+
+/// Serves the project of `env.cwd` over stdio until the client closes stdin; then the
+/// foreground tasks are cancelled (background tasks keep running).
+pub(crate) fn serve(env: Env, load_wait: Duration) -> Result<()> {
+    let shared = shared(env, load_wait);
+    let runtime = runtime()?;
     let server = Server {
         shared: std::sync::Arc::clone(&shared),
     };
@@ -206,4 +215,42 @@ fn stop_foreground(shared: &Shared) {
     for id in ids {
         let _ = delegation::cancel(&tasks, &id, grace);
     }
+}
+
+/// Serves the project over streamable HTTP at `http://ADDR/mcp` until summon is stopped
+/// (SIGTERM, Ctrl-C), which also ends the foreground tasks' workers' waits; each client
+/// session shares the catalog read when the server started.
+pub(crate) fn serve_http(env: Env, load_wait: Duration, addr: std::net::SocketAddr) -> Result<()> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let shared = shared(env, load_wait);
+    let runtime = runtime()?;
+    let handler = Server {
+        shared: std::sync::Arc::clone(&shared),
+    };
+    let mut config = StreamableHttpServerConfig::default();
+    if !addr.ip().is_loopback() {
+        // Allowed with --allow-remote: the address itself is a valid Host.
+        config = config.with_allowed_hosts([addr.ip().to_string(), addr.to_string()]);
+    }
+    config.cancellation_token = shared.shutdown.clone();
+    let served = runtime.block_on(async move {
+        let service = StreamableHttpService::new(
+            move || Ok(handler.clone()),
+            std::sync::Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        let router = axum::Router::new().nest_service("/mcp", service);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::usage(format!("--http {addr}: cannot listen: {e}")))?;
+        let local = listener.local_addr()?;
+        eprintln!("summon: serving MCP at http://{local}/mcp");
+        axum::serve(listener, router).await?;
+        Ok::<(), Error>(())
+    });
+    shared.shutdown.cancel();
+    stop_foreground(&shared);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
 }
