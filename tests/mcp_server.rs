@@ -731,3 +731,118 @@ fn the_python_sdk_client_reaches_the_http_server() {
     );
     assert!(steps[1]["text"].as_str().unwrap().ends_with("over http\n"));
 }
+
+/// Claude Code (npm), installed by `.ci/run` under target/mcp-clients.
+fn claude_code() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/mcp-clients/node/node_modules/.bin/claude")
+}
+
+/// A real agent host: Claude Code registers `summon mcp` as its MCP server and, when the mock
+/// scripts its model to, calls `spawn_agent`; the result reaches its model.
+#[test]
+#[ignore = "needs Claude Code from npm (target/mcp-clients, installed by .ci/run)"]
+fn claude_code_calls_spawn_agent_through_summon_mcp() {
+    let claude = claude_code();
+    assert!(
+        claude.exists(),
+        "Claude Code is not installed at {}: run .ci/run",
+        claude.display()
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(MockServer::start(MockConfig::new().rule(|request| {
+        let body = request.body.to_string();
+        if request.path.ends_with("/chat/completions") {
+            // summon's subagent, on the OpenAI-compatible endpoint.
+            return Reply::text("SUB-ANSWER: port 8080");
+        }
+        let offered = request
+            .tool_names()
+            .iter()
+            .any(|t| t == "mcp__summon__spawn_agent");
+        if body.contains("Subagent results:") {
+            Reply::text("CLAUDE-FINAL: the explorer says port 8080")
+        } else if offered {
+            Reply::tool_call(
+                "mcp__summon__spawn_agent",
+                json!({"tasks": [{"agent": "explorer", "task": "find the port"}]}),
+            )
+        } else {
+            Reply::text("ok")
+        }
+    })));
+    let test = project(&server);
+    let home = test.path().join(".home");
+    std::fs::create_dir_all(&home).unwrap();
+    let config = json!({"mcpServers": {"summon": {
+        "command": env!("CARGO_BIN_EXE_summon"),
+        "args": ["mcp"],
+        "env": {
+            "OPENAI_BASE_URL": server.url_openai(),
+            "OPENAI_API_KEY": "sk-test-key",
+            "SUMMON_MODEL": "mock-model",
+        },
+    }}});
+    let output = std::process::Command::new(&claude)
+        .args([
+            "-p",
+            "Ask the explorer which port the server uses.",
+            "--mcp-config",
+        ])
+        .arg(config.to_string())
+        .args([
+            "--strict-mcp-config",
+            "--allowedTools",
+            "mcp__summon__spawn_agent",
+            "--output-format",
+            "json",
+        ])
+        .current_dir(test.path())
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("ANTHROPIC_BASE_URL", server.url_anthropic())
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("MCP_TIMEOUT", "30000")
+        // MCP tools offered with the others, not deferred behind tool search.
+        .env("ENABLE_TOOL_SEARCH", "false")
+        .output()
+        .expect("run claude");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "claude failed:\n{stdout}\n{stderr}"
+    );
+    let offered: Vec<(String, Vec<String>)> = server
+        .requests()
+        .iter()
+        .map(|r| (r.path.clone(), r.tool_names()))
+        .collect();
+    assert!(
+        stdout.contains("CLAUDE-FINAL: the explorer says port 8080"),
+        "{stdout}\n{stderr}\n{offered:?}"
+    );
+    // What Claude Code's model got back from summon: the results block of the seed.
+    let requests = server.requests();
+    let back = requests
+        .iter()
+        .find(|r| {
+            r.body
+                .to_string()
+                .contains("Subagent results: 1 tasks, 1 completed")
+        })
+        .unwrap_or_else(|| panic!("no request carried the spawn_agent result"));
+    assert!(back.body.to_string().contains("SUB-ANSWER: port 8080"));
+    // The subagent got its role's text.
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.path.ends_with("/chat/completions")
+                && r.body.to_string().contains("EXPLORER-ROLE"))
+    );
+    // The delegation is a task of the project's store.
+    assert_eq!(tasks_json(&test)[0]["status"], "completed");
+}
