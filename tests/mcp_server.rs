@@ -41,6 +41,11 @@ impl Client {
     }
 
     fn start_with(test: &Test, flags: &[&str]) -> Self {
+        Self::start_as(test, flags, json!({}))
+    }
+
+    /// Starts the server; the client declares `capabilities`.
+    fn start_as(test: &Test, flags: &[&str], capabilities: Value) -> Self {
         let mut command = test.command();
         command
             .arg("mcp")
@@ -72,7 +77,7 @@ impl Client {
         };
         let init = client.request(
             "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}),
+            json!({"protocolVersion": "2025-06-18", "capabilities": capabilities, "clientInfo": {"name": "test", "version": "1"}}),
         );
         client.instructions = init["result"]["instructions"]
             .as_str()
@@ -494,7 +499,7 @@ async fn closing_stdin_cancels_the_foreground_task_and_leaves_async_ones_running
         MockConfig::new().default_reply(Reply::text("late").delayed(Duration::from_secs(60))),
     )
     .await;
-    let test = project(&server).env("SUMMON_CANCEL_GRACE_MS", "500");
+    let test = project(&server);
     let mut client = Client::start(&test);
     let (text, _) = client.call(
         "delegate",
@@ -632,7 +637,7 @@ async fn a_cancelled_call_cancels_its_task_and_stops_its_worker() {
         MockConfig::new().default_reply(Reply::text("late").delayed(Duration::from_secs(60))),
     )
     .await;
-    let test = project(&server).env("SUMMON_CANCEL_GRACE_MS", "500");
+    let test = project(&server);
     let mut client = Client::start(&test);
     client.next += 1;
     let id = client.next;
@@ -845,4 +850,179 @@ fn claude_code_calls_spawn_agent_through_summon_mcp() {
     );
     // The delegation is a task of the project's store.
     assert_eq!(tasks_json(&test)[0]["status"], "completed");
+}
+
+/// The MCP Inspector's CLI (npm), installed by `.ci/run` under target/mcp-clients.
+fn inspector() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/mcp-clients/inspector/node_modules/.bin/mcp-inspector")
+}
+
+/// One `mcp-inspector --cli` call of `summon mcp` in `test`'s project: its stdout as JSON.
+fn inspect(test: &Test, server: &MockServer, args: &[&str]) -> Value {
+    let output = std::process::Command::new(inspector())
+        .arg("--cli")
+        .args(["-e", &format!("OPENAI_BASE_URL={}", server.url_openai())])
+        .args([
+            "-e",
+            "OPENAI_API_KEY=sk-test-key",
+            "-e",
+            "SUMMON_MODEL=mock-model",
+        ])
+        .args([env!("CARGO_BIN_EXE_summon"), "mcp"])
+        .args(args)
+        .current_dir(test.path())
+        .env("HOME", test.path())
+        .output()
+        .expect("run the inspector");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+#[test]
+#[ignore = "needs the MCP Inspector from npm (target/mcp-clients, installed by .ci/run)"]
+fn the_mcp_inspector_cli_lists_and_calls_every_tool() {
+    assert!(
+        inspector().exists(),
+        "the MCP Inspector is not installed at {}: run .ci/run",
+        inspector().display()
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(MockServer::start(MockConfig::new().replies([
+        Reply::text("delegated answer"),
+        Reply::text("spawned answer"),
+        Reply::text("pipeline answer"),
+    ])));
+    let test = project(&server).write(
+        "pipe.yaml",
+        "version: 1\nname: one\nsteps:\n  - id: only\n    delegate:\n      instructions: say it\n",
+    );
+    let listed = inspect(&test, &server, &["--method", "tools/list"]);
+    let names: Vec<_> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["load", "delegate", "spawn_agent", "run_pipeline"]);
+    let call = |args: &[&str]| {
+        let mut all = vec!["--method", "tools/call"];
+        all.extend_from_slice(args);
+        inspect(&test, &server, &all)
+    };
+    let text = |value: &Value| {
+        value["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let load = call(&["--tool-name", "load", "--tool-arg", "source=explorer"]);
+    assert!(
+        text(&load).starts_with("# Loaded: explorer (agent)"),
+        "{load}"
+    );
+    // The Inspector declares the tasks extension: `delegate` comes back as a task of the
+    // store, collected here by the command line.
+    let delegate = call(&[
+        "--tool-name",
+        "delegate",
+        "--tool-arg",
+        "instructions=hello",
+    ]);
+    assert_eq!(delegate["status"], "working", "{delegate}");
+    let id = delegate["taskId"].as_str().unwrap();
+    let collected = test.command().args(["load", id]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&collected.stdout),
+        "delegated answer\n"
+    );
+    let spawn = call(&[
+        "--tool-name",
+        "spawn_agent",
+        "--tool-arg",
+        r#"tasks=[{"agent":"explorer","task":"look"}]"#,
+    ]);
+    assert!(
+        text(&spawn).starts_with("Subagent results: 1 tasks, 1 completed, 0 failed, 0 cancelled."),
+        "{spawn}"
+    );
+    let pipeline = call(&[
+        "--tool-name",
+        "run_pipeline",
+        "--tool-arg",
+        "path=pipe.yaml",
+    ]);
+    assert!(text(&pipeline).contains(": succeeded"), "{pipeline}");
+    assert!(text(&pipeline).ends_with("pipeline answer\n"), "{pipeline}");
+    assert_eq!(
+        tasks_json(&test).len(),
+        2,
+        "each delegation is a store task"
+    );
+}
+
+/// The tasks extension: a client that declares it gets a `delegate` call back as a task of
+/// the store, polled with tasks/get and stopped with tasks/cancel.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tasks_client_gets_delegate_as_a_task_it_polls_and_cancels() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::text("task answer"),
+        Reply::text("never").delayed(Duration::from_secs(60)),
+    ]))
+    .await;
+    let test = project(&server);
+    let tasks_extension = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let mut client = Client::start_as(&test, &[], tasks_extension);
+    let created = client.request(
+        "tools/call",
+        json!({"name": "delegate", "arguments": {"instructions": "as a task"}}),
+    );
+    let result = &created["result"];
+    assert_eq!(result["resultType"], "task", "{created}");
+    let id = result["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        tasks_json(&test)[0]["id"],
+        json!(id),
+        "the protocol task is the store's"
+    );
+    let mut status = String::new();
+    support::wait_for(Duration::from_secs(30), "the task to complete", || {
+        let got = client.request("tasks/get", json!({"taskId": id}));
+        status = got["result"]["status"].as_str().unwrap_or("").to_owned();
+        if status == "completed" {
+            let text = got["result"]["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("");
+            assert!(text.ends_with("task answer\n"), "{got}");
+            return true;
+        }
+        assert_eq!(status, "working", "{got}");
+        false
+    });
+
+    let created = client.request(
+        "tools/call",
+        json!({"name": "delegate", "arguments": {"instructions": "slow"}}),
+    );
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    support::wait_for(Duration::from_secs(30), "the task to ask the model", || {
+        server.in_flight() == 1
+    });
+    let cancelled = client.request("tasks/cancel", json!({"taskId": id}));
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+    let got = client.request("tasks/get", json!({"taskId": id}));
+    assert_eq!(got["result"]["status"], "cancelled", "{got}");
+    let unknown = client.request("tasks/get", json!({"taskId": "nonsense"}));
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown task"),
+        "{unknown}"
+    );
 }

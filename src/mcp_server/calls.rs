@@ -324,12 +324,9 @@ pub(super) fn sized(shared: &Shared, name: &str, answer: &str, limit: usize) -> 
     }
 }
 
-fn delegate(
-    shared: &Shared,
-    map: &Object,
-    progress: &Progress,
-    cancel: &CancellationToken,
-) -> Result<Reply, String> {
+/// A `delegate` call's arguments as a request, checked as `summon delegate` checks them;
+/// and whether it asks for `async`.
+fn delegate_request(map: &Object) -> Result<(DelegationRequest, bool), String> {
     let args = Args::new(
         DELEGATE,
         map,
@@ -379,6 +376,61 @@ fn delegate(
     if request.source.is_none() && !request.params.is_empty() {
         return Err("delegate: `parameters` needs `source`".into());
     }
+    Ok((request, background))
+}
+
+/// A `delegate` call made a task of the tasks extension: started as a background task of
+/// the store at once (queued when every slot is taken); its id is the protocol task's id.
+pub(super) fn start_task(
+    shared: &Shared,
+    map: &Object,
+) -> Result<crate::store::TaskRecord, String> {
+    let (request, _) = delegate_request(map)?;
+    let (config, _) = load_config(&shared.env).map_err(|d| error_text(&Error::Input(d), shared))?;
+    let started = delegation::start(&shared.env, &config, &shared.catalog, &request, true)
+        .map_err(|e| error_text(&e, shared))?;
+    let tasks = open_tasks(shared)?;
+    delegation::peek(&tasks, &started.id)
+        .map(|view| view.task)
+        .map_err(|e| e.to_string())
+}
+
+/// A task of the tasks extension as it is now: its record and, once it ended, the text a
+/// `delegate` call would have returned and whether that is an error.
+pub(super) fn task_state(
+    shared: &Shared,
+    id: &str,
+) -> Result<(crate::store::TaskRecord, Option<Reply>), String> {
+    let id: TaskId = id
+        .parse()
+        .map_err(|_| format!("unknown task `{}`", crate::text::printable(id)))?;
+    let tasks = open_tasks(shared)?;
+    let view = delegation::peek(&tasks, &id).map_err(|e| e.to_string())?;
+    let done = view.task.status.is_terminal().then(|| Reply {
+        text: result_text(shared, &view),
+        error: view.task.status != TaskStatus::Completed,
+    });
+    Ok((view.task, done))
+}
+
+/// `tasks/cancel`: the task's worker is asked to stop, then killed with its process group.
+pub(super) fn cancel_task(shared: &Shared, id: &str) -> Result<(), String> {
+    let id: TaskId = id
+        .parse()
+        .map_err(|_| format!("unknown task `{}`", crate::text::printable(id)))?;
+    let tasks = open_tasks(shared)?;
+    let grace = delegation::cancel_grace(&shared.env).map_err(|e| error_text(&e, shared))?;
+    delegation::cancel(&tasks, &id, grace).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn delegate(
+    shared: &Shared,
+    map: &Object,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> Result<Reply, String> {
+    let (request, background) = delegate_request(map)?;
     let (config, _) = load_config(&shared.env).map_err(|d| error_text(&Error::Input(d), shared))?;
     if background {
         let started = delegation::start(&shared.env, &config, &shared.catalog, &request, false)

@@ -19,9 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, DetailedTask, GetTaskParams, GetTaskResult, ListToolsResult,
     PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
-    ServerConfig,
+    ServerConfig, Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt as _};
@@ -89,8 +90,13 @@ struct Server {
 
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions(self.shared.instructions.clone());
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_instructions(self.shared.instructions.clone());
         info.server_info = rmcp::model::Implementation::new("summon", env!("CARGO_PKG_VERSION"));
         info
     }
@@ -120,6 +126,23 @@ impl ServerHandler for Server {
             ));
         }
         let arguments = request.arguments.unwrap_or_default();
+        // A client of the tasks extension gets a `delegate` as a task of the store, polled
+        // with tasks/get (an `async: true` call answers at once either way).
+        let tasks_client = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        if tasks_client
+            && name == tools::DELEGATE
+            && !self.shared.nested
+            && arguments.get("async") != Some(&serde_json::Value::Bool(true))
+        {
+            let shared = std::sync::Arc::clone(&self.shared);
+            let started = blocking(move || calls::start_task(&shared, &arguments)).await?;
+            return Ok(match started {
+                Ok(task) => CallToolResponse::Task(CreateTaskResult::new(protocol_task(&task))),
+                Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]).into(),
+            });
+        }
         let progress = Progress {
             peer: context.peer.clone(),
             token: context.meta.get_progress_token(),
@@ -137,14 +160,97 @@ impl ServerHandler for Server {
         let reply = receive
             .await
             .map_err(|_| ErrorData::internal_error("the tool call's thread ended early", None))?;
-        let content = vec![ContentBlock::text(reply.text)];
-        Ok(if reply.error {
-            CallToolResult::error(content)
-        } else {
-            CallToolResult::success(content)
-        }
-        .into())
+        Ok(tool_result(reply).into())
     }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<GetTaskResult, ErrorData> {
+        let shared = std::sync::Arc::clone(&self.shared);
+        let id = request.task_id;
+        let (task, done) = blocking(move || calls::task_state(&shared, &id))
+            .await?
+            .map_err(|message| ErrorData::invalid_params(message, None))?;
+        let payload = match (&task.status, done) {
+            (crate::store::TaskStatus::Cancelled, _) => TaskPayload::Cancelled,
+            (_, Some(reply)) => {
+                let result = serde_json::to_value(tool_result(reply))
+                    .ok()
+                    .and_then(|v| v.as_object().cloned())
+                    .unwrap_or_default();
+                TaskPayload::Completed { result }
+            }
+            (_, None) => TaskPayload::Working,
+        };
+        Ok(GetTaskResult::new(DetailedTask::new(
+            protocol_task(&task),
+            payload,
+        )))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), ErrorData> {
+        let shared = std::sync::Arc::clone(&self.shared);
+        let id = request.task_id;
+        blocking(move || calls::cancel_task(&shared, &id))
+            .await?
+            .map_err(|message| ErrorData::invalid_params(message, None))
+    }
+}
+
+/// A reply as the protocol's tool result.
+fn tool_result(reply: calls::Reply) -> CallToolResult {
+    let content = vec![ContentBlock::text(reply.text)];
+    if reply.error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    }
+}
+
+/// A task of the store as the tasks extension shows it: its id, status and last change.
+fn protocol_task(task: &crate::store::TaskRecord) -> Task {
+    use crate::store::TaskStatus as S;
+    let status = match task.status {
+        S::Queued | S::Running => TaskStatus::Working,
+        S::Completed | S::Failed => TaskStatus::Completed,
+        S::Cancelled => TaskStatus::Cancelled,
+    };
+    let updated = task
+        .finished_at
+        .or(task.last_activity_at)
+        .or(task.started_at)
+        .unwrap_or(task.created_at);
+    let mut shown = Task::new(
+        task.id.to_string(),
+        status,
+        task.created_at.to_string(),
+        updated.to_string(),
+    )
+    .with_poll_interval_ms(1000);
+    if let Some(line) = task.recent_tool_calls.last() {
+        shown =
+            shown.with_status_message(format!("{} tool calls; latest: {line}", task.tool_calls));
+    }
+    shown
+}
+
+/// Runs blocking work (the store, worker processes) on a thread of its own.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, ErrorData> {
+    let (send, receive) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = send.send(work());
+    });
+    receive
+        .await
+        .map_err(|_| ErrorData::internal_error("the call's thread ended early", None))
 }
 
 /// The session's state: the catalog read now, whether this runs inside a subagent.
