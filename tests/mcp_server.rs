@@ -1026,3 +1026,23 @@ async fn a_tasks_client_gets_delegate_as_a_task_it_polls_and_cancels() {
         "{unknown}"
     );
 }
+
+/// A subagent whose recipe lists `summon mcp` as an extension gets `load` alone from it: the
+/// server started under a subagent knows it is nested.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_never_gets_the_delegation_tools() {
+    let server = MockServer::start(MockConfig::new().reply(Reply::text("done"))).await;
+    let recipe = format!(
+        "title: Nested\ndescription: d\nprompt: Try to delegate.\nextensions:\n  - type: stdio\n    name: summon\n    cmd: {}\n    args: [mcp]\n    timeout: 60\n",
+        env!("CARGO_BIN_EXE_summon")
+    );
+    project(&server)
+        .write(".agents/recipes/nested.yaml", &recipe)
+        .args(["delegate", "--source", "nested"])
+        .stdout("done\n")
+        .run();
+    let offered = server.requests()[0].tool_names();
+    let from_summon: Vec<_> = offered.iter().filter(|t| t.contains("summon")).collect();
+    assert_eq!(from_summon.len(), 1, "{offered:?}");
+    assert!(from_summon[0].ends_with("load"), "{offered:?}");
+}
