@@ -1046,3 +1046,25 @@ async fn a_subagent_never_gets_the_delegation_tools() {
     assert_eq!(from_summon.len(), 1, "{offered:?}");
     assert!(from_summon[0].ends_with("load"), "{offered:?}");
 }
+
+/// A long model turn without tool calls still sends progress, so hosts that abort quiet
+/// calls keep waiting.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_task_still_sends_progress() {
+    let server = MockServer::start(
+        MockConfig::new().reply(Reply::text("slow answer").delayed(Duration::from_millis(2500))),
+    )
+    .await;
+    let test = project(&server).env("SUMMON_MCP_PROGRESS_SECS", "1");
+    let mut client = Client::start(&test);
+    let (text, error) = client.call("delegate", json!({"instructions": "think long"}));
+    assert!(!error && text.ends_with("slow answer\n"), "{text}");
+    let progress = client.progress();
+    assert!(!progress.is_empty(), "no progress in 2.5 s");
+    assert!(
+        progress
+            .iter()
+            .all(|line| line.starts_with("[subagent task] working: ")),
+        "{progress:?}"
+    );
+}

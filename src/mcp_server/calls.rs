@@ -18,6 +18,9 @@ use crate::store::{TaskId, TaskStatus};
 
 /// How often a running task is looked at.
 const POLL: Duration = Duration::from_millis(200);
+/// The longest a foreground call stays without a progress line, unless
+/// `SUMMON_MCP_PROGRESS_SECS` says otherwise.
+const QUIET: Duration = Duration::from_secs(20);
 /// An answer longer than this (about 10,000 tokens) is cut, the whole text kept in a file.
 const ANSWER_LIMIT: usize = 40_000;
 /// The refusal of a nested delegation, in the seed's words.
@@ -494,6 +497,12 @@ fn watch(
 ) -> Result<TaskView, String> {
     let tasks = open_tasks(shared)?;
     let mut seen = 0u64;
+    let mut said = std::time::Instant::now();
+    let quiet = shared
+        .env
+        .var("SUMMON_MCP_PROGRESS_SECS")
+        .and_then(|v| v.parse().ok())
+        .map_or(QUIET, Duration::from_secs);
     loop {
         let collected = delegation::wait(&tasks, &id, POLL).map_err(|e| e.to_string())?;
         let task = &collected.view.task;
@@ -504,6 +513,15 @@ fn watch(
                 progress.line(&format!("[subagent {label}] {line}"));
             }
             seen = task.tool_calls;
+            said = std::time::Instant::now();
+        } else if said.elapsed() >= quiet && !task.status.is_terminal() {
+            // A long model turn: a line anyway, so hosts that abort quiet calls wait.
+            progress.line(&format!(
+                "[subagent {label}] working: {}, {} elapsed",
+                crate::plural::count(task.turns, "turn"),
+                format_secs(collected.view.elapsed_secs)
+            ));
+            said = std::time::Instant::now();
         }
         if !collected.still_running {
             return Ok(collected.view);
