@@ -11,7 +11,7 @@ use super::args::{Args, Object};
 use super::tools::{DELEGATE, LOAD, RUN_PIPELINE, SPAWN_AGENT};
 use super::{Progress, Shared};
 use crate::config::load_config;
-use crate::delegation::{self, CollectError, DelegationRequest, TaskStore, TaskView};
+use crate::delegation::{self, CollectError, DelegationRequest, TaskStore, TaskView, format_secs};
 use crate::error::Error;
 use crate::source::{Catalog, SourceKind};
 use crate::store::{TaskId, TaskStatus};
@@ -239,34 +239,7 @@ fn listing(shared: &Shared) -> Result<Reply, String> {
 }
 
 fn peek_text(view: &TaskView) -> String {
-    let task = &view.task;
-    let mut text = format!(
-        "Task {}: {} (\"{}\")\nElapsed: {}\nTurns: {}\nIdle: {}\n",
-        task.id,
-        task.status.as_str(),
-        task.description,
-        format_secs(view.elapsed_secs),
-        task.turns,
-        format_secs(view.idle_secs),
-    );
-    if task.status.is_terminal() {
-        text.push_str(&format!(
-            "Finished: collect it with load(source: \"{}\").\n",
-            task.id
-        ));
-    } else if view.initialising() {
-        text.push_str("Task is initialising (no tool activity yet).\n");
-    }
-    if !task.recent_tool_calls.is_empty() {
-        text.push_str(&format!(
-            "Tool calls ({} in all, latest last):\n",
-            task.tool_calls
-        ));
-        for line in &task.recent_tool_calls {
-            text.push_str(&format!("  {line}\n"));
-        }
-    }
-    text
+    view.progress_text(&format!("load(source: \"{}\")", view.task.id))
 }
 
 /// A finished task: what it was, how it went, and its answer (cut when long).
@@ -763,15 +736,5 @@ fn spawn_one(
                 text,
             }
         }
-    }
-}
-
-/// Seconds for people: `4.2s`, `3m05s`.
-fn format_secs(secs: f64) -> String {
-    if secs < 60.0 {
-        format!("{secs:.1}s")
-    } else {
-        let whole = secs.round() as u64;
-        format!("{}m{:02}s", whole / 60, whole % 60)
     }
 }
