@@ -76,6 +76,9 @@ pub(crate) enum Command {
     Man(ManArgs),
     /// Print the JSON Schema of a pipeline, a recipe or an agent's frontmatter, for editors.
     Schema(SchemaArgs),
+    /// Serve this project to an MCP client over stdio: the tools load, delegate, spawn_agent
+    /// and run_pipeline.
+    Mcp(McpArgs),
     /// The background worker of `delegate --async` (started by summon itself).
     #[command(name = "__worker", hide = true)]
     Worker(WorkerArgs),
@@ -212,6 +215,21 @@ pub(crate) struct MergeArgs {
 pub(crate) struct TasksArgs {
     #[command(flatten)]
     pub(crate) output: OutputArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct McpArgs {
+    /// The longest a `load` of a running task waits in one call, in seconds, before it
+    /// answers that the task is still running (hosts abort tool calls that stay quiet).
+    #[arg(long, value_name = "SECS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub(crate) load_wait: u64,
+    /// Serve streamable HTTP at `http://ADDR/mcp` instead of stdio (ADDR: `127.0.0.1:8765`).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http: Option<std::net::SocketAddr>,
+    /// With --http: allow an address that is not loopback. Anyone who reaches it can run
+    /// subagents with this project's credentials.
+    #[arg(long, requires = "http")]
+    pub(crate) allow_remote: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -26,6 +26,7 @@ mod exec;
 #[doc(hidden)]
 pub mod fuzzing;
 mod mcp;
+mod mcp_server;
 mod output;
 mod pipeline;
 mod plural;

@@ -6,6 +6,7 @@ mod delegate;
 mod doctor;
 mod explain;
 mod load;
+mod mcp;
 mod merge;
 mod new;
 mod render;
@@ -54,6 +55,7 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
         Command::Completions(args) => completions::run_completions(&args, ctx),
         Command::Man(args) => completions::run_man(&args, ctx),
         Command::Schema(args) => schema::run(&args, ctx),
+        Command::Mcp(args) => mcp::run(&args, ctx),
         Command::Worker(args) => delegate::worker(&args.task_id, ctx),
         Command::Sandbox(args) => std::process::exit(crate::sandbox::helper::run(
             args.policy,

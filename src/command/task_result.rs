@@ -57,32 +57,7 @@ fn peek(view: &TaskView, json: bool, ctx: &mut Ctx) -> Result<()> {
         ctx.out.json(&value)?;
         return Ok(());
     }
-    let mut text = format!(
-        "Task {}: {} (\"{}\")\nElapsed: {}\nTurns: {}\nIdle: {}\n",
-        task.id,
-        task.status.as_str(),
-        task.description,
-        format_secs(view.elapsed_secs),
-        task.turns,
-        format_secs(view.idle_secs),
-    );
-    if task.status.is_terminal() {
-        text.push_str(&format!(
-            "Finished: collect it with `summon load {}`.\n",
-            task.id
-        ));
-    } else if view.initialising() {
-        text.push_str("Task is initialising (no activity yet).\n");
-    }
-    if !task.recent_tool_calls.is_empty() {
-        text.push_str(&format!(
-            "Tool calls ({} in all, latest last):\n",
-            task.tool_calls
-        ));
-        for line in &task.recent_tool_calls {
-            text.push_str(&format!("  {line}\n"));
-        }
-    }
+    let text = view.progress_text(&format!("`summon load {}`", task.id));
     ctx.out.write(&text)?;
     Ok(())
 }

@@ -45,14 +45,7 @@ pub(crate) fn run(args: &TasksArgs, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn format_secs(secs: f64) -> String {
-    if secs < 60.0 {
-        format!("{secs:.1}s")
-    } else {
-        let whole = secs.round() as u64;
-        format!("{}m{:02}s", whole / 60, whole % 60)
-    }
-}
+pub(crate) use crate::delegation::format_secs;
 
 pub(crate) fn task_json(view: &TaskView) -> serde_json::Value {
     let task = &view.task;

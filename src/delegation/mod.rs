@@ -21,4 +21,4 @@ pub(crate) use run::{DelegationOutcome, Observer, run};
 pub(crate) use sources::{
     LoadedSource, SourceList, list as list_sources, load as load_source, tools_line,
 };
-pub(crate) use tasks::{TaskStore, TaskView};
+pub(crate) use tasks::{TaskStore, TaskView, format_secs};

@@ -131,6 +131,37 @@ impl TaskView {
         self.task.turns == 0 && self.task.recent_tool_calls.is_empty()
     }
 
+    /// How the task is doing, for people and models: status, elapsed and idle time, turns,
+    /// whether it is initialising, its latest tool calls; `collect` says how to collect its
+    /// result once it finished (`summon load ID`, `load(source: "ID")`).
+    pub(crate) fn progress_text(&self, collect: &str) -> String {
+        let task = &self.task;
+        let mut text = format!(
+            "Task {}: {} (\"{}\")\nElapsed: {}\nTurns: {}\nIdle: {}\n",
+            task.id,
+            task.status.as_str(),
+            task.description,
+            format_secs(self.elapsed_secs),
+            task.turns,
+            format_secs(self.idle_secs),
+        );
+        if task.status.is_terminal() {
+            text.push_str(&format!("Finished: collect it with {collect}.\n"));
+        } else if self.initialising() {
+            text.push_str("Task is initialising (no activity yet).\n");
+        }
+        if !task.recent_tool_calls.is_empty() {
+            text.push_str(&format!(
+                "Tool calls ({} in all, latest last):\n",
+                task.tool_calls
+            ));
+            for line in &task.recent_tool_calls {
+                text.push_str(&format!("  {line}\n"));
+            }
+        }
+        text
+    }
+
     /// The task's answer (what it produced so far when it was cancelled), trailing
     /// whitespace cut.
     pub(crate) fn answer(&self) -> &str {
@@ -159,6 +190,16 @@ fn worker_alive(task: &TaskRecord) -> bool {
     match task.pid {
         None => age(task.created_at) < STALE_AFTER,
         Some(pid) => pid_alive(pid) && age(task.heartbeat_at) < STALE_AFTER,
+    }
+}
+
+/// Seconds for people: `4.2s`, `3m05s`.
+pub(crate) fn format_secs(secs: f64) -> String {
+    if secs < 60.0 {
+        format!("{secs:.1}s")
+    } else {
+        let whole = secs.round() as u64;
+        format!("{}m{:02}s", whole / 60, whole % 60)
     }
 }
 

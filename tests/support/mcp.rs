@@ -11,6 +11,9 @@ use summon_mock_llm::RecordedRequest;
 pub(crate) const FS_SERVER: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 /// The PyPI time server the tests (and `.ci/run`) install.
 pub(crate) const TIME_SERVER: &str = "mcp-server-time==2026.10.19";
+/// The MCP Python SDK (the time server's own dependency, pinned): the client of the
+/// `summon mcp` tests.
+pub(crate) const PYTHON_SDK: &str = "mcp==2.3.0";
 
 /// Where the third-party servers are installed (once, shared by every test and by CI).
 fn servers_root() -> PathBuf {
@@ -65,7 +68,7 @@ pub(crate) fn python_packages() -> PathBuf {
             "--target",
         ])
         .arg(root.join("py"))
-        .arg(TIME_SERVER);
+        .args([TIME_SERVER, PYTHON_SDK]);
         cmd
     });
     dir

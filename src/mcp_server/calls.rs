@@ -1,0 +1,741 @@
+//! The tools' work, on a thread of its own per call: each delegation is a task of the
+//! project's store run by a worker (`delegation::start`), waited for here while its tool
+//! calls go to the client as progress; a cancelled call cancels its task.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::args::{Args, Object};
+use super::tools::{DELEGATE, LOAD, RUN_PIPELINE, SPAWN_AGENT};
+use super::{Progress, Shared};
+use crate::config::load_config;
+use crate::delegation::{self, CollectError, DelegationRequest, TaskStore, TaskView, format_secs};
+use crate::error::Error;
+use crate::source::{Catalog, SourceKind};
+use crate::store::{TaskId, TaskStatus};
+
+/// How often a running task is looked at.
+const POLL: Duration = Duration::from_millis(200);
+/// The longest a foreground call stays without a progress line, unless
+/// `SUMMON_MCP_PROGRESS_SECS` says otherwise.
+const QUIET: Duration = Duration::from_secs(20);
+/// An answer longer than this (about 10,000 tokens) is cut, the whole text kept in a file.
+const ANSWER_LIMIT: usize = 40_000;
+/// The refusal of a nested delegation, in the seed's words.
+pub(super) const NESTED: &str = "Delegated tasks cannot spawn further delegations";
+
+/// What a call returns: its text, and whether it is an error the model should see.
+pub(super) struct Reply {
+    pub(super) text: String,
+    pub(super) error: bool,
+}
+
+impl Reply {
+    fn ok(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            error: false,
+        }
+    }
+
+    fn error(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            error: true,
+        }
+    }
+}
+
+/// Runs the tool `name`; argument errors and refusals are error replies naming the key.
+pub(super) fn call(
+    shared: &Shared,
+    name: &str,
+    args: &Object,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> Reply {
+    if shared.nested && [DELEGATE, SPAWN_AGENT, RUN_PIPELINE].contains(&name) {
+        return Reply::error(NESTED);
+    }
+    let result = match name {
+        LOAD => load(shared, args, cancel),
+        DELEGATE => delegate(shared, args, progress, cancel),
+        SPAWN_AGENT => spawn_agent(shared, args, progress, cancel),
+        RUN_PIPELINE => super::pipeline::run(shared, args, progress, cancel),
+        _ => Err(format!("unknown tool `{}`", crate::text::printable(name))),
+    };
+    result.unwrap_or_else(Reply::error)
+}
+
+/// An error as the model reads it: diagnostics rendered without colour.
+pub(super) fn error_text(error: &Error, shared: &Shared) -> String {
+    match error {
+        Error::Input(diags) => {
+            let text = crate::diag::render_all(
+                &diags.items,
+                &shared.env.cwd,
+                crate::color::Palette::default(),
+            );
+            // The model reads it as the tool's answer: no program name, and the tool's
+            // own words for listing the sources.
+            text.replace("summon: error: ", "")
+                .replace("Use summon load to see", "Use load() to see")
+                .trim_end()
+                .to_owned()
+        }
+        Error::Failed(message) | Error::Busy(message) | Error::Internal(message) => message.clone(),
+        Error::Store(e) => e.to_string(),
+        Error::Io(e) => e.to_string(),
+        Error::StillRunning => "still running".into(),
+        Error::Interrupted => "interrupted".into(),
+        Error::Budget => "budget reached".into(),
+    }
+}
+
+fn load(shared: &Shared, map: &Object, cancel: &CancellationToken) -> Result<Reply, String> {
+    let args = Args::new(LOAD, map, &["source", "peek", "cancel"])?;
+    let source = args.string("source")?;
+    let (peek, stop) = (args.boolean("peek")?, args.boolean("cancel")?);
+    if peek && stop {
+        return Err("load: `peek` and `cancel` cannot both be true".into());
+    }
+    let Some(name) = source else {
+        if peek || stop {
+            return Err(
+                "load: `peek` and `cancel` apply to a background task id in `source`".into(),
+            );
+        }
+        return listing(shared);
+    };
+    let id: Option<TaskId> = TaskId::looks_like(&name)
+        .then(|| name.parse().ok())
+        .flatten();
+    let task = match &id {
+        Some(id) => task_exists(shared, id)?,
+        None => false,
+    };
+    if !task {
+        if peek || stop {
+            return Err(match id {
+                Some(id) => CollectError::NotFound(id)
+                    .to_string()
+                    .replace("`summon tasks`", "load()"),
+                None => format!(
+                    "load: `{}` is not a background task id",
+                    crate::text::printable(&name)
+                ),
+            });
+        }
+        // A source named like a task id is loaded when no task has that id.
+        return match delegation::load_source(&shared.catalog, &name) {
+            Ok(source) => Ok(Reply::ok(source.render())),
+            Err(diagnostic) => Err(diagnostic
+                .message
+                .replace("Use summon load to see", "Use load() to see")),
+        };
+    }
+    let id = id.expect("a task was found by its id");
+    let tasks = open_tasks(shared)?;
+    if peek {
+        let view = delegation::peek(&tasks, &id).map_err(|e| e.to_string())?;
+        return Ok(Reply::ok(peek_text(&view)));
+    }
+    if stop {
+        let grace = delegation::cancel_grace(&shared.env).map_err(|e| error_text(&e, shared))?;
+        let cancelled = delegation::cancel(&tasks, &id, grace).map_err(|e| e.to_string())?;
+        return Ok(Reply::ok(result_text(shared, &cancelled.view)));
+    }
+    // A bounded wait, in short slices so a cancelled call or a closed client ends it.
+    let deadline = std::time::Instant::now() + shared.load_wait;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let collected = delegation::wait(&tasks, &id, left.min(POLL)).map_err(|e| e.to_string())?;
+        if !collected.still_running {
+            return Ok(Reply::ok(result_text(shared, &collected.view)));
+        }
+        if left.is_zero() || cancel.is_cancelled() || shared.shutdown.is_cancelled() {
+            let view = &collected.view;
+            return Ok(Reply::ok(format!(
+                "Task {id} is still running (elapsed {}, {} turns, {} tool calls). \
+Call load(source: \"{id}\") again to keep waiting, with peek: true to check on it, or cancel: true to stop it.",
+                format_secs(view.elapsed_secs),
+                view.task.turns,
+                view.task.tool_calls,
+            )));
+        }
+    }
+}
+
+fn open_tasks(shared: &Shared) -> Result<TaskStore, String> {
+    TaskStore::open(&shared.env).map_err(|e| error_text(&e, shared))
+}
+
+fn task_exists(shared: &Shared, id: &TaskId) -> Result<bool, String> {
+    let Some(tasks) = TaskStore::open_existing(&shared.env).map_err(|e| error_text(&e, shared))?
+    else {
+        return Ok(false);
+    };
+    match delegation::peek(&tasks, id) {
+        Ok(_) => Ok(true),
+        Err(CollectError::NotFound(_) | CollectError::Expired(_)) => Ok(false),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `load()`: the finished tasks awaiting retrieval, then the sources, in goose's words.
+fn listing(shared: &Shared) -> Result<Reply, String> {
+    let mut text = String::new();
+    if let Some(tasks) =
+        TaskStore::open_existing(&shared.env).map_err(|e| error_text(&e, shared))?
+    {
+        let done = tasks
+            .list(crate::store::TaskFilter::Finished)
+            .map_err(|e| e.to_string())?;
+        if !done.is_empty() {
+            text.push_str("Completed tasks awaiting retrieval:\n");
+            for view in &done {
+                let task = &view.task;
+                text.push_str(&format!(
+                    "  {}  {}  ({})\n",
+                    task.id,
+                    task.description,
+                    task.status.as_str()
+                ));
+            }
+            text.push('\n');
+        }
+    }
+    let listing = &shared.listing;
+    if listing.sources.is_empty() {
+        text.push_str("No sources found. Sources are looked for in:\n");
+        for dir in &listing.searched {
+            text.push_str(&format!("  {}\n", dir.display()));
+        }
+        return Ok(Reply::ok(text));
+    }
+    for (kind, heading) in [
+        (SourceKind::Subrecipe, "Subrecipes"),
+        (SourceKind::Recipe, "Recipes"),
+        (SourceKind::Agent, "Agents"),
+    ] {
+        let group: Vec<_> = listing.of_kind(kind).collect();
+        if group.is_empty() {
+            continue;
+        }
+        text.push_str(&format!("{heading}:\n"));
+        for source in group {
+            let description = source.description.trim().lines().next().unwrap_or("");
+            let tools = source.tools.as_deref().map_or(String::new(), |tools| {
+                format!(" [tools: {}]", delegation::tools_line(tools))
+            });
+            text.push_str(&format!("  {} - {description}{tools}\n", source.name));
+        }
+        text.push('\n');
+    }
+    text.push_str("Use load(source: name) to load into context.\n");
+    text.push_str("Use delegate(source: name) to run as subagent.\n");
+    Ok(Reply::ok(text))
+}
+
+fn peek_text(view: &TaskView) -> String {
+    view.progress_text(&format!("load(source: \"{}\")", view.task.id))
+}
+
+/// A finished task: what it was, how it went, and its answer (cut when long).
+fn result_text(shared: &Shared, view: &TaskView) -> String {
+    let task = &view.task;
+    let mut text = format!(
+        "Task {}: {}\nStatus: {}\nDuration: {}\nTurns: {}\nTool calls: {}\nTokens: {} in, {} out\n",
+        task.id,
+        task.description,
+        task.status.as_str(),
+        format_secs(view.elapsed_secs),
+        task.turns,
+        task.tool_calls,
+        task.tokens.input_tokens,
+        task.tokens.output_tokens,
+    );
+    if let Some(error) = &task.error {
+        text.push_str(&format!("Error: {error}\n"));
+    }
+    for warning in &task.warnings {
+        text.push_str(&format!("Warning: {warning}\n"));
+    }
+    let answer = view.answer();
+    if !answer.is_empty() {
+        text.push('\n');
+        text.push_str(&sized(shared, &task.id.to_string(), answer, ANSWER_LIMIT));
+        text.push('\n');
+    }
+    text
+}
+
+/// An answer sized for a model: above `limit` bytes it is cut at a character boundary, with
+/// its size and the file holding the whole text (`.summon/mcp/NAME.md`).
+pub(super) fn sized(shared: &Shared, name: &str, answer: &str, limit: usize) -> String {
+    if answer.len() <= limit {
+        return answer.to_owned();
+    }
+    let mut cut = answer.to_owned();
+    crate::text::truncate_at_boundary(&mut cut, limit);
+    let dir = shared.env.cwd.join(".summon").join("mcp");
+    let path = dir.join(format!("{name}.md"));
+    let kept = std::fs::create_dir_all(&dir)
+        .and_then(|()| crate::safe_fs::write_replacing(&path, answer.as_bytes()));
+    let size = format!(
+        "{} characters, about {} tokens",
+        answer.chars().count(),
+        answer.len().div_ceil(4)
+    );
+    match kept {
+        Ok(()) => format!(
+            "{cut}\n\n[The answer was cut here: it has {size}. The whole text is in {}]",
+            path.display()
+        ),
+        Err(e) => format!(
+            "{cut}\n\n[The answer was cut here: it has {size}; writing the whole text to {} failed: {e}]",
+            path.display()
+        ),
+    }
+}
+
+/// A `delegate` call's arguments as a request, checked as `summon delegate` checks them;
+/// and whether it asks for `async`.
+fn delegate_request(map: &Object) -> Result<(DelegationRequest, bool), String> {
+    let args = Args::new(
+        DELEGATE,
+        map,
+        &[
+            "instructions",
+            "source",
+            "parameters",
+            "extensions",
+            "provider",
+            "model",
+            "temperature",
+            "max_turns",
+            "context",
+            "working_dir",
+            "async",
+        ],
+    )?;
+    let request = DelegationRequest {
+        source: args.string("source")?,
+        instructions: args.string("instructions")?,
+        params: args.values("parameters")?,
+        extensions: args.strings("extensions")?.map(|list| {
+            list.iter()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        }),
+        provider: args.string("provider")?,
+        model: args.string("model")?,
+        temperature: args.number("temperature")?,
+        max_turns: args.count("max_turns")?,
+        context: args.string("context")?,
+        working_dir: args.string("working_dir")?.map(Into::into),
+        ..DelegationRequest::default()
+    };
+    let background = args.boolean("async")?;
+    if request.instructions.is_none() && request.source.is_none() {
+        return Err("delegate: nothing to do: give `instructions`, `source`, or both".into());
+    }
+    if request
+        .instructions
+        .as_deref()
+        .is_some_and(|task| task.trim().is_empty())
+    {
+        return Err("delegate: `instructions` is blank: give the subagent a task, or leave it out to run the source's own prompt".into());
+    }
+    if request.source.is_none() && !request.params.is_empty() {
+        return Err("delegate: `parameters` needs `source`".into());
+    }
+    Ok((request, background))
+}
+
+/// A `delegate` call made a task of the tasks extension: started as a background task of
+/// the store at once (queued when every slot is taken); its id is the protocol task's id.
+pub(super) fn start_task(
+    shared: &Shared,
+    map: &Object,
+) -> Result<crate::store::TaskRecord, String> {
+    let (request, _) = delegate_request(map)?;
+    let (config, _) = load_config(&shared.env).map_err(|d| error_text(&Error::Input(d), shared))?;
+    let started = delegation::start(&shared.env, &config, &shared.catalog, &request, true)
+        .map_err(|e| error_text(&e, shared))?;
+    let tasks = open_tasks(shared)?;
+    delegation::peek(&tasks, &started.id)
+        .map(|view| view.task)
+        .map_err(|e| e.to_string())
+}
+
+/// A task of the tasks extension as it is now: its record and, once it ended, the text a
+/// `delegate` call would have returned and whether that is an error.
+pub(super) fn task_state(
+    shared: &Shared,
+    id: &str,
+) -> Result<(crate::store::TaskRecord, Option<Reply>), String> {
+    let id: TaskId = id
+        .parse()
+        .map_err(|_| format!("unknown task `{}`", crate::text::printable(id)))?;
+    let tasks = open_tasks(shared)?;
+    let view = delegation::peek(&tasks, &id).map_err(|e| e.to_string())?;
+    let done = view.task.status.is_terminal().then(|| Reply {
+        text: result_text(shared, &view),
+        error: view.task.status != TaskStatus::Completed,
+    });
+    Ok((view.task, done))
+}
+
+/// `tasks/cancel`: the task's worker is asked to stop, then killed with its process group.
+pub(super) fn cancel_task(shared: &Shared, id: &str) -> Result<(), String> {
+    let id: TaskId = id
+        .parse()
+        .map_err(|_| format!("unknown task `{}`", crate::text::printable(id)))?;
+    let tasks = open_tasks(shared)?;
+    let grace = delegation::cancel_grace(&shared.env).map_err(|e| error_text(&e, shared))?;
+    delegation::cancel(&tasks, &id, grace).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn delegate(
+    shared: &Shared,
+    map: &Object,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> Result<Reply, String> {
+    let (request, background) = delegate_request(map)?;
+    let (config, _) = load_config(&shared.env).map_err(|d| error_text(&Error::Input(d), shared))?;
+    if background {
+        let started = delegation::start(&shared.env, &config, &shared.catalog, &request, false)
+            .map_err(|e| error_text(&e, shared))?;
+        let queued = if started.status == TaskStatus::Queued {
+            " (queued until a slot is free)"
+        } else {
+            ""
+        };
+        return Ok(Reply::ok(format!(
+            "Task started in background: {id} (\"{description}\"){queued}\n\
+Continue with other work. When you need the result, use load(source: \"{id}\").",
+            id = started.id,
+            description = started.description,
+        )));
+    }
+    let label = request.source.clone().unwrap_or_else(|| "task".into());
+    let view = foreground(
+        shared,
+        &config,
+        &shared.catalog,
+        &request,
+        &label,
+        progress,
+        cancel,
+    )?;
+    let failed = view.task.status != TaskStatus::Completed;
+    let text = result_text(shared, &view);
+    Ok(Reply {
+        text,
+        error: failed,
+    })
+}
+
+/// Runs a delegation as a task of the store and waits for it, its tool calls sent as
+/// progress lines; a cancelled call (or a closed client) cancels the task.
+fn foreground(
+    shared: &Shared,
+    config: &crate::config::Config,
+    catalog: &Catalog,
+    request: &DelegationRequest,
+    label: &str,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> Result<TaskView, String> {
+    let started = delegation::start(&shared.env, config, catalog, request, true)
+        .map_err(|e| error_text(&e, shared))?;
+    let id = started.id;
+    shared.track(id, true);
+    let outcome = watch(shared, id, label, progress, cancel);
+    shared.track(id, false);
+    outcome
+}
+
+fn watch(
+    shared: &Shared,
+    id: TaskId,
+    label: &str,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> Result<TaskView, String> {
+    let tasks = open_tasks(shared)?;
+    let mut seen = 0u64;
+    let mut said = std::time::Instant::now();
+    let quiet = shared
+        .env
+        .var("SUMMON_MCP_PROGRESS_SECS")
+        .and_then(|v| v.parse().ok())
+        .map_or(QUIET, Duration::from_secs);
+    loop {
+        let collected = delegation::wait(&tasks, &id, POLL).map_err(|e| e.to_string())?;
+        let task = &collected.view.task;
+        if task.tool_calls > seen {
+            let new = usize::try_from(task.tool_calls - seen).unwrap_or(usize::MAX);
+            let lines = &task.recent_tool_calls;
+            for line in &lines[lines.len().saturating_sub(new)..] {
+                progress.line(&format!("[subagent {label}] {line}"));
+            }
+            seen = task.tool_calls;
+            said = std::time::Instant::now();
+        } else if said.elapsed() >= quiet && !task.status.is_terminal() {
+            // A long model turn: a line anyway, so hosts that abort quiet calls wait.
+            progress.line(&format!(
+                "[subagent {label}] working: {}, {} elapsed",
+                crate::plural::count(task.turns, "turn"),
+                format_secs(collected.view.elapsed_secs)
+            ));
+            said = std::time::Instant::now();
+        }
+        if !collected.still_running {
+            return Ok(collected.view);
+        }
+        if cancel.is_cancelled() || shared.shutdown.is_cancelled() {
+            let grace =
+                delegation::cancel_grace(&shared.env).map_err(|e| error_text(&e, shared))?;
+            let cancelled = delegation::cancel(&tasks, &id, grace).map_err(|e| e.to_string())?;
+            return Ok(cancelled.view);
+        }
+    }
+}
+
+/// One task of a `spawn_agent` call.
+struct SpawnTask {
+    agent: Option<String>,
+    task: String,
+}
+
+fn spawn_tasks(map: &Object) -> Result<Vec<SpawnTask>, String> {
+    let args = Args::new(SPAWN_AGENT, map, &["tasks"])?;
+    let Some(raw) = args.raw("tasks") else {
+        return Err("spawn_agent: missing argument `tasks` (a list of {\"agent\": name or null, \"task\": text})".into());
+    };
+    let Value::Array(items) = raw else {
+        return Err(format!(
+            "spawn_agent: argument `tasks` must be a list, found {}",
+            super::args::kind_of(raw)
+        ));
+    };
+    if items.is_empty() {
+        return Err("spawn_agent: argument `tasks` is empty: give at least one task".into());
+    }
+    let mut tasks = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Value::Object(object) = item else {
+            return Err(format!(
+                "spawn_agent: `tasks[{i}]` must be an object {{\"agent\": name or null, \"task\": text}}, found {}",
+                super::args::kind_of(item)
+            ));
+        };
+        if let Some(key) = object.keys().find(|k| *k != "agent" && *k != "task") {
+            return Err(format!(
+                "spawn_agent: `tasks[{i}]` has an unknown key `{}`; a task has exactly `agent` and `task`",
+                crate::text::printable(key)
+            ));
+        }
+        let agent = match object.get("agent") {
+            None => {
+                return Err(format!(
+                    "spawn_agent: `tasks[{i}]` has no `agent` key: give a subagent name, or null for a general subagent"
+                ));
+            }
+            Some(Value::Null) => None,
+            Some(Value::String(name)) => Some(name.clone()),
+            Some(other) => {
+                return Err(format!(
+                    "spawn_agent: `tasks[{i}].agent` must be a name or null, found {}",
+                    super::args::kind_of(other)
+                ));
+            }
+        };
+        let task = match object.get("task") {
+            None => return Err(format!("spawn_agent: `tasks[{i}]` has no `task` key")),
+            Some(Value::String(text)) if text.trim().is_empty() => {
+                return Err(format!("spawn_agent: `tasks[{i}].task` is blank"));
+            }
+            Some(Value::String(text)) => text.clone(),
+            Some(other) => {
+                return Err(format!(
+                    "spawn_agent: `tasks[{i}].task` must be a string, found {}",
+                    super::args::kind_of(other)
+                ));
+            }
+        };
+        tasks.push(SpawnTask { agent, task });
+    }
+    Ok(tasks)
+}
+
+/// How one spawned task ended.
+struct Spawned {
+    status: String,
+    /// `task ID`, or `not started`.
+    started: String,
+    requests: u32,
+    tool_calls: u64,
+    text: String,
+}
+
+fn spawn_agent(
+    shared: &Shared,
+    map: &Object,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> Result<Reply, String> {
+    let tasks = spawn_tasks(map)?;
+    // Every name is checked against the session's catalog before anything runs.
+    for task in &tasks {
+        if let Some(name) = &task.agent {
+            let known = shared
+                .catalog
+                .get(name)
+                .is_some_and(|s| s.kind == SourceKind::Agent);
+            if !known {
+                return Err(format!(
+                    "Subagent \"{}\" is not in this session's catalog. Use a name from it, or null for a general subagent.",
+                    crate::text::printable(name)
+                ));
+            }
+        }
+    }
+    let (config, _) = load_config(&shared.env).map_err(|d| error_text(&Error::Input(d), shared))?;
+    // The role text is read as each subagent starts: the definitions as they are now.
+    let current = crate::source::discover(crate::source::search_dirs(&shared.env));
+    let total = tasks.len();
+    let results: Vec<Spawned> = std::thread::scope(|scope| {
+        let handles: Vec<_> = tasks
+            .iter()
+            .enumerate()
+            .map(|(i, task)| {
+                let (config, current) = (&config, &current);
+                scope.spawn(move || {
+                    let label = match &task.agent {
+                        Some(name) => format!("{}/{total} {name}", i + 1),
+                        None => format!("{}/{total}", i + 1),
+                    };
+                    spawn_one(shared, config, current, task, &label, progress, cancel)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| Spawned {
+                    status: "failed".into(),
+                    started: "not started".into(),
+                    requests: 0,
+                    tool_calls: 0,
+                    text: "the task's thread panicked".into(),
+                })
+            })
+            .collect()
+    });
+    let count = |status: &str| results.iter().filter(|r| r.status == status).count();
+    let mut text = format!(
+        "Subagent results: {total} tasks, {} completed, {} failed, {} cancelled.\n",
+        count("completed"),
+        count("failed"),
+        count("cancelled"),
+    );
+    let limit = (ANSWER_LIMIT / total).max(4_000);
+    for (i, (task, result)) in tasks.iter().zip(&results).enumerate() {
+        let role = task
+            .agent
+            .as_deref()
+            .map(|n| format!(" {n}"))
+            .unwrap_or_default();
+        let requests = crate::plural::count(result.requests, "request");
+        let calls = crate::plural::count(result.tool_calls, "tool call");
+        text.push_str(&format!(
+            "\n[{}/{total}{role}] {} · {} · {requests}, {calls}\n",
+            i + 1,
+            result.status,
+            result.started,
+        ));
+        let name = match result.started.strip_prefix("task ") {
+            Some(id) => id.to_owned(),
+            None => format!("spawn-{}", i + 1),
+        };
+        let body = sized(shared, &name, result.text.trim_end(), limit);
+        if !body.is_empty() {
+            text.push_str(&body);
+            text.push('\n');
+        }
+    }
+    Ok(Reply::ok(text))
+}
+
+fn spawn_one(
+    shared: &Shared,
+    config: &crate::config::Config,
+    current: &Catalog,
+    task: &SpawnTask,
+    label: &str,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> Spawned {
+    let not_started = |text: String| Spawned {
+        status: "failed".into(),
+        started: "not started".into(),
+        requests: 0,
+        tool_calls: 0,
+        text,
+    };
+    if let Some(name) = &task.agent {
+        // The session's entry; the file must still define the role.
+        let path = shared
+            .catalog
+            .get(name)
+            .map(|s| s.path.clone())
+            .unwrap_or_default();
+        let shown = crate::diag::render::display_path(&path, &shared.env.cwd);
+        if let Err(e) = std::fs::read(&path) {
+            return not_started(format!("Cannot read {shown}: {e}"));
+        }
+        let still = current
+            .get(name)
+            .is_some_and(|s| s.kind == SourceKind::Agent && s.path == path);
+        if !still {
+            let why = current
+                .unusable(name)
+                .unwrap_or_else(|| format!("it no longer defines the subagent \"{name}\""));
+            return not_started(format!("Cannot read {shown}: {why}"));
+        }
+    }
+    let request = DelegationRequest {
+        source: task.agent.clone(),
+        instructions: Some(task.task.clone()),
+        ..DelegationRequest::default()
+    };
+    match foreground(shared, config, current, &request, label, progress, cancel) {
+        Err(message) => not_started(message),
+        Ok(view) => {
+            let task = &view.task;
+            let mut text = view.answer().to_owned();
+            if let Some(error) = &task.error {
+                text = if text.is_empty() {
+                    format!("Error: {error}")
+                } else {
+                    format!("Error: {error}\n{text}")
+                };
+            }
+            Spawned {
+                status: task.status.as_str().to_owned(),
+                started: format!("task {}", task.id),
+                requests: task.turns,
+                tool_calls: task.tool_calls,
+                text,
+            }
+        }
+    }
+}

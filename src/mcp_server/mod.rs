@@ -1,0 +1,362 @@
+//! `summon mcp`: the project served to an MCP client over stdio, with rmcp's server side.
+//!
+//! Tools: `load`, `delegate`, `spawn_agent`, `run_pipeline` (`load` alone inside a
+//! subagent). The catalog is read once when the server starts: its agents go to the client
+//! in the server's instructions and are the names `spawn_agent` accepts for the session.
+//! Every delegation is a task of the project's store, run by a worker process
+//! ([`crate::delegation::start`]); a foreground call waits for it, sends its tool calls as
+//! progress notifications, and cancels it when the client cancels the call or goes away.
+//! Background tasks (`async: true`) outlive the server.
+
+mod args;
+mod calls;
+mod pipeline;
+mod tools;
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, DetailedTask, GetTaskParams, GetTaskResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerConfig, Task, TaskPayload, TaskStatus,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt as _};
+use tokio_util::sync::CancellationToken;
+
+use crate::delegation::{self, SourceList};
+use crate::env::Env;
+use crate::error::{Error, Result};
+use crate::source::Catalog;
+use crate::store::TaskId;
+
+/// What the server holds for the whole session.
+pub(crate) struct Shared {
+    env: Env,
+    /// The catalog read when the session started.
+    catalog: Catalog,
+    listing: SourceList,
+    /// Started inside a subagent: `load` only.
+    nested: bool,
+    /// The longest wait of one `load` of a running task.
+    load_wait: Duration,
+    /// Cancelled when the client goes away: foreground work stops.
+    shutdown: CancellationToken,
+    /// The foreground tasks running now.
+    foreground: Mutex<HashSet<TaskId>>,
+    instructions: String,
+}
+
+impl Shared {
+    fn track(&self, id: TaskId, running: bool) {
+        if let Ok(mut set) = self.foreground.lock() {
+            if running {
+                set.insert(id);
+            } else {
+                set.remove(&id);
+            }
+        }
+    }
+}
+
+/// Sends a call's progress lines to the client, when it asked for progress.
+pub(crate) struct Progress {
+    peer: Peer<RoleServer>,
+    token: Option<ProgressToken>,
+    handle: tokio::runtime::Handle,
+    sent: AtomicU64,
+}
+
+impl Progress {
+    /// One line, as a progress notification whose count goes up by one.
+    fn line(&self, message: &str) {
+        let Some(token) = &self.token else {
+            return;
+        };
+        let n = self.sent.fetch_add(1, Ordering::SeqCst) + 1;
+        let param = ProgressNotificationParam::new(token.clone(), n as f64).with_message(message);
+        let _ = self.handle.block_on(self.peer.notify_progress(param));
+    }
+}
+
+#[derive(Clone)]
+struct Server {
+    shared: std::sync::Arc<Shared>,
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_instructions(self.shared.instructions.clone());
+        info.server_info = rmcp::model::Implementation::new("summon", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools::tools(
+            self.shared.nested,
+        )))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        // Inside a subagent the other tools are not listed, yet a call of one gets the
+        // seed's refusal rather than "unknown tool".
+        if !tools::tools(false).iter().any(|t| t.name == name) {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{}`", crate::text::printable(&name)),
+                None,
+            ));
+        }
+        let arguments = request.arguments.unwrap_or_default();
+        // A client of the tasks extension gets a `delegate` as a task of the store, polled
+        // with tasks/get (an `async: true` call answers at once either way).
+        let tasks_client = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        if tasks_client
+            && name == tools::DELEGATE
+            && !self.shared.nested
+            && arguments.get("async") != Some(&serde_json::Value::Bool(true))
+        {
+            let shared = std::sync::Arc::clone(&self.shared);
+            let started = blocking(move || calls::start_task(&shared, &arguments)).await?;
+            return Ok(match started {
+                Ok(task) => CallToolResponse::Task(CreateTaskResult::new(protocol_task(&task))),
+                Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]).into(),
+            });
+        }
+        let progress = Progress {
+            peer: context.peer.clone(),
+            token: context.meta.get_progress_token(),
+            handle: tokio::runtime::Handle::current(),
+            sent: AtomicU64::new(0),
+        };
+        let cancel = context.ct.clone();
+        let shared = std::sync::Arc::clone(&self.shared);
+        let (send, receive) = tokio::sync::oneshot::channel();
+        // The work blocks (the store, worker processes): a thread of its own per call.
+        std::thread::spawn(move || {
+            let reply = calls::call(&shared, &name, &arguments, &progress, &cancel);
+            let _ = send.send(reply);
+        });
+        let reply = receive
+            .await
+            .map_err(|_| ErrorData::internal_error("the tool call's thread ended early", None))?;
+        Ok(tool_result(reply).into())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<GetTaskResult, ErrorData> {
+        let shared = std::sync::Arc::clone(&self.shared);
+        let id = request.task_id;
+        let (task, done) = blocking(move || calls::task_state(&shared, &id))
+            .await?
+            .map_err(|message| ErrorData::invalid_params(message, None))?;
+        let payload = match (&task.status, done) {
+            (crate::store::TaskStatus::Cancelled, _) => TaskPayload::Cancelled,
+            (_, Some(reply)) => {
+                let result = serde_json::to_value(tool_result(reply))
+                    .ok()
+                    .and_then(|v| v.as_object().cloned())
+                    .unwrap_or_default();
+                TaskPayload::Completed { result }
+            }
+            (_, None) => TaskPayload::Working,
+        };
+        Ok(GetTaskResult::new(DetailedTask::new(
+            protocol_task(&task),
+            payload,
+        )))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), ErrorData> {
+        let shared = std::sync::Arc::clone(&self.shared);
+        let id = request.task_id;
+        blocking(move || calls::cancel_task(&shared, &id))
+            .await?
+            .map_err(|message| ErrorData::invalid_params(message, None))
+    }
+}
+
+/// A reply as the protocol's tool result.
+fn tool_result(reply: calls::Reply) -> CallToolResult {
+    let content = vec![ContentBlock::text(reply.text)];
+    if reply.error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    }
+}
+
+/// A task of the store as the tasks extension shows it: its id, status and last change.
+fn protocol_task(task: &crate::store::TaskRecord) -> Task {
+    use crate::store::TaskStatus as S;
+    let status = match task.status {
+        S::Queued | S::Running => TaskStatus::Working,
+        S::Completed | S::Failed => TaskStatus::Completed,
+        S::Cancelled => TaskStatus::Cancelled,
+    };
+    let updated = task
+        .finished_at
+        .or(task.last_activity_at)
+        .or(task.started_at)
+        .unwrap_or(task.created_at);
+    let mut shown = Task::new(
+        task.id.to_string(),
+        status,
+        task.created_at.to_string(),
+        updated.to_string(),
+    )
+    .with_poll_interval_ms(1000);
+    if let Some(line) = task.recent_tool_calls.last() {
+        shown =
+            shown.with_status_message(format!("{} tool calls; latest: {line}", task.tool_calls));
+    }
+    shown
+}
+
+/// Runs blocking work (the store, worker processes) on a thread of its own.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, ErrorData> {
+    let (send, receive) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = send.send(work());
+    });
+    receive
+        .await
+        .map_err(|_| ErrorData::internal_error("the call's thread ended early", None))
+}
+
+/// The session's state: the catalog read now, whether this runs inside a subagent.
+fn shared(env: Env, load_wait: Duration) -> std::sync::Arc<Shared> {
+    let catalog = crate::source::discover(crate::source::search_dirs(&env));
+    let listing = delegation::list_sources(&catalog);
+    let nested = crate::subagent::inside_subagent(&env);
+    let instructions = tools::instructions(&listing, &env.cwd, nested);
+    std::sync::Arc::new(Shared {
+        env,
+        catalog,
+        listing,
+        nested,
+        load_wait,
+        shutdown: CancellationToken::new(),
+        foreground: Mutex::new(HashSet::new()),
+        instructions,
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// Serves the project of `env.cwd` over stdio until the client closes stdin; then the
+/// foreground tasks are cancelled (background tasks keep running).
+pub(crate) fn serve(env: Env, load_wait: Duration) -> Result<()> {
+    let shared = shared(env, load_wait);
+    let runtime = runtime()?;
+    let server = Server {
+        shared: std::sync::Arc::clone(&shared),
+    };
+    let served = runtime.block_on(async move {
+        let service = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| Error::Failed(format!("the MCP session did not start: {e}")))?;
+        service
+            .waiting()
+            .await
+            .map_err(|e| Error::internal(format!("the MCP session ended badly: {e}")))?;
+        Ok::<(), Error>(())
+    });
+    // The client is gone: stop the foreground work, whose calls now end by themselves.
+    shared.shutdown.cancel();
+    stop_foreground(&shared);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
+}
+
+/// Cancels the foreground tasks still running, and waits for them to end.
+fn stop_foreground(shared: &Shared) {
+    let ids: Vec<TaskId> = shared
+        .foreground
+        .lock()
+        .map(|set| set.iter().copied().collect())
+        .unwrap_or_default();
+    if ids.is_empty() {
+        return;
+    }
+    let Ok(Some(tasks)) = delegation::TaskStore::open_existing(&shared.env) else {
+        return;
+    };
+    let grace = delegation::cancel_grace(&shared.env).unwrap_or(Duration::from_secs(5));
+    for id in ids {
+        let _ = delegation::cancel(&tasks, &id, grace);
+    }
+}
+
+/// Serves the project over streamable HTTP at `http://ADDR/mcp` until summon is stopped
+/// (SIGTERM, Ctrl-C), which also ends the foreground tasks' workers' waits; each client
+/// session shares the catalog read when the server started.
+pub(crate) fn serve_http(env: Env, load_wait: Duration, addr: std::net::SocketAddr) -> Result<()> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let shared = shared(env, load_wait);
+    let runtime = runtime()?;
+    let handler = Server {
+        shared: std::sync::Arc::clone(&shared),
+    };
+    let mut config = StreamableHttpServerConfig::default();
+    if !addr.ip().is_loopback() {
+        // Allowed with --allow-remote: the address itself is a valid Host.
+        config = config.with_allowed_hosts([addr.ip().to_string(), addr.to_string()]);
+    }
+    config.cancellation_token = shared.shutdown.clone();
+    let served = runtime.block_on(async move {
+        let service = StreamableHttpService::new(
+            move || Ok(handler.clone()),
+            std::sync::Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        let router = axum::Router::new().nest_service("/mcp", service);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::usage(format!("--http {addr}: cannot listen: {e}")))?;
+        let local = listener.local_addr()?;
+        eprintln!("summon: serving MCP at http://{local}/mcp");
+        axum::serve(listener, router).await?;
+        Ok::<(), Error>(())
+    });
+    shared.shutdown.cancel();
+    stop_foreground(&shared);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
+}
