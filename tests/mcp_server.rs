@@ -737,10 +737,9 @@ fn the_python_sdk_client_reaches_the_http_server() {
     assert!(steps[1]["text"].as_str().unwrap().ends_with("over http\n"));
 }
 
-/// Claude Code (npm), installed by `.ci/run` under target/mcp-clients.
+/// Claude Code (npm), installed by `.ci/run` under `mcp-clients/` of the target directory.
 fn claude_code() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/mcp-clients/node/node_modules/.bin/claude")
+    crate::support::target_dir().join("mcp-clients/node/node_modules/.bin/claude")
 }
 
 /// A real agent host: Claude Code registers `summon mcp` as its MCP server and, when the mock
@@ -852,10 +851,9 @@ fn claude_code_calls_spawn_agent_through_summon_mcp() {
     assert_eq!(tasks_json(&test)[0]["status"], "completed");
 }
 
-/// The MCP Inspector's CLI (npm), installed by `.ci/run` under target/mcp-clients.
+/// The MCP Inspector's CLI (npm), installed by `.ci/run` under `mcp-clients/` of the target directory.
 fn inspector() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/mcp-clients/inspector/node_modules/.bin/mcp-inspector")
+    crate::support::target_dir().join("mcp-clients/inspector/node_modules/.bin/mcp-inspector")
 }
 
 /// One `mcp-inspector --cli` call of `summon mcp` in `test`'s project: its stdout as JSON.

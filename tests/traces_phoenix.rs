@@ -18,7 +18,7 @@ use support::{Test, read_json, results};
 const PHOENIX: &str = "arize-phoenix==20.26.1";
 
 fn phoenix_python() -> PathBuf {
-    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/phoenix/venv/bin/python");
+    let python = crate::support::target_dir().join("phoenix/venv/bin/python");
     assert!(
         python.exists(),
         "Arize Phoenix is not installed: run .ci/run, or python3 -m venv target/phoenix/venv && \
