@@ -168,3 +168,42 @@ async fn the_start_up_wait_is_bounded_and_then_the_retries_apply() {
     );
     assert!(out.stderr.contains("Loading model"), "{}", out.stderr);
 }
+
+/// The waits of a task — for a provider still starting, and before a retry — are in its
+/// results.jsonl line with when they began, within the task's own time: a timeline does not
+/// count them in flight.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tasks_waits_are_in_its_results_line_within_its_time() {
+    let mut replies: Vec<Reply> = (0..2).map(|_| Reply::status(503, LOADING)).collect();
+    replies.push(Reply::status_with_headers(
+        429,
+        [("retry-after", "0")],
+        r#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
+    ));
+    replies.push(Reply::text("done"));
+    let server = MockServer::start(MockConfig::new().replies(replies)).await;
+    let out = openai(&server)
+        .env("SUMMON_RETRY_BASE_MS", "10")
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: w\nsteps:\n  - id: one\n    delegate: {instructions: x}\n",
+        )
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    assert_eq!(server.request_count(), 4, "{}", out.stderr);
+    let lines = crate::support::results(&out.dir.join("out"));
+    let line = &lines[0];
+    let waits = line["waits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{line:#}"));
+    assert_eq!(waits.len(), 3, "two start-up waits and one retry: {line:#}");
+    assert_eq!(line["retries"], 1, "{line:#}");
+    let start = line["started_ms"].as_u64().unwrap();
+    let end = start + line["duration_ms"].as_u64().unwrap();
+    let mut last = start;
+    for wait in waits {
+        let (from, ms) = (wait[0].as_u64().unwrap(), wait[1].as_u64().unwrap());
+        assert!(from >= last && from + ms <= end + 1, "{line:#}");
+        last = from;
+    }
+}

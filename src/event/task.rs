@@ -74,6 +74,11 @@ pub(crate) struct TaskTrace {
     pub(crate) rate_limited: u32,
     /// Time spent waiting before those retries.
     pub(crate) retry_wait_ms: u64,
+    /// When it waited with no request on the wire — before a retry, or for a provider still
+    /// starting — as `[from, ms]`, `from` in milliseconds from the start of the run: it was not
+    /// in flight then. At most [`WAITS_KEPT`]; no key is written when there were none.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub(crate) waits: Vec<[u64; 2]>,
     /// The tools it called, in call order.
     pub(crate) tools: Vec<ToolUse>,
     /// The service tier the provider says served its last answer (`default`, `flex`,
@@ -104,6 +109,9 @@ pub(crate) struct Spent {
 /// large fan-out, which `results.jsonl` already has.
 pub(crate) const PROMPT_LIMIT: usize = 16 * 1024;
 
+/// The most waits of a task kept for the outputs' timeline.
+pub(crate) const WAITS_KEPT: usize = 64;
+
 /// The most of a tool call's summary kept for the outputs.
 pub(crate) const TOOL_SUMMARY_LIMIT: usize = 200;
 
@@ -127,6 +135,7 @@ impl TaskTrace {
             retries: small("retries"),
             rate_limited: small("rate_limited"),
             retry_wait_ms: number("retry_wait_ms"),
+            waits: serde_json::from_value(line["waits"].clone()).unwrap_or_default(),
             tools: serde_json::from_value(line["tools"].clone()).unwrap_or_default(),
             prompt: line["prompt"].as_str().map(str::to_owned),
             overhead_tokens: line["overhead_tokens"].as_u64(),
@@ -164,6 +173,14 @@ impl TaskTrace {
             ok,
             summary: Self::clip(summary, TOOL_SUMMARY_LIMIT),
         });
+    }
+
+    /// Records a wait of `delay` that starts `at` after the start of the run.
+    pub(crate) fn waited(&mut self, at: Duration, delay: Duration) {
+        if self.waits.len() < WAITS_KEPT {
+            let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            self.waits.push([ms(at), ms(delay)]);
+        }
     }
 
     /// Records a provider retry of `class` after waiting `delay`.

@@ -615,6 +615,7 @@ async fn attempt_task(
         },
         crate::subagent::SubagentEvent::Retry { class, delay, .. } => {
             trace.retry(class, delay);
+            trace.waited(shared.run_started.elapsed(), delay);
             doing(Doing::Retry { class, wait: delay });
             shared.events.emit(RunEvent::Retry {
                 step: step.index,
@@ -623,6 +624,7 @@ async fn attempt_task(
             });
         }
         crate::subagent::SubagentEvent::StartupWait { delay } => {
+            trace.waited(shared.run_started.elapsed(), delay);
             shared.events.emit(RunEvent::Waiting {
                 step: step.index,
                 wait: delay,

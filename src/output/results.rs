@@ -22,7 +22,9 @@
 //! not send: resumed or reused; after `summon merge`, a shard's task counts from its shard's
 //! start); `attempts`, how many times it ran (a step's `retries`); `retries`, the provider
 //! requests sent again after a transient failure, `rate_limited` those refused by a rate limit,
-//! `retry_wait_ms` the time waited before them; `tools`, the tools called (name, success, the
+//! `retry_wait_ms` the time waited before them; `waits` (only when there were some), each wait
+//! with no request on the wire — before a retry, or for a provider still starting — as
+//! `[from, ms]`, `from` counted like `started_ms`, so a timeline does not count it in flight; `tools`, the tools called (name, success, the
 //! first line of the answer, shortened); `prompt`, the rendered first message sent to the model
 //! (at most 16 KiB, then `… [N more bytes]`); `overhead_tokens`, the estimated tokens of its
 //! first request beyond its own instructions, context, prompt and role text, and
