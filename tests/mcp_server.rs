@@ -271,6 +271,7 @@ async fn delegate_runs_a_store_task_and_streams_its_tool_calls() {
     assert!(!error, "{text}");
     assert!(text.contains("Status: completed"), "{text}");
     assert!(text.contains("Turns: 2"), "{text}");
+    assert!(text.contains("\nCost: no price\n"), "{text}");
     assert!(text.trim_end().ends_with("The notes say three."), "{text}");
     assert_eq!(client.progress(), ["[subagent task] read_file: completed"]);
     // The foreground delegation is a task of the store, with its tokens.
@@ -1065,4 +1066,33 @@ async fn a_quiet_task_still_sends_progress() {
             .all(|line| line.starts_with("[subagent task] working: ")),
         "{progress:?}"
     );
+}
+
+/// A delegation's result says what it cost, at its model's price.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delegation_says_what_it_cost() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("done"))).await;
+    let test = project(&server).write(
+        "summon.yaml",
+        "prices:\n  mock-model: {input: 1000000, output: 1000000}\n",
+    );
+    let mut client = Client::start(&test);
+    let (text, error) = client.call("delegate", json!({"instructions": "say done"}));
+    assert!(!error, "{text}");
+    let tokens = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Tokens: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let words: Vec<&str> = tokens.split_whitespace().collect();
+    let total: u64 = words[0].parse::<u64>().unwrap() + words[2].parse::<u64>().unwrap();
+    // a dollar a token: the cost is the token count
+    let cost = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Cost: $"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cost: f64 = cost
+        .replace(',', "")
+        .parse()
+        .unwrap_or_else(|_| panic!("{text}"));
+    assert!((cost - total as f64).abs() < 1.0, "{text}");
 }

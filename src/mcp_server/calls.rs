@@ -257,6 +257,7 @@ fn result_text(shared: &Shared, view: &TaskView) -> String {
         task.tokens.input_tokens,
         task.tokens.output_tokens,
     );
+    text.push_str(&format!("Cost: {}\n", task_cost(shared, task)));
     if let Some(error) = &task.error {
         text.push_str(&format!("Error: {error}\n"));
     }
@@ -270,6 +271,20 @@ fn result_text(shared: &Shared, view: &TaskView) -> String {
         text.push('\n');
     }
     text
+}
+
+/// What a task's tokens cost at its model's price (the store keeps no cache split: every input
+/// token at the input price, an upper bound), or "no price".
+fn task_cost(shared: &Shared, task: &crate::store::TaskRecord) -> String {
+    let price = task.model.as_deref().and_then(|model| {
+        crate::config::load_config(&shared.env)
+            .ok()
+            .and_then(|(config, _)| config.price(model))
+    });
+    match price {
+        Some(price) => crate::output::fmt_cost(price.cost(&task.tokens)),
+        None => "no price".to_owned(),
+    }
 }
 
 /// An answer sized for a model: above `limit` bytes it is cut at a character boundary, with
