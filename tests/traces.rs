@@ -185,6 +185,11 @@ async fn a_run_is_one_trace_of_steps_tasks_attempts_requests_and_tool_calls() {
             "TRACEPARENT",
             &format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01"),
         )
+        // a dollar a token, so a task's cost is its token count
+        .write(
+            "summon.yaml",
+            "prices:\n  mock-model: {input: 1000000, output: 1000000, cached_input: 1000000}\n",
+        )
         .args(["run", "p.yaml", "--out", "out", "--quiet"])
         .run();
     assert!(!out.stderr.contains("traces:"), "{}", out.stderr);
@@ -228,6 +233,13 @@ async fn a_run_is_one_trace_of_steps_tasks_attempts_requests_and_tool_calls() {
             .iter()
             .find(|l| l["step"] == "each" && l["item"] == item)
             .unwrap_or_else(|| panic!("no line for {item}"));
+        let tokens =
+            line["input_tokens"].as_f64().unwrap() + line["output_tokens"].as_f64().unwrap();
+        let cost = attr(task, "summon.task.cost_usd").and_then(|v| v.as_f64());
+        assert!(
+            cost.is_some_and(|c| (c - tokens).abs() < 1e-6),
+            "{item}: cost {cost:?} for {tokens} tokens"
+        );
         let attempts = children(&spans, task);
         assert_eq!(attempts.len(), 1, "{item}");
         assert_eq!(attempts[0].name, "attempt 1");

@@ -106,6 +106,9 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
     let trace_settings = crate::telemetry::Settings::from_env(&ctx.env)
         .map_err(|message| Error::from(crate::diag::Diagnostic::error(message)))?;
     let traces = super::run::start_traces(trace_settings.as_ref(), &pipeline, ctx);
+    if let Some(traces) = &traces {
+        traces.set_prices(config.prices());
+    }
     let display = resolve_display(
         std::io::stderr().is_terminal(),
         ctx.env.is_set("CI"),

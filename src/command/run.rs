@@ -121,6 +121,9 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
     );
     let name = pipeline.name.clone();
     let traces = start_traces(trace_settings.as_ref(), &pipeline, ctx);
+    if let Some(traces) = &traces {
+        traces.set_prices(config.prices());
+    }
     let options = RunOptions {
         pipeline,
         params,

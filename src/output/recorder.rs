@@ -333,7 +333,7 @@ fn count_failure(
 
 /// The tier a task is priced at: the batch tier through a provider's batch API, else the one
 /// its last answer says served it (standard when it did not say).
-fn served_tier(done: &crate::event::TaskDone) -> crate::config::Tier {
+pub(crate) fn served_tier(done: &crate::event::TaskDone) -> crate::config::Tier {
     if done.batch_id.is_some() {
         return crate::config::Tier::Batch;
     }

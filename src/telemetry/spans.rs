@@ -45,6 +45,8 @@ struct State {
     steps: HashMap<usize, Context>,
     levels: HashMap<usize, Context>,
     tasks: HashMap<(usize, u64), TaskSpans>,
+    /// The run's prices, for each task's `summon.task.cost_usd`.
+    prices: Option<crate::config::prices::Prices>,
 }
 
 /// A running task's open spans.
@@ -56,6 +58,15 @@ struct TaskSpans {
 }
 
 impl RunTraces {
+    /// The prices the run's tasks are priced at, for their `summon.task.cost_usd`.
+    pub(crate) fn set_prices(&self, prices: crate::config::prices::Prices) {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .prices = Some(prices);
+    }
+
     /// Starts the run's root span, under `TRACEPARENT` when the environment has one.
     pub(crate) fn start(
         settings: &Settings,
@@ -131,6 +142,7 @@ impl RunTraces {
                 steps: HashMap::new(),
                 levels: HashMap::new(),
                 tasks: HashMap::new(),
+                prices: None,
             })),
             provider,
             counts,
@@ -615,6 +627,18 @@ impl State {
         }
         if let Some(model) = &done.model {
             attributes.push(KeyValue::new("gen_ai.request.model", model.clone()));
+        }
+        // priced as the report prices it: at the tier that served it
+        let cost = if done.reused || done.usage.total() == 0 {
+            Some(0.0)
+        } else {
+            self.prices.as_ref().and_then(|prices| {
+                let price = prices.at(done.model.as_deref()?, crate::output::served_tier(done))?;
+                Some(price.cost(&done.usage))
+            })
+        };
+        if let Some(cost) = cost {
+            attributes.push(KeyValue::new("summon.task.cost_usd", cost));
         }
         if let Some(level) = level {
             attributes.push(KeyValue::new("summon.reduce.level", i64::from(level)));
