@@ -446,6 +446,25 @@ async fn report_html_in_headless_chromium_counts_filters_and_shows_errors() {
     );
     assert!(all.contains("this item is bad"), "a failed task's error");
     assert!(all.contains("data-render-ms="), "the script ran to the end");
+    // The failures come first, grouped by cause, with their first items and error.
+    let failures = all
+        .find("id=\"failure-groups\"")
+        .expect("the failures section");
+    assert!(
+        failures < all.find("id=\"graph\"").unwrap(),
+        "the failures are above the pipeline"
+    );
+    let group = &all[failures..];
+    assert!(
+        group.contains(&format!("<b>provider: bad_request: {FAILED} tasks</b>")),
+        "{}",
+        &group[..group.len().min(800)]
+    );
+    assert!(
+        group.contains("each: bad1"),
+        "{}",
+        &group[..group.len().min(800)]
+    );
 
     // The status filter, from the URL.
     let failed = dom(profile.path(), &format!("{url}#status=failed"));

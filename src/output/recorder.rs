@@ -134,6 +134,7 @@ impl Recorder {
                     .already_written
                     .contains(&(step.clone(), done.index)))
         {
+            let class = done.error.as_ref().map(|e| e.class.label());
             let line = ResultLine {
                 step,
                 index: done.index,
@@ -141,6 +142,7 @@ impl Recorder {
                 status,
                 output: &done.output,
                 error: done.error_message(),
+                error_class: class.as_deref(),
                 turns: done.turns,
                 input_tokens: done.usage.input_tokens,
                 output_tokens: done.usage.output_tokens,

@@ -4,7 +4,7 @@
 //!
 //! ```json
 //! {"step":"notes","index":3,"item":"api","status":"completed","output":"…","error":null,
-//!  "turns":2,"input_tokens":1200,"output_tokens":340,"duration_ms":5120,"resumed":false,
+//!  "error_class":null,"turns":2,"input_tokens":1200,"output_tokens":340,"duration_ms":5120,"resumed":false,
 //!  "reused":false,"extracted":false,"corrections":0,"started_ms":5310,"attempts":1,
 //!  "retries":0,"rate_limited":0,"retry_wait_ms":0,
 //!  "tools":[{"name":"shell","ok":true,"summary":"src/api"}],"prompt":"Write notes for api",
@@ -13,7 +13,9 @@
 //!  "cache_read_tokens":1000,"cache_write_tokens":0,"role":"explorer"}
 //! ```
 //!
-//! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks;
+//! `status` is `completed`, `failed` or `skipped`; `error` is a string for failed tasks, and
+//! `error_class` its cause as the end of a run groups failures (`provider: bad_request`,
+//! `timeout`, `answer not matching its schema`, ...);
 //! `resumed` marks a task that finished before a `--resume` (its line is written again when
 //! the interruption lost it); `reused`, one whose answer an earlier run gave (`--reuse`); `extracted`, a structured answer
 //! taken from a fenced block or the text around it (not bare JSON); `corrections`, the answers
@@ -71,6 +73,9 @@ pub(crate) struct ResultLine<'a> {
     pub(crate) status: &'a str,
     pub(crate) output: &'a str,
     pub(crate) error: Option<&'a str>,
+    /// The error's cause, as the end of a run groups failures (`provider: rate_limited`,
+    /// `timeout`, ...); `null` for a task that did not fail.
+    pub(crate) error_class: Option<&'a str>,
     pub(crate) turns: u32,
     pub(crate) input_tokens: u64,
     pub(crate) output_tokens: u64,
@@ -294,6 +299,7 @@ mod tests {
             },
             output: "out \"quoted\"\nline",
             error: (index % 2 == 1).then_some("boom"),
+            error_class: (index % 2 == 1).then_some("timeout"),
             turns: 2,
             input_tokens: 100 + index,
             output_tokens: 10,
@@ -340,6 +346,7 @@ mod tests {
                 "status",
                 "output",
                 "error",
+                "error_class",
                 "turns",
                 "input_tokens",
                 "output_tokens",
@@ -368,7 +375,7 @@ mod tests {
             got[0],
             json!({"step": "notes", "index": 0, "item": {"area": "api", "n": 1},
                    "status": "completed", "output": "out \"quoted\"\nline", "error": null,
-                   "turns": 2, "input_tokens": 100, "output_tokens": 10, "duration_ms": 1234,
+                   "error_class": null, "turns": 2, "input_tokens": 100, "output_tokens": 10, "duration_ms": 1234,
                    "resumed": false, "reused": false, "extracted": true, "corrections": 1,
                    "started_ms": 7, "attempts": 1, "retries": 2, "rate_limited": 1,
                    "retry_wait_ms": 1500, "tools": [], "prompt": null,

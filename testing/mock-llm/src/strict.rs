@@ -105,13 +105,16 @@ fn anthropic(body: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Anthropic's structured outputs: `output_config.format` is `{"type": "json_schema",
-/// "schema": {...}}`, and every object of the schema is closed (`additionalProperties: false`),
-/// as the API requires.
+/// Anthropic's structured outputs: `output_config.format`, when there is one (the object has
+/// other settings too, such as `effort`), is `{"type": "json_schema", "schema": {...}}`, and
+/// every object of the schema is closed (`additionalProperties: false`), as the API requires.
 fn output_config(config: &Value) -> Result<(), String> {
-    let format = config
-        .get("format")
-        .ok_or("output_config.format: Field required")?;
+    if !config.is_object() {
+        return Err("output_config: Input should be a valid dictionary".into());
+    }
+    let Some(format) = config.get("format") else {
+        return Ok(());
+    };
     if format.get("type").and_then(Value::as_str) != Some("json_schema") {
         return Err("output_config.format.type: Input should be 'json_schema'".into());
     }
@@ -312,6 +315,24 @@ mod tests {
             {"role": "assistant", "content": []},
         ]));
         assert_eq!(refusal(Api::Anthropic, &ok), None);
+        // output_config: other settings alone, or a closed schema; an open one is refused
+        let with = |config: serde_json::Value| {
+            let mut body = anthropic_body(json!([{"role": "user", "content": "hi"}]));
+            body["output_config"] = config;
+            refusal(Api::Anthropic, &body)
+        };
+        assert_eq!(with(json!({"effort": "high"})), None);
+        let closed = json!({"type": "object", "additionalProperties": false,
+            "properties": {"n": {"type": "integer"}}});
+        assert_eq!(
+            with(json!({"format": {"type": "json_schema", "schema": closed}})),
+            None
+        );
+        let open = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        assert!(
+            with(json!({"format": {"type": "json_schema", "schema": open}}))
+                .is_some_and(|r| r.contains("additionalProperties"))
+        );
         let cases = [
             (
                 json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
