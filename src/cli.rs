@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use clap_complete::ArgValueCandidates;
 
+use crate::candidates as completions;
 use crate::color::ColorChoice;
-use crate::command::completions;
 
 /// The variables that pick a provider, shown under `summon --help`.
 const PROVIDER_HELP: &str = "\

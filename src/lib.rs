@@ -12,6 +12,7 @@ macro_rules! eprintln {
 }
 
 mod agent;
+mod candidates;
 mod cli;
 mod color;
 mod command;
