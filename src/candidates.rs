@@ -1,7 +1,7 @@
 //! What the shell completion of summon offers beyond the clap definitions: the shells it
 //! writes scripts for, and the names of the project's sources and background tasks, read from
-//! the project the shell is in. Below [`crate::cli`], which names these completers, and used by
-//! `summon completions` (`crate::command::completions`).
+//! the project the shell is in. Below the command line (`cli`), which names these completers, and
+//! used by `summon completions`.
 
 use std::path::Path;
 
