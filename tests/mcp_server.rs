@@ -451,6 +451,17 @@ async fn bad_arguments_are_errors_that_name_the_key() {
             json!({}),
             "run_pipeline: missing argument `path`",
         ),
+        // the model's paths stay inside the project
+        (
+            "run_pipeline",
+            json!({"path": "/etc/hostname"}),
+            "run_pipeline: `path` must be inside the project, found `/etc/hostname`",
+        ),
+        (
+            "run_pipeline",
+            json!({"path": "pipe.yaml", "out": "../elsewhere"}),
+            "run_pipeline: `out` must be inside the project, found `../elsewhere`",
+        ),
     ] {
         let (text, error) = client.call(tool, arguments.clone());
         assert!(error, "{tool} {arguments} was accepted: {text}");

@@ -23,31 +23,36 @@ pub(super) fn run(
     let path = args.required_string("path")?;
     let params = args.values("parameters")?;
     let out = args.string("out")?;
-    if let Some(out) = &out
-        && crate::safe_fs::inside(&shared.env.cwd, std::path::Path::new(out)).is_err()
-    {
-        return Err(format!(
-            "run_pipeline: `out` must be inside the project, found `{out}`"
-        ));
-    }
+    // Both are the model's words: they stay inside the project, and go to `summon run` as
+    // absolute paths and `--flag=value` words, never read as flags of their own.
+    let within = |key: &str, value: &str| {
+        crate::safe_fs::inside(&shared.env.cwd, std::path::Path::new(value))
+            .map(|rel| shared.env.cwd.join(rel))
+            .map_err(|_| {
+                format!("run_pipeline: `{key}` must be inside the project, found `{value}`")
+            })
+    };
+    let pipeline = within("path", &path)?;
+    let out_dir = out.as_deref().map(|out| within("out", out)).transpose()?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find summon itself: {e}"))?;
     let mut command = std::process::Command::new(exe);
     command
         .arg("run")
-        .arg(&path)
         .arg("--json")
-        .arg("--color")
-        .arg("never")
+        .arg("--color=never")
         .current_dir(&shared.env.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (key, value) in &params {
-        command.arg("--param").arg(format!("{key}={value}"));
+        command.arg(format!("--param={key}={value}"));
     }
-    if let Some(out) = &out {
-        command.arg("--out").arg(out);
+    if let Some(out_dir) = &out_dir {
+        let mut word = std::ffi::OsString::from("--out=");
+        word.push(out_dir);
+        command.arg(word);
     }
+    command.arg("--").arg(&pipeline);
     let mut wrapped = process_wrap::std::CommandWrap::from(command);
     wrapped.wrap(process_wrap::std::ProcessGroup::leader());
     let mut child = wrapped
