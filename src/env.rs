@@ -14,6 +14,9 @@ pub(crate) struct Env {
     vars: BTreeMap<String, String>,
     /// The working directory summon runs in.
     pub(crate) cwd: PathBuf,
+    /// The span context (a `TRACEPARENT` value) the commands a traced delegation starts run
+    /// under; set by the command that exports its trace, never read from the environment.
+    pub(crate) trace: Option<String>,
 }
 
 /// `SUMMON_TEST_CRASH_AT=POINT[:N]`, read once by [`Env::from_process`]; see [`crash_point`].
@@ -86,6 +89,7 @@ impl Env {
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
                 .collect(),
             cwd: std::env::current_dir()?,
+            trace: None,
         })
     }
 
@@ -97,7 +101,14 @@ impl Env {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             cwd: cwd.into(),
+            trace: None,
         }
+    }
+
+    /// The same environment, whose delegation's commands run under the span `traceparent`.
+    pub(crate) fn traced(mut self, traceparent: Option<String>) -> Self {
+        self.trace = traceparent;
+        self
     }
 
     /// The same environment with one more variable (a command-line flag that stands for one).

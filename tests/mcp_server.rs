@@ -1107,3 +1107,59 @@ async fn a_delegation_says_what_it_cost() {
         .unwrap_or_else(|_| panic!("{text}"));
     assert!((cost - total as f64).abs() < 1.0, "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_call_is_a_span_under_the_clients_context_and_its_worker_joins_it() {
+    use crate::traces::{Collector, PARENT_SPAN, PARENT_TRACE, attr, hex, named, one};
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("read_file", json!({"path": "notes.md"})),
+        Reply::text("The notes say three."),
+    ]))
+    .await;
+    let collector = Collector::start(axum::http::StatusCode::OK).await;
+    let test = project(&server)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20");
+    let mut client = Client::start(&test);
+    // The client's context in `_meta` (SEP-414) parents the call.
+    let response = client.request(
+        "tools/call",
+        json!({
+            "name": "delegate",
+            "arguments": {"instructions": "summarise notes.md"},
+            "_meta": {"traceparent": format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01")},
+        }),
+    );
+    assert_ne!(response["result"]["isError"], json!(true), "{response}");
+    let (_, error) = client.call("load", json!({"source": "no-such-source"}));
+    assert!(error);
+    assert!(client.close().success());
+    // The worker sends its spans as it exits; the server sent its own as the session ended.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let spans = loop {
+        let spans = collector.spans();
+        if !named(&spans, "delegate task").is_empty() || std::time::Instant::now() > deadline {
+            break spans;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let call = one(&spans, "tools/call delegate");
+    assert_eq!(hex(&call.trace_id), PARENT_TRACE);
+    assert_eq!(hex(&call.parent_span_id), PARENT_SPAN);
+    assert_eq!(call.kind, 2, "a server span");
+    assert_eq!(attr(call, "mcp.method.name"), Some(json!("tools/call")));
+    assert_eq!(attr(call, "gen_ai.tool.name"), Some(json!("delegate")));
+    let worker = one(&spans, "delegate task");
+    assert_eq!(worker.trace_id, call.trace_id);
+    assert_eq!(
+        worker.parent_span_id, call.span_id,
+        "the worker runs under the call"
+    );
+    let tool = one(&spans, "execute_tool read_file");
+    assert_eq!(tool.trace_id, call.trace_id);
+    // A call without a context is a trace of its own, failed when its reply is an error.
+    let load = one(&spans, "tools/call load");
+    assert_ne!(load.trace_id, call.trace_id);
+    assert!(load.parent_span_id.is_empty());
+    assert_eq!(attr(load, "error.type"), Some(json!("tool_error")));
+}

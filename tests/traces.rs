@@ -10,7 +10,12 @@ use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::trace::v1::{Span, status::StatusCode as SpanStatus};
 use prost::Message as _;
@@ -19,8 +24,8 @@ use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::{Test, read_json, results};
 
 pub(super) const KEY: &str = "sk-test-0123456789abcdef";
-const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-const PARENT_SPAN: &str = "00f067aa0ba902b7";
+pub(super) const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+pub(super) const PARENT_SPAN: &str = "00f067aa0ba902b7";
 
 /// `alpha` calls a tool, `beta` is refused once by a rate limit, `gamma` is cut off at the
 /// output limit (a failure).
@@ -61,14 +66,14 @@ pub(super) fn mock() -> MockConfig {
 }
 
 /// A loopback OTLP/HTTP collector that answers `status` and keeps every request body.
-struct Collector {
-    url: String,
+pub(super) struct Collector {
+    pub(super) url: String,
     bodies: Arc<Mutex<Vec<Bytes>>>,
     _server: tokio::task::JoinHandle<()>,
 }
 
 impl Collector {
-    async fn start(status: StatusCode) -> Self {
+    pub(super) async fn start(status: StatusCode) -> Self {
         let bodies: Arc<Mutex<Vec<Bytes>>> = Arc::default();
         let kept = Arc::clone(&bodies);
         let app = axum::Router::new().route(
@@ -93,7 +98,7 @@ impl Collector {
         }
     }
 
-    fn spans(&self) -> Vec<Span> {
+    pub(super) fn spans(&self) -> Vec<Span> {
         self.bodies
             .lock()
             .unwrap()
@@ -113,11 +118,11 @@ impl Collector {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn attr(span: &Span, key: &str) -> Option<Value> {
+pub(super) fn attr(span: &Span, key: &str) -> Option<Value> {
     let value = span
         .attributes
         .iter()
@@ -144,11 +149,11 @@ fn attr(span: &Span, key: &str) -> Option<Value> {
     })
 }
 
-fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
+pub(super) fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
     spans.iter().filter(|s| s.name == name).collect()
 }
 
-fn one<'a>(spans: &'a [Span], name: &str) -> &'a Span {
+pub(super) fn one<'a>(spans: &'a [Span], name: &str) -> &'a Span {
     let found = named(spans, name);
     assert_eq!(found.len(), 1, "spans named {name}: {:?}", names(spans));
     found[0]
@@ -415,18 +420,153 @@ async fn a_collector_that_is_down_costs_one_warning() {
 }
 
 #[test]
-fn grpc_is_refused_before_the_run_with_the_variable_named() {
+fn an_unknown_protocol_is_refused_before_the_run_with_the_variable_named() {
     Test::new()
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift")
         .env("OPENAI_API_KEY", KEY)
         .env("SUMMON_MODEL", "mock-model")
         .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
         .write_raw("p.yaml", PIPELINE)
         .args(["run", "p.yaml"])
         .code(1)
-        .stderr_has("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: summon exports traces over OTLP/HTTP only")
+        .stderr_has(
+            "OTEL_EXPORTER_OTLP_PROTOCOL=\"thrift\": expected http/protobuf, http/json or grpc",
+        )
         .run();
+}
+
+/// A loopback OTLP/gRPC collector (tonic's server) that keeps every export request.
+struct GrpcCollector {
+    url: String,
+    requests: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+struct Keep(Arc<Mutex<Vec<ExportTraceServiceRequest>>>);
+
+#[tonic::async_trait]
+impl TraceService for Keep {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.0.lock().unwrap().push(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+impl GrpcCollector {
+    async fn start() -> Self {
+        let requests: Arc<Mutex<Vec<ExportTraceServiceRequest>>> = Arc::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let service = TraceServiceServer::new(Keep(Arc::clone(&requests)));
+        let server = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await
+                .unwrap();
+        });
+        Self {
+            url,
+            requests,
+            _server: server,
+        }
+    }
+
+    fn spans(&self) -> Vec<Span> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.resource_spans.clone())
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn grpc_sends_the_same_tree_to_a_grpc_collector() {
+    let server = MockServer::start(mock()).await;
+    let collector = GrpcCollector::start().await;
+    let out = traced(&server, &collector.url)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    assert!(!out.stderr.contains("not exported"), "{}", out.stderr);
+    let spans = collector.spans();
+    let run = one(&spans, "run traced");
+    assert_eq!(named(&spans, "step each").len(), 1, "{:?}", names(&spans));
+    assert_eq!(
+        spans
+            .iter()
+            .filter(|s| s.name.starts_with("task each#"))
+            .count(),
+        3
+    );
+    let tool = one(&spans, "execute_tool list_files");
+    assert_eq!(tool.trace_id, run.trace_id);
+    let report = read_json(&out.dir.join("out/report.json"));
+    assert_eq!(report["trace_id"], json!(hex(&run.trace_id)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_config_file_turns_traces_on_and_a_projects_needs_trust() {
+    let server = MockServer::start(mock()).await;
+    let collector = Collector::start(StatusCode::OK).await;
+    let config = format!(
+        "traces:\n  endpoint: {}\n  protocol: http/protobuf\n",
+        collector.url
+    );
+    // The user's own config file: on, no variable needed.
+    let test = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .write_raw("p.yaml", PIPELINE)
+        .write_raw("home/.config/summon/config.yaml", &config);
+    let xdg = test.path().join("home/.config").display().to_string();
+    let out = test
+        .env("XDG_CONFIG_HOME", &xdg)
+        .args(["run", "p.yaml", "--quiet"])
+        .run();
+    assert!(!out.stderr.contains("traces"), "{}", out.stderr);
+    let spans = collector.spans();
+    one(&spans, "run traced");
+    // A cloned project's summon.yaml may not send the run's spans anywhere by itself.
+    let before = collector.spans().len();
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .write_raw("p.yaml", PIPELINE)
+        .write_raw("summon.yaml", &config)
+        .args(["run", "p.yaml"])
+        .code(1)
+        .stderr_has("summon.yaml:2:3:")
+        .stderr_has("`traces` in this project's summon.yaml would send this run's spans to")
+        .stderr_has("this project is not trusted")
+        .run();
+    assert_eq!(collector.spans().len(), before, "nothing was sent");
+    // Trusted, it applies.
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .write_raw("p.yaml", PIPELINE)
+        .write_raw("summon.yaml", &config)
+        .args(["run", "p.yaml", "--quiet", "--trust"])
+        .run();
+    assert_eq!(named(&collector.spans(), "run traced").len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -632,7 +772,9 @@ steps:
     let decompose = one(&spans, "decompose command");
     assert_eq!(attr(decompose, "summon.decompose.items"), Some(json!(1)));
     assert_eq!(decompose.parent_span_id, one(&spans, "step list").span_id);
-    // So did the model's shell command.
+    // The model's shell command runs under its tool call's span.
+    let tool = one(&spans, "execute_tool shell");
+    let under_tool = format!("00-{PARENT_TRACE}-{}-01", hex(&tool.span_id));
     let answers: Vec<String> = support::chats(&server)
         .iter()
         .flat_map(support::mcp::tool_results)
@@ -640,7 +782,56 @@ steps:
     assert!(
         answers
             .iter()
-            .any(|a| a.contains(&format!("tp={expected}"))),
+            .any(|a| a.contains(&format!("tp={under_tool}"))),
         "{answers:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_server_gets_the_span_context_at_start_and_with_each_call() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("bad__env", json!({"name": "TRACEPARENT"})),
+        Reply::tool_call("bad__meta", json!({})),
+        Reply::text("done"),
+    ]))
+    .await;
+    let collector = Collector::start(StatusCode::OK).await;
+    let recipe = format!(
+        "title: Tools\ndescription: uses an MCP server\nprompt: Use the tools.\n\
+         extensions:\n  - type: stdio\n    name: bad\n    cmd: python3\n    args: ['{}', 'ok']\n",
+        support::mcp::fixture("misbehaving.py")
+    );
+    traced(&server, &collector.url)
+        .write_raw("recipes/tools.yaml", &recipe)
+        .args(["delegate", "--source", "tools"])
+        .run();
+    let spans = collector.spans();
+    let root = one(&spans, "delegate tools");
+    let trace = hex(&root.trace_id);
+    let answers: Vec<String> = support::chats(&server)
+        .iter()
+        .flat_map(support::mcp::tool_results)
+        .collect();
+    // The server process started under the delegation's span...
+    assert!(
+        answers.contains(&format!("00-{trace}-{}-01", hex(&root.span_id))),
+        "{answers:?}"
+    );
+    // ...and each call carries its own span in `_meta` (SEP-414): a client span of the call.
+    let call = one(&spans, "execute_tool bad__meta");
+    assert_eq!(attr(call, "mcp.method.name"), Some(json!("tools/call")));
+    assert_eq!(attr(call, "summon.extension"), Some(json!("bad")));
+    assert_eq!(call.kind, 3, "a client span");
+    let meta: Value = answers
+        .iter()
+        .find_map(|a| {
+            serde_json::from_str::<Value>(a)
+                .ok()
+                .filter(|v| v.is_object())
+        })
+        .expect("the _meta the server got");
+    assert_eq!(
+        meta["traceparent"],
+        json!(format!("00-{trace}-{}-01", hex(&call.span_id)))
     );
 }

@@ -40,6 +40,8 @@ fn free_port() -> u16 {
 struct Phoenix {
     child: Child,
     port: u16,
+    /// Its OTLP/gRPC port.
+    grpc: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -55,12 +57,13 @@ impl Phoenix {
         let python = phoenix_python();
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
+        let grpc = free_port();
         let child = Command::new(python)
             .args(["-m", "phoenix.server.main", "serve"])
             .env("PHOENIX_WORKING_DIR", dir.path())
             .env("PHOENIX_HOST", "127.0.0.1")
             .env("PHOENIX_PORT", port.to_string())
-            .env("PHOENIX_GRPC_PORT", free_port().to_string())
+            .env("PHOENIX_GRPC_PORT", grpc.to_string())
             .env("PHOENIX_TELEMETRY_ENABLED", "false")
             .current_dir(dir.path())
             .stdin(Stdio::null())
@@ -71,6 +74,7 @@ impl Phoenix {
         let phoenix = Self {
             child,
             port,
+            grpc,
             _dir: dir,
         };
         support::wait_for(Duration::from_secs(180), "Phoenix to answer", || {
@@ -242,4 +246,38 @@ async fn phoenix_shows_the_run_as_one_tree_with_genai_attributes_and_no_secrets(
         !all.contains("Secret prompt text"),
         "prompt text reached Phoenix"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs Arize Phoenix from PyPI (.ci/run installs it under target/phoenix)"]
+async fn phoenix_takes_a_delegation_over_grpc() {
+    let phoenix = tokio::task::spawn_blocking(Phoenix::start).await.unwrap();
+    let server = MockServer::start(super::traces::mock()).await;
+    let out = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", super::traces::KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            &format!("http://127.0.0.1:{}", phoenix.grpc),
+        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .args(["delegate", "--instructions", "say alpha"])
+        .run();
+    assert!(!out.stderr.contains("traces:"), "{}", out.stderr);
+    let phoenix = std::sync::Arc::new(phoenix);
+    let reader = std::sync::Arc::clone(&phoenix);
+    let spans = tokio::task::spawn_blocking(move || {
+        support::wait_for(Duration::from_secs(60), "the trace in Phoenix", || {
+            let spans = reader.spans();
+            named(&spans, "delegate task").len() == 1
+                && named(&spans, "execute_tool list_files").len() == 1
+        });
+        reader.spans()
+    })
+    .await
+    .unwrap();
+    let root = named(&spans, "delegate task")[0];
+    let tool = named(&spans, "execute_tool list_files")[0];
+    assert_eq!(tool["context"]["trace_id"], root["context"]["trace_id"]);
 }

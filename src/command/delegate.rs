@@ -52,8 +52,8 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
     }
     let request = request_from_args(args, ctx)?;
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
-    let trace_settings = crate::telemetry::Settings::from_env(&ctx.env)
-        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message)))?;
+    let trace_settings =
+        crate::telemetry::Settings::resolve(&ctx.env, &config).map_err(Error::from)?;
     // The catalog is read once and frozen for the delegation.
     let catalog = ctx.catalog();
     if args.r#async {
@@ -62,13 +62,18 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
     }
     let palette = ctx.err_palette;
     let mut traces = start_traces(trace_settings.as_ref(), &request, ctx);
+    let env = ctx.env.clone().traced(
+        traces
+            .as_ref()
+            .map(crate::telemetry::DelegationTraces::traceparent),
+    );
     let observer: &mut Observer<'_> = &mut |label: &str, event: SubagentEvent| {
         if let Some(traces) = &mut traces {
             traces.observe(&event);
         }
         progress_line(label, palette, event);
     };
-    let ran = delegation::run(&ctx.env, &config, &catalog, &request, observer, None);
+    let ran = delegation::run(&env, &config, &catalog, &request, observer, None);
     if let Some(traces) = traces {
         let failure;
         let ended = match &ran {
@@ -172,8 +177,9 @@ pub(super) fn worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
         .map_err(|_| Error::usage(format!("not a task id: `{id_text}`")))?;
     let palette = crate::color::Palette::default();
     // A variable the starting command accepted; unusable here, it only leaves traces off.
-    let settings = crate::telemetry::Settings::from_env(&ctx.env)
+    let settings = crate::config::load_config(&ctx.env)
         .ok()
+        .and_then(|(config, _)| crate::telemetry::Settings::resolve(&ctx.env, &config).ok())
         .flatten();
     let request = crate::store::Store::open_for(&ctx.env)
         .ok()
@@ -182,13 +188,18 @@ pub(super) fn worker(id_text: &str, ctx: &mut Ctx) -> Result<()> {
     let mut traces = request
         .as_ref()
         .and_then(|request| start_traces(settings.as_ref(), request, ctx));
+    let env = ctx.env.clone().traced(
+        traces
+            .as_ref()
+            .map(crate::telemetry::DelegationTraces::traceparent),
+    );
     let observer: &mut Observer<'_> = &mut |label: &str, event: SubagentEvent| {
         if let Some(traces) = &mut traces {
             traces.observe(&event);
         }
         progress_line(label, palette, event);
     };
-    let notes = delegation::run_worker(&ctx.env, id, observer)?;
+    let notes = delegation::run_worker(&env, id, observer)?;
     if let Some(traces) = traces {
         // The worker recorded how the task ended.
         let task = crate::store::Store::open_for(&ctx.env)

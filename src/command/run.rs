@@ -106,8 +106,8 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         .and_then(|out| plan.closing_note(out, &shown));
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
-    let trace_settings = crate::telemetry::Settings::from_env(&ctx.env)
-        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message)))?;
+    let trace_settings =
+        crate::telemetry::Settings::resolve(&ctx.env, &config).map_err(Error::from)?;
     let cap = args
         .max_cost
         .or(compiled.pipeline.settings.max_cost)

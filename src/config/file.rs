@@ -48,6 +48,10 @@
 //!   keep_days: 7
 //! shell_env: [GOPATH, CARGO_HOME] # variables the model's shell commands get besides PATH,
 //!                                 # HOME, USER, LOGNAME, LANG, LC_ALL, LC_CTYPE, TERM, TZ
+//! traces:                         # OpenTelemetry export (the OTEL_* variables win over these)
+//!   endpoint: http://localhost:4318 # the collector, as OTEL_EXPORTER_OTLP_ENDPOINT
+//!   protocol: http/protobuf       # http/protobuf | http/json | grpc
+//!   capture_content: false        # prompt and answer text on the spans
 //! ```
 //!
 //! Provider entries:
@@ -267,6 +271,20 @@ pub(crate) struct Config {
     /// Where a file loosens the sandbox (`sandbox: off`, `network: true`), by key; kept for
     /// the project file only, whose loosening needs trust.
     pub(crate) loosened: Vec<(&'static str, Span)>,
+    /// `traces`: where and how traces are exported, under the `OTEL_*` variables.
+    pub(crate) traces: Option<Located<TracesConfig>>,
+}
+
+/// The config file's `traces` entry; the scope says whose file wrote it (a project's needs
+/// trust: it would send the run's spans to a host of the repository's choosing).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct TracesConfig {
+    /// The collector's base URL, or a URL ending in `/v1/traces` used as given.
+    pub(crate) endpoint: Option<String>,
+    /// `http/protobuf`, `http/json` or `grpc`.
+    pub(crate) protocol: Option<String>,
+    pub(crate) capture_content: Option<bool>,
+    pub(crate) scope: Option<Scope>,
 }
 
 impl Config {
@@ -304,6 +322,9 @@ impl Config {
         self.cache = over.cache.or(self.cache);
         self.loosened.extend(over.loosened);
         self.shell_env.extend(over.shell_env);
+        if over.traces.is_some() {
+            self.traces = over.traces;
+        }
     }
 
     /// The environment of the model's shell commands: the `shell_env` names, none of the
@@ -425,6 +446,9 @@ pub(crate) fn load(env: &Env) -> Loaded {
             }
             for name in &mut layer.shell_env {
                 name.scope = scope;
+            }
+            if let Some(traces) = &mut layer.traces {
+                traces.value.scope = Some(scope);
             }
             loaded.config.merge(layer);
         }
@@ -568,6 +592,9 @@ fn parse_inner(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Config {
     if let Some(node) = r.get("shell_env") {
         config.shell_env = read_shell_env(node, &mut d);
     }
+    if let Some(node) = r.get("traces") {
+        config.traces = read_traces(node, &mut d);
+    }
     if let Some(node) = r.get("cache") {
         config.cache = match node.as_str() {
             Some("true") => Some(true),
@@ -646,6 +673,63 @@ fn read_shell_env(node: &Node, d: &mut FileDiags<'_>) -> Vec<ShellEnvName> {
 }
 
 /// `store: {keep_runs: N, keep_days: D}`: the run history's retention.
+/// `traces: {endpoint, protocol, capture_content}`.
+fn read_traces(node: &Node, d: &mut FileDiags<'_>) -> Option<Located<TracesConfig>> {
+    let Some(mut r) = MapReader::new(node, "traces") else {
+        d.error(
+            node.pos,
+            format!(
+                "`traces` must be a mapping (`endpoint:`, `protocol:`, `capture_content:`), \
+                 found {}",
+                node.kind_name()
+            ),
+        );
+        return None;
+    };
+    let mut traces = TracesConfig::default();
+    if let Some(n) = r.get("endpoint") {
+        match n.as_str().map(str::trim) {
+            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                traces.endpoint = Some(url.to_owned());
+            }
+            _ => d.error(
+                n.pos,
+                format!(
+                    "`traces.endpoint` must be the collector's http:// or https:// URL, found {}",
+                    describe(n)
+                ),
+            ),
+        }
+    }
+    if let Some(n) = r.get("protocol") {
+        match n.as_str() {
+            Some(p @ ("http/protobuf" | "http/json" | "grpc")) => {
+                traces.protocol = Some(p.to_owned());
+            }
+            _ => d.error(
+                n.pos,
+                format!(
+                    "`traces.protocol` must be http/protobuf, http/json or grpc, found {}",
+                    describe(n)
+                ),
+            ),
+        }
+    }
+    if let Some(n) = r.get("capture_content") {
+        match n.as_str() {
+            Some("true") => traces.capture_content = Some(true),
+            Some("false") => traces.capture_content = Some(false),
+            _ => d.error(n.pos, "`traces.capture_content` must be true or false"),
+        }
+    }
+    r.finish(d);
+    Some(Located {
+        value: traces,
+        file: Arc::clone(&d.file),
+        pos: node.pos,
+    })
+}
+
 fn read_store_settings(node: &Node, config: &mut Config, d: &mut FileDiags<'_>) {
     let Some(mut r) = MapReader::new(node, "store") else {
         d.error(

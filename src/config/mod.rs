@@ -16,6 +16,6 @@ pub(crate) mod resolve;
 pub(crate) mod trust;
 pub(crate) mod windows;
 
-pub(crate) use file::{Config, load_config};
+pub(crate) use file::{Config, Scope, TracesConfig, load_config};
 pub(crate) use prices::{NO_PRICE, Prices, Tier};
 pub(crate) use resolve::{Overrides, Resolved, env_max_turns, resolve};

@@ -113,6 +113,10 @@ fn spawn_worker(store: &Store, id: &TaskId, env: &Env) -> std::io::Result<u32> {
     if let Some(value) = env.var(crate::config::trust::TRUST_ENV) {
         command.env(crate::config::trust::TRUST_ENV, value);
     }
+    // The worker's trace joins its starter's (a `summon mcp` call's span).
+    if let Some(value) = env.var("TRACEPARENT") {
+        command.env("TRACEPARENT", value);
+    }
     let mut wrapped = CommandWrap::from(command);
     wrapped.wrap(ProcessSession);
     let child = wrapped.spawn()?;

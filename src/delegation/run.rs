@@ -84,7 +84,14 @@ impl Ready {
         observer: &mut Observer<'_>,
         cancel: Option<CancellationToken>,
     ) -> Result<DelegationOutcome> {
-        let Ready { runtime, prepared } = self;
+        let Ready {
+            runtime,
+            mut prepared,
+        } = self;
+        if let Some(traceparent) = &env.trace {
+            // A traced delegation: its commands and tool calls join the trace.
+            prepared.spec.tools.set_traceparent(traceparent.clone());
+        }
         let client = Client::new(prepared.resolved.endpoint.clone())
             .map_err(|e| Error::usage(e.to_string()))?;
         let limiter = RateLimiter::new(prepared.resolved.limits);

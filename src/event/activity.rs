@@ -37,7 +37,13 @@ pub(crate) enum Doing {
     /// The request in flight is sent again after `wait` (`class`: `rate_limited`, ...).
     Retry { class: &'static str, wait: Duration },
     /// A tool call starts.
-    ToolStarted { name: String },
+    ToolStarted {
+        name: String,
+        /// The span id the call chose, when the run is traced.
+        span: Option<u64>,
+        /// The extension (MCP server) whose tool it is, for one of theirs.
+        extension: Option<String>,
+    },
     /// The tool call in flight ended.
     ToolEnded { ok: bool },
 }

@@ -634,8 +634,16 @@ async fn attempt_task(
             trace.tool(&name, ok, &summary);
             doing(Doing::ToolEnded { ok });
         }
-        crate::subagent::SubagentEvent::ToolStarted { name } => {
-            doing(Doing::ToolStarted { name });
+        crate::subagent::SubagentEvent::ToolStarted {
+            name,
+            span,
+            extension,
+        } => {
+            doing(Doing::ToolStarted {
+                name,
+                span,
+                extension,
+            });
         }
         crate::subagent::SubagentEvent::Response {
             usage,

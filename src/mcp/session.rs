@@ -136,14 +136,24 @@ impl Session {
 
     /// Runs one call. The second value is a warning for the user when the server failed
     /// (it is then no longer used).
-    pub(crate) async fn call(&self, name: &str, args: &Value) -> (ToolOutput, Option<String>) {
+    pub(crate) async fn call(
+        &self,
+        name: &str,
+        args: &Value,
+        traceparent: Option<&str>,
+    ) -> (ToolOutput, Option<String>) {
         let Some((server, own)) = self.server_of(name) else {
             return (
                 ToolOutput::error(format!("unknown_tool: `{name}` is not one of your tools")),
                 None,
             );
         };
-        server.call(own, args).await
+        server.call(own, args, traceparent).await
+    }
+
+    /// The extension whose tool `name` is, when it is one of theirs.
+    pub(crate) fn extension_of(&self, name: &str) -> Option<&str> {
+        self.server_of(name).map(|(server, _)| server.name.as_str())
     }
 
     /// Stops every server: stdin is closed, and after a short grace the process group is
@@ -154,7 +164,12 @@ impl Session {
 }
 
 impl Server {
-    async fn call(&self, tool: &str, args: &Value) -> (ToolOutput, Option<String>) {
+    async fn call(
+        &self,
+        tool: &str,
+        args: &Value,
+        traceparent: Option<&str>,
+    ) -> (ToolOutput, Option<String>) {
         if let Some(reason) = self.broken.lock().ok().and_then(|b| b.clone()) {
             return (
                 ToolOutput::error(format!(
@@ -180,6 +195,12 @@ impl Server {
         };
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = arguments;
+        if let Some(traceparent) = traceparent {
+            // W3C trace context in `_meta` (SEP-414): the server's spans join the call's.
+            let mut meta = rmcp::model::RequestMetaObject::default();
+            meta.set_traceparent(traceparent);
+            params.meta = Some(meta);
+        }
         let guard = self.client.lock().await;
         let Some(client) = guard.as_ref() else {
             return (
@@ -481,6 +502,10 @@ async fn spawn_stdio(
     command
         .current_dir(workdir)
         .env(crate::env::NESTED_ENV, "1");
+    // A traced run's servers start under its span; each call carries its own in `_meta`.
+    if let Some(traceparent) = env.traceparent() {
+        command.env("TRACEPARENT", traceparent);
+    }
     // summon's own secrets (the providers' key variables, and variables named like keys) are
     // not handed to servers unless the extension names them.
     for (name, _) in std::env::vars_os() {

@@ -376,10 +376,12 @@ fn delegate_request(map: &Object) -> Result<(DelegationRequest, bool), String> {
 pub(super) fn start_task(
     shared: &Shared,
     map: &Object,
+    trace: Option<&str>,
 ) -> Result<crate::store::TaskRecord, String> {
     let (request, _) = delegate_request(map)?;
     let (config, _) = load_config(&shared.env).map_err(|d| error_text(&Error::Input(d), shared))?;
-    let started = delegation::start(&shared.env, &config, &shared.catalog, &request, true)
+    let env = super::traced_env(shared, trace);
+    let started = delegation::start(&env, &config, &shared.catalog, &request, true)
         .map_err(|e| error_text(&e, shared))?;
     let tasks = open_tasks(shared)?;
     delegation::peek(&tasks, &started.id)
@@ -425,8 +427,14 @@ fn delegate(
     let (request, background) = delegate_request(map)?;
     let (config, _) = load_config(&shared.env).map_err(|d| error_text(&Error::Input(d), shared))?;
     if background {
-        let started = delegation::start(&shared.env, &config, &shared.catalog, &request, false)
-            .map_err(|e| error_text(&e, shared))?;
+        let started = delegation::start(
+            &progress.env(shared),
+            &config,
+            &shared.catalog,
+            &request,
+            false,
+        )
+        .map_err(|e| error_text(&e, shared))?;
         let queued = if started.status == TaskStatus::Queued {
             " (queued until a slot is free)"
         } else {
@@ -468,7 +476,7 @@ fn foreground(
     progress: &Progress,
     cancel: &CancellationToken,
 ) -> Result<TaskView, String> {
-    let started = delegation::start(&shared.env, config, catalog, request, true)
+    let started = delegation::start(&progress.env(shared), config, catalog, request, true)
         .map_err(|e| error_text(&e, shared))?;
     let id = started.id;
     shared.track(id, true);

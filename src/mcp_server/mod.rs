@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     /// The foreground tasks running now.
     foreground: Mutex<HashSet<TaskId>>,
     instructions: String,
+    /// The session's traces, when the `OTEL_*` variables or the config file turn them on.
+    traces: Option<crate::telemetry::SessionTraces>,
 }
 
 impl Shared {
@@ -69,9 +71,17 @@ pub(crate) struct Progress {
     token: Option<ProgressToken>,
     handle: tokio::runtime::Handle,
     sent: AtomicU64,
+    /// The call's span context (`TRACEPARENT`) for the workers and runs it starts, when
+    /// the session exports traces.
+    trace: Option<String>,
 }
 
 impl Progress {
+    /// The environment of what the call starts: the session's, under the call's span.
+    fn env<'a>(&self, shared: &'a Shared) -> std::borrow::Cow<'a, Env> {
+        traced_env(shared, self.trace.as_deref())
+    }
+
     /// One line, as a progress notification whose count goes up by one.
     fn line(&self, message: &str) {
         let Some(token) = &self.token else {
@@ -126,6 +136,14 @@ impl ServerHandler for Server {
             ));
         }
         let arguments = request.arguments.unwrap_or_default();
+        let span = self.shared.traces.as_ref().map(|traces| {
+            traces.call(
+                &name,
+                context.meta.get_traceparent(),
+                context.meta.get_tracestate(),
+            )
+        });
+        let trace = span.as_ref().map(crate::telemetry::CallSpan::traceparent);
         // A client of the tasks extension gets a `delegate` as a task of the store, polled
         // with tasks/get (an `async: true` call answers at once either way).
         let tasks_client = context
@@ -137,7 +155,11 @@ impl ServerHandler for Server {
             && arguments.get("async") != Some(&serde_json::Value::Bool(true))
         {
             let shared = std::sync::Arc::clone(&self.shared);
-            let started = blocking(move || calls::start_task(&shared, &arguments)).await?;
+            let started =
+                blocking(move || calls::start_task(&shared, &arguments, trace.as_deref())).await?;
+            if let Some(span) = span {
+                span.end(started.as_ref().err().map(String::as_str));
+            }
             return Ok(match started {
                 Ok(task) => CallToolResponse::Task(CreateTaskResult::new(protocol_task(&task))),
                 Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]).into(),
@@ -148,6 +170,7 @@ impl ServerHandler for Server {
             token: context.meta.get_progress_token(),
             handle: tokio::runtime::Handle::current(),
             sent: AtomicU64::new(0),
+            trace,
         };
         let cancel = context.ct.clone();
         let shared = std::sync::Arc::clone(&self.shared);
@@ -160,6 +183,9 @@ impl ServerHandler for Server {
         let reply = receive
             .await
             .map_err(|_| ErrorData::internal_error("the tool call's thread ended early", None))?;
+        if let Some(span) = span {
+            span.end(reply.error.then(|| reply.text.lines().next().unwrap_or("")));
+        }
         Ok(tool_result(reply).into())
     }
 
@@ -200,6 +226,14 @@ impl ServerHandler for Server {
         blocking(move || calls::cancel_task(&shared, &id))
             .await?
             .map_err(|message| ErrorData::invalid_params(message, None))
+    }
+}
+
+/// The session's environment, with `TRACEPARENT` set to `trace` when there is one.
+fn traced_env<'a>(shared: &'a Shared, trace: Option<&str>) -> std::borrow::Cow<'a, Env> {
+    match trace {
+        Some(trace) => std::borrow::Cow::Owned(shared.env.clone().with_var("TRACEPARENT", trace)),
+        None => std::borrow::Cow::Borrowed(&shared.env),
     }
 }
 
@@ -259,6 +293,7 @@ fn shared(env: Env, load_wait: Duration) -> std::sync::Arc<Shared> {
     let listing = delegation::list_sources(&catalog);
     let nested = crate::subagent::inside_subagent(&env);
     let instructions = tools::instructions(&listing, &env.cwd, nested);
+    let traces = session_traces(&env);
     std::sync::Arc::new(Shared {
         env,
         catalog,
@@ -268,7 +303,35 @@ fn shared(env: Env, load_wait: Duration) -> std::sync::Arc<Shared> {
         shutdown: CancellationToken::new(),
         foreground: Mutex::new(HashSet::new()),
         instructions,
+        traces,
     })
+}
+
+/// The session's traces, when turned on; a setting summon cannot use leaves them off with
+/// a warning (the client reads the server's stderr as its log).
+fn session_traces(env: &Env) -> Option<crate::telemetry::SessionTraces> {
+    let (config, _) = crate::config::load_config(env).ok()?;
+    let settings = match crate::telemetry::Settings::resolve(env, &config) {
+        Ok(settings) => settings?,
+        Err(diagnostic) => {
+            eprintln!("summon: warning: traces are off: {}", diagnostic.message);
+            return None;
+        }
+    };
+    match crate::telemetry::SessionTraces::start(&settings, env) {
+        Ok(traces) => Some(traces),
+        Err(e) => {
+            eprintln!("summon: warning: traces are off: {e}");
+            None
+        }
+    }
+}
+
+/// The end of a session: its spans are sent, within the flush time.
+fn finish_traces(shared: &Shared) {
+    if let Some(warning) = shared.traces.as_ref().and_then(|t| t.finish()) {
+        eprintln!("summon: warning: {warning}");
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -301,6 +364,7 @@ pub(crate) fn serve(env: Env, load_wait: Duration) -> Result<()> {
     shared.shutdown.cancel();
     stop_foreground(&shared);
     runtime.shutdown_timeout(Duration::from_secs(1));
+    finish_traces(&shared);
     served
 }
 
@@ -358,5 +422,6 @@ pub(crate) fn serve_http(env: Env, load_wait: Duration, addr: std::net::SocketAd
     shared.shutdown.cancel();
     stop_foreground(&shared);
     runtime.shutdown_timeout(Duration::from_secs(1));
+    finish_traces(&shared);
     served
 }

@@ -53,6 +53,10 @@ pub(super) fn run(
         command.arg(word);
     }
     command.arg("--").arg(&pipeline);
+    if let Some(trace) = &progress.trace {
+        // The run's trace is a child of this call's span.
+        command.env("TRACEPARENT", trace);
+    }
     let mut wrapped = process_wrap::std::CommandWrap::from(command);
     wrapped.wrap(process_wrap::std::ProcessGroup::leader());
     let mut child = wrapped

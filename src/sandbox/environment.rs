@@ -50,6 +50,30 @@ impl CommandEnv {
         self.traceparent.as_deref()
     }
 
+    /// A span id for one tool call of a traced run (none when the run is not traced): the
+    /// call's span gets it, and what the call starts runs under [`Self::child_traceparent`].
+    pub(crate) fn new_span_id(&self) -> Option<u64> {
+        self.traceparent.as_ref()?;
+        Some(loop {
+            let id: u64 = rand::random();
+            if id != 0 {
+                break id;
+            }
+        })
+    }
+
+    /// The run's `TRACEPARENT` with the span `span_id` as the parent.
+    pub(crate) fn child_traceparent(&self, span_id: u64) -> Option<String> {
+        let traceparent = self.traceparent.as_deref()?;
+        let mut parts: Vec<&str> = traceparent.split('-').collect();
+        if parts.len() != 4 {
+            return None;
+        }
+        let span = format!("{span_id:016x}");
+        parts[2] = &span;
+        Some(parts.join("-"))
+    }
+
     /// The configured keys: the values of the credential variables that are set.
     pub(crate) fn keys(&self) -> &[Secret] {
         &self.keys

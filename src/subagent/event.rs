@@ -48,7 +48,13 @@ pub(crate) enum SubagentEvent {
         error: Option<&'static str>,
     },
     /// A tool call starts.
-    ToolStarted { name: String },
+    ToolStarted {
+        name: String,
+        /// The call's span id when the run is traced (what the call starts runs under it).
+        span: Option<u64>,
+        /// The extension (MCP server) whose tool it is, for one of theirs.
+        extension: Option<String>,
+    },
     /// A delegation starts with this provider and model (sent by the delegation library
     /// before the agent loop's first event).
     Started { provider: String, model: String },

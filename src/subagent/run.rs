@@ -203,6 +203,7 @@ impl Tools {
         name: &str,
         args: &serde_json::Value,
         observer: &mut (dyn FnMut(SubagentEvent) + Send),
+        traceparent: Option<&str>,
     ) -> ToolOutput {
         if spec.tools.contains(name) || !self.session.has(name) {
             if !spec.tools.contains(name) {
@@ -216,10 +217,10 @@ impl Tools {
             }
             return spec
                 .tools
-                .call(name, args, &spec.workdir, &self.scratch)
+                .call(name, args, &spec.workdir, &self.scratch, traceparent)
                 .await;
         }
-        let (output, warning) = self.session.call(name, args).await;
+        let (output, warning) = self.session.call(name, args, traceparent).await;
         if let Some(message) = warning {
             if let Ok(mut warnings) = self.warnings.lock() {
                 warnings.push(message.clone());
@@ -647,14 +648,28 @@ async fn run_once(
         });
         for call in &response.tool_calls {
             total.tool_calls += 1;
+            let command_env = spec.tools.command_env();
+            let span = command_env.new_span_id();
+            let extension = (!spec.tools.contains(&call.name))
+                .then(|| tools.session.extension_of(&call.name).map(str::to_owned))
+                .flatten();
             observer(SubagentEvent::ToolStarted {
                 name: call.name.clone(),
+                span,
+                extension,
             });
+            let traceparent = span.and_then(|id| command_env.child_traceparent(id));
             let output = match &call.unreadable {
                 Some(unreadable) => unreadable_output(&call.name, &unreadable.kind),
                 None => {
                     tools
-                        .call(spec, &call.name, &call.arguments, observer)
+                        .call(
+                            spec,
+                            &call.name,
+                            &call.arguments,
+                            observer,
+                            traceparent.as_deref(),
+                        )
                         .await
                 }
             };

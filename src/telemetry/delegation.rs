@@ -57,6 +57,11 @@ impl DelegationTraces {
         })
     }
 
+    /// The delegation's span context as a `TRACEPARENT` value, for what it starts.
+    pub(crate) fn traceparent(&self) -> String {
+        self.traces.traceparent()
+    }
+
     fn doing(&self, what: Doing) {
         self.traces.emit(&RunEvent::Activity(Activity {
             step: 0,
@@ -101,8 +106,16 @@ impl DelegationTraces {
                 class,
                 wait: *delay,
             }),
-            SubagentEvent::ToolStarted { name } => {
-                self.doing(Doing::ToolStarted { name: name.clone() });
+            SubagentEvent::ToolStarted {
+                name,
+                span,
+                extension,
+            } => {
+                self.doing(Doing::ToolStarted {
+                    name: name.clone(),
+                    span: *span,
+                    extension: extension.clone(),
+                });
             }
             SubagentEvent::ToolCall { ok, .. } => self.doing(Doing::ToolEnded { ok: *ok }),
             SubagentEvent::Tokens { total } => self.usage = *total,

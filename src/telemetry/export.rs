@@ -57,26 +57,22 @@ impl std::fmt::Debug for Message {
 }
 
 impl Exporting {
-    /// Starts the export thread with `exporter`.
+    /// Starts the export thread, whose exporter `make` builds on the thread's own runtime
+    /// (a gRPC channel's tasks live there).
     pub(crate) fn start<E: SpanExporter + 'static>(
-        exporter: E,
+        make: impl FnOnce() -> Result<E, String> + Send + 'static,
         settings: &Settings,
         unreachable: Arc<Mutex<Option<String>>>,
     ) -> std::io::Result<(Self, Arc<Counts>)> {
         let (sender, receiver) = std::sync::mpsc::sync_channel(settings.queue);
         let (done, finished) = std::sync::mpsc::channel();
         let counts = Arc::new(Counts::default());
-        let worker = Worker {
-            exporter,
-            counts: Arc::clone(&counts),
-            unreachable,
-            batch: settings.batch,
-            delay: settings.delay,
-        };
+        let worker_counts = Arc::clone(&counts);
+        let (batch, delay) = (settings.batch, settings.delay);
         std::thread::Builder::new()
             .name("summon-traces".to_owned())
             .spawn(move || {
-                worker.run(&receiver);
+                run_worker(make, worker_counts, unreachable, batch, delay, &receiver);
                 let _ = done.send(());
             })?;
         Ok((
@@ -193,19 +189,44 @@ struct Worker<E> {
     delay: Duration,
 }
 
+/// The export thread's work: its runtime, its exporter, then the queue until it closes.
+fn run_worker<E: SpanExporter>(
+    make: impl FnOnce() -> Result<E, String>,
+    counts: Arc<Counts>,
+    unreachable: Arc<Mutex<Option<String>>>,
+    batch: usize,
+    delay: Duration,
+    receiver: &Receiver<Message>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            counts.failed(format!("cannot start the export thread: {err}"));
+            return;
+        }
+    };
+    let exporter = {
+        let _entered = runtime.enter();
+        make()
+    };
+    match exporter {
+        Ok(exporter) => Worker {
+            exporter,
+            counts,
+            unreachable,
+            batch,
+            delay,
+        }
+        .run(&runtime, receiver),
+        Err(err) => counts.failed(err),
+    }
+}
+
 impl<E: SpanExporter> Worker<E> {
-    fn run(mut self, receiver: &Receiver<Message>) {
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(runtime) => runtime,
-            Err(err) => {
-                self.counts
-                    .failed(format!("cannot start the export thread: {err}"));
-                return;
-            }
-        };
+    fn run(mut self, runtime: &tokio::runtime::Runtime, receiver: &Receiver<Message>) {
         let mut spans = Vec::new();
         let mut due: Option<Instant> = None;
         loop {
@@ -218,17 +239,17 @@ impl<E: SpanExporter> Worker<E> {
                     spans.push(*span);
                     due.get_or_insert_with(|| Instant::now() + self.delay);
                     if spans.len() >= self.batch {
-                        self.send(&runtime, &mut spans);
+                        self.send(runtime, &mut spans);
                         due = None;
                     }
                 }
                 Ok(Message::Resource(resource)) => self.exporter.set_resource(&resource),
                 Err(RecvTimeoutError::Timeout) => {
-                    self.send(&runtime, &mut spans);
+                    self.send(runtime, &mut spans);
                     due = None;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    self.send(&runtime, &mut spans);
+                    self.send(runtime, &mut spans);
                     return;
                 }
             }

@@ -12,12 +12,14 @@
 //!                                                 └─> OTLP SpanExporter ─> reqwest ─> collector
 //! ```
 
+mod calls;
 mod client;
 mod delegation;
 mod export;
 mod settings;
 mod spans;
 
+pub(crate) use calls::{CallSpan, SessionTraces};
 pub(crate) use delegation::{DelegationTraces, Ended};
 pub(crate) use settings::Settings;
 pub(crate) use spans::RunTraces;

@@ -13,6 +13,7 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
 use super::Settings;
 use super::export::{Counts, Exporting, Tally};
+use super::settings::Protocol;
 use crate::event::{Activity, Consumer, Doing, FailureClass, RunEvent, TaskDone};
 
 /// The traces of one run: a consumer of its events (through [`RunTraces::consumer`]) and
@@ -94,33 +95,7 @@ impl RunTraces {
         root_attributes: Vec<KeyValue>,
         step_ids: Vec<String>,
     ) -> std::io::Result<Self> {
-        let builder = opentelemetry_otlp::SpanExporter::builder().with_http();
-        let builder = opentelemetry_otlp::WithExportConfig::with_protocol(
-            builder,
-            if settings.json {
-                opentelemetry_otlp::Protocol::HttpJson
-            } else {
-                opentelemetry_otlp::Protocol::HttpBinary
-            },
-        );
-        let builder = opentelemetry_otlp::WithExportConfig::with_timeout(builder, settings.timeout);
-        crate::provider::install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .timeout(settings.timeout)
-            .build()
-            .map_err(std::io::Error::other)?;
-        let unreachable = Arc::new(Mutex::new(None));
-        let exporter = opentelemetry_otlp::WithHttpConfig::with_http_client(
-            builder,
-            super::client::ReqwestClient(client, Arc::clone(&unreachable)),
-        )
-        .build()
-        .map_err(std::io::Error::other)?;
-        let (processor, counts) = Exporting::start(exporter, settings, unreachable)?;
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(processor)
-            .with_resource(resource(env))
-            .build();
+        let (provider, counts) = tracer_provider(settings, env)?;
         let tracer = provider.tracer("summon");
         let parent = parent_context(env);
         let anchor = (Instant::now(), SystemTime::now());
@@ -246,8 +221,74 @@ impl crate::process::groups::Screen for Inner {
     }
 }
 
+/// A tracer provider whose spans go to the export thread, and what became of them.
+pub(super) fn tracer_provider(
+    settings: &Settings,
+    env: &crate::env::Env,
+) -> std::io::Result<(SdkTracerProvider, Arc<Counts>)> {
+    crate::provider::install_crypto_provider();
+    let unreachable = Arc::new(Mutex::new(None));
+    let make = {
+        let (settings, unreachable) = (settings.clone(), Arc::clone(&unreachable));
+        move || exporter(&settings, unreachable)
+    };
+    let (processor, counts) = Exporting::start(make, settings, unreachable)?;
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(resource(env))
+        .build();
+    Ok((provider, counts))
+}
+
+/// The OTLP exporter `settings` ask for: over HTTP with summon's own reqwest, or over gRPC
+/// (TLS with the system's roots for an `https` endpoint).
+fn exporter(
+    settings: &Settings,
+    unreachable: Arc<Mutex<Option<String>>>,
+) -> Result<opentelemetry_otlp::SpanExporter, String> {
+    use opentelemetry_otlp::{Protocol as Otlp, WithExportConfig as _};
+    let built = match settings.protocol {
+        Protocol::Grpc => {
+            let builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(settings.url.clone())
+                .with_timeout(settings.timeout);
+            let builder = if settings.url.starts_with("https://") {
+                opentelemetry_otlp::WithTonicConfig::with_tls_config(
+                    builder,
+                    opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
+                        .with_native_roots(),
+                )
+            } else {
+                builder
+            };
+            builder.build()
+        }
+        Protocol::HttpProtobuf | Protocol::HttpJson => {
+            let client = reqwest::Client::builder()
+                .timeout(settings.timeout)
+                .build()
+                .map_err(|e| format!("cannot start the trace exporter: {e}"))?;
+            opentelemetry_otlp::WithHttpConfig::with_http_client(
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_http()
+                    .with_protocol(if settings.protocol == Protocol::HttpJson {
+                        Otlp::HttpJson
+                    } else {
+                        Otlp::HttpBinary
+                    })
+                    .with_endpoint(settings.url.clone())
+                    .with_timeout(settings.timeout),
+                super::client::ReqwestClient(client, unreachable),
+            )
+            .build()
+        }
+    };
+    built.map_err(|e| format!("cannot start the trace exporter: {e}"))
+}
+
 /// The one warning of a run whose spans did not all reach the collector.
-fn warning(endpoint: &str, tally: &Tally) -> Option<String> {
+pub(super) fn warning(endpoint: &str, tally: &Tally) -> Option<String> {
     (tally.dropped > 0).then(|| {
         format!(
             "traces: {} of {} spans not exported to {endpoint} ({})",
@@ -283,7 +324,7 @@ fn resource(env: &crate::env::Env) -> opentelemetry_sdk::Resource {
 }
 
 /// The context `TRACEPARENT` (and `TRACESTATE`) carry, or none.
-fn parent_context(env: &crate::env::Env) -> Context {
+pub(super) fn parent_context(env: &crate::env::Env) -> Context {
     use opentelemetry::propagation::TextMapPropagator as _;
     let mut carrier = HashMap::new();
     for (key, header) in [("TRACEPARENT", "traceparent"), ("TRACESTATE", "tracestate")] {
@@ -315,7 +356,7 @@ fn error_type(class: FailureClass) -> &'static str {
     }
 }
 
-fn failed(cx: &Context, error: &str) {
+pub(super) fn failed(cx: &Context, error: &str) {
     let span = cx.span();
     span.set_attribute(KeyValue::new("error.type", error.to_owned()));
     span.set_status(Status::error(error.to_owned()));
@@ -380,13 +421,30 @@ impl State {
         at: SystemTime,
         attributes: Vec<KeyValue>,
     ) -> Context {
-        let span = self
+        self.child_with_id(parent, name, kind, at, attributes, None)
+    }
+
+    /// A child span whose id is `id` when the engine chose one (what it started runs
+    /// under it).
+    fn child_with_id(
+        &self,
+        parent: &Context,
+        name: String,
+        kind: SpanKind,
+        at: SystemTime,
+        attributes: Vec<KeyValue>,
+        id: Option<u64>,
+    ) -> Context {
+        let mut builder = self
             .tracer
             .span_builder(name)
             .with_kind(kind)
             .with_start_time(at)
-            .with_attributes(attributes)
-            .start_with_context(&self.tracer, parent);
+            .with_attributes(attributes);
+        if let Some(id) = id.filter(|id| *id != 0) {
+            builder = builder.with_span_id(opentelemetry::trace::SpanId::from(id));
+        }
+        let span = builder.start_with_context(&self.tracer, parent);
         parent.with_span(span)
     }
 
@@ -400,9 +458,21 @@ impl State {
         at: SystemTime,
         attributes: Vec<KeyValue>,
     ) -> Option<Context> {
+        self.in_attempt_with_id(task, name, kind, at, attributes, None)
+    }
+
+    fn in_attempt_with_id(
+        &self,
+        task: (usize, u64),
+        name: String,
+        kind: SpanKind,
+        at: SystemTime,
+        attributes: Vec<KeyValue>,
+        id: Option<u64>,
+    ) -> Option<Context> {
         let task = self.tasks.get(&task)?;
         let parent = task.attempt.as_ref().unwrap_or(&task.task);
-        Some(self.child(parent, name, kind, at, attributes))
+        Some(self.child_with_id(parent, name, kind, at, attributes, id))
     }
 
     /// The span a task of `step` starts under: its reduction level's, else its step's.
@@ -560,17 +630,33 @@ impl State {
                     ],
                 );
             }
-            Doing::ToolStarted { name } => {
-                let Some(tool) = self.in_attempt(
+            Doing::ToolStarted {
+                name,
+                span,
+                extension,
+            } => {
+                let mut attributes = vec![
+                    KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                    KeyValue::new("openinference.span.kind", "TOOL"),
+                    KeyValue::new("gen_ai.tool.name", name.clone()),
+                ];
+                if let Some(extension) = extension {
+                    // A call to an MCP server: the MCP semantic conventions' method, and
+                    // the extension it went to.
+                    attributes.push(KeyValue::new("mcp.method.name", "tools/call"));
+                    attributes.push(KeyValue::new("summon.extension", extension.clone()));
+                }
+                let Some(tool) = self.in_attempt_with_id(
                     (step, index),
                     format!("execute_tool {name}"),
-                    SpanKind::Internal,
+                    if extension.is_some() {
+                        SpanKind::Client
+                    } else {
+                        SpanKind::Internal
+                    },
                     at,
-                    vec![
-                        KeyValue::new("gen_ai.operation.name", "execute_tool"),
-                        KeyValue::new("openinference.span.kind", "TOOL"),
-                        KeyValue::new("gen_ai.tool.name", name.clone()),
-                    ],
+                    attributes,
+                    *span,
                 ) else {
                     return;
                 };

@@ -261,6 +261,7 @@ impl ToolSet {
         args: &Value,
         workdir: &WorkDir,
         scratch: &Scratch,
+        traceparent: Option<&str>,
     ) -> ToolOutput {
         let Some(tool) = self.find(name) else {
             return self.unknown_tool(name, &[]);
@@ -278,6 +279,7 @@ impl ToolSet {
                         scratch,
                         sandbox: self.sandbox,
                         env: &self.command_env,
+                        traceparent,
                     };
                     shell::shell(args, &context, self.shell_patterns.as_deref()).await
                 }
@@ -440,7 +442,7 @@ mod tests {
         let call = |name: &'static str, args: Value| {
             let set = set.clone();
             let wd = sb.wd.clone();
-            async move { set.call(name, &args, &wd, &Scratch::default()).await }
+            async move { set.call(name, &args, &wd, &Scratch::default(), None).await }
         };
         let out = call(
             "write_file",
@@ -484,7 +486,9 @@ mod tests {
                 json!([]),
                 json!({"path": 1, "pattern": 2, "command": 3}),
             ] {
-                let out = set.call(name, &args, &sb.wd, &Scratch::default()).await;
+                let out = set
+                    .call(name, &args, &sb.wd, &Scratch::default(), None)
+                    .await;
                 assert!(out.is_error, "{name} {args}");
                 assert!(
                     out.content
@@ -511,6 +515,7 @@ mod tests {
                 &json!({"path": "x.txt", "content": "no"}),
                 &sb.wd,
                 &Scratch::default(),
+                None,
             )
             .await;
         assert!(out.is_error);
@@ -525,6 +530,7 @@ mod tests {
                 &json!({"command": "touch y.txt"}),
                 &sb.wd,
                 &Scratch::default(),
+                None,
             )
             .await;
         assert!(
@@ -538,6 +544,7 @@ mod tests {
                 &json!({"command": "touch y.txt"}),
                 &sb.wd,
                 &Scratch::default(),
+                None,
             )
             .await;
         assert!(
@@ -555,6 +562,7 @@ mod tests {
                 &json!({"path": "x"}),
                 &sb.wd,
                 &Scratch::default(),
+                None,
             )
             .await;
         assert_eq!(
@@ -576,6 +584,7 @@ mod tests {
                 &json!({"command": "echo hi"}),
                 &sb.wd,
                 &Scratch::default(),
+                None,
             )
             .await;
         assert_eq!(out, ToolOutput::ok("exit code: 0\n[stdout]\nhi\n"));
@@ -585,6 +594,7 @@ mod tests {
                 &json!({"command": "touch z"}),
                 &sb.wd,
                 &Scratch::default(),
+                None,
             )
             .await;
         assert!(out.is_error);

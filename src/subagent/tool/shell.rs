@@ -81,6 +81,9 @@ pub(crate) struct Context<'a> {
     pub(crate) sandbox: Sandbox,
     /// The variables commands get.
     pub(crate) env: &'a CommandEnv,
+    /// The span the command runs under (`TRACEPARENT`), when the run is traced: its tool
+    /// call's.
+    pub(crate) traceparent: Option<&'a str>,
 }
 
 /// A task's private temporary directory: made on its first shell command, TMPDIR of every
@@ -211,7 +214,7 @@ async fn run(command: &str, context: &Context<'_>, timeout: Duration) -> Result<
         .env("TMPDIR", tmp)
         // A `summon delegate` run from here is refused: subagents cannot delegate.
         .env(crate::subagent::NESTED_ENV, "1");
-    if let Some(traceparent) = context.env.traceparent() {
+    if let Some(traceparent) = context.traceparent.or(context.env.traceparent()) {
         cmd.env("TRACEPARENT", traceparent);
     }
     let mut child = cmd
@@ -415,6 +418,7 @@ mod tests {
             scratch: &scratch,
             sandbox: OFF,
             env: &CommandEnv::default(),
+            traceparent: None,
         };
         shell(&args, &context, None).await
     }
@@ -594,6 +598,7 @@ mod tests {
                     scratch: &scratch,
                     sandbox: OFF,
                     env: &CommandEnv::default(),
+                    traceparent: None,
                 };
                 shell(&args, &context, Some(&allowed[..])).await
             }
