@@ -60,7 +60,8 @@ async fn ad_hoc_instructions_are_the_first_message_verbatim() {
             "write_file",
             "edit_file",
             "list_files",
-            "search"
+            "search",
+            "load"
         ]
     );
 }
@@ -154,7 +155,7 @@ async fn agent_role_is_labelled_and_tools_are_narrowed() {
         "Subagent role \"explorer\", defined by this project in .agents/agents/explorer.md:\n\nYou explore carefully.\n\nTask:\nFind the parser."
     );
     assert!(!system_of(request).contains("You explore carefully"));
-    assert_eq!(request.tool_names(), ["read_file", "search"]);
+    assert_eq!(request.tool_names(), ["read_file", "search", "load"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

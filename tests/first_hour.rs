@@ -260,6 +260,7 @@ async fn an_interrupted_step_is_not_judged_by_min_success_on_the_part_that_ran()
             }),
     )
     .await;
+    // `cache: false`: no warm-up, so the first four tasks start together.
     let items: Vec<String> = (0..40).map(|i| format!("\"row {i}\"")).collect();
     let t = Test::new()
         .env("OPENAI_API_KEY", "sk-test")
@@ -268,7 +269,7 @@ async fn an_interrupted_step_is_not_judged_by_min_success_on_the_part_that_ran()
         .write_raw(
             "p.yaml",
             &format!(
-                "version: 1\nname: x\nsteps:\n  - id: rows\n    decompose:\n      items: [{}]\n  - id: each\n    fan_out:\n      over: rows\n      instructions: \"{{{{ item }}}}\"\n    on_error: continue\n    min_success: 90%\n",
+                "version: 1\nname: x\nsteps:\n  - id: rows\n    decompose:\n      items: [{}]\n  - id: each\n    fan_out:\n      over: rows\n      instructions: \"{{{{ item }}}}\"\n    on_error: continue\n    min_success: 90%\n    cache: false\n",
                 items.join(", ")
             ),
         );

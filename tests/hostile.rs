@@ -381,7 +381,10 @@ async fn tools_outside_the_list_run_nothing() {
             content.starts_with("Error: unknown_tool:") && content.contains("nothing was run"),
             "{content}"
         );
-        assert!(content.contains("Available tools: read_file."), "{content}");
+        assert!(
+            content.contains("Available tools: read_file, load."),
+            "{content}"
+        );
     }
     assert_eq!(results[6], ("inside\n".to_owned(), false));
     assert!(!out.dir.join("work/pwned").exists());

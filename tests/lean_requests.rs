@@ -106,7 +106,8 @@ async fn a_single_turn_task_is_sent_no_tools_and_a_short_prompt() {
                 "write_file",
                 "edit_file",
                 "list_files",
-                "search"
+                "search",
+                "load"
             ]
         );
         assert!(system_of(&request.body).contains("Your tools: read_file"));
@@ -228,9 +229,9 @@ async fn a_step_tools_subset_is_all_it_is_offered() {
     let requests = chats(&server);
     assert_eq!(requests.len(), 2);
     for request in &requests {
-        assert_eq!(request.tool_names(), ["read_file", "search"]);
+        assert_eq!(request.tool_names(), ["read_file", "search", "load"]);
         assert!(
-            system_of(&request.body).contains("Your tools: read_file, search."),
+            system_of(&request.body).contains("Your tools: read_file, search, load."),
             "{}",
             system_of(&request.body)
         );
@@ -255,7 +256,8 @@ async fn a_step_tools_subset_is_all_it_is_offered() {
                 "edit_file",
                 "list_files",
                 "search",
-                "shell"
+                "shell",
+                "load"
             ]
         );
     }

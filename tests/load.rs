@@ -681,3 +681,132 @@ fn load_says_which_files_it_skipped() {
         listing.skipped
     );
 }
+
+/// A subagent keeps `load` (as in goose): it lists the project's sources and finished tasks,
+/// loads a source, and collects a background task; it starts none, and a subagent without
+/// tools gets no `load`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_lists_loads_and_collects_with_its_own_load() {
+    use summon_mock_llm::{MockConfig, MockServer, Reply};
+    let task_id = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let id_for_model = std::sync::Arc::clone(&task_id);
+    let server = MockServer::start(MockConfig::new().rule(move |request| {
+        let messages = request.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let first = messages
+            .iter()
+            .find(|m| m["role"] == "user")
+            .map(|m| m["content"].to_string())
+            .unwrap_or_default();
+        if first.contains("background job") {
+            return Reply::text("BG-ANSWER: forty-two");
+        }
+        let results = messages.iter().filter(|m| m["role"] == "tool").count();
+        match results {
+            0 => Reply::tool_call("load", serde_json::json!({})),
+            1 => Reply::tool_call("load", serde_json::json!({"source": "main"})),
+            2 => Reply::tool_call(
+                "load",
+                serde_json::json!({"source": id_for_model.lock().unwrap().clone()}),
+            ),
+            _ => Reply::text("collected"),
+        }
+    }))
+    .await;
+    let test = project()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-key")
+        .env("SUMMON_MODEL", "mock-model");
+    let started = test
+        .command()
+        .args([
+            "delegate",
+            "--async",
+            "--json",
+            "--instructions",
+            "background job",
+        ])
+        .output()
+        .unwrap();
+    let started: serde_json::Value = serde_json::from_slice(&started.stdout).unwrap();
+    let id = started["task_id"].as_str().unwrap().to_owned();
+    *task_id.lock().unwrap() = id.clone();
+    // The task ends by itself; `summon load ID` waits for it.
+    let collected = test.command().args(["load", &id]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&collected.stdout).contains("BG-ANSWER"),
+        "{collected:?}"
+    );
+    let tasks_before = test.command().args(["tasks", "--json"]).output().unwrap();
+    let out = test
+        .command()
+        .args(["delegate", "--instructions", "look around"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "collected");
+    let chats: Vec<_> = support::chats(&server)
+        .into_iter()
+        .filter(|r| r.body["messages"].to_string().contains("look around"))
+        .collect();
+    assert!(
+        chats[0].tool_names().contains(&"load".to_owned()),
+        "{:?}",
+        chats[0].tool_names()
+    );
+    assert!(!chats[0].tool_names().iter().any(|n| n == "delegate"));
+    let results = support::mcp::tool_results(chats.last().unwrap());
+    assert_eq!(results.len(), 3, "{results:?}");
+    // The listing: finished tasks, then the sources, with no way to start one.
+    assert!(
+        results[0].contains("Completed tasks awaiting retrieval"),
+        "{}",
+        results[0]
+    );
+    assert!(results[0].contains(&id), "{}", results[0]);
+    assert!(
+        results[0].contains("Recipes:\n  main - main recipe"),
+        "{}",
+        results[0]
+    );
+    assert!(results[0].contains("Agents:"), "{}", results[0]);
+    assert!(!results[0].contains("delegate("), "{}", results[0]);
+    // A source's content.
+    assert!(
+        results[1].starts_with("# Loaded: main (recipe)"),
+        "{}",
+        results[1]
+    );
+    assert!(results[1].contains("use the helper"), "{}", results[1]);
+    // The background task's result.
+    assert!(results[2].contains(&format!("Task {id}")), "{}", results[2]);
+    assert!(results[2].contains("Status: completed"), "{}", results[2]);
+    assert!(
+        results[2].contains("BG-ANSWER: forty-two"),
+        "{}",
+        results[2]
+    );
+    // Nothing was started by the subagent.
+    let tasks_after = test.command().args(["tasks", "--json"]).output().unwrap();
+    let count = |out: &std::process::Output| {
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["tasks"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    assert_eq!(count(&tasks_before), count(&tasks_after));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_without_tools_gets_no_load() {
+    use summon_mock_llm::{MockConfig, MockServer, Reply};
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    project()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-key")
+        .env("SUMMON_MODEL", "mock-model")
+        .args(["delegate", "--instructions", "think", "--extensions", ""])
+        .run();
+    assert!(server.requests()[0].tool_names().is_empty());
+}

@@ -494,7 +494,7 @@ async fn an_agent_names_mcp_tools_of_the_project_servers() {
         .run();
     assert_eq!(
         server.requests()[0].tool_names(),
-        ["read_file", "mcp__bad__echo"]
+        ["read_file", "load", "mcp__bad__echo"]
     );
     assert_eq!(tool_results(&server.requests()[1]), ["from the agent"]);
     assert!(

@@ -63,8 +63,8 @@ async fn an_agent_listing_bash_gets_no_shell_without_the_developer_grant() {
         out.stderr
     );
     let request = &server.requests()[0];
-    assert_eq!(request.tool_names(), ["read_file"]);
-    assert!(system_of(request).contains("Your tools: read_file."));
+    assert_eq!(request.tool_names(), ["read_file", "load"]);
+    assert!(system_of(request).contains("Your tools: read_file, load."));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -82,7 +82,10 @@ async fn the_developer_grant_gives_a_listing_agent_its_shell() {
         ])
         .run();
     assert!(!out.stderr.contains("left out"), "{}", out.stderr);
-    assert_eq!(server.requests()[0].tool_names(), ["read_file", "shell"]);
+    assert_eq!(
+        server.requests()[0].tool_names(),
+        ["read_file", "shell", "load"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -121,10 +124,17 @@ async fn a_pipeline_step_grants_the_shell_with_its_extensions() {
     assert_eq!(
         tools,
         [
-            ("lint".to_owned(), vec!["read_file".to_owned()]),
+            (
+                "lint".to_owned(),
+                vec!["read_file".to_owned(), "load".to_owned()]
+            ),
             (
                 "test".to_owned(),
-                vec!["read_file".to_owned(), "shell".to_owned()]
+                vec![
+                    "read_file".to_owned(),
+                    "shell".to_owned(),
+                    "load".to_owned()
+                ]
             ),
         ],
         "{}",
@@ -494,4 +504,36 @@ async fn pipeline_tasks_carry_their_role() {
     assert!(junit.contains(r#"<testcase name="work: #1""#), "{junit}");
     let page = std::fs::read_to_string(out.dir.join("out/report.html")).expect("report.html");
     assert!(page.contains("<th>item</th><th>role</th>"), "a role column");
+}
+
+// A task answered through a provider's batch API carries its role too.
+#[tokio::test(flavor = "multi_thread")]
+async fn batch_tasks_carry_their_role() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let out = project(&server)
+        .env("SUMMON_BATCH_POLL_MS", "5")
+        .write(
+            ".claude/agents/critic.md",
+            "
+            ---
+            name: critic
+            description: judges a text
+            ---
+            You judge the text.
+            ",
+        )
+        .write_raw(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: plan\n    decompose:\n      items: [{agent: critic, q: a}, {agent: null, q: b}]\n  - id: work\n    fan_out:\n      over: plan\n      source: \"{{ item.agent }}\"\n      instructions: \"{{ item.q }}\"\n    backend: batch\n",
+        )
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    assert_eq!(server.batches().len(), 1, "both went through the batch");
+    let mut lines = support::results(&out.dir.join("out"));
+    lines.sort_by_key(|l| l["index"].as_u64());
+    let roles: Vec<&serde_json::Value> = lines.iter().map(|l| &l["role"]).collect();
+    assert_eq!(
+        roles,
+        [&serde_json::json!("critic"), &serde_json::Value::Null]
+    );
 }

@@ -5,6 +5,7 @@
 
 mod background;
 mod collect;
+pub(crate) mod loading;
 mod prepare;
 mod request;
 mod run;

@@ -113,6 +113,8 @@ pub(crate) struct Resolver {
     workdir: std::sync::OnceLock<WorkDir>,
     /// The environment of model-run commands, made once (it reads every provider preset).
     command_env: std::sync::OnceLock<crate::sandbox::CommandEnv>,
+    /// The subagents' `load`, made once.
+    loader: std::sync::OnceLock<std::sync::Arc<dyn crate::subagent::Loader>>,
 }
 
 impl Resolver {
@@ -221,6 +223,9 @@ fn check_sandbox_trust(config: &Config, request: &Request) -> Result<(), Diagnos
         None => Ok(()),
     }
 }
+
+/// The longest a subagent's `load` of a running background task waits.
+const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(50);
 
 /// A delegation with everything decided but its provider and model: the prompt, the first
 /// message and the built-in tools its first request carries (what `summon run --dry-run`
@@ -526,6 +531,15 @@ pub(crate) fn draft(
         tools = tools.keep_only(|_| false);
         servers.clear();
     }
+    // A subagent keeps `load`, as in goose: one with tools can list and load the project's
+    // sources and collect a background task (it starts none).
+    let loader = resolver.loader.get_or_init(|| {
+        std::sync::Arc::new(super::loading::ProjectLoader {
+            env: env.clone(),
+            wait: LOAD_WAIT,
+        })
+    });
+    tools = tools.with_loader(std::sync::Arc::clone(loader));
     let schema = request.response_schema.clone().or(plan.schema);
     let first_message = plan.first.text();
     if first_message.trim().is_empty() || plan.first.task_is_blank() {

@@ -382,6 +382,8 @@ impl BatchRun<'_> {
                 redactor.answer(&mut failure.message, None);
             }
         }
+        // A task of an agent's is labelled with its role, as a live one is.
+        let role = super::step::role_of(&self.shared.catalog, &task.rendered);
         let done = TaskDone {
             step: self.step.index,
             index: task.index,
@@ -407,7 +409,7 @@ impl BatchRun<'_> {
                 ..self.trace()
             },
             warnings: Vec::new(),
-            role: None,
+            role,
         };
         self.done(done);
     }

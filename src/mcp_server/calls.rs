@@ -11,7 +11,7 @@ use super::args::{Args, Object};
 use super::tools::{DELEGATE, LOAD, RUN_PIPELINE, SPAWN_AGENT};
 use super::{Progress, Shared};
 use crate::config::load_config;
-use crate::delegation::{self, CollectError, DelegationRequest, TaskStore, TaskView, format_secs};
+use crate::delegation::{self, DelegationRequest, TaskStore, TaskView, format_secs};
 use crate::error::Error;
 use crate::source::{Catalog, SourceKind};
 use crate::store::{TaskId, TaskStatus};
@@ -71,220 +71,48 @@ pub(super) fn call(
 
 /// An error as the model reads it: diagnostics rendered without colour.
 pub(super) fn error_text(error: &Error, shared: &Shared) -> String {
-    match error {
-        Error::Input(diags) => {
-            let text = crate::diag::render_all(
-                &diags.items,
-                &shared.env.cwd,
-                crate::color::Palette::default(),
-            );
-            // The model reads it as the tool's answer: no program name, and the tool's
-            // own words for listing the sources.
-            text.replace("summon: error: ", "")
-                .replace("Use summon load to see", "Use load() to see")
-                .trim_end()
-                .to_owned()
-        }
-        Error::Failed(message) | Error::Busy(message) | Error::Internal(message) => message.clone(),
-        Error::Store(e) => e.to_string(),
-        Error::Io(e) => e.to_string(),
-        Error::StillRunning => "still running".into(),
-        Error::Interrupted => "interrupted".into(),
-        Error::Budget => "budget reached".into(),
-    }
+    delegation::loading::error_text(error, &shared.env)
 }
 
 fn load(shared: &Shared, map: &Object, cancel: &CancellationToken) -> Result<Reply, String> {
     let args = Args::new(LOAD, map, &["source", "peek", "cancel"])?;
     let source = args.string("source")?;
     let (peek, stop) = (args.boolean("peek")?, args.boolean("cancel")?);
-    if peek && stop {
-        return Err("load: `peek` and `cancel` cannot both be true".into());
+    let interrupted = || cancel.is_cancelled() || shared.shutdown.is_cancelled();
+    let answer = |id: &str, answer: &str| sized(shared, id, answer, ANSWER_LIMIT);
+    let mut text = delegation::loading::Loading {
+        env: &shared.env,
+        catalog: &shared.catalog,
+        listing: &shared.listing,
+        wait: shared.load_wait,
+        interrupted: &interrupted,
+        answer: &answer,
+        tool: LOAD,
     }
-    let Some(name) = source else {
-        if peek || stop {
-            return Err(
-                "load: `peek` and `cancel` apply to a background task id in `source`".into(),
-            );
-        }
-        return listing(shared);
-    };
-    let id: Option<TaskId> = TaskId::looks_like(&name)
-        .then(|| name.parse().ok())
-        .flatten();
-    let task = match &id {
-        Some(id) => task_exists(shared, id)?,
-        None => false,
-    };
-    if !task {
-        if peek || stop {
-            return Err(match id {
-                Some(id) => CollectError::NotFound(id)
-                    .to_string()
-                    .replace("`summon tasks`", "load()"),
-                None => format!(
-                    "load: `{}` is not a background task id",
-                    crate::text::printable(&name)
-                ),
-            });
-        }
-        // A source named like a task id is loaded when no task has that id.
-        return match delegation::load_source(&shared.catalog, &name) {
-            Ok(source) => Ok(Reply::ok(source.render())),
-            Err(diagnostic) => Err(diagnostic
-                .message
-                .replace("Use summon load to see", "Use load() to see")),
-        };
+    .load(source.as_deref(), peek, stop)?;
+    if source.is_none() && !shared.nested && !shared.listing.sources.is_empty() {
+        text.push_str("Use delegate(source: name) to run as subagent.\n");
     }
-    let id = id.expect("a task was found by its id");
-    let tasks = open_tasks(shared)?;
-    if peek {
-        let view = delegation::peek(&tasks, &id).map_err(|e| e.to_string())?;
-        return Ok(Reply::ok(peek_text(&view)));
-    }
-    if stop {
-        let grace = delegation::cancel_grace(&shared.env).map_err(|e| error_text(&e, shared))?;
-        let cancelled = delegation::cancel(&tasks, &id, grace).map_err(|e| e.to_string())?;
-        return Ok(Reply::ok(result_text(shared, &cancelled.view)));
-    }
-    // A bounded wait, in short slices so a cancelled call or a closed client ends it.
-    let deadline = std::time::Instant::now() + shared.load_wait;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let collected = delegation::wait(&tasks, &id, left.min(POLL)).map_err(|e| e.to_string())?;
-        if !collected.still_running {
-            return Ok(Reply::ok(result_text(shared, &collected.view)));
-        }
-        if left.is_zero() || cancel.is_cancelled() || shared.shutdown.is_cancelled() {
-            let view = &collected.view;
-            return Ok(Reply::ok(format!(
-                "Task {id} is still running (elapsed {}, {} turns, {} tool calls). \
-Call load(source: \"{id}\") again to keep waiting, with peek: true to check on it, or cancel: true to stop it.",
-                format_secs(view.elapsed_secs),
-                view.task.turns,
-                view.task.tool_calls,
-            )));
-        }
-    }
+    Ok(Reply::ok(text))
 }
 
 fn open_tasks(shared: &Shared) -> Result<TaskStore, String> {
     TaskStore::open(&shared.env).map_err(|e| error_text(&e, shared))
 }
 
-fn task_exists(shared: &Shared, id: &TaskId) -> Result<bool, String> {
-    let Some(tasks) = TaskStore::open_existing(&shared.env).map_err(|e| error_text(&e, shared))?
-    else {
-        return Ok(false);
-    };
-    match delegation::peek(&tasks, id) {
-        Ok(_) => Ok(true),
-        Err(CollectError::NotFound(_) | CollectError::Expired(_)) => Ok(false),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// `load()`: the finished tasks awaiting retrieval, then the sources, in goose's words.
-fn listing(shared: &Shared) -> Result<Reply, String> {
-    let mut text = String::new();
-    if let Some(tasks) =
-        TaskStore::open_existing(&shared.env).map_err(|e| error_text(&e, shared))?
-    {
-        let done = tasks
-            .list(crate::store::TaskFilter::Finished)
-            .map_err(|e| e.to_string())?;
-        if !done.is_empty() {
-            text.push_str("Completed tasks awaiting retrieval:\n");
-            for view in &done {
-                let task = &view.task;
-                text.push_str(&format!(
-                    "  {}  {}  ({})\n",
-                    task.id,
-                    task.description,
-                    task.status.as_str()
-                ));
-            }
-            text.push('\n');
-        }
-    }
-    let listing = &shared.listing;
-    if listing.sources.is_empty() {
-        text.push_str("No sources found. Sources are looked for in:\n");
-        for dir in &listing.searched {
-            text.push_str(&format!("  {}\n", dir.display()));
-        }
-        return Ok(Reply::ok(text));
-    }
-    for (kind, heading) in [
-        (SourceKind::Subrecipe, "Subrecipes"),
-        (SourceKind::Recipe, "Recipes"),
-        (SourceKind::Agent, "Agents"),
-    ] {
-        let group: Vec<_> = listing.of_kind(kind).collect();
-        if group.is_empty() {
-            continue;
-        }
-        text.push_str(&format!("{heading}:\n"));
-        for source in group {
-            let description = source.description.trim().lines().next().unwrap_or("");
-            let tools = source.tools.as_deref().map_or(String::new(), |tools| {
-                format!(" [tools: {}]", delegation::tools_line(tools))
-            });
-            text.push_str(&format!("  {} - {description}{tools}\n", source.name));
-        }
-        text.push('\n');
-    }
-    text.push_str("Use load(source: name) to load into context.\n");
-    text.push_str("Use delegate(source: name) to run as subagent.\n");
-    Ok(Reply::ok(text))
-}
-
-fn peek_text(view: &TaskView) -> String {
-    view.progress_text(&format!("load(source: \"{}\")", view.task.id))
-}
-
 /// A finished task: what it was, how it went, and its answer (cut when long).
 fn result_text(shared: &Shared, view: &TaskView) -> String {
-    let task = &view.task;
-    let mut text = format!(
-        "Task {}: {}\nStatus: {}\nDuration: {}\nTurns: {}\nTool calls: {}\nTokens: {} in, {} out\n",
-        task.id,
-        task.description,
-        task.status.as_str(),
-        format_secs(view.elapsed_secs),
-        task.turns,
-        task.tool_calls,
-        task.tokens.input_tokens,
-        task.tokens.output_tokens,
-    );
-    text.push_str(&format!("Cost: {}\n", task_cost(shared, task)));
-    if let Some(error) = &task.error {
-        text.push_str(&format!("Error: {error}\n"));
+    let answer = |id: &str, answer: &str| sized(shared, id, answer, ANSWER_LIMIT);
+    delegation::loading::Loading {
+        env: &shared.env,
+        catalog: &shared.catalog,
+        listing: &shared.listing,
+        wait: shared.load_wait,
+        interrupted: &|| false,
+        answer: &answer,
+        tool: LOAD,
     }
-    for warning in &task.warnings {
-        text.push_str(&format!("Warning: {warning}\n"));
-    }
-    let answer = view.answer();
-    if !answer.is_empty() {
-        text.push('\n');
-        text.push_str(&sized(shared, &task.id.to_string(), answer, ANSWER_LIMIT));
-        text.push('\n');
-    }
-    text
-}
-
-/// What a task's tokens cost at its model's price (the store keeps no cache split: every input
-/// token at the input price, an upper bound), or "no price".
-fn task_cost(shared: &Shared, task: &crate::store::TaskRecord) -> String {
-    let price = task.model.as_deref().and_then(|model| {
-        crate::config::load_config(&shared.env)
-            .ok()
-            .and_then(|(config, _)| config.price(model))
-    });
-    match price {
-        Some(price) => crate::output::fmt_cost(price.cost(&task.tokens)),
-        None => "no price".to_owned(),
-    }
+    .result_text(view)
 }
 
 /// An answer sized for a model: above `limit` bytes it is cut at a character boundary, with

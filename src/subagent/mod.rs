@@ -28,3 +28,4 @@ pub(crate) use role::read_role_text;
 pub(crate) use run::{SubagentResult, SubagentSpec, SubagentStatus, run_subagent};
 pub(crate) use slot::Slot;
 pub(crate) use structured::{check_answer, schema_failure};
+pub(crate) use tool::Loader;

@@ -325,6 +325,9 @@ impl Outcome {
 struct SlotHook<'a> {
     observer: &'a mut (dyn FnMut(SubagentEvent) + Send),
     slot: Option<std::sync::Arc<dyn super::slot::Slot>>,
+    /// The task's cache, whose warm-up a wait ends: the answer the step's other tasks would
+    /// wait for is not coming soon, and they get the slot this task gives back.
+    cache: &'a super::cache::TaskCache,
 }
 
 impl crate::provider::RetryHook for SlotHook<'_> {
@@ -362,6 +365,7 @@ impl crate::provider::RetryHook for SlotHook<'_> {
     }
 
     fn wait(&mut self, delay: Duration) -> impl std::future::Future<Output = ()> + Send {
+        self.cache.fire_warm();
         let slot = self.slot.clone();
         async move {
             if let Some(slot) = &slot {
@@ -511,6 +515,7 @@ async fn run_once(
         let mut hook = SlotHook {
             observer: &mut *observer,
             slot: spec.slot.clone(),
+            cache: &spec.cache,
         };
         let sent = send_with_retry(client, &request, policy, &mut hook).await;
         // The prefix is in the cache once an answer has arrived (or the request failed).

@@ -8,12 +8,14 @@
 
 mod args;
 mod fs;
+mod load;
 mod search;
 mod set;
 mod shell;
 mod subset;
 mod workdir;
 
+pub(crate) use load::Loader;
 pub(crate) use set::ToolSet;
 pub(crate) use shell::Scratch;
 pub(crate) use subset::Subset;

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::shell::Scratch;
 use super::workdir::WorkDir;
-use super::{ToolOutput, fs, search, shell, shown};
+use super::{Loader, ToolOutput, fs, search, shell, shown};
 use crate::agent::{BuiltinTool, ToolKind, ToolRef};
 use crate::provider::ToolSpec;
 use crate::sandbox::{CommandEnv, Sandbox};
@@ -18,19 +18,34 @@ use crate::sandbox::{CommandEnv, Sandbox};
 /// A listed MCP tool: server, tool (`None` = all of the server's), the entry as written.
 pub(crate) type McpWanted = (String, Option<String>, String);
 
-/// One tool of a set. MCP tools will join as another variant.
+/// One tool of a set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tool {
     Builtin(BuiltinTool),
+    /// `load`, offered with a [`Loader`] to a subagent that has other tools.
+    Load,
 }
 
 impl Tool {
     fn name(&self) -> &'static str {
         match self {
             Self::Builtin(tool) => tool.name(),
+            Self::Load => super::load::NAME,
         }
     }
 }
+
+/// The work of `load`, compared by identity.
+#[derive(Debug, Clone)]
+struct LoaderRef(std::sync::Arc<dyn Loader>);
+
+impl PartialEq for LoaderRef {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for LoaderRef {}
 
 /// The tools offered to one subagent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +59,8 @@ pub(crate) struct ToolSet {
     sandbox: Sandbox,
     /// The environment variables `shell` commands get.
     command_env: CommandEnv,
+    /// What `load` does, when the set offers it.
+    loader: Option<LoaderRef>,
 }
 
 impl ToolSet {
@@ -73,6 +90,7 @@ impl ToolSet {
                     shell_patterns: None,
                     sandbox: Sandbox::default(),
                     command_env: CommandEnv::default(),
+                    loader: None,
                 },
                 Vec::new(),
                 Vec::new(),
@@ -140,6 +158,7 @@ impl ToolSet {
                 shell_patterns,
                 sandbox: Sandbox::default(),
                 command_env: CommandEnv::default(),
+                loader: None,
             },
             unavailable,
             mcp,
@@ -151,8 +170,28 @@ impl ToolSet {
     pub(crate) fn keep_only(mut self, keep: impl Fn(BuiltinTool) -> bool) -> Self {
         self.tools.retain(|tool| match tool {
             Tool::Builtin(builtin) => keep(*builtin),
+            Tool::Load => true,
         });
+        self.offer_load_with_others();
         self
+    }
+
+    /// The set with `load`, done by `loader`, when it offers any other tool (a subagent
+    /// keeps `load`, as in goose; one with no tools gets none).
+    pub(crate) fn with_loader(mut self, loader: std::sync::Arc<dyn Loader>) -> Self {
+        self.loader = Some(LoaderRef(loader));
+        if !self.tools.contains(&Tool::Load) {
+            self.tools.push(Tool::Load);
+        }
+        self.offer_load_with_others();
+        self
+    }
+
+    /// `load` only beside another tool.
+    fn offer_load_with_others(&mut self) {
+        if self.tools.iter().all(|tool| *tool == Tool::Load) {
+            self.tools.clear();
+        }
     }
 
     /// The set with `shell` commands run in `sandbox`.
@@ -219,6 +258,7 @@ impl ToolSet {
                     BuiltinTool::Search => search::search_spec(),
                     BuiltinTool::Shell => shell::shell_spec(self.shell_patterns.as_deref()),
                 },
+                Tool::Load => super::load::load_spec(),
             })
             .collect()
     }
@@ -267,6 +307,12 @@ impl ToolSet {
             return self.unknown_tool(name, &[]);
         };
         let result = match tool {
+            Tool::Load => {
+                return match &self.loader {
+                    Some(loader) => super::load::load(std::sync::Arc::clone(&loader.0), args).await,
+                    None => self.unknown_tool(name, &[]),
+                };
+            }
             Tool::Builtin(builtin) => match builtin {
                 BuiltinTool::ReadFile => fs::read_file(args, workdir).await,
                 BuiltinTool::WriteFile => fs::write_file(args, workdir).await,
