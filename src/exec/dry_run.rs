@@ -22,7 +22,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::step::{Compiled, Rendered, StepConfig, prepare_message, task_request, task_source};
+use super::step::{
+    Compiled, Rendered, StepConfig, expects_data, prepare_message, task_request, task_source,
+};
 use crate::compile::{
     Check, CompiledPipeline, Contexts, ItemSource, agents_json, base_context, check_task,
     item_context,
@@ -278,6 +280,7 @@ pub(crate) fn plan(
                     }
                     Ok(Expanded::Subagent(task)) => {
                         plan.later = Some("its items are the answer of a subagent".into());
+                        plan.notes.push(items_schema_note(catalog, task));
                         let schema = Some(json!({"type": "array"}));
                         drafter.tasks(&tenv, &config, task, &base, schema, None, plan)
                     }
@@ -457,6 +460,31 @@ fn unknown_reads(pipeline: &Pipeline, step: &Step, known: &[Option<Known>]) -> V
     unknown
 }
 
+/// The schema a subagent decompose's answer is asked for, and where it comes from.
+fn items_schema_note(catalog: &Catalog, task: &TaskTemplate) -> String {
+    use crate::source::SourceDef;
+    if let Some(schema) = &task.schema {
+        return format!("items: the answer to the step's `schema:` {schema}");
+    }
+    let literal = task
+        .source
+        .as_ref()
+        .filter(|s| !crate::template::has_template(&s.text))
+        .and_then(|s| crate::compile::named_source(&s.text));
+    let recipe_schema = literal.and_then(|name| match &catalog.get(name)?.def {
+        SourceDef::Recipe(recipe) | SourceDef::Subrecipe { recipe, .. } => {
+            Some((name, recipe.response_schema.as_ref()?))
+        }
+        SourceDef::Agent(_) => None,
+    });
+    match recipe_schema {
+        Some((name, schema)) => {
+            format!("items: the answer to the `response.json_schema` of `{name}`: {schema}")
+        }
+        None => "items: the answer, a JSON array (give the step a `schema:` to bound it)".into(),
+    }
+}
+
 /// What a dry run makes of a decompose step.
 enum Expanded<'p> {
     Known(Known),
@@ -533,7 +561,9 @@ impl Drafter<'_> {
         let compiled = Compiled::new(tenv, task)?;
         let mut one = |ctx: &minijinja::Value| -> Result<(), String> {
             let mut rendered = compiled.render(task, ctx)?;
-            rendered.schema.clone_from(&schema);
+            if rendered.schema.is_none() && !expects_data(self.catalog, &rendered) {
+                rendered.schema.clone_from(&schema);
+            }
             self.task(step, &rendered, plan)
         };
         match items {
