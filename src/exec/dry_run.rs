@@ -85,6 +85,8 @@ pub(crate) struct LevelsPlan {
     pub(crate) per_partial: u64,
     /// The chunks of the last level do not shrink: the reduction would not converge.
     pub(crate) diverges: bool,
+    /// `reduce: auto`: the context window the chunks fill, and where it comes from.
+    pub(crate) window: Option<(u64, String)>,
 }
 
 /// The tokens counted for an answer without an output limit.
@@ -136,6 +138,7 @@ fn plan_levels(
         None => (ANSWER_ESTIMATE, false),
     };
     let per_partial = own.max_output_tokens.map_or(ANSWER_ESTIMATE, u64::from);
+    let mut window_from = None;
     let budget = match reduce.chunk_tokens {
         Some(tokens) => tokens,
         None => {
@@ -148,9 +151,11 @@ fn plan_levels(
                 .or_else(|_| resolve_with(env, config, &overrides, |_| true))
                 .ok()
                 .map(|r| r.model);
-            let window = step
-                .context_window
-                .or_else(|| model.as_deref().and_then(|m| config.context_window(m)))?;
+            let (window, from) = match step.context_window {
+                Some(tokens) => (tokens, "the step's `context_window`".to_owned()),
+                None => model.as_deref().and_then(|m| config.window_origin(m))?,
+            };
+            window_from = Some((window, from));
             // The prompt without results and the synthesis's own output limit.
             let template: usize = task
                 .instructions
@@ -170,6 +175,7 @@ fn plan_levels(
         from_limit,
         per_partial,
         diverges,
+        window: window_from,
     })
 }
 
