@@ -518,3 +518,19 @@ async fn reduce_auto_with_no_window_anywhere_fails_before_any_request() {
     }
     assert!(chats(&server).is_empty(), "nothing was sent");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_says_no_window_is_asked_once_per_run() {
+    let server = MockServer::start(MockConfig::new()).await;
+    // `whole` can use the window (its size is known in advance), `reduced` needs it.
+    let p = "version: 1\nname: notes\nsteps:\n  - id: notes\n    decompose:\n      items: [a, b]\n  - id: each\n    fan_out:\n      over: notes\n      instructions: \"{{ item }}\"\n    max_output_tokens: 100\n  - id: whole\n    synthesize:\n      instructions: \"{% for r in steps.each.results %}{{ r.output }}{% endfor %}\"\n  - id: reduced\n    synthesize:\n      instructions: \"{% for r in steps.each.results %}{{ r.output }}{% endfor %}\"\n    reduce: auto\n";
+    let t = project(&server).write_raw("p.yaml", p);
+    let (code, _, stderr) = summon(&t, &["run", "p.yaml"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("step `reduced`: `reduce: auto` needs the context window"),
+        "{stderr}"
+    );
+    let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, ["/props", "/v1/models", "/api/show"], "asked once");
+}

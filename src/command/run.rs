@@ -428,6 +428,7 @@ fn preflight(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let mut silent = std::collections::HashSet::new();
     for (step, choice, steps) in wanted {
         let overrides = crate::config::Overrides {
             provider_flag: choice.provider.as_deref(),
@@ -458,7 +459,7 @@ fn preflight(
         }
         for index in steps {
             check_tier(compiled, index, &resolved)?;
-            learn_window(compiled, index, &resolved, config, &runtime)?;
+            learn_window(compiled, index, &resolved, config, &runtime, &mut silent)?;
         }
     }
     Ok(())
@@ -475,6 +476,7 @@ fn dry_run_windows(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let mut silent = std::collections::HashSet::new();
     for (index, resolved) in compiled.steps.iter().enumerate() {
         let Some(choice) = &resolved.model else {
             continue;
@@ -489,7 +491,7 @@ fn dry_run_windows(
         if let Ok(resolved) =
             crate::config::resolve::resolve_with(env, config, &overrides, |_| false)
         {
-            learn_window(compiled, index, &resolved, config, &runtime)?;
+            learn_window(compiled, index, &resolved, config, &runtime, &mut silent)?;
         }
     }
     Ok(())
@@ -497,13 +499,15 @@ fn dry_run_windows(
 
 /// The context window step `index` needs or can use, asked of its model's server when
 /// nothing else gives it (and kept in `config` for the run); an error when the step has
-/// `reduce: auto` and the server does not say it either.
+/// `reduce: auto` and the server does not say it either. `silent` holds the servers and
+/// models already asked in vain, so each is asked once.
 fn learn_window(
     compiled: &CompiledPipeline,
     index: usize,
     resolved: &crate::config::Resolved,
     config: &mut crate::config::Config,
     runtime: &tokio::runtime::Runtime,
+    silent: &mut std::collections::HashSet<(String, String)>,
 ) -> Result<()> {
     let pipeline = &compiled.pipeline;
     let step = &pipeline.steps[index];
@@ -514,10 +518,17 @@ fn learn_window(
     if !wanted || step.context_window.is_some() || config.context_window(model).is_some() {
         return Ok(());
     }
-    let asked = runtime.block_on(crate::provider::server_window(&resolved.endpoint, model));
-    if let Some(window) = asked {
-        config.learned_windows.insert(model.clone(), window);
-        return Ok(());
+    let key = (resolved.endpoint.base_url.clone(), model.clone());
+    if !silent.contains(&key) {
+        match runtime.block_on(crate::provider::server_window(&resolved.endpoint, model)) {
+            Some(window) => {
+                config.learned_windows.insert(model.clone(), window);
+                return Ok(());
+            }
+            None => {
+                silent.insert(key);
+            }
+        }
     }
     let Some(reduce) = auto else {
         return Ok(());
