@@ -68,16 +68,57 @@ async fn reports_provider_model_and_origins_after_one_models_request() {
     );
     assert_no_key(&out);
     let requests = server.requests();
-    assert_eq!(requests.len(), 1, "{requests:?}");
-    assert_eq!(requests[0].api, Api::Models);
+    assert_eq!(requests[0].api, Api::Models, "{requests:?}");
     assert_eq!(requests[0].method, "GET");
-    // The key was sent to the provider, and only there.
-    assert_eq!(
-        requests[0].header("authorization"),
-        Some(format!("Bearer {KEY}").as_str())
+    // Then the window is asked of the server (llama.cpp, vLLM, Ollama), which says none.
+    let paths: Vec<&str> = requests[1..].iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, ["/props", "/v1/models", "/api/show"], "{requests:?}");
+    assert!(
+        out.stdout.contains(
+            "  ok       context window of `m-1`: unknown; requests are not checked against it"
+        ),
+        "{}",
+        out.stdout
     );
+    // The key was sent to the provider, and only there.
+    for request in &requests {
+        assert_eq!(
+            request.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+    }
     // Nothing was created by looking.
     assert!(!out.dir.join(".summon").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_context_window_comes_from_the_config_file_or_else_the_server() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .models(["m-1"])
+            .context_window("m-1", 8192),
+    )
+    .await;
+    let out = openai(&server.url_openai()).args(["doctor"]).run();
+    assert!(
+        out.stdout.contains(&format!(
+            "  ok       context window of `m-1`: 8192 tokens (from the server: GET {}/props)\n",
+            server.url_anthropic()
+        )),
+        "{}",
+        out.stdout
+    );
+    let out = openai(&server.url_openai())
+        .write("summon.yaml", "models:\n  m-1: { context_window: 4000 }\n")
+        .args(["doctor"])
+        .run();
+    assert!(
+        out.stdout.contains(
+            "  ok       context window of `m-1`: 4000 tokens (from the config file's `models.m-1.context_window`)\n"
+        ),
+        "{}",
+        out.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

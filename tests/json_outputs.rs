@@ -108,6 +108,16 @@ struct Levels {
     from_output_limit: bool,
     tokens_per_partial: u64,
     converges: bool,
+    /// `reduce: auto`: the window the chunks fill, and where it comes from.
+    context_window: Option<Window>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // read through Debug
+struct Window {
+    tokens: u64,
+    from: String,
 }
 
 /// What the tasks of a step send beyond their own text.
@@ -315,6 +325,10 @@ fn dry_run_json_gives_the_levels_of_a_reducing_synthesis() {
         "two results a chunk, then one: {levels:?}"
     );
     assert_eq!(levels.chunk_tokens, 1200, "{levels:?}");
+    assert!(
+        levels.context_window.is_none(),
+        "chunk_tokens needs no window: {levels:?}"
+    );
     assert!(levels.converges, "{levels:?}");
     assert!(
         !levels.from_output_limit,

@@ -675,6 +675,439 @@ steps:
     );
 }
 
+/// Every request summon sent through `proxy` to `path` (`/props`, `/chat/completions`).
+fn sent_to(proxy: &Proxy, path: &str) -> Vec<Exchange> {
+    proxy
+        .exchanges
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|e| e.path.ends_with(path))
+        .cloned()
+        .collect()
+}
+
+/// A recipe whose answer is an array of at most three short words: its root is not an
+/// object, so summon sends it wrapped and the server's grammar bounds the array.
+const WORDS_RECIPE: &str = "
+version: 1.0.0
+title: Words
+description: A few words about a topic
+instructions: Answer with JSON only.
+prompt: 'Name a few words about rivers.'
+settings:
+  max_turns: 1
+response:
+  json_schema:
+    type: array
+    maxItems: 3
+    items:
+      type: string
+      maxLength: 10
+";
+
+#[test]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
+fn structured_answers_follow_the_servers_grammar_and_a_refused_schema_falls_back() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    let server = Llama::start(&needs, &[]);
+    let proxy = Proxy::start(&server.addr);
+    let limits = ["--max-output-tokens", "60", "--temperature", "0", "--json"];
+
+    // An object-rooted schema: sent as it is, the answer validated.
+    let t = project(&proxy.base_url()).write("recipes/word.yaml", WORD_RECIPE);
+    let json = t
+        .command()
+        .args(["delegate", "--source", "word", "--param", "topic=salt"])
+        .args(limits)
+        .output()
+        .expect("run summon");
+    let json: Value = serde_json::from_slice(&json.stdout).expect("JSON on stdout");
+    assert_eq!(json["status"], "completed", "{json:#}");
+    assert!(json["structured"]["word"].is_string(), "{json:#}");
+    let sent = &proxy.chats()[0].request["response_format"];
+    assert_eq!(
+        sent["json_schema"]["schema"]["required"],
+        serde_json::json!(["word"])
+    );
+
+    // An array-rooted schema: sent wrapped in an object's `items`, the answer unwrapped.
+    let t = project(&proxy.base_url()).write("recipes/words.yaml", WORDS_RECIPE);
+    let json = t
+        .command()
+        .args(["delegate", "--source", "words"])
+        .args(limits)
+        .output()
+        .expect("run summon");
+    let json: Value = serde_json::from_slice(&json.stdout).expect("JSON on stdout");
+    assert_eq!(
+        json["status"],
+        "completed",
+        "{json:#}\n{}",
+        server.log_text()
+    );
+    let words = json["structured"].as_array().expect("an array");
+    assert!(words.len() <= 3, "{json:#}");
+    assert!(
+        words
+            .iter()
+            .all(|w| w.as_str().is_some_and(|w| w.chars().count() <= 10)),
+        "{json:#}"
+    );
+    let chats = proxy.chats();
+    let sent = &chats[1].request["response_format"]["json_schema"]["schema"];
+    assert_eq!(sent["properties"]["items"]["maxItems"], 3, "{sent:#}");
+    assert_eq!(sent["required"], serde_json::json!(["items"]), "{sent:#}");
+
+    // A schema the server's grammar cannot express: refused with a 400, then asked for again
+    // in a form it takes; the answer validates, or the task fails saying why.
+    let tuple = WORDS_RECIPE.replace(
+        "    maxItems: 3\n    items:\n      type: string\n      maxLength: 10\n",
+        "    prefixItems:\n      - type: string\n        maxLength: 10\n    items: false\n",
+    );
+    let t = project(&proxy.base_url()).write("recipes/pair.yaml", &tuple);
+    let out = t
+        .command()
+        .args(["delegate", "--source", "pair", "--max-turns", "2"])
+        .args(limits)
+        .output()
+        .expect("run summon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {stderr}"));
+    let chats = proxy.chats();
+    let tried = &chats[2..];
+    assert_eq!(
+        tried[0].status, 400,
+        "the server refuses prefixItems: {tried:#?}"
+    );
+    assert!(
+        tried.len() >= 2,
+        "asked again after the refusal: {tried:#?}"
+    );
+    assert_eq!(
+        tried[1].status, 200,
+        "the second form is taken: {tried:#?}\n{stderr}"
+    );
+    assert_eq!(tried[0].request["response_format"]["type"], "json_schema");
+    assert_ne!(
+        tried[1].request["response_format"]["type"], "json_schema",
+        "{tried:#?}"
+    );
+    match json["status"].as_str() {
+        Some("completed") => {
+            let value = json["structured"].as_array().expect("an array");
+            assert!(
+                value.len() <= 1 && value.iter().all(Value::is_string),
+                "{json:#}"
+            );
+        }
+        _ => {
+            let error = json["error"].as_str().unwrap_or_default();
+            // Without the grammar the base model writes prose: not a value, or cut off.
+            assert!(
+                error.contains("schema") || error.contains("JSON") || error.contains("cut off"),
+                "a failure says why: {json:#}"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
+fn decompose_by_a_model_and_by_a_recipe_gets_a_bounded_list_and_fans_it_out() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    let server = Llama::start(&needs, &[]);
+    let proxy = Proxy::start(&server.addr);
+    let fan_out = "  - id: each\n    fan_out:\n      over: list\n      instructions: 'Say {{ item }}.'\n    max_output_tokens: 4\n    on_error: continue\n";
+    let by_model = format!(
+        "version: 1\nname: by-model\nsettings:\n  max_output_tokens: 60\n  temperature: 0\nsteps:\n  - id: list\n    decompose:\n      instructions: List a few rivers as JSON.\n      schema: {{type: array, maxItems: 2, items: {{type: string, maxLength: 8}}}}\n{fan_out}"
+    );
+    let by_recipe = format!(
+        "version: 1\nname: by-recipe\nsettings:\n  max_output_tokens: 60\n  temperature: 0\nsteps:\n  - id: list\n    decompose:\n      source: words\n{fan_out}"
+    );
+    let t = project(&proxy.base_url())
+        .write("recipes/words.yaml", WORDS_RECIPE)
+        .write("by-model.yaml", &by_model)
+        .write("by-recipe.yaml", &by_recipe);
+    for (file, most) in [("by-model.yaml", 2), ("by-recipe.yaml", 3)] {
+        let before = proxy.chats().len();
+        let out_dir = format!("out-{file}");
+        let out = t
+            .command()
+            .args(["run", file, "--out", &out_dir, "--quiet"])
+            .output()
+            .expect("run summon");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let chats = proxy.chats()[before..].to_vec();
+        assert!(!chats.is_empty(), "{file}: nothing sent: {stderr}");
+        let schema = &chats[0].request["response_format"]["json_schema"]["schema"];
+        assert_eq!(
+            schema["properties"]["items"]["maxItems"], most,
+            "{file}: the schema bounds the list: {schema:#}\n{stderr}"
+        );
+        let lines = results(&t.path().join(&out_dir));
+        let list = lines
+            .iter()
+            .find(|l| l["step"] == "list")
+            .unwrap_or_else(|| panic!("{file}: {lines:#?}\n{stderr}"));
+        assert_eq!(list["status"], "completed", "{file}: {list:#}\n{stderr}");
+        let items: Vec<Value> =
+            serde_json::from_str(list["output"].as_str().unwrap()).expect("a JSON list");
+        assert!(items.len() <= most, "{file}: {items:?}");
+        let each = lines.iter().filter(|l| l["step"] == "each").count();
+        assert_eq!(each, items.len(), "{file}: one task per item: {lines:#?}");
+        assert_eq!(chats.len(), 1 + items.len(), "{file}: {chats:#?}");
+    }
+}
+
+#[test]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
+fn reduce_auto_learns_the_servers_window_and_an_item_beyond_it_fails_before_it_is_sent() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    // --ctx-size 4096 over --parallel 2: each request gets a slot of 2048 tokens.
+    let server = Llama::start(&needs, &[]);
+    let proxy = Proxy::start(&server.addr);
+    let pipeline = |items: &str| {
+        format!(
+            "version: 1\nname: window\nsettings:\n  temperature: 0\n  stop: [\"\\n\", \"<|im_end|>\"]\nsteps:\n  - id: list\n    decompose:\n      items: [{items}]\n  - id: each\n    fan_out:\n      over: list\n      instructions: 'Say {{{{ item }}}}.'\n    max_output_tokens: 24\n    allow_empty: true\n  - id: all\n    synthesize:\n      instructions: |\n        Join:\n        {{% for r in steps.each.results %}}{{{{ r.output }}}}\n        {{% endfor %}}\n    max_output_tokens: 40\n    allow_empty: true\n    reduce: auto\n"
+        )
+    };
+    // No config file: the window is the server's word.
+    let t = project(&proxy.base_url())
+        .write("p.yaml", &pipeline("rain, salt"))
+        .write(
+            "big.yaml",
+            &pipeline(&format!("rain, '{}'", "salt ".repeat(2400))),
+        );
+    let dry = t
+        .command()
+        .args(["run", "p.yaml", "--dry-run"])
+        .output()
+        .expect("run summon");
+    let stdout = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "context window 2,048 tokens, from the server: GET http://{}/props",
+            proxy.addr
+        )),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    let props = sent_to(&proxy, "/props");
+    assert_eq!(props.len(), 1, "{props:#?}");
+    assert_eq!(
+        props[0].response["default_generation_settings"]["n_ctx"], 2048,
+        "one slot's window: {:#}",
+        props[0].response
+    );
+    let out = t
+        .command()
+        .args(["run", "p.yaml"])
+        .output()
+        .expect("run summon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stderr}\n{}",
+        server.log_text()
+    );
+    assert_eq!(sent_to(&proxy, "/props").len(), 2, "asked once by the run");
+    assert_eq!(proxy.chats().len(), 3, "two items and the synthesis");
+
+    // An item of about 3,000 tokens cannot fit a 2048-token slot: its task fails before it
+    // is sent, saying so; the other item's task is sent.
+    let before = proxy.chats().len();
+    let out = t
+        .command()
+        .args(["run", "big.yaml", "--out", "big", "--quiet"])
+        .output()
+        .expect("run summon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let lines = results(&t.path().join("big"));
+    let big = lines
+        .iter()
+        .find(|l| l["step"] == "each" && l["status"] != "completed")
+        .unwrap_or_else(|| panic!("{lines:#?}\n{stderr}"));
+    let error = big["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("context window") && error.contains("2048"),
+        "{big:#}"
+    );
+    let sent = &proxy.chats()[before..];
+    assert!(
+        sent.iter()
+            .all(|c| !c.request.to_string().contains("salt salt salt")),
+        "the item beyond the window never reached the server: {sent:#?}"
+    );
+    assert!(sent.iter().all(|c| c.status == 200), "{sent:#?}");
+}
+
+/// A server in front of the recording proxy that answers the first chat request itself with
+/// one call of `tool` (arguments `args`, call id `id`) and passes everything else on: the
+/// 270M model follows no tool-call format, and this build of llama-server does not force one
+/// (`tool_choice: required` still gets text), so the call is scripted and the rest of the
+/// round trip is the real server's.
+struct FirstCall {
+    addr: String,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+impl FirstCall {
+    fn start(upstream: &str, tool: &str, args: &str, id: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address").to_string();
+        let upstream = upstream.to_owned();
+        let answer = serde_json::json!({
+            "id": "chatcmpl-scripted", "object": "chat.completion", "created": 0,
+            "model": "gemma",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": null,
+                "tool_calls": [{"id": id, "type": "function",
+                    "function": {"name": tool, "arguments": args}}]}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        })
+        .to_string();
+        let thread = std::thread::spawn(move || {
+            let mut first = true;
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                let mut raw = Vec::new();
+                let mut buf = [0u8; 8192];
+                let (head_end, length) = loop {
+                    let Ok(n) = client.read(&mut buf) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    raw.extend_from_slice(&buf[..n]);
+                    if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        break (end + 4, length);
+                    }
+                };
+                while raw.len() < head_end + length {
+                    let Ok(n) = client.read(&mut buf) else { return };
+                    if n == 0 {
+                        break;
+                    }
+                    raw.extend_from_slice(&buf[..n]);
+                }
+                let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+                if first && head.contains("/chat/completions") {
+                    first = false;
+                    let _ = write!(
+                        client,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    continue;
+                }
+                let mut answer = Vec::new();
+                let passed = TcpStream::connect(&upstream).and_then(|mut up| {
+                    up.write_all(with_connection_close(&head).as_bytes())?;
+                    up.write_all(&raw[head_end..])?;
+                    up.read_to_end(&mut answer)
+                });
+                if passed.is_ok() {
+                    let _ = client.write_all(&answer);
+                }
+            }
+        });
+        Self {
+            addr,
+            _thread: thread,
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
+fn a_tool_call_is_run_and_its_result_goes_back_with_the_call_id_to_a_tool_template() {
+    let Some(needs) = needs() else { return };
+    let Some(templates) = std::env::var_os("SUMMON_LLAMA_TEMPLATES").map(PathBuf::from) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "SUMMON_LLAMA_TEMPLATES is not set"
+        );
+        eprintln!("skipped: SUMMON_LLAMA_TEMPLATES is not set");
+        return;
+    };
+    let _one = one_at_a_time();
+    // A template with tools: the server renders the assistant's call and the tool's result.
+    let template = templates.join("Qwen-Qwen2.5-7B-Instruct.jinja");
+    let template = template.to_str().expect("a UTF-8 path");
+    let server = Llama::start(&needs, &["--chat-template-file", template]);
+    let proxy = Proxy::start(&server.addr);
+    let front = FirstCall::start(
+        &proxy.addr,
+        "list_files",
+        "{\"path\": \".\"}",
+        "call_roundtrip_1",
+    );
+    let out = project(&format!("http://{}/v1", front.addr))
+        .write("marker-file.txt", "here\n")
+        .args(["delegate", "--instructions", "List the files here."])
+        .args(["--temperature", "0", "--max-turns", "3", "--json"])
+        .args([
+            "--stop",
+            "\n",
+            "--stop",
+            "<tool_call>",
+            "--max-output-tokens",
+            "16",
+        ])
+        .run();
+    let json = out.json();
+    let chats = proxy.chats();
+    assert_eq!(chats.len(), 1, "one request after the call: {chats:#?}");
+    let sent = &chats[0].request;
+    let messages = sent["messages"].as_array().expect("messages");
+    let call = messages
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .unwrap_or_else(|| panic!("the call goes back: {sent:#}"));
+    assert_eq!(call["tool_calls"][0]["id"], "call_roundtrip_1", "{sent:#}");
+    assert_eq!(call["tool_calls"][0]["function"]["name"], "list_files");
+    let result = messages
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("the result goes back: {sent:#}"));
+    assert_eq!(result["tool_call_id"], "call_roundtrip_1", "{sent:#}");
+    assert!(
+        result["content"].to_string().contains("marker-file.txt"),
+        "summon ran the tool: {result:#}"
+    );
+    assert!(
+        sent["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "list_files")),
+        "{sent:#}"
+    );
+    assert_eq!(
+        chats[0].status, 200,
+        "the server took the round trip: {:#}",
+        chats[0].response
+    );
+    assert_eq!(json["status"], "completed", "{json:#}\n{}", out.stderr);
+    assert_eq!(json["turns"], 2, "{json:#}");
+    assert_eq!(
+        json["output"].as_str().map(str::trim),
+        Some(answer_text(&chats[0]).trim()),
+        "the final answer is the server's: {json:#}"
+    );
+}
+
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_wrong_key_fails_clearly_without_retrying() {

@@ -442,3 +442,95 @@ async fn dry_run_shows_the_expected_levels_and_tasks_of_a_reduction() {
     assert_eq!(summary["levels"]["converges"], true);
     assert!(server.requests().is_empty(), "a dry run sends nothing");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The window from the server.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reduce_auto_learns_the_window_from_the_server_once_before_the_first_request() {
+    const WINDOW: u64 = 8000;
+    let server = MockServer::start(MockConfig::new().context_window(MODEL, WINDOW).rule(|r| {
+        if r.last_user_text()
+            .unwrap_or_default()
+            .starts_with("Summarize:")
+        {
+            covering(r, 400)
+        } else {
+            Reply::Echo
+        }
+    }))
+    .await;
+    // No config file: the window is the server's word alone.
+    let t = project(&server)
+        .write("notes.jsonl", &notes(200))
+        .write_raw("p.yaml", &pipeline("    reduce: auto\n"));
+    let (code, stdout, stderr) = summon(&t, &["run", "p.yaml", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    let props = format!("GET {}/props", server.url_anthropic());
+    assert!(
+        stdout.contains(&format!(
+            "context window 8,000 tokens, from the server: {props}"
+        )),
+        "{stdout}"
+    );
+    assert!(chats(&server).is_empty(), "a dry run sends no chat request");
+    let before = server.requests().len();
+    let (code, stdout, stderr) = summon(&t, &["run", "p.yaml"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("covered n0000-n0199 "), "{stdout}");
+    let requests = &server.requests()[before..];
+    let asked: Vec<_> = requests.iter().filter(|r| r.path == "/props").collect();
+    assert_eq!(asked.len(), 1, "asked once: {requests:?}");
+    assert_eq!(requests[0].path, "/props", "asked before the first request");
+    let chats = chats(&server);
+    assert!(
+        chats.iter().all(|r| r.refused.is_none()),
+        "none exceeded the window"
+    );
+    assert!(
+        starting(&chats, "Summarize:").len() > 1,
+        "the 200 notes (20,000 tokens) were reduced in chunks"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reduce_auto_with_no_window_anywhere_fails_before_any_request() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server)
+        .write("notes.jsonl", &notes(3))
+        .write_raw("p.yaml", &pipeline("    reduce: auto\n"));
+    for args in [&["run", "p.yaml"][..], &["run", "p.yaml", "--dry-run"]] {
+        let (code, _, stderr) = summon(&t, args);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "p.yaml:19:5: error: step `summary`: `reduce: auto` needs the context window of \
+                 `mock-model`: the config file gives none, and its server at {} does not say \
+                 it; nothing was sent",
+                server.url_openai()
+            )),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("set `models: {mock-model: {context_window: TOKENS}}` in summon.yaml"),
+            "{stderr}"
+        );
+    }
+    assert!(chats(&server).is_empty(), "nothing was sent");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_says_no_window_is_asked_once_per_run() {
+    let server = MockServer::start(MockConfig::new()).await;
+    // `whole` can use the window (its size is known in advance), `reduced` needs it.
+    let p = "version: 1\nname: notes\nsteps:\n  - id: notes\n    decompose:\n      items: [a, b]\n  - id: each\n    fan_out:\n      over: notes\n      instructions: \"{{ item }}\"\n    max_output_tokens: 100\n  - id: whole\n    synthesize:\n      instructions: \"{% for r in steps.each.results %}{{ r.output }}{% endfor %}\"\n  - id: reduced\n    synthesize:\n      instructions: \"{% for r in steps.each.results %}{{ r.output }}{% endfor %}\"\n    reduce: auto\n";
+    let t = project(&server).write_raw("p.yaml", p);
+    let (code, _, stderr) = summon(&t, &["run", "p.yaml"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("step `reduced`: `reduce: auto` needs the context window"),
+        "{stderr}"
+    );
+    let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, ["/props", "/v1/models", "/api/show"], "asked once");
+}

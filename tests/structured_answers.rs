@@ -906,3 +906,114 @@ fn the_dry_run_notes_a_fan_outs_inline_schema() {
         out.stdout
     );
 }
+
+/// A recipe that lists at most four areas, each a string.
+const AREAS_RECIPE: &str = "
+    title: Areas
+    description: d
+    instructions: List the areas.
+    response:
+      json_schema:
+        type: array
+        maxItems: 4
+        items: { type: string, maxLength: 20 }
+    ";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn decompose_by_recipe_asks_for_the_recipes_schema_and_fans_out_its_items() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([Reply::text("{\"items\": [\"api\", \"cli\"]}")])
+            .default_reply(Reply::text("described")),
+    )
+    .await;
+    let pipeline = "version: 1\nname: p\nsteps:\n  - id: list\n    decompose:\n      source: areas\n  - id: each\n    fan_out:\n      over: list\n      instructions: 'Describe {{ item }}'\n";
+    let out = openai(&server)
+        .write("recipes/areas.yaml", AREAS_RECIPE)
+        .write_raw("p.yaml", pipeline)
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    let requests = server.requests();
+    let sent = &requests[0].body["response_format"]["json_schema"]["schema"];
+    assert_eq!(
+        sent["properties"]["items"],
+        json!({"type": "array", "maxItems": 4, "items": {"type": "string", "maxLength": 20}}),
+        "{}\n{sent:#}",
+        out.stderr
+    );
+    assert_eq!(fan_out_texts(&server), ["Describe api", "Describe cli"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decompose_schema_is_sent_over_the_recipes_and_an_object_gives_its_items_array() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([Reply::text(
+                "{\"items\": [{\"name\": \"api\"}, {\"name\": \"cli\"}], \"why\": \"two\"}",
+            )])
+            .default_reply(Reply::text("described")),
+    )
+    .await;
+    let schema = json!({"type": "object", "required": ["items", "why"],
+        "properties": {"why": {"type": "string"}, "items": {"type": "array", "maxItems": 3,
+            "items": {"type": "object", "required": ["name"],
+                "properties": {"name": {"type": "string"}}}}}});
+    let pipeline = format!(
+        "version: 1\nname: p\nsteps:\n  - id: list\n    decompose:\n      source: areas\n      schema: {schema}\n  - id: each\n    fan_out:\n      over: list\n      instructions: 'Describe {{{{ item.name }}}}'\n"
+    );
+    let t = openai(&server)
+        .write("recipes/areas.yaml", AREAS_RECIPE)
+        .write_raw("p.yaml", &pipeline);
+    let dry = t
+        .command()
+        .args(["run", "p.yaml", "--dry-run"])
+        .output()
+        .unwrap();
+    let dry_out = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry_out.contains("note: items: the answer to the step's `schema:` {"),
+        "{dry_out}"
+    );
+    let out = t.args(["run", "p.yaml", "--out", "out", "--quiet"]).run();
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].body["response_format"]["json_schema"]["schema"]["properties"]["items"]["maxItems"],
+        3,
+        "{}\n{:#}",
+        out.stderr,
+        requests[0].body
+    );
+    assert_eq!(fan_out_texts(&server), ["Describe api", "Describe cli"]);
+}
+
+#[test]
+fn a_decompose_schema_that_cannot_give_items_is_refused_by_validate() {
+    let step_schema = "version: 1\nname: p\nsteps:\n  - id: list\n    decompose:\n      instructions: List.\n      schema: {type: object, properties: {areas: {type: array}}}\n";
+    let out = Test::new()
+        .write_raw("p.yaml", step_schema)
+        .args(["validate", "p.yaml"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr.contains(
+            "p.yaml:7:15: error: `steps[0].decompose.schema` cannot give the step its items: its root must be an array (`type: array`), or an object whose required `items` property is an array"
+        ),
+        "{}",
+        out.stderr
+    );
+    let by_recipe =
+        "version: 1\nname: p\nsteps:\n  - id: list\n    decompose:\n      source: score\n";
+    let out = Test::new()
+        .write("recipes/score.yaml", SCORE_RECIPE)
+        .write_raw("p.yaml", by_recipe)
+        .args(["validate", "p.yaml"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr.contains(
+            "p.yaml:6:15: error: the `response.json_schema` of `score` cannot give a decompose step its items"
+        ),
+        "{}",
+        out.stderr
+    );
+}

@@ -112,7 +112,8 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         .max_cost
         .or(compiled.pipeline.settings.max_cost)
         .or(config.max_cost);
-    preflight(&compiled, &config, &ctx.env, cap)?;
+    let mut config = config;
+    preflight(&compiled, &mut config, &ctx.env, cap)?;
     let pipeline = compiled.pipeline;
     let display = resolve_display(
         std::io::stderr().is_terminal(),
@@ -379,9 +380,15 @@ fn resumed_setup(
 /// missing key, no model or a provider an untrusted project points somewhere fails at once
 /// with exit 1, not after every task of a step has failed. What is decided only by templates
 /// or model output (a templated `source:`, provider or model) is left to the tasks.
+///
+/// A step that needs its model's context window (`reduce: auto`) or can use it (a synthesis
+/// whose size is known in advance) and has none from the step, the config file or the
+/// built-in list has it asked of the model's server, once per model
+/// ([`crate::provider::server_window`]); `reduce: auto` without a window fails here, before
+/// any request.
 fn preflight(
     compiled: &CompiledPipeline,
-    config: &crate::config::Config,
+    config: &mut crate::config::Config,
     env: &crate::env::Env,
     cap: Option<f64>,
 ) -> Result<()> {
@@ -421,6 +428,7 @@ fn preflight(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let mut silent = std::collections::HashSet::new();
     for (step, choice, steps) in wanted {
         let overrides = crate::config::Overrides {
             provider_flag: choice.provider.as_deref(),
@@ -451,9 +459,101 @@ fn preflight(
         }
         for index in steps {
             check_tier(compiled, index, &resolved)?;
+            learn_window(compiled, index, &resolved, config, &runtime, &mut silent)?;
         }
     }
     Ok(())
+}
+
+/// The context windows a dry run shows, asked of the servers as the run asks them (a
+/// provider that cannot be resolved without the network is left out); `reduce: auto`
+/// without a window fails as the run would.
+fn dry_run_windows(
+    compiled: &CompiledPipeline,
+    config: &mut crate::config::Config,
+    env: &crate::env::Env,
+) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut silent = std::collections::HashSet::new();
+    for (index, resolved) in compiled.steps.iter().enumerate() {
+        let Some(choice) = &resolved.model else {
+            continue;
+        };
+        let overrides = crate::config::Overrides {
+            provider_flag: choice.provider.as_deref(),
+            model_flag: choice.model.as_deref(),
+            recipe_provider: choice.source_provider.as_deref(),
+            recipe_model: choice.source_model.as_deref(),
+            recipe_origin: &choice.origin,
+        };
+        if let Ok(resolved) =
+            crate::config::resolve::resolve_with(env, config, &overrides, |_| false)
+        {
+            learn_window(compiled, index, &resolved, config, &runtime, &mut silent)?;
+        }
+    }
+    Ok(())
+}
+
+/// The context window step `index` needs or can use, asked of its model's server when
+/// nothing else gives it (and kept in `config` for the run); an error when the step has
+/// `reduce: auto` and the server does not say it either. `silent` holds the servers and
+/// models already asked in vain, so each is asked once.
+fn learn_window(
+    compiled: &CompiledPipeline,
+    index: usize,
+    resolved: &crate::config::Resolved,
+    config: &mut crate::config::Config,
+    runtime: &tokio::runtime::Runtime,
+    silent: &mut std::collections::HashSet<(String, String)>,
+) -> Result<()> {
+    let pipeline = &compiled.pipeline;
+    let step = &pipeline.steps[index];
+    let auto = step.reduce.as_ref().filter(|r| r.chunk_tokens.is_none());
+    let wanted = auto.is_some()
+        || (step.reduce.is_none() && crate::exec::reduce::foreseen(pipeline, step).is_some());
+    let model = &resolved.model;
+    if !wanted || step.context_window.is_some() || config.context_window(model).is_some() {
+        return Ok(());
+    }
+    let key = (resolved.endpoint.base_url.clone(), model.clone());
+    if !silent.contains(&key) {
+        match runtime.block_on(crate::provider::server_window(&resolved.endpoint, model)) {
+            Some(window) => {
+                config.learned_windows.insert(model.clone(), window);
+                return Ok(());
+            }
+            None => {
+                silent.insert(key);
+            }
+        }
+    }
+    let Some(reduce) = auto else {
+        return Ok(());
+    };
+    let server = if resolved.endpoint.kind == crate::provider::ProviderKind::OpenAi {
+        format!(
+            ", and its server at {} does not say it",
+            resolved.endpoint.base_url
+        )
+    } else {
+        String::new()
+    };
+    Err(Error::from(
+        crate::diag::Diagnostic::error(format!(
+            "step `{}`: `reduce: auto` needs the context window of `{model}`: the config file \
+             gives none{server}; nothing was sent",
+            step.id
+        ))
+        .at(crate::diag::Span::new(&pipeline.file, reduce.pos))
+        .with_hint(format!(
+            "set `models: {{{model}: {{context_window: TOKENS}}}}` in summon.yaml, \
+             `context_window: TOKENS` on the step, or `chunk_tokens: TOKENS` instead of \
+             `reduce: auto`"
+        )),
+    ))
 }
 
 /// A step's `tier` its provider or model is known to refuse: an error at the line that sets
@@ -685,8 +785,9 @@ fn dry_run(
     ctx: &mut Ctx,
 ) -> Result<()> {
     let json = args.output.json;
-    let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
+    let (mut config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
+    dry_run_windows(compiled, &mut config, &ctx.env)?;
     let pipeline = &compiled.pipeline;
     let plan = crate::exec::dry_run::plan(&ctx.env, &config, catalog, compiled, params);
     let costs = step_costs(pipeline, &plan, &config, args.batch);
@@ -736,6 +837,9 @@ fn dry_run(
                         "tasks": l.tasks, "chunk_tokens": l.chunk_tokens,
                         "tokens_per_result": l.per_result, "from_output_limit": l.from_limit,
                         "tokens_per_partial": l.per_partial, "converges": !l.diverges,
+                        "context_window": l.window.as_ref().map(|(tokens, from)| json!({
+                            "tokens": tokens, "from": from,
+                        })),
                     })),
                 })
             })
@@ -795,9 +899,18 @@ fn levels_text(levels: &crate::exec::dry_run::LevelsPlan) -> String {
             "estimated; set max_output_tokens for a bound"
         }
     );
+    let window = levels
+        .window
+        .as_ref()
+        .map_or(String::new(), |(tokens, from)| {
+            format!(
+                "; context window {} tokens, from {from}",
+                thousands(*tokens)
+            )
+        });
     if levels.tasks.is_empty() {
         return format!(
-            "; reduce: every result fits one request ({per_result}, chunks of ≤ {} tokens)",
+            "; reduce: every result fits one request ({per_result}, chunks of ≤ {} tokens){window}",
             thousands(levels.chunk_tokens)
         );
     }
@@ -820,6 +933,7 @@ fn levels_text(levels: &crate::exec::dry_run::LevelsPlan) -> String {
             thousands(levels.per_partial)
         ));
     }
+    text.push_str(&window);
     text
 }
 

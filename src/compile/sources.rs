@@ -107,9 +107,37 @@ pub(crate) fn check_sources(
         };
         if let Some((pos, message)) = check_task(tenv, catalog, task, contexts) {
             problems.push((index, pos, message));
+        } else if let StepKind::Decompose(_) = &step.kind
+            && let Some(problem) = decompose_schema_problem(catalog, task)
+        {
+            problems.push((index, problem.0, problem.1));
         }
     }
     problems
+}
+
+/// A subagent decompose without a `schema:` of its own, whose literal source's
+/// `response.json_schema` cannot give items ([`crate::pipeline::items::items_of_schema`]).
+fn decompose_schema_problem(catalog: &Catalog, task: &TaskTemplate) -> Option<(Pos, String)> {
+    use crate::source::SourceDef;
+    let source = task.source.as_ref().filter(|_| task.schema.is_none())?;
+    if crate::template::has_template(&source.text) {
+        return None;
+    }
+    let name = named_source(&source.text)?;
+    let (SourceDef::Recipe(recipe) | SourceDef::Subrecipe { recipe, .. }) = &catalog.get(name)?.def
+    else {
+        return None;
+    };
+    let schema = recipe.response_schema.as_ref()?;
+    let why = crate::pipeline::items::items_of_schema(schema).err()?;
+    Some((
+        source.pos,
+        format!(
+            "the `response.json_schema` of `{name}` cannot give a decompose step its items: \
+             {why}; give the step a `schema:` that does"
+        ),
+    ))
 }
 
 /// The error of a task whose rendered source the run's catalog lacks (SPEC §6), with the

@@ -250,6 +250,9 @@ pub(crate) struct Config {
     pub(crate) prices: IndexMap<String, Located<Price>>,
     /// `models.<id>.context_window`: context windows over the built-in ones, by model id.
     pub(crate) context_windows: IndexMap<String, u64>,
+    /// Context windows servers said for models the config file and the built-in list give
+    /// none (asked once per run, before its first request), by model id.
+    pub(crate) learned_windows: IndexMap<String, crate::provider::ServerWindow>,
     /// `models.<id>.structured_outputs`: whether Anthropic's native structured outputs are
     /// used for the model, over the built-in list.
     pub(crate) native_structured: IndexMap<String, bool>,
@@ -381,12 +384,26 @@ impl Config {
         )
     }
 
-    /// The context window of `model`: the config file's, else the built-in one.
+    /// The context window of `model`: the config file's, else the built-in one, else the one
+    /// its server said.
     pub(crate) fn context_window(&self, model: &str) -> Option<u64> {
-        self.context_windows
+        self.window_origin(model).map(|(tokens, _)| tokens)
+    }
+
+    /// [`Self::context_window`] and where it comes from, as `--dry-run` and `doctor` say it.
+    pub(crate) fn window_origin(&self, model: &str) -> Option<(u64, String)> {
+        if let Some(tokens) = self.context_windows.get(model) {
+            return Some((
+                *tokens,
+                format!("the config file's `models.{model}.context_window`"),
+            ));
+        }
+        if let Some(tokens) = super::windows::built_in(model) {
+            return Some((tokens, "built in".to_owned()));
+        }
+        self.learned_windows
             .get(model)
-            .copied()
-            .or_else(|| super::windows::built_in(model))
+            .map(|w| (w.tokens, format!("the server: {}", w.from)))
     }
 
     /// Whether an Anthropic model answers in a JSON schema natively (`output_config.format`):

@@ -22,7 +22,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::step::{Compiled, Rendered, StepConfig, prepare_message, task_request, task_source};
+use super::step::{
+    Compiled, Rendered, StepConfig, expects_data, prepare_message, task_request, task_source,
+};
 use crate::compile::{
     Check, CompiledPipeline, Contexts, ItemSource, agents_json, base_context, check_task,
     item_context,
@@ -83,6 +85,8 @@ pub(crate) struct LevelsPlan {
     pub(crate) per_partial: u64,
     /// The chunks of the last level do not shrink: the reduction would not converge.
     pub(crate) diverges: bool,
+    /// `reduce: auto`: the context window the chunks fill, and where it comes from.
+    pub(crate) window: Option<(u64, String)>,
 }
 
 /// The tokens counted for an answer without an output limit.
@@ -134,6 +138,7 @@ fn plan_levels(
         None => (ANSWER_ESTIMATE, false),
     };
     let per_partial = own.max_output_tokens.map_or(ANSWER_ESTIMATE, u64::from);
+    let mut window_from = None;
     let budget = match reduce.chunk_tokens {
         Some(tokens) => tokens,
         None => {
@@ -146,9 +151,11 @@ fn plan_levels(
                 .or_else(|_| resolve_with(env, config, &overrides, |_| true))
                 .ok()
                 .map(|r| r.model);
-            let window = step
-                .context_window
-                .or_else(|| model.as_deref().and_then(|m| config.context_window(m)))?;
+            let (window, from) = match step.context_window {
+                Some(tokens) => (tokens, "the step's `context_window`".to_owned()),
+                None => model.as_deref().and_then(|m| config.window_origin(m))?,
+            };
+            window_from = Some((window, from));
             // The prompt without results and the synthesis's own output limit.
             let template: usize = task
                 .instructions
@@ -168,6 +175,7 @@ fn plan_levels(
         from_limit,
         per_partial,
         diverges,
+        window: window_from,
     })
 }
 
@@ -278,6 +286,7 @@ pub(crate) fn plan(
                     }
                     Ok(Expanded::Subagent(task)) => {
                         plan.later = Some("its items are the answer of a subagent".into());
+                        plan.notes.push(items_schema_note(catalog, task));
                         let schema = Some(json!({"type": "array"}));
                         drafter.tasks(&tenv, &config, task, &base, schema, None, plan)
                     }
@@ -457,6 +466,31 @@ fn unknown_reads(pipeline: &Pipeline, step: &Step, known: &[Option<Known>]) -> V
     unknown
 }
 
+/// The schema a subagent decompose's answer is asked for, and where it comes from.
+fn items_schema_note(catalog: &Catalog, task: &TaskTemplate) -> String {
+    use crate::source::SourceDef;
+    if let Some(schema) = &task.schema {
+        return format!("items: the answer to the step's `schema:` {schema}");
+    }
+    let literal = task
+        .source
+        .as_ref()
+        .filter(|s| !crate::template::has_template(&s.text))
+        .and_then(|s| crate::compile::named_source(&s.text));
+    let recipe_schema = literal.and_then(|name| match &catalog.get(name)?.def {
+        SourceDef::Recipe(recipe) | SourceDef::Subrecipe { recipe, .. } => {
+            Some((name, recipe.response_schema.as_ref()?))
+        }
+        SourceDef::Agent(_) => None,
+    });
+    match recipe_schema {
+        Some((name, schema)) => {
+            format!("items: the answer to the `response.json_schema` of `{name}`: {schema}")
+        }
+        None => "items: the answer, a JSON array (give the step a `schema:` to bound it)".into(),
+    }
+}
+
 /// What a dry run makes of a decompose step.
 enum Expanded<'p> {
     Known(Known),
@@ -533,7 +567,9 @@ impl Drafter<'_> {
         let compiled = Compiled::new(tenv, task)?;
         let mut one = |ctx: &minijinja::Value| -> Result<(), String> {
             let mut rendered = compiled.render(task, ctx)?;
-            rendered.schema.clone_from(&schema);
+            if rendered.schema.is_none() && !expects_data(self.catalog, &rendered) {
+                rendered.schema.clone_from(&schema);
+            }
             self.task(step, &rendered, plan)
         };
         match items {

@@ -875,8 +875,9 @@ impl<'a, 'e> Tasks<'a, 'e> {
         self
     }
 
-    /// The JSON schema every answer must follow (over the task's own `schema:`).
-    pub(crate) fn schema(mut self, schema: Value) -> Self {
+    /// The JSON schema every answer must follow when neither the task's own `schema:` nor its
+    /// source's `response.json_schema` gives one.
+    pub(crate) fn default_schema(mut self, schema: Value) -> Self {
         self.schema = Some(schema);
         self
     }
@@ -940,7 +941,7 @@ impl Tasks<'_, '_> {
                 _ => e,
             })
         })?;
-        if self.schema.is_some() {
+        if self.schema.is_some() && !expects_data(&shared.catalog, &rendered) {
             rendered.schema.clone_from(&self.schema);
         }
         if let Some(name) = &rendered.source

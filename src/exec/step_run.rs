@@ -11,7 +11,7 @@ use super::context::{StepData, StepOutputs, base_context};
 use super::step::{Shared, StepConfig, TaskContext, Tasks};
 use super::step_error::StepError;
 use crate::event::{Events, FinalTextBuilder, RunEvent, TaskDone};
-use crate::pipeline::items::{Expanded, expand_items, open_file_items};
+use crate::pipeline::items::{Expanded, expand_items, items_of_answer, open_file_items};
 use crate::pipeline::model::{
     Backend, Decompose, FanOut, OnError, Pipeline, Step, StepKind, TaskTemplate,
 };
@@ -207,7 +207,7 @@ impl StepRun {
             Decompose::Agent(task) => {
                 let mut items = listed(vec![Value::Null]);
                 Tasks::new(scope.config, task, scope.base, scope.env)
-                    .schema(json!({"type": "array"}))
+                    .default_schema(json!({"type": "array"}))
                     .cap(Some(1))
                     .run(&self.run.shared, &mut *items, &mut |done| {
                         tally.record(done)
@@ -216,11 +216,13 @@ impl StepRun {
                 if tally.failures > 0 {
                     return Err(tally.first_error().into());
                 }
-                match tally.structured.take() {
-                    Some(Value::Array(items)) => items,
-                    _ => {
+                match tally.structured.take().and_then(items_of_answer) {
+                    Some(items) => items,
+                    None => {
                         return Err(StepError::Failed(
-                            "the decompose subagent did not answer with a JSON array".into(),
+                            "the decompose subagent did not answer with a JSON array (or an \
+                             object with an `items` array)"
+                                .into(),
                         ));
                     }
                 }

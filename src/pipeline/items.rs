@@ -106,6 +106,44 @@ impl StaticForm {
     }
 }
 
+/// Whether a subagent decompose's answer to `schema` gives items: its root is an array (the
+/// answer is the items), or an object whose required `items` property is an array (the items
+/// are that property). `Err` says what the schema lacks.
+pub(crate) fn items_of_schema(schema: &Value) -> Result<(), String> {
+    let is = |node: &Value, kind: &str| node.get("type").and_then(Value::as_str) == Some(kind);
+    if is(schema, "array") {
+        return Ok(());
+    }
+    let wants = "its root must be an array (`type: array`), or an object whose required \
+                 `items` property is an array";
+    if !is(schema, "object") {
+        return Err(wants.to_owned());
+    }
+    let items = schema.get("properties").and_then(|p| p.get("items"));
+    let required = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(|r| r.iter().any(|k| k == "items"));
+    match items {
+        Some(items) if is(items, "array") && required => Ok(()),
+        Some(items) if is(items, "array") => Err(format!("{wants}; `items` is not required")),
+        _ => Err(wants.to_owned()),
+    }
+}
+
+/// The items in a subagent decompose's answer: the answer itself when it is an array, else
+/// the `items` array of an object ([`items_of_schema`]).
+pub(crate) fn items_of_answer(answer: Value) -> Option<Vec<Value>> {
+    match answer {
+        Value::Array(items) => Some(items),
+        Value::Object(mut map) => match map.remove("items") {
+            Some(Value::Array(items)) => Some(items),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// What a static decompose form produced.
 #[derive(Debug)]
 pub(crate) enum Expanded {

@@ -978,6 +978,25 @@ fn read_schema(
     Some(schema)
 }
 
+/// A subagent decompose's `schema:`: checked as a fan-out's, and it must yield items
+/// ([`crate::pipeline::items_of_schema`]).
+fn read_items_schema(
+    r: &mut MapReader<'_>,
+    path: &str,
+    d: &mut FileDiags<'_>,
+) -> Option<serde_json::Value> {
+    let pos = r.get_entry("schema").map(|(_, v)| v.pos);
+    let schema = read_schema(r, path, d)?;
+    if let Err(why) = super::items::items_of_schema(&schema) {
+        d.error(
+            pos.unwrap_or_default(),
+            format!("`{path}.schema` cannot give the step its items: {why}"),
+        );
+        return None;
+    }
+    Some(schema)
+}
+
 fn read_task_parameters(
     node: &Node,
     path: &str,
@@ -1194,11 +1213,13 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
         .first()
         .is_some_and(|(f, _)| matches!(*f, "source" | "instructions"));
     let agent = if is_agent || forms.is_empty() {
-        Some(read_task(&mut r, d))
+        let mut task = read_task(&mut r, d);
+        task.schema = read_items_schema(&mut r, path, d).map(Box::new);
+        Some(task)
     } else {
         // a subagent's keys mean nothing for the other forms
         if agent_key.is_none() {
-            for extra in ["parameters", "context", "extensions"] {
+            for extra in ["parameters", "context", "extensions", "schema"] {
                 let extra_path = r.child_path(extra);
                 if let Some((k, _)) = r.get_entry(extra) {
                     d.warning(
@@ -1210,7 +1231,7 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
                 }
             }
         } else {
-            r.ignore(&["parameters", "context", "extensions"]);
+            r.ignore(&["parameters", "context", "extensions", "schema"]);
         }
         None
     };

@@ -14,6 +14,7 @@ mod openai;
 mod retry;
 mod structured;
 pub(crate) mod tool_name;
+mod window;
 
 pub(crate) use batch::{BatchCounts, BatchLine, BatchState, BatchStatus, LineResult};
 pub(crate) use cache::{CacheHint, OPENAI_MIN_TOKENS, anthropic_min_tokens};
@@ -28,3 +29,4 @@ pub(crate) use structured::{
     OpenAiFormat, ResponseFormat, anthropic_native_structured, mechanism as structured_mechanism,
     unwrap_answer,
 };
+pub(crate) use window::{ServerWindow, server_window};

@@ -22,7 +22,7 @@ steps:
   - id: listed
     decompose: {items: [a, b]}
   - id: agent_items
-    decompose: {instructions: "list", source: r, parameters: {a: "1"}, context: c, extensions: [x]}
+    decompose: {instructions: "list", source: r, parameters: {a: "1"}, context: c, extensions: [x], schema: {type: array}}
   - id: from_command
     decompose: {command: "echo a", file: f, glob: "*.md", gitignore: false}
   - id: work

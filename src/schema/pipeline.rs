@@ -95,6 +95,13 @@ fn decompose() -> Value {
             template("A glob pattern; each matching path is an item."),
         ),
         (
+            "schema",
+            json!({
+                "description": "For a subagent: the JSON Schema its answer must match, over its source's `response.json_schema`; an array, or an object whose required `items` property is an array.",
+                "type": "object"
+            }),
+        ),
+        (
             "gitignore",
             json!({
                 "description": "With `glob`: leave out what `.gitignore`, `.ignore` and `.git/info/exclude` leave out (the default); `false` matches every file.",

@@ -84,7 +84,39 @@ pub(super) fn check(
     } else {
         Some(runtime.block_on(ping(&resolved, checks)))
     };
+    let asked = answers.as_ref().is_some_and(|a| a.ok);
+    checks.push(window_check(&resolved, config, asked, &runtime));
     report(&resolved, answers)
+}
+
+/// The model's context window and where it comes from: the config file, the built-in list,
+/// or (asked only when the provider answers and nothing else gives it) the server.
+fn window_check(
+    r: &Resolved,
+    config: &Config,
+    ask: bool,
+    runtime: &tokio::runtime::Runtime,
+) -> Check {
+    let model = &r.model;
+    let known = config.window_origin(model).or_else(|| {
+        ask.then(|| runtime.block_on(crate::provider::server_window(&r.endpoint, model)))
+            .flatten()
+            .map(|w| (w.tokens, format!("the server: {}", w.from)))
+    });
+    match known {
+        Some((tokens, from)) => Check::ok(
+            Section::Provider,
+            format!("context window of `{model}`: {tokens} tokens (from {from})"),
+        ),
+        None => Check::ok(
+            Section::Provider,
+            format!(
+                "context window of `{model}`: unknown; requests are not checked against it, \
+                 and `reduce: auto` needs `models: {{{model}: {{context_window: TOKENS}}}}` in \
+                 summon.yaml"
+            ),
+        ),
+    }
 }
 
 /// The provider, its endpoint and key, and the model, each with where it came from.

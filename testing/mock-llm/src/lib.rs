@@ -2,7 +2,8 @@
 //! tests and benchmarks.
 //!
 //! [`MockServer::start`] binds `127.0.0.1:0` (never another address) and serves
-//! `POST /v1/chat/completions`, `POST /v1/messages` and `GET /v1/models`. Each chat request is
+//! `POST /v1/chat/completions`, `POST /v1/messages`, `GET /v1/models` and `GET /props` (a
+//! model's context window, as llama.cpp says it). Each chat request is
 //! answered by the next scripted [`Reply`] of the queue, else by the [`MockConfig::rule`], else by
 //! the default reply ([`Reply::Echo`] unless configured). Requests are recorded for assertions
 //! unless recording is switched off; the request counter and the in-flight peak always run. The
@@ -65,6 +66,8 @@ pub enum Api {
     Anthropic,
     /// `GET /v1/models`
     Models,
+    /// `GET /props` (llama.cpp's server properties)
+    Props,
     /// The batch endpoints: `/v1/files`, `/v1/batches`, `/v1/messages/batches`, ...
     Batch,
     /// Anything else (answered with 404).
@@ -540,6 +543,7 @@ impl MockServer {
             .route("/v1/chat/completions", post(handle_openai))
             .route("/v1/messages", post(handle_anthropic))
             .route("/v1/models", get(handle_models))
+            .route("/props", get(handle_props))
             .merge(batch::routes())
             .fallback(handle_unknown)
             .layer(DefaultBodyLimit::max(256 * 1024 * 1024))
@@ -673,14 +677,48 @@ async fn handle_models(State(shared): AppState, headers: HeaderMap) -> Response 
         .models
         .iter()
         .map(|id| {
-            json!({"id": id, "object": "model", "type": "model", "display_name": id,
-                   "created": 0, "owned_by": "summon-mock-llm"})
+            let mut model = json!({"id": id, "object": "model", "type": "model",
+                "display_name": id, "created": 0, "owned_by": "summon-mock-llm"});
+            // vLLM says each model's window.
+            if let Some((_, window)) = shared.context_windows.iter().find(|(m, _)| m == id) {
+                model["max_model_len"] = json!(window);
+            }
+            model
         })
         .collect();
     json_response(
         StatusCode::OK,
         &json!({"object": "list", "data": data, "has_more": false}),
     )
+}
+
+/// llama.cpp's `GET /props`: the window of one slot, `default_generation_settings.n_ctx`,
+/// here the window of the first listed model that has one (404 when none has, as a server
+/// other than llama.cpp answers).
+async fn handle_props(State(shared): AppState, headers: HeaderMap) -> Response {
+    let (_guard, seq) = InFlight::enter(&shared);
+    if shared.record {
+        let request = record(seq, Api::Props, "GET", "/props", &headers, Value::Null);
+        lock(&shared.recorded).push(request);
+    }
+    let window = shared.models.iter().find_map(|id| {
+        shared
+            .context_windows
+            .iter()
+            .find(|(m, _)| m == id)
+            .map(|(_, w)| *w)
+    });
+    match window {
+        Some(n_ctx) => json_response(
+            StatusCode::OK,
+            &json!({"default_generation_settings": {"n_ctx": n_ctx}, "total_slots": 1}),
+        ),
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &json!({"error": {"message": "summon-mock-llm: no context window configured",
+                "type": "not_found"}}),
+        ),
+    }
 }
 
 async fn handle_unknown(
