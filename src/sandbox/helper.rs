@@ -715,6 +715,17 @@ mod tests {
     }
 
     #[test]
+    fn mount_points_are_read_with_their_escapes_undone() {
+        let line = "36 27 0:33 / /mnt/with\\040space\\134x rw,relatime - tmpfs tmpfs rw";
+        assert_eq!(mount_point(line), Some(PathBuf::from("/mnt/with space\\x")));
+        assert_eq!(
+            mount_point("27 1 254:0 / / rw - ext4 /dev/vda rw"),
+            Some(PathBuf::from("/"))
+        );
+        assert_eq!(mount_point("short line"), None);
+    }
+
+    #[test]
     fn a_missing_program_fails_like_a_direct_start() {
         let dir = tempfile::tempdir().unwrap();
         let path = std::env::var_os("PATH");

@@ -48,7 +48,8 @@ impl Policy {
     pub(crate) fn summary(self) -> &'static str {
         match self {
             Self::WorkspaceWrite => {
-                "read anywhere, write in the working directory and a private TMPDIR"
+                "read anywhere, write in the working directory (not its .git or .summon) and a \
+                 private TMPDIR"
             }
             Self::ReadOnly => "read anywhere, write nowhere",
             Self::Off => "no sandbox",
