@@ -207,9 +207,11 @@ pub(crate) struct Paths {
     pub(crate) own_pids: bool,
 }
 
-/// Confines this process as asked and executes `argv`; returns only on failure, with the exit
-/// code after saying why on stderr. With `parent`, the command is killed when that process
-/// (the summon that started this one) ends; if it has already ended, nothing runs.
+/// Confines this process as asked and runs `argv`: in place (an `exec`), or, with a PID
+/// namespace of its own, under an init whose exit code (the command's, or 128 + the signal
+/// that ended it) is returned. Otherwise returns only on failure, with the exit code after
+/// saying why on stderr. With `parent`, the command is killed when that process (the summon
+/// that started this one) ends; if it has already ended, nothing runs.
 pub(crate) fn run(
     policy: Policy,
     network: bool,
@@ -252,6 +254,7 @@ pub(crate) fn run(
     // kernel kills every process left in it, however it was started (setsid, double fork).
     // This process and the init stay between the command and summon: like summon, neither
     // lets the command read its memory or environment.
+    #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_dumpable(false);
     let init = std::env::current_exe().and_then(|exe| {
         std::process::Command::new(exe)

@@ -13,7 +13,7 @@ use super::workdir::WorkDir;
 use super::{ToolOutput, fs, search, shell, shown};
 use crate::agent::{BuiltinTool, ToolKind, ToolRef};
 use crate::provider::ToolSpec;
-use crate::sandbox::{CommandEnv, Policy, Sandbox};
+use crate::sandbox::{CommandEnv, Sandbox};
 
 /// A listed MCP tool: server, tool (`None` = all of the server's), the entry as written.
 pub(crate) type McpWanted = (String, Option<String>, String);
@@ -268,15 +268,8 @@ impl ToolSet {
         let result = match tool {
             Tool::Builtin(builtin) => match builtin {
                 BuiltinTool::ReadFile => fs::read_file(args, workdir).await,
-                BuiltinTool::WriteFile | BuiltinTool::EditFile => {
-                    match may_write(builtin.name(), self.sandbox, args, workdir) {
-                        Err(refusal) => Err(refusal),
-                        Ok(()) if builtin == BuiltinTool::WriteFile => {
-                            fs::write_file(args, workdir).await
-                        }
-                        Ok(()) => fs::edit_file(args, workdir).await,
-                    }
-                }
+                BuiltinTool::WriteFile => fs::write_file(args, workdir, self.sandbox.policy).await,
+                BuiltinTool::EditFile => fs::edit_file(args, workdir, self.sandbox.policy).await,
                 BuiltinTool::ListFiles => search::list_files(args, workdir).await,
                 BuiltinTool::Search => search::search(args, workdir).await,
                 BuiltinTool::Shell => {
@@ -291,51 +284,6 @@ impl ToolSet {
             },
         };
         ToolOutput::from(result)
-    }
-}
-
-/// Refuses a writing tool's call that the sandbox forbids: every write under `read-only`, and
-/// a path inside a `.git` or `.summon` folder under every policy but `off` (hooks and the
-/// store run or are trusted later, outside the sandbox). A path the tool cannot use at all is
-/// left to the tool, which says why.
-fn may_write(
-    tool: &str,
-    sandbox: Sandbox,
-    args: &Value,
-    workdir: &WorkDir,
-) -> Result<(), super::ToolError> {
-    use super::ToolError;
-    match sandbox.policy {
-        Policy::Off => return Ok(()),
-        Policy::ReadOnly => {
-            return Err(ToolError::Failed(format!(
-                "{tool} refused: this task runs under the `read-only` sandbox policy, which \
-                 lets the model write nowhere; nothing was written"
-            )));
-        }
-        Policy::WorkspaceWrite => {}
-    }
-    let Some(path) = args.get("path").and_then(Value::as_str) else {
-        return Ok(());
-    };
-    let Ok(resolved) = workdir.resolve(path, super::workdir::Access::Write) else {
-        return Ok(());
-    };
-    let inside = resolved.strip_prefix(workdir.path()).unwrap_or(&resolved);
-    let protected = inside.components().find_map(|part| {
-        let name = part.as_os_str().to_str()?;
-        crate::sandbox::helper::PROTECTED_NAMES
-            .contains(&name)
-            .then_some(name)
-    });
-    match protected {
-        Some(name) => Err(ToolError::Failed(format!(
-            "{tool} refused: {} is inside {name}, which the model may not change under the \
-             `{}` sandbox policy (only `off` allows it); nothing was written",
-            shown(path),
-            sandbox.policy
-        ))),
-        None => Ok(()),
     }
 }
 
