@@ -1328,3 +1328,47 @@ async fn an_unprivileged_user_gets_the_same_sandbox() {
         "process {pid}, started with setsid, outlived summon"
     );
 }
+
+/// summon killed with SIGKILL, which it cannot handle, while a command runs: the command's
+/// helper sees summon go and ends the command's PID namespace, setsid'd processes and all.
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_outlives_a_summon_killed_outright() {
+    require_landlock();
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("shell", json!({"command": format!("{ESCAPES}; sleep 30")})),
+        Reply::text("done"),
+    ]))
+    .await;
+    let project = Project::new(&server);
+    let mut child = project.delegate(&[]).spawn().expect("spawn");
+    let pid_file = project.work().join("pid");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+        {
+            break pid;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("wait");
+            panic!(
+                "the command never started: {} {:?}",
+                String::from_utf8_lossy(&out.stderr),
+                server.requests().last().map(|r| r.body["messages"].clone()),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    child.kill().expect("SIGKILL summon");
+    child.wait().expect("wait for summon");
+    let still = crate::support::mcp::still_alive(pid);
+    if still {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(
+        !still,
+        "process {pid}, started with setsid, outlived a killed summon"
+    );
+}

@@ -165,6 +165,7 @@ pub(crate) fn early(args: &[OsString]) -> Option<i32> {
     let mut protect = Vec::new();
     let mut init = false;
     let mut own_pids = false;
+    let mut watch = None;
     let mut rest = args[2..].iter();
     loop {
         let arg = rest.next()?.to_str()?;
@@ -176,6 +177,7 @@ pub(crate) fn early(args: &[OsString]) -> Option<i32> {
             "--protect" => protect.push(PathBuf::from(rest.next()?)),
             "--init" => init = true,
             "--own-pids" => own_pids = true,
+            "--watch" => watch = Some(rest.next()?.to_str()?.parse().ok()?),
             "--" => break,
             _ => return None,
         }
@@ -185,7 +187,7 @@ pub(crate) fn early(args: &[OsString]) -> Option<i32> {
         return None;
     }
     if init {
-        return Some(init_process(&argv));
+        return Some(init_process(&argv, watch));
     }
     let paths = Paths {
         writable,
@@ -256,16 +258,26 @@ pub(crate) fn run(
     // lets the command read its memory or environment.
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_dumpable(false);
-    let init = std::env::current_exe().and_then(|exe| {
+    // This process cannot start a thread any more (it is not in the namespace its children
+    // are): the init watches summon instead.
+    let summon = std::os::unix::process::parent_id().to_string();
+    let spawned = std::env::current_exe().and_then(|exe| {
         std::process::Command::new(exe)
-            .args([SUBCOMMAND, "--init", "--"])
+            .args([SUBCOMMAND, "--init", "--watch", &summon, "--"])
             .args(argv)
-            .status()
+            .spawn()
     });
-    match init {
-        Ok(status) => exit_code(status),
+    let mut init = match spawned {
+        Ok(init) => init,
         Err(e) => {
             eprintln!("summon: sandbox: cannot start the command's init process: {e}");
+            return SETUP_FAILED;
+        }
+    };
+    match init.wait() {
+        Ok(status) => exit_code(status),
+        Err(e) => {
+            eprintln!("summon: sandbox: cannot wait for the command: {e}");
             SETUP_FAILED
         }
     }
@@ -297,10 +309,13 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 /// namespace (orphans come to it), and exits as `argv` did, which ends the namespace and
 /// everything still in it. It also goes when the helper that started it goes.
 #[cfg(target_os = "linux")]
-fn init_process(argv: &[OsString]) -> i32 {
+fn init_process(argv: &[OsString], summon: Option<u32>) -> i32 {
     use nix::sys::wait::{WaitStatus, wait};
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
     let _ = nix::sys::prctl::set_dumpable(false);
+    if let Some(summon) = summon {
+        watch(summon);
+    }
     let Some((program, args)) = argv.split_first() else {
         return SETUP_FAILED;
     };
@@ -319,8 +334,34 @@ fn init_process(argv: &[OsString]) -> i32 {
     }
 }
 
+/// How often a command's init looks whether summon is still there.
+#[cfg(target_os = "linux")]
+const SUMMON_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Ends this init, and so its whole PID namespace, when summon (`pid`, as `/proc` numbers it)
+/// ends however it ends (`kill -9` included), even while the command runs on: a thread looks
+/// at summon's `/proc` entry, whose start time tells it from a later process given its number.
+#[cfg(target_os = "linux")]
+fn watch(pid: u32) {
+    let started = move || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        // After the name: state, then the start time is the 20th field.
+        (fields.first() != Some(&"Z")).then(|| fields.get(19).map(|s| s.to_string()))?
+    };
+    let Some(first) = started() else {
+        std::process::exit(SETUP_FAILED);
+    };
+    std::thread::spawn(move || {
+        while started().as_ref() == Some(&first) {
+            std::thread::sleep(SUMMON_POLL);
+        }
+        std::process::exit(128 + libc::SIGKILL);
+    });
+}
+
 #[cfg(not(target_os = "linux"))]
-fn init_process(argv: &[OsString]) -> i32 {
+fn init_process(argv: &[OsString], _summon: Option<u32>) -> i32 {
     let Some((program, args)) = argv.split_first() else {
         return SETUP_FAILED;
     };

@@ -67,7 +67,7 @@ pub(super) fn check(config: &Config, checks: &mut Vec<Check>) -> Value {
 }
 
 /// Whether a sandboxed command gets its own PID namespace here (and so its mount namespace):
-/// asked of the sandbox helper, whose shell is then process 2 of its namespace.
+/// asked of the sandbox helper, whose shell then has the namespace's init, process 1, as parent.
 fn namespaces() -> bool {
     static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ANSWER.get_or_init(|| {
@@ -83,11 +83,11 @@ fn namespaces() -> bool {
                 "--",
                 "sh",
                 "-c",
-                "echo $$",
+                "echo $PPID",
             ])
             .stdin(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .output()
-            .is_ok_and(|out| out.status.success() && out.stdout == b"2\n")
+            .is_ok_and(|out| out.status.success() && out.stdout == b"1\n")
     })
 }
