@@ -99,6 +99,12 @@ pub(crate) struct SandboxHelperArgs {
     /// A directory the command may write in (with workspace-write).
     #[arg(long, value_name = "DIR")]
     pub(crate) write: Vec<PathBuf>,
+    /// A path that stays read-only inside those directories (when it exists).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) protect: Vec<PathBuf>,
+    /// Run the command in a PID namespace of its own, whose processes all end with it.
+    #[arg(long)]
+    pub(crate) own_pids: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<std::ffi::OsString>,

@@ -221,19 +221,22 @@ fn run(mut command: Command) -> Ran {
     ran
 }
 
-/// Reads `/proc/$PPID/environ` (summon's) and then walks the parent chain up, saying for each
+/// Reads the parent's `/proc/PID/environ` (numbered as `/proc` numbers it: the command has a
+/// PID namespace of its own, where `$PPID` counts differently) and then walks the parent chain up, saying for each
 /// ancestor whether its environment could be read.
-const READ_ANCESTORS: &str = "echo \"ppid=$PPID comm=$(cat /proc/$PPID/comm)\"; \
-     tr '\\0' '\\n' < /proc/$PPID/environ; \
-     p=$PPID; while [ \"$p\" -gt 1 ]; do \
+const READ_ANCESTORS: &str = "read -r _ _ _ pp _ < /proc/self/stat; \
+     echo \"ppid=$pp comm=$(cat /proc/$pp/comm)\"; \
+     tr '\\0' '\\n' < /proc/$pp/environ; \
+     p=$pp; while [ \"$p\" -gt 1 ]; do \
      if cat /proc/$p/environ > /dev/null 2>&1; then echo \"read $p\"; else echo \"denied $p\"; fi; \
      p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2); done";
 
 /// Like [`READ_ANCESTORS`], for summon alone.
-const READ_PARENT: &str = "echo \"ppid=$PPID comm=$(cat /proc/$PPID/comm)\"; \
-     tr '\\0' '\\n' < /proc/$PPID/environ; \
-     if cat /proc/$PPID/environ > /dev/null 2>&1; then echo \"read $PPID\"; \
-     else echo \"denied $PPID\"; fi";
+const READ_PARENT: &str = "read -r _ _ _ pp _ < /proc/self/stat; \
+     echo \"ppid=$pp comm=$(cat /proc/$pp/comm)\"; \
+     tr '\\0' '\\n' < /proc/$pp/environ; \
+     if cat /proc/$pp/environ > /dev/null 2>&1; then echo \"read $pp\"; \
+     else echo \"denied $pp\"; fi";
 
 /// `command` started by a shell that waits for it, as a login shell would: an ancestor of
 /// summon that holds the key in its environment. Its output captured.

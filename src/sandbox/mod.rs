@@ -2,9 +2,10 @@
 //!
 //! A policy says where such a command may write; network access is a separate grant. On Linux
 //! summon applies them by starting itself with a hidden subcommand ([`helper`]) that confines
-//! its own process (no-new-privileges and no capability, even as root; Landlock; a seccomp
-//! socket filter) and then executes the command, so the confinement is inherited by everything
-//! the command starts. summon itself is not dumpable ([`forbid_inspection`]), so no command
+//! its own process (read-only mounts but the writable folders, `.git` and `.summon` read-only;
+//! no-new-privileges and no capability, even as root; Landlock; a seccomp filter) and then
+//! runs the command in a PID namespace of its own, so the confinement is inherited by
+//! everything the command starts and nothing it starts outlives it. summon itself is not dumpable ([`forbid_inspection`]), so no command
 //! reads its memory or environment. Where the kernel cannot
 //! confine ([`support`]), the shell refuses unless the policy is `off`.
 

@@ -16,7 +16,8 @@ use std::fmt;
 )]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Policy {
-    /// Read anywhere; write only in the working directory, the private TMPDIR and devices.
+    /// Read anywhere; write only in the working directory (not in its .git or .summon), the
+    /// private TMPDIR and devices.
     #[default]
     WorkspaceWrite,
     /// Read anywhere; write nowhere but devices such as `/dev/null`.
@@ -48,7 +49,8 @@ impl Policy {
     pub(crate) fn summary(self) -> &'static str {
         match self {
             Self::WorkspaceWrite => {
-                "read anywhere, write in the working directory and a private TMPDIR"
+                "read anywhere, write in the working directory (not its .git or .summon) and a \
+                 private TMPDIR"
             }
             Self::ReadOnly => "read anywhere, write nowhere",
             Self::Off => "no sandbox",

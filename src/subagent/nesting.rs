@@ -14,7 +14,8 @@
 //!
 //! Limits, for the record: an ancestor whose environment cannot be read (another user's, or
 //! no `/proc`) is skipped; a process that detaches from its parent (a double fork) leaves the
-//! chain, though the `shell` tool kills its whole process group when the command returns.
+//! chain, though it does not outlive the command: a `shell` command's processes live in a PID
+//! namespace of their own, which ends with it.
 
 use std::path::Path;
 
@@ -28,8 +29,16 @@ const MAX_DEPTH: usize = 128;
 /// Whether this process runs under a subagent: [`NESTED_ENV`] in our environment, or in the
 /// start environment of any ancestor.
 pub(crate) fn inside_subagent(env: &Env) -> bool {
-    env.var(NESTED_ENV).is_some()
-        || ancestor_marked(Path::new("/proc"), std::os::unix::process::parent_id())
+    env.var(NESTED_ENV).is_some() || ancestor_marked(Path::new("/proc"), parent())
+}
+
+/// This process's parent as `/proc` numbers it: a shell command runs in a PID namespace of
+/// its own, where `getppid` counts from that namespace while `/proc` is the host's.
+fn parent() -> u32 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| parent_in_stat(&stat))
+        .unwrap_or_else(std::os::unix::process::parent_id)
 }
 
 /// Walks the parent chain from `pid` up, reading each start environment under `proc`.

@@ -14,19 +14,34 @@ pub(super) fn check(config: &Config, checks: &mut Vec<Check>) -> Value {
     match refusal(default.policy_if_on()) {
         None => {
             let abi = landlock_abi().unwrap_or(0);
-            let tcp = if landlock_tcp() {
-                "files and TCP"
-            } else {
-                "files; TCP by the socket filter only"
+            let tcp = match abi {
+                6.. => "files, TCP, signals and abstract sockets",
+                4..6 => "files and TCP",
+                _ => "files; TCP by the socket filter only",
             };
             checks.push(Check::ok(
                 Section::Sandbox,
                 format!(
                     "commands are sandboxed: Landlock ABI {abi} ({tcp}) and a seccomp filter \
-                     refusing non-Unix sockets without --network; default: {}",
+                     refusing every new socket without --network; default: {}",
                     default.describe()
                 ),
             ));
+            checks.push(if namespaces() {
+                Check::ok(
+                    Section::Sandbox,
+                    "commands get mount and PID namespaces of their own: read-only mounts but \
+                     the writable folders, .git and .summon read-only, nothing outlives a command",
+                )
+            } else {
+                Check::warning(
+                    Section::Sandbox,
+                    "this kernel or container refuses commands namespaces of their own: .git and \
+                     .summon stay writable to the shell, metadata outside the working directory \
+                     can change, and a process that leaves the command's group outlives it",
+                )
+                .fix("allow user namespaces (kernel.apparmor_restrict_unprivileged_userns=0), or run summon as root")
+            });
         }
         Some(reason) => checks.push(
             Check::warning(
@@ -44,8 +59,35 @@ pub(super) fn check(config: &Config, checks: &mut Vec<Check>) -> Value {
     }
     json!({
         "sandboxed": refusal(default.policy_if_on()).is_none(),
+        "namespaces": refusal(default.policy_if_on()).is_none() && namespaces(),
         "landlock_abi": landlock_abi(),
         "landlock_tcp": landlock_tcp(),
         "default": default.to_json(),
+    })
+}
+
+/// Whether a sandboxed command gets its own PID namespace here (and so its mount namespace):
+/// asked of the sandbox helper, whose shell then has the namespace's init, process 1, as parent.
+fn namespaces() -> bool {
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        let Ok(exe) = std::env::current_exe() else {
+            return false;
+        };
+        std::process::Command::new(exe)
+            .args([
+                crate::sandbox::helper::SUBCOMMAND,
+                "--own-pids",
+                "--policy",
+                "read-only",
+                "--",
+                "sh",
+                "-c",
+                "echo $PPID",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .is_ok_and(|out| out.status.success() && out.stdout == b"1\n")
     })
 }

@@ -18,8 +18,10 @@ use serde_json::{Value, json};
 
 use super::args::Args;
 use super::workdir::{Access, WorkDir};
-use super::{ToolError, blocking, truncate_at_boundary};
+use super::{ToolError, blocking, shown, truncate_at_boundary};
 use crate::provider::ToolSpec;
+use crate::sandbox::Policy;
+use crate::sandbox::helper::PROTECTED_NAMES;
 
 /// The most text `read_file` returns at once.
 pub(crate) const READ_CAP: usize = 256 * 1024;
@@ -257,12 +259,57 @@ fn next_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, keep: usize) -> io::R
     }
 }
 
+/// Refuses every write under the `read-only` sandbox policy.
+fn refuse_read_only(tool: &str, policy: Policy) -> Result<(), ToolError> {
+    if policy == Policy::ReadOnly {
+        return Err(ToolError::Failed(format!(
+            "{tool} refused: this task runs under the `read-only` sandbox policy, which lets \
+             the model write nowhere; nothing was written"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses, under every policy but `off`, a write to `path` (as resolved, the path the tool
+/// then opens without following a link) inside a `.git` or `.summon` folder: hooks and git's
+/// config run later outside the sandbox, and later commands trust the store.
+fn refuse_protected(
+    tool: &str,
+    policy: Policy,
+    user_path: &str,
+    path: &std::path::Path,
+    wd: &WorkDir,
+) -> Result<(), ToolError> {
+    if policy == Policy::Off {
+        return Ok(());
+    }
+    let inside = path.strip_prefix(wd.path()).unwrap_or(path);
+    let protected = inside.components().find_map(|part| {
+        let name = part.as_os_str().to_str()?;
+        PROTECTED_NAMES.contains(&name).then_some(name)
+    });
+    match protected {
+        Some(name) => Err(ToolError::Failed(format!(
+            "{tool} refused: {} is inside {name}, which the model may not change under the \
+             `{policy}` sandbox policy (only `off` allows it); nothing was written",
+            shown(user_path)
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// `write_file {path, content}`.
-pub(crate) async fn write_file(args: &Value, wd: &WorkDir) -> Result<String, ToolError> {
+pub(crate) async fn write_file(
+    args: &Value,
+    wd: &WorkDir,
+    policy: Policy,
+) -> Result<String, ToolError> {
     let args = Args::parse("write_file", WRITE_EXPECTED, args)?;
+    refuse_read_only("write_file", policy)?;
     let user_path = args.str("path")?;
     let content = args.str("content")?.to_owned();
     let path = wd.resolve(user_path, Access::Write)?;
+    refuse_protected("write_file", policy, user_path, &path, wd)?;
     let shown = wd.display(&path);
     let root = wd.path().to_path_buf();
     blocking(move || {
@@ -276,8 +323,13 @@ pub(crate) async fn write_file(args: &Value, wd: &WorkDir) -> Result<String, Too
 }
 
 /// `edit_file {path, old_string, new_string, replace_all?}`.
-pub(crate) async fn edit_file(args: &Value, wd: &WorkDir) -> Result<String, ToolError> {
+pub(crate) async fn edit_file(
+    args: &Value,
+    wd: &WorkDir,
+    policy: Policy,
+) -> Result<String, ToolError> {
     let args = Args::parse("edit_file", EDIT_EXPECTED, args)?;
+    refuse_read_only("edit_file", policy)?;
     let user_path = args.str("path")?;
     let old = args.str("old_string")?.to_owned();
     let new = args.str("new_string")?.to_owned();
@@ -294,6 +346,7 @@ pub(crate) async fn edit_file(args: &Value, wd: &WorkDir) -> Result<String, Tool
         ));
     }
     let path = wd.resolve(user_path, Access::Write)?;
+    refuse_protected("edit_file", policy, user_path, &path, wd)?;
     let shown = wd.display(&path);
     let root = wd.path().to_path_buf();
     blocking(move || {
@@ -497,6 +550,7 @@ mod tests {
         let err = edit_file(
             &json!({"path": "fifo", "old_string": "a", "new_string": "b"}),
             &sb.wd,
+            Policy::WorkspaceWrite,
         )
         .await
         .unwrap_err();
@@ -514,11 +568,66 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn git_and_the_store_are_refused_even_through_a_link() {
+        let sb = Sandbox::new();
+        std::fs::create_dir_all(sb.root().join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(sb.root().join("sub/.summon")).unwrap();
+        std::os::unix::fs::symlink(".git", sb.root().join("g")).unwrap();
+        for path in [
+            ".git/hooks/pre-commit",
+            "g/config",
+            "sub/.summon/x",
+            "./.git/x",
+        ] {
+            let err = write_file(
+                &json!({"path": path, "content": "x"}),
+                &sb.wd,
+                Policy::WorkspaceWrite,
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.contains("write_file refused: ")
+                    && err.contains("which the model may not change under the `workspace-write`"),
+                "{path}: {err}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_dir(sb.root().join(".git/hooks"))
+                .unwrap()
+                .count(),
+            0
+        );
+        let err = edit_file(
+            &json!({"path": "a.txt", "old_string": "a", "new_string": "b"}),
+            &sb.wd,
+            Policy::ReadOnly,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("edit_file refused: this task runs under the `read-only`"),
+            "{err}"
+        );
+        write_file(
+            &json!({"path": ".git/hooks/pre-commit", "content": "x"}),
+            &sb.wd,
+            Policy::Off,
+        )
+        .await
+        .unwrap();
+        assert_eq!(sb.read(".git/hooks/pre-commit"), "x");
+    }
+
+    #[tokio::test]
     async fn write_creates_folders_atomically() {
         let sb = Sandbox::new();
         let out = write_file(
             &json!({"path": "new/deep/f.txt", "content": "héllo"}),
             &sb.wd,
+            Policy::WorkspaceWrite,
         )
         .await
         .unwrap();
@@ -527,6 +636,7 @@ mod tests {
         write_file(
             &json!({"path": "new/deep/f.txt", "content": "again"}),
             &sb.wd,
+            Policy::WorkspaceWrite,
         )
         .await
         .unwrap();
@@ -547,6 +657,7 @@ mod tests {
         write_file(
             &json!({"path": "run.sh", "content": "#!/bin/sh\ntrue\n"}),
             &sb.wd,
+            Policy::WorkspaceWrite,
         )
         .await
         .unwrap();
@@ -557,15 +668,21 @@ mod tests {
         assert_eq!(mode & 0o777, 0o755);
 
         sb.write("file", "x");
-        let err = write_file(&json!({"path": "file/inner", "content": "x"}), &sb.wd)
-            .await
-            .unwrap_err();
+        let err = write_file(
+            &json!({"path": "file/inner", "content": "x"}),
+            &sb.wd,
+            Policy::WorkspaceWrite,
+        )
+        .await
+        .unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("cannot create folders for file/inner"),
             "{err}"
         );
-        let err = write_file(&json!({"path": "x"}), &sb.wd).await.unwrap_err();
+        let err = write_file(&json!({"path": "x"}), &sb.wd, Policy::WorkspaceWrite)
+            .await
+            .unwrap_err();
         assert!(
             err.to_string().contains("missing required field `content`"),
             "{err}"
@@ -578,7 +695,7 @@ mod tests {
         sb.write("e.txt", "a = 1\nb = 1\nc = 2\n");
         let edit = |args: Value| {
             let wd = sb.wd.clone();
-            async move { edit_file(&args, &wd).await }
+            async move { edit_file(&args, &wd, Policy::WorkspaceWrite).await }
         };
         let out = edit(json!({"path": "e.txt", "old_string": "c = 2", "new_string": "c = 3"}))
             .await
@@ -644,9 +761,13 @@ mod tests {
                 ),
                 "read {path:?}: {err}"
             );
-            let err = write_file(&json!({"path": path, "content": "pwned"}), &sb.wd)
-                .await
-                .unwrap_err();
+            let err = write_file(
+                &json!({"path": path, "content": "pwned"}),
+                &sb.wd,
+                Policy::WorkspaceWrite,
+            )
+            .await
+            .unwrap_err();
             assert!(
                 matches!(
                     err,
@@ -657,6 +778,7 @@ mod tests {
             let err = edit_file(
                 &json!({"path": path, "old_string": "top", "new_string": "pwned"}),
                 &sb.wd,
+                Policy::WorkspaceWrite,
             )
             .await
             .unwrap_err();
@@ -723,6 +845,7 @@ mod race_tests {
             let _ = write_file(
                 &json!({"path": "a/made.txt", "content": format!("pwned {i}")}),
                 &sb.wd,
+                Policy::WorkspaceWrite,
             )
             .await;
             if let Ok(text) = read_file(&json!({"path": "a/secret.txt"}), &sb.wd).await
@@ -733,11 +856,13 @@ mod race_tests {
             let _ = edit_file(
                 &json!({"path": "a/secret.txt", "old_string": "secret", "new_string": "pwned"}),
                 &sb.wd,
+                Policy::WorkspaceWrite,
             )
             .await;
             let _ = edit_file(
                 &json!({"path": "a/secret.txt", "old_string": "inside", "new_string": "inside"}),
                 &sb.wd,
+                Policy::WorkspaceWrite,
             )
             .await;
         }

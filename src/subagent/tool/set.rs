@@ -315,8 +315,8 @@ impl ToolSet {
             }
             Tool::Builtin(builtin) => match builtin {
                 BuiltinTool::ReadFile => fs::read_file(args, workdir).await,
-                BuiltinTool::WriteFile => fs::write_file(args, workdir).await,
-                BuiltinTool::EditFile => fs::edit_file(args, workdir).await,
+                BuiltinTool::WriteFile => fs::write_file(args, workdir, self.sandbox.policy).await,
+                BuiltinTool::EditFile => fs::edit_file(args, workdir, self.sandbox.policy).await,
                 BuiltinTool::ListFiles => search::list_files(args, workdir).await,
                 BuiltinTool::Search => search::search(args, workdir).await,
                 BuiltinTool::Shell => {

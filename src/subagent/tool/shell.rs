@@ -310,7 +310,7 @@ fn denial_note(sandbox: Sandbox, out: &Captured, err: &Captured) -> Option<Strin
     }
     let allowed = match sandbox.policy {
         Policy::ReadOnly => "writes nowhere",
-        _ => "writes only in the working directory and $TMPDIR",
+        _ => "writes only in the working directory, not in its .git or .summon, and in $TMPDIR",
     };
     let network = if sandbox.network {
         "network allowed"
@@ -319,7 +319,8 @@ fn denial_note(sandbox: Sandbox, out: &Captured, err: &Captured) -> Option<Strin
     };
     Some(format!(
         "[sandbox: this command ran under the `{}` policy ({allowed}, {network}); a \"Permission \
-         denied\" or \"Operation not permitted\" above may be the sandbox refusing]",
+         denied\", \"Operation not permitted\" or \"Read-only file system\" above may be the \
+         sandbox refusing]",
         sandbox.policy
     ))
 }
