@@ -185,6 +185,7 @@ impl Finish<'_> {
                 .as_ref()
                 .filter(|ledger| ledger.reached())
                 .map(|ledger| ledger.reached_text()),
+            provider: self.shared.stopped.get().cloned(),
             report: sink.out.report.to_json(),
             summary_line,
         })

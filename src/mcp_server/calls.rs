@@ -91,6 +91,8 @@ pub(super) fn error_text(error: &Error, shared: &Shared) -> String {
         Error::StillRunning => "still running".into(),
         Error::Interrupted => "interrupted".into(),
         Error::Budget => "budget reached".into(),
+        Error::ProviderStopped { refused: true } => "the provider refused the key".into(),
+        Error::ProviderStopped { refused: false } => "the provider could not be reached".into(),
     }
 }
 

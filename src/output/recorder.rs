@@ -280,6 +280,9 @@ impl Consumer for Recorder {
             RunEvent::Waiting { step, wait } => {
                 self.out.progress.retry(&self.out.step_ids[*step], *wait);
             }
+            RunEvent::Slot { step, given } => {
+                self.out.progress.slot(&self.out.step_ids[*step], *given);
+            }
             RunEvent::TaskFinished { done, level, row } => self.record(done, *level, *row),
             RunEvent::Activity(_) | RunEvent::Decomposed { .. } => {}
             RunEvent::Notice {

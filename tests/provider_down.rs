@@ -1,0 +1,151 @@
+//! A provider that refuses the key or stops answering: the run stops starting tasks instead
+//! of sending the same failing request once per item.
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::{Test, results, wait_for};
+
+fn openai(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-a-wrong-key-0123456789")
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "1")
+}
+
+/// A decompose of `n` items, a fan-out over them at `concurrency` that goes on after a
+/// failed task, and a synthesis.
+fn fan_out_and_reduce(n: usize, concurrency: usize) -> String {
+    let items: Vec<String> = (0..n).map(|i| format!("i{i:03}")).collect();
+    format!(
+        "version: 1\nname: refused\nsettings:\n  concurrency: {concurrency}\nsteps:\n  - id: list\n    decompose:\n      items: [{}]\n  - id: each\n    fan_out:\n      over: list\n      instructions: 'Say {{{{ item }}}}.'\n    on_error: continue\n  - id: all\n    synthesize:\n      instructions: 'Join {{{{ steps.each.results | length }}}} answers.'\n",
+        items.join(", ")
+    )
+}
+
+const UNAUTHORIZED: &str =
+    r#"{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_key_sends_one_request_and_runs_nothing_after_it() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::status(401, UNAUTHORIZED))).await;
+    let out = openai(&server)
+        .write("p.yaml", &fan_out_and_reduce(300, 4))
+        .args(["run", "p.yaml", "--out", "out"])
+        .code(1)
+        .run();
+    assert_eq!(server.request_count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("authentication failed (HTTP 401)")
+            && out.stderr.contains("check the key in `OPENAI_API_KEY`"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("sk-a-wrong-key"), "{}", out.stderr);
+    let lines = results(&out.dir.join("out"));
+    assert!(lines.iter().all(|l| l["step"] != "all"), "{lines:#?}");
+}
+
+/// The items of the fan-out tasks a server was asked for, each as often as it was asked.
+fn asked_items(server: &MockServer) -> Vec<String> {
+    support::chats(server)
+        .iter()
+        .filter_map(|r| r.last_user_text())
+        .filter_map(|text| {
+            let item = text.strip_prefix("Say ")?.strip_suffix('.')?;
+            Some(item.to_owned())
+        })
+        .collect()
+}
+
+fn completed(lines: &[Value], step: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l["step"] == step && l["status"] == "completed")
+        .map(|l| l["item"].as_str().expect("item").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_gone_mid_run_stops_it_and_resume_after_its_restart_finishes_it() {
+    let config = || {
+        MockConfig::new()
+            .default_reply(Reply::text("ok"))
+            .latency(Duration::from_millis(10))
+    };
+    let server = MockServer::start(config()).await;
+    let port = server.port();
+    let t = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789")
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "20")
+        .env("SUMMON_UNREACHABLE_MS", "1000")
+        .write("p.yaml", &fan_out_and_reduce(40, 2));
+    let child = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start summon");
+    wait_for(Duration::from_secs(30), "6 answers", || {
+        server.request_count() >= 6
+    });
+    let asked_first = asked_items(&server);
+    server.shutdown().await;
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("summon ran");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(
+        stderr.contains("provider `openai` could not be reached for 1s")
+            && stderr.contains("continue the run with `summon run p.yaml --resume`"),
+        "{stderr}"
+    );
+    let first = results(&t.path().join("out"));
+    let done_first = completed(&first, "each");
+    assert!(done_first.len() < 40, "{first:#?}");
+    assert!(first.iter().all(|l| l["step"] != "all"), "{first:#?}");
+
+    let server = MockServer::start_on_port(config(), port)
+        .await
+        .expect("the port again");
+    let again = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out", "--resume"])
+        .output()
+        .expect("resume");
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(0), "{stderr}");
+    let lines = results(&t.path().join("out"));
+    let each = completed(&lines, "each");
+    let unique: BTreeSet<&String> = each.iter().collect();
+    assert_eq!((each.len(), unique.len()), (40, 40), "{lines:#?}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["step"] == "all" && l["status"] == "completed")
+            .count(),
+        1,
+        "{lines:#?}"
+    );
+    // What the first run finished is not asked again.
+    let asked_again = asked_items(&server);
+    for item in &done_first {
+        assert!(
+            !asked_again.contains(item),
+            "{item} asked again: {asked_again:?}"
+        );
+    }
+    assert!(asked_first.len() >= 6);
+}
