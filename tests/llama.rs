@@ -838,6 +838,11 @@ fn a_server_killed_mid_run_stops_it_and_resume_after_a_restart_finishes_it() {
     let each = completed_items(&lines, "each");
     let unique: std::collections::BTreeSet<&String> = each.iter().collect();
     assert_eq!((each.len(), unique.len()), (12, 12), "{lines:#?}");
+    // What the first run finished was not sent again: its lines say so.
+    for line in lines.iter().filter(|l| l["step"] == "each") {
+        let first_run = done_first.iter().any(|i| line["item"] == i.as_str());
+        assert_eq!(line["resumed"], first_run, "{line:#}");
+    }
     assert_eq!(
         lines
             .iter()

@@ -73,8 +73,21 @@ fn completed(lines: &[Value], step: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_provider_gone_mid_run_stops_it_and_resume_after_its_restart_finishes_it() {
+/// What a run that lost its provider, then its `--resume` after the provider came back, left.
+struct Resumed {
+    /// `results.jsonl` and `report.json` after the first run, then after the resume.
+    first: Vec<Value>,
+    first_report: Value,
+    lines: Vec<Value>,
+    report: Value,
+    /// The items the restarted provider was asked for.
+    asked_again: Vec<String>,
+}
+
+/// A fan-out of 40 items at concurrency 2 whose provider goes away after 6 answers: the run
+/// stops within the window (1 s), and `--resume` after the provider came back on the same
+/// port finishes it.
+async fn stopped_then_resumed() -> Resumed {
     let config = || {
         MockConfig::new()
             .default_reply(Reply::text("ok"))
@@ -99,7 +112,6 @@ async fn a_provider_gone_mid_run_stops_it_and_resume_after_its_restart_finishes_
     wait_for(Duration::from_secs(30), "6 answers", || {
         server.request_count() >= 6
     });
-    let asked_first = asked_items(&server);
     server.shutdown().await;
     let out = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
@@ -112,10 +124,9 @@ async fn a_provider_gone_mid_run_stops_it_and_resume_after_its_restart_finishes_
             && stderr.contains("continue the run with `summon run p.yaml --resume`"),
         "{stderr}"
     );
-    let first = results(&t.path().join("out"));
-    let done_first = completed(&first, "each");
-    assert!(done_first.len() < 40, "{first:#?}");
-    assert!(first.iter().all(|l| l["step"] != "all"), "{first:#?}");
+    let dir = t.path().join("out");
+    let first = results(&dir);
+    let first_report = support::read_json(&dir.join("report.json"));
 
     let server = MockServer::start_on_port(config(), port)
         .await
@@ -127,25 +138,78 @@ async fn a_provider_gone_mid_run_stops_it_and_resume_after_its_restart_finishes_
         .expect("resume");
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert_eq!(again.status.code(), Some(0), "{stderr}");
-    let lines = results(&t.path().join("out"));
-    let each = completed(&lines, "each");
+    Resumed {
+        first,
+        first_report,
+        lines: results(&dir),
+        report: support::read_json(&dir.join("report.json")),
+        asked_again: asked_items(&server),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_gone_mid_run_stops_it_and_resume_after_its_restart_finishes_it() {
+    let ran = stopped_then_resumed().await;
+    let done_first = completed(&ran.first, "each");
+    assert!(
+        done_first.len() >= 6 && done_first.len() < 40,
+        "{:#?}",
+        ran.first
+    );
+    assert!(
+        ran.first.iter().all(|l| l["step"] != "all"),
+        "{:#?}",
+        ran.first
+    );
+    let each = completed(&ran.lines, "each");
     let unique: BTreeSet<&String> = each.iter().collect();
-    assert_eq!((each.len(), unique.len()), (40, 40), "{lines:#?}");
+    assert_eq!((each.len(), unique.len()), (40, 40), "{:#?}", ran.lines);
     assert_eq!(
-        lines
+        ran.lines
             .iter()
             .filter(|l| l["step"] == "all" && l["status"] == "completed")
             .count(),
         1,
-        "{lines:#?}"
+        "{:#?}",
+        ran.lines
     );
     // What the first run finished is not asked again.
-    let asked_again = asked_items(&server);
     for item in &done_first {
         assert!(
-            !asked_again.contains(item),
-            "{item} asked again: {asked_again:?}"
+            !ran.asked_again.contains(item),
+            "{item} asked again: {:?}",
+            ran.asked_again
         );
     }
-    assert!(asked_first.len() >= 6);
+}
+
+/// After `--resume`, the tasks the first run finished say so and carry no start time (it was
+/// the first run's: report.html's timeline would draw them beside this run's), and the
+/// first run's retries still count in `retries_by_class`.
+#[tokio::test(flavor = "multi_thread")]
+async fn resumed_rows_say_so_and_the_first_runs_retries_still_count() {
+    let ran = stopped_then_resumed().await;
+    let done_first: BTreeSet<String> = completed(&ran.first, "each").into_iter().collect();
+    assert!(!done_first.is_empty());
+    for line in ran.lines.iter().filter(|l| l["step"] == "each") {
+        let item = line["item"].as_str().expect("item");
+        if done_first.contains(item) {
+            assert_eq!(line["resumed"], true, "{line:#}");
+            assert!(line["started_ms"].is_null(), "{line:#}");
+        } else {
+            assert_eq!(line["resumed"], false, "{line:#}");
+            assert!(line["started_ms"].is_u64(), "{line:#}");
+        }
+    }
+    let each = &ran.report["steps"]["each"];
+    assert_eq!(each["resumed"], done_first.len() as u64, "{each:#}");
+    let first = ran.first_report["retries_by_class"]["connection"]
+        .as_u64()
+        .expect("connection retries");
+    assert!(first > 0, "{:#}", ran.first_report);
+    assert!(
+        ran.report["retries_by_class"]["connection"].as_u64() >= Some(first),
+        "{:#}",
+        ran.report["retries_by_class"]
+    );
 }
