@@ -852,3 +852,53 @@ fn a_server_killed_mid_run_stops_it_and_resume_after_a_restart_finishes_it() {
         "{lines:#?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// A chat template without tool support.
+
+/// An ad-hoc delegation (which has the built-in file tools) through a recording proxy in
+/// front of a server started with `extra`: the chat request it sent and summon's stderr.
+fn delegate_with_tools(needs: &Needs, extra: &[&str]) -> (Exchange, String) {
+    let server = Llama::start(needs, extra);
+    let proxy = Proxy::start(&server.addr);
+    let out = project(&proxy.base_url())
+        // Two turns: a task of one turn is sent no tools whatever the server.
+        .args(["delegate", "--instructions", "Say hi.", "--max-turns", "2"])
+        .args(["--max-output-tokens", "8", "--temperature", "0"])
+        .output();
+    let chats = proxy.chats();
+    assert_eq!(chats.len(), 1, "{}\n{chats:#?}", out.stderr);
+    (chats[0].clone(), out.stderr)
+}
+
+#[test]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
+fn a_template_without_tool_support_is_sent_no_tools_and_said() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    // The model's own (Gemma) template: `/props` says `supports_tools: false`.
+    let (sent, stderr) = delegate_with_tools(&needs, &[]);
+    assert!(sent.request.get("tools").is_none(), "{:#}", sent.request);
+    let system = sent.request["messages"][0]["content"].to_string();
+    assert!(!system.contains("Your tools"), "{system}");
+    assert_eq!(
+        stderr
+            .matches("the server's chat template has no tool support; tools were not offered")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    // A template with tool support: the tools are sent, and nothing is said.
+    let templates = PathBuf::from(
+        std::env::var_os("SUMMON_LLAMA_TEMPLATES").expect("SUMMON_LLAMA_TEMPLATES (.ci/llama.sh)"),
+    );
+    let qwen = templates.join("Qwen-Qwen2.5-7B-Instruct.jinja");
+    let qwen = qwen.to_str().expect("a UTF-8 path");
+    let (sent, stderr) = delegate_with_tools(&needs, &["--chat-template-file", qwen]);
+    let tools = sent.request["tools"].as_array().expect("tools sent");
+    assert!(
+        tools.iter().any(|t| t["function"]["name"] == "read_file"),
+        "{tools:#?}"
+    );
+    assert!(!stderr.contains("no tool support"), "{stderr}");
+}

@@ -65,6 +65,7 @@ mod tables_out;
 mod task_usage;
 mod tasks;
 mod terminal;
+mod tool_support;
 mod traces;
 mod traces_phoenix;
 mod trust;

@@ -227,6 +227,8 @@ pub(crate) struct Client {
     /// Held by the request in flight until the provider's first answer: one at a time.
     first: Arc<tokio::sync::Mutex<()>>,
     health: Arc<std::sync::Mutex<Health>>,
+    /// Whether the server's chat template says it has no tool support (asked once).
+    drops_tools: Arc<tokio::sync::OnceCell<bool>>,
 }
 
 impl fmt::Debug for Client {
@@ -297,7 +299,42 @@ impl Client {
             native_refused: Arc::default(),
             first: Arc::default(),
             health: Arc::default(),
+            drops_tools: Arc::default(),
         })
+    }
+
+    /// Whether the server drops the tools of a request: llama.cpp's server says, at
+    /// `GET /props`, that its chat template has no tool support (`chat_template_caps`'
+    /// `supports_tools: false`), and then answers as if none were sent. Asked once per
+    /// client, only of an OpenAI-compatible server over plain HTTP (a local one); any other
+    /// answer, or none within 2 s, is taken for no.
+    pub(crate) async fn drops_tools(&self) -> bool {
+        *self
+            .drops_tools
+            .get_or_init(|| async {
+                if self.endpoint.kind != ProviderKind::OpenAi || self.origin.scheme() != "http" {
+                    return false;
+                }
+                let mut url = self.origin.clone();
+                url.set_path("/props");
+                url.set_query(None);
+                let asked = self
+                    .http
+                    .get(url)
+                    .timeout(Duration::from_secs(2))
+                    .send()
+                    .await;
+                let Ok(response) = asked else { return false };
+                if !response.status().is_success() {
+                    return false;
+                }
+                let Ok(body) = response.bytes().await else {
+                    return false;
+                };
+                let props: Value = serde_json::from_slice(&body).unwrap_or_default();
+                props["chat_template_caps"]["supports_tools"] == Value::Bool(false)
+            })
+            .await
     }
 
     /// Why the provider is sent no more requests, once it is so.

@@ -213,6 +213,10 @@ pub struct MockConfig {
     /// Every OpenAI answer says the tier that served it (`service_tier`: the one asked for,
     /// `default` otherwise).
     pub flex_unavailable: u64,
+    /// What `GET /props` answers, as llama.cpp's server does (its chat template's
+    /// capabilities among it); `None` (the default) answers 404, as other servers do. Asked
+    /// apart from the other requests: counted by [`MockServer::props_count`] only.
+    pub props: Option<Value>,
 }
 
 impl Default for MockConfig {
@@ -236,6 +240,7 @@ impl Default for MockConfig {
             cache: true,
             cache_ttl: cache::DEFAULT_TTL,
             flex_unavailable: 0,
+            props: None,
         }
     }
 }
@@ -257,11 +262,18 @@ impl fmt::Debug for MockConfig {
             .field("context_windows", &self.context_windows)
             .field("cache", &self.cache)
             .field("cache_ttl", &self.cache_ttl)
+            .field("props", &self.props)
             .finish()
     }
 }
 
 impl MockConfig {
+    /// `GET /props` answers `props` (llama.cpp's server properties).
+    pub fn props(mut self, props: Value) -> Self {
+        self.props = Some(props);
+        self
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -444,6 +456,8 @@ fn collect_text(blocks: &[Value], kind: &str) -> String {
 
 struct Shared {
     addr: SocketAddr,
+    props: Option<Value>,
+    props_count: AtomicU64,
     batch: Mutex<batch::BatchState>,
     queue: Mutex<VecDeque<Reply>>,
     rule: Option<Rule>,
@@ -509,6 +523,8 @@ impl MockServer {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             addr,
+            props: config.props.clone(),
+            props_count: AtomicU64::new(0),
             batch: Mutex::new(batch::BatchState::new(&config.batch)),
             queue: Mutex::new(config.replies.into()),
             rule: config.rule,
@@ -540,6 +556,7 @@ impl MockServer {
             .route("/v1/chat/completions", post(handle_openai))
             .route("/v1/messages", post(handle_anthropic))
             .route("/v1/models", get(handle_models))
+            .route("/props", get(handle_props))
             .merge(batch::routes())
             .fallback(handle_unknown)
             .layer(DefaultBodyLimit::max(256 * 1024 * 1024))
@@ -598,6 +615,11 @@ impl MockServer {
     /// Requests received (all paths), recorded or not.
     pub fn request_count(&self) -> u64 {
         self.shared.count.load(Ordering::Relaxed)
+    }
+
+    /// `GET /props` requests received (not among [`Self::request_count`]).
+    pub fn props_count(&self) -> u64 {
+        self.shared.props_count.load(Ordering::Relaxed)
     }
 
     /// Requests being answered right now.
@@ -681,6 +703,18 @@ async fn handle_models(State(shared): AppState, headers: HeaderMap) -> Response 
         StatusCode::OK,
         &json!({"object": "list", "data": data, "has_more": false}),
     )
+}
+
+/// llama.cpp's `GET /props`: what the config says, else 404.
+async fn handle_props(State(shared): AppState) -> Response {
+    shared.props_count.fetch_add(1, Ordering::Relaxed);
+    match &shared.props {
+        Some(props) => json_response(StatusCode::OK, props),
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &json!({"error": {"message": "summon-mock-llm: no route for GET /props", "type": "not_found"}}),
+        ),
+    }
 }
 
 async fn handle_unknown(
