@@ -213,3 +213,36 @@ async fn resumed_rows_say_so_and_the_first_runs_retries_still_count() {
         ran.report["retries_by_class"]
     );
 }
+
+/// A provider that never answered, through its start-up wait and the retries of the first
+/// task that tried it, is taken for dead too: the other tasks are not sent, the synthesis
+/// does not run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_never_reached_stops_the_run_after_the_start_up_wait() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let out = Test::new()
+        .env("OPENAI_BASE_URL", &format!("http://127.0.0.1:{port}/v1"))
+        .env("OPENAI_API_KEY", "sk-test-0123456789")
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .env("SUMMON_STARTUP_WAIT_MS", "200")
+        .write("p.yaml", &fan_out_and_reduce(50, 4))
+        .args(["run", "p.yaml", "--out", "out"])
+        .code(75)
+        .run();
+    assert!(
+        out.stderr
+            .contains("stopped: provider `openai` could not be reached for 0.2s")
+            && out.stderr.contains("summon run p.yaml --resume"),
+        "{}",
+        out.stderr
+    );
+    let lines = results(&out.dir.join("out"));
+    // The tasks that found it dead (at most the 4 in flight); the others were not sent (and
+    // `--resume` sends them).
+    assert!((1..=4).contains(&lines.len()), "{lines:#?}");
+    assert!(lines.iter().all(|l| l["step"] == "each"), "{lines:#?}");
+}

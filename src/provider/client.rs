@@ -367,6 +367,19 @@ impl Client {
         (!left.is_zero()).then_some(left)
     }
 
+    /// Stops the provider, which could not be reached for `window` (`err` the last failed
+    /// connection).
+    pub(crate) fn stop_unreachable(&self, err: &ProviderError, window: Duration) {
+        if let Ok(mut health) = self.health.lock() {
+            health
+                .stop
+                .get_or_insert_with(|| ProviderStop::Unreachable {
+                    window,
+                    error: err.to_string(),
+                });
+        }
+    }
+
     /// After a request failed to connect: when every request has failed so for `window`
     /// (and the provider had answered before), the provider is stopped; answers the error to
     /// return then.

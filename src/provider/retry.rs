@@ -299,6 +299,11 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
                 hook.wait(left.min(STARTUP_POLL_CAP)).await;
                 continue;
             }
+            // No connection through the start-up wait and the retries: the provider is taken
+            // for dead, and no other request is sent to it.
+            if err.is_connect() && !client.has_answered() {
+                client.stop_unreachable(&err, policy.startup_wait);
+            }
             return Err(err);
         };
         hook.on_retry(&err, backoff.retries(), delay);
