@@ -173,6 +173,9 @@ impl ProviderStop {
     }
 }
 
+/// The pause between two tries of a provider that cannot be reached (after it answered).
+const PROBE_PACE: Duration = Duration::from_secs(1);
+
 /// `30s`, `0.5s`.
 fn seconds(d: Duration) -> String {
     let s = d.as_secs_f64();
@@ -653,16 +656,24 @@ impl Client {
         if let Some(err) = self.not_sent() {
             return Err(err);
         }
-        let mut response = request.send().await.map_err(|e| {
-            let err = ProviderError::from_transport(e, key);
-            if err.is_connect()
-                && self.has_answered()
-                && let Ok(mut health) = self.health.lock()
-            {
-                health.unreachable_since.get_or_insert_with(Instant::now);
+        let sent = request.send().await;
+        let mut response = match sent {
+            Ok(response) => response,
+            Err(e) => {
+                let err = ProviderError::from_transport(e, key);
+                if err.is_connect() && self.has_answered() {
+                    if let Ok(mut health) = self.health.lock() {
+                        health.unreachable_since.get_or_insert_with(Instant::now);
+                    }
+                    // While it cannot be reached, the provider is tried at most once a
+                    // second, whatever the number of tasks waiting for it.
+                    if _first.is_some() {
+                        tokio::time::sleep(PROBE_PACE).await;
+                    }
+                }
+                return Err(err);
             }
-            err
-        })?;
+        };
         if let Some(next) = redirect_elsewhere(&response) {
             // Another origin: followed, but without the provider's credentials.
             response = self
