@@ -16,8 +16,9 @@ pub(crate) mod exit {
     /// The project's `.summon/` store could not be read or written: corrupt, unreadable, or on
     /// a full disk (as sysexits' EX_IOERR).
     pub(crate) const STORE: i32 = 74;
-    /// Another run of the same pipeline is live, or the store stayed locked by other summon
-    /// processes (as sysexits' EX_TEMPFAIL: try again later).
+    /// Another run of the same pipeline is live, the store stayed locked by other summon
+    /// processes, or the provider could not be reached (as sysexits' EX_TEMPFAIL: try again
+    /// later).
     pub(crate) const BUSY: i32 = 75;
     /// `summon load ID` stopped waiting while the task still runs (as timeout(1) exits).
     pub(crate) const STILL_RUNNING: i32 = 124;
@@ -42,6 +43,9 @@ pub(crate) enum Error {
     Interrupted,
     /// The spend cap was reached (exit 3); what happened was already shown.
     Budget,
+    /// The provider refused the key (exit 1) or could not be reached (exit 75): the run
+    /// started no more tasks; what happened was already shown.
+    ProviderStopped { refused: bool },
     /// The `.summon/` store failed (exit 74; 75 when it stayed locked, 1 when it refused a task
     /// over the background limit). Its message names the database file.
     Store(StoreError),
@@ -60,6 +64,8 @@ impl Error {
             Self::StillRunning => exit::STILL_RUNNING,
             Self::Interrupted => exit::INTERRUPTED,
             Self::Budget => exit::BUDGET,
+            Self::ProviderStopped { refused: true } => exit::USAGE,
+            Self::ProviderStopped { refused: false } => exit::BUSY,
             Self::Store(StoreError::Busy { .. }) => exit::BUSY,
             Self::Store(StoreError::TooManyTasks { .. }) => exit::USAGE,
             Self::Store(_) => exit::STORE,

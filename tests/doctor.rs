@@ -71,8 +71,10 @@ async fn reports_provider_model_and_origins_after_one_models_request() {
     assert_eq!(requests[0].api, Api::Models, "{requests:?}");
     assert_eq!(requests[0].method, "GET");
     // Then the window is asked of the server (llama.cpp, vLLM, Ollama), which says none.
+    // (`/props` answered 404: counted, not recorded.)
     let paths: Vec<&str> = requests[1..].iter().map(|r| r.path.as_str()).collect();
-    assert_eq!(paths, ["/props", "/v1/models", "/api/show"], "{requests:?}");
+    assert_eq!(paths, ["/v1/models", "/api/show"], "{requests:?}");
+    assert_eq!(server.props_count(), 1);
     assert!(
         out.stdout.contains(
             "  ok       context window of `m-1`: unknown; requests are not checked against it"

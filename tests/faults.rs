@@ -191,8 +191,8 @@ async fn a_thousand_tasks_survive_20_percent_faults() {
 }
 
 /// A permanent error: the first tasks fail at once, no request is retried, the step stops
-/// sending and the message says what to do.
-async fn fails_fast(reply: Reply, expected: &[&str]) -> u64 {
+/// sending and the message says what to do; the run exits `code`.
+async fn fails_fast(reply: Reply, expected: &[&str], code: i32) -> u64 {
     let server = MockServer::start(MockConfig::new().default_reply(reply)).await;
     let t = project(&server).write_raw("p.yaml", &fan_out(200, 4, ""));
     let output = t
@@ -201,7 +201,7 @@ async fn fails_fast(reply: Reply, expected: &[&str]) -> u64 {
         .output()
         .expect("run summon");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(output.status.code(), Some(code), "{stderr}");
     for text in expected {
         assert!(stderr.contains(text), "`{text}` missing from:\n{stderr}");
     }
@@ -240,6 +240,7 @@ async fn quota_exhausted_429_fails_fast_with_a_clear_message() {
             r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","code":"insufficient_quota"}}"#,
         ),
         &["no quota or credit left", "check plan and billing"],
+        2,
     )
     .await;
     figure(json!({"suite": "fail_fast", "case": "insufficient_quota", "requests": requests}));
@@ -253,7 +254,10 @@ async fn unauthorized_401_fails_fast_with_a_clear_message() {
             r#"{"error":{"message":"Incorrect API key provided: sk-test-*********cdef.","type":"invalid_request_error","code":"invalid_api_key"}}"#,
         ),
         &["authentication failed (HTTP 401)", "OPENAI_API_KEY"],
+        1,
     )
     .await;
+    // A refused key is sent one request: until the provider's first answer, one at a time.
+    assert_eq!(requests, 1);
     figure(json!({"suite": "fail_fast", "case": "unauthorized", "requests": requests}));
 }

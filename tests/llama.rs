@@ -1130,3 +1130,208 @@ fn a_wrong_key_fails_clearly_without_retrying() {
     assert_eq!(chats.len(), 1, "a refused key was retried: {chats:#?}");
     assert_eq!(chats[0].status, 401);
 }
+
+// ---------------------------------------------------------------------------------------------
+// A refusing or dead server: the helpers of the tests below.
+
+/// A server started on `port` (to be started again on the same one), waited for.
+fn llama_on_port(needs: &Needs, port: u16, extra: &[&str]) -> Llama {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("llama-server.log");
+    let out = std::fs::File::create(&log).expect("log file");
+    let port = port.to_string();
+    let child = Command::new(&needs.server)
+        .arg("--model")
+        .arg(&needs.model)
+        .args(["--host", "127.0.0.1", "--port", &port])
+        .args(["--ctx-size", "4096", "--parallel", "2", "--threads", "2"])
+        .args(["--jinja", "--no-webui"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("log file"))
+        .stderr(out)
+        .spawn()
+        .expect("start llama-server");
+    let server = Llama {
+        child,
+        addr: format!("127.0.0.1:{port}"),
+        log,
+        _dir: dir,
+    };
+    server.wait_ready();
+    server
+}
+
+/// A fan-out over `n` topics at concurrency 2 that goes on after a failed task, and a
+/// synthesis of its answers; every answer an object the server's grammar keeps short
+/// ([`WORD_RECIPE`], at `recipes/word.yaml`).
+fn words_and_a_synthesis(n: usize) -> String {
+    let topics: Vec<String> = (0..n).map(|i| format!("t{i:02}")).collect();
+    format!(
+        "version: 1\nname: words\nsettings:\n  concurrency: 2\n  max_output_tokens: 40\n  temperature: 0\nsteps:\n  - id: list\n    decompose:\n      items: [{}]\n  - id: each\n    fan_out:\n      over: list\n      source: word\n      parameters:\n        topic: '{{{{ item }}}}'\n    on_error: continue\n  - id: all\n    synthesize:\n      source: word\n      parameters:\n        topic: '{{{{ steps.each.results | length }}}} words'\n",
+        topics.join(", ")
+    )
+}
+
+/// The complete lines of `results.jsonl` so far (the last may still be being written).
+fn lines_so_far(dir: &std::path::Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(dir.join("results.jsonl")).unwrap_or_default();
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn completed_items(lines: &[Value], step: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l["step"] == step && l["status"] == "completed")
+        .map(|l| l["item"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A refusing or dead server: the tests.
+
+#[test]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
+fn a_run_with_a_wrong_key_sends_one_request_and_no_synthesis() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    let server = Llama::start(&needs, &["--api-key", "sk-the-right-key-0123456789"]);
+    let proxy = Proxy::start(&server.addr);
+    let out = project(&proxy.base_url())
+        .env("OPENAI_API_KEY", "sk-a-wrong-key-0123456789")
+        .write("recipes/word.yaml", WORD_RECIPE)
+        .write("p.yaml", &words_and_a_synthesis(30))
+        .args(["run", "p.yaml", "--out", "out"])
+        .code(1)
+        .run();
+    let chats = proxy.chats();
+    assert_eq!(chats.len(), 1, "a refused key was sent again: {chats:#?}");
+    assert_eq!(chats[0].status, 401);
+    assert!(
+        out.stderr.contains("provider `openai` refused the key")
+            && out.stderr.contains("check the key in `OPENAI_API_KEY`")
+            && out.stderr.contains("summon run p.yaml --resume"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("sk-a-wrong-key"), "{}", out.stderr);
+    let lines = results(&out.dir.join("out"));
+    assert!(lines.iter().all(|l| l["step"] != "all"), "{lines:#?}");
+}
+
+#[test]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
+fn a_server_killed_mid_run_stops_it_and_resume_after_a_restart_finishes_it() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    let port = free_port();
+    let server = llama_on_port(&needs, port, &[]);
+    let t = project(&server.base_url())
+        .env("SUMMON_UNREACHABLE_MS", "2000")
+        .write("recipes/word.yaml", WORD_RECIPE)
+        .write("p.yaml", &words_and_a_synthesis(12));
+    let out_dir = t.path().join("out");
+    let child = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start summon");
+    support::wait_for(Duration::from_secs(120), "3 answers", || {
+        completed_items(&lines_so_far(&out_dir), "each").len() >= 3
+    });
+    // Killed by its PID and reaped.
+    drop(server);
+    let out = child.wait_with_output().expect("summon ran");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(
+        stderr.contains("provider `openai` could not be reached for 2s")
+            && stderr.contains("continue the run with `summon run p.yaml --resume`"),
+        "{stderr}"
+    );
+    let first = results(&out_dir);
+    let done_first = completed_items(&first, "each");
+    assert!(done_first.len() >= 3 && done_first.len() < 12, "{first:#?}");
+    assert!(first.iter().all(|l| l["step"] != "all"), "{first:#?}");
+
+    let _server = llama_on_port(&needs, port, &[]);
+    let again = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out", "--resume"])
+        .output()
+        .expect("resume");
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(0), "{stderr}");
+    let lines = results(&out_dir);
+    let each = completed_items(&lines, "each");
+    let unique: std::collections::BTreeSet<&String> = each.iter().collect();
+    assert_eq!((each.len(), unique.len()), (12, 12), "{lines:#?}");
+    // What the first run finished was not sent again: its lines say so.
+    for line in lines.iter().filter(|l| l["step"] == "each") {
+        let first_run = done_first.iter().any(|i| line["item"] == i.as_str());
+        assert_eq!(line["resumed"], first_run, "{line:#}");
+    }
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["step"] == "all" && l["status"] == "completed")
+            .count(),
+        1,
+        "{lines:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A chat template without tool support.
+
+/// An ad-hoc delegation (which has the built-in file tools) through a recording proxy in
+/// front of a server started with `extra`: the chat request it sent and summon's stderr.
+fn delegate_with_tools(needs: &Needs, extra: &[&str]) -> (Exchange, String) {
+    let server = Llama::start(needs, extra);
+    let proxy = Proxy::start(&server.addr);
+    let out = project(&proxy.base_url())
+        // Two turns: a task of one turn is sent no tools whatever the server.
+        .args(["delegate", "--instructions", "Say hi.", "--max-turns", "2"])
+        .args(["--max-output-tokens", "8", "--temperature", "0"])
+        .output();
+    let chats = proxy.chats();
+    assert_eq!(chats.len(), 1, "{}\n{chats:#?}", out.stderr);
+    (chats[0].clone(), out.stderr)
+}
+
+#[test]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
+fn a_template_without_tool_support_is_sent_no_tools_and_said() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    // The model's own (Gemma) template: `/props` says `supports_tools: false`.
+    let (sent, stderr) = delegate_with_tools(&needs, &[]);
+    assert!(sent.request.get("tools").is_none(), "{:#}", sent.request);
+    let system = sent.request["messages"][0]["content"].to_string();
+    assert!(!system.contains("Your tools"), "{system}");
+    assert_eq!(
+        stderr
+            .matches("the server's chat template has no tool support; tools were not offered")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    // A template with tool support: the tools are sent, and nothing is said.
+    let templates = PathBuf::from(
+        std::env::var_os("SUMMON_LLAMA_TEMPLATES").expect("SUMMON_LLAMA_TEMPLATES (.ci/llama.sh)"),
+    );
+    let qwen = templates.join("Qwen-Qwen2.5-7B-Instruct.jinja");
+    let qwen = qwen.to_str().expect("a UTF-8 path");
+    let (sent, stderr) = delegate_with_tools(&needs, &["--chat-template-file", qwen]);
+    let tools = sent.request["tools"].as_array().expect("tools sent");
+    assert!(
+        tools.iter().any(|t| t["function"]["name"] == "read_file"),
+        "{tools:#?}"
+    );
+    assert!(!stderr.contains("no tool support"), "{stderr}");
+}

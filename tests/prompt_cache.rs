@@ -50,6 +50,28 @@ fn fan_out(n: usize, extra: &str) -> String {
     )
 }
 
+/// [`fan_out`] after a first request to the provider (a synthesize the fan-out reads): the
+/// first request of a run goes alone until the provider answers, whatever the cache.
+fn fan_out_after_hello(n: usize, extra: &str) -> String {
+    let items: Vec<String> = (0..n).map(|i| format!("item{i:02}")).collect();
+    format!(
+        "version: 1\nname: cached\nsteps:\n  - id: hello\n    synthesize:\n      instructions: Hello\n  - id: list\n    decompose:\n      items: [{}]\n  - id: each\n    fan_out:\n      over: list\n      instructions: \"Classify {{{{ item }}}} ({{{{ steps.hello.output | length }}}})\"\n      context: {}\n{extra}",
+        items.join(", "),
+        serde_json::to_string(&shared_context()).unwrap(),
+    )
+}
+
+/// The requests of the fan-out of [`fan_out_after_hello`].
+fn classified(requests: Vec<RecordedRequest>) -> Vec<RecordedRequest> {
+    requests
+        .into_iter()
+        .filter(|r| {
+            r.last_user_text()
+                .is_some_and(|text| text.contains("Classify"))
+        })
+        .collect()
+}
+
 fn chats(server: &MockServer, api: Api) -> Vec<RecordedRequest> {
     server
         .requests()
@@ -354,11 +376,11 @@ async fn cache_false_sends_no_breakpoints_no_key_and_no_warm_up() {
     anthropic_project(&server)
         .write_raw(
             "p.yaml",
-            &fan_out(3, "    concurrency: 3\n    cache: false\n"),
+            &fan_out_after_hello(3, "    concurrency: 3\n    cache: false\n"),
         )
         .args(["run", "p.yaml", "--quiet"])
         .run();
-    let requests = chats(&server, Api::Anthropic);
+    let requests = classified(chats(&server, Api::Anthropic));
     assert_eq!(requests.len(), 3);
     assert!(requests.iter().all(|r| breakpoints(r).is_empty()));
     assert!(
@@ -373,10 +395,10 @@ async fn cache_false_sends_no_breakpoints_no_key_and_no_warm_up() {
     let server = MockServer::start(MockConfig::new().latency(LATENCY)).await;
     openai_project(&server)
         .write("summon.yaml", "cache: false\n")
-        .write_raw("p.yaml", &fan_out(3, "    concurrency: 3\n"))
+        .write_raw("p.yaml", &fan_out_after_hello(3, "    concurrency: 3\n"))
         .args(["run", "p.yaml", "--quiet", "--trust"])
         .run();
-    let requests = chats(&server, Api::OpenAi);
+    let requests = classified(chats(&server, Api::OpenAi));
     assert_eq!(requests.len(), 3);
     assert!(
         requests

@@ -174,6 +174,25 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
             );
             return Err(Error::Budget);
         }
+        if let Some(stopped) = &summary.provider {
+            let (id, path) = (&summary.run_id, args.pipeline.display());
+            if stopped.refused {
+                eprintln!(
+                    "summon: error: run {id} stopped: {}\n  fix: check the key (`summon doctor` \
+                     tries it), then continue the run with `summon run {path}{part} --resume`",
+                    stopped.text
+                );
+            } else {
+                eprintln!(
+                    "summon: run {id} stopped: {}; no task started after that. Once it \
+                     answers again, continue the run with `summon run {path}{part} --resume`",
+                    stopped.text
+                );
+            }
+            return Err(Error::ProviderStopped {
+                refused: stopped.refused,
+            });
+        }
         eprintln!(
             "summon: run {} interrupted; continue it with `summon run {}{part} --resume`",
             summary.run_id,

@@ -245,6 +245,8 @@ pub(crate) fn error_text(error: &Error, env: &Env) -> String {
         Error::StillRunning => "still running".into(),
         Error::Interrupted => "interrupted".into(),
         Error::Budget => "budget reached".into(),
+        Error::ProviderStopped { refused: true } => "the provider refused the key".into(),
+        Error::ProviderStopped { refused: false } => "the provider could not be reached".into(),
     }
 }
 

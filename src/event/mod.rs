@@ -15,5 +15,5 @@ pub(crate) use bus::{Bus, Consumer, Events};
 pub(crate) use failure::{Failure, FailureClass};
 pub(crate) use final_text::{FinalText, FinalTextBuilder};
 pub(crate) use overhead::{Overhead, OverheadSum};
-pub(crate) use run::{Notice, RunEvent, RunSummary, StepStatus};
+pub(crate) use run::{Notice, ProviderStopped, RunEvent, RunSummary, StepStatus};
 pub(crate) use task::{PROMPT_LIMIT, Spent, TaskDone, TaskTrace, item_label};

@@ -34,10 +34,21 @@ pub(crate) struct RunSummary {
     /// `budget reached: $X of $Y` when the spend cap stopped the run (then `interrupted`
     /// too: it resumes like one).
     pub(crate) budget: Option<String>,
+    /// The provider that stopped the run (then `interrupted` too: it resumes like one).
+    pub(crate) provider: Option<ProviderStopped>,
     /// The run's `report.json` document (counts, tokens, cost per step and in total).
     pub(crate) report: serde_json::Value,
     /// The one-line summary printed at the end (`12 tasks: 11 completed, ...`).
     pub(crate) summary_line: String,
+}
+
+/// A provider that stopped a run from starting tasks.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ProviderStopped {
+    /// It refused the key (else it could not be reached).
+    pub(crate) refused: bool,
+    /// What happened, naming the provider.
+    pub(crate) text: String,
 }
 
 /// What a run tells its outputs while it runs, in the order it happens. The journal,
@@ -80,6 +91,9 @@ pub(crate) enum RunEvent {
         step: usize,
         wait: std::time::Duration,
     },
+    /// A task of `step` gave its concurrency slot back to wait (`given`), or took one again:
+    /// not in flight meanwhile.
+    Slot { step: usize, given: bool },
     /// A task finished (or was taken from an earlier run), with all it did. `level`: the
     /// reduction level it belongs to; `row`: its journal row number, `None` when the
     /// journal has it already (a resumed task).

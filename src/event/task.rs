@@ -47,14 +47,16 @@ impl TaskDone {
         self.error.as_ref().map(|failure| failure.message.as_str())
     }
 
-    /// The spend cap refused the task's first request: it sent nothing and is not a result
-    /// (a resumed run sends it).
+    /// The spend cap, or a provider that refused the key or could not be reached, refused the
+    /// task's first request: it sent nothing and is not a result (a resumed run sends it).
     pub(crate) fn not_started(&self) -> bool {
-        self.error
-            .as_ref()
-            .is_some_and(|e| e.class == super::FailureClass::Budget)
-            && self.turns == 0
-            && self.usage.total() == 0
+        let Some(error) = &self.error else {
+            return false;
+        };
+        // A request not sent to a stopped provider counts as a turn that spent nothing.
+        let refused = error.class == super::FailureClass::Budget && self.turns == 0;
+        let not_sent = error.class == super::FailureClass::Provider("not_sent");
+        (refused || not_sent) && self.usage.total() == 0
     }
 }
 

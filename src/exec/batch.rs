@@ -780,7 +780,7 @@ impl BatchRun<'_> {
                 if shared.drain.is_cancelled() {
                     return None;
                 }
-                let slot = TaskSlot::new(&shared.global, local.as_ref(), permits);
+                let slot = TaskSlot::new(&shared, step.index, local.as_ref(), permits);
                 let done =
                     run_task(shared, step, index, item, rendered, hash, Arc::clone(&slot)).await;
                 drop(slot.into_permits().await);
@@ -789,7 +789,10 @@ impl BatchRun<'_> {
         }
         while let Some(joined) = running.join_next().await {
             match joined {
-                Ok(Some(done)) if done.not_started() => self.shared.check_budget(),
+                Ok(Some(done)) if done.not_started() => {
+                    self.shared.check_budget();
+                    self.shared.check_providers();
+                }
                 Ok(Some(done)) => {
                     self.done(done);
                     self.shared.check_budget();

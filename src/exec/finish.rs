@@ -1,7 +1,7 @@
 //! The last phase of a run: flush what records its tasks, write the report, JUnit, the
 //! pipeline's `outputs` and a shard's manifest, then decide and record the run's status.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
@@ -59,9 +59,13 @@ impl Finish<'_> {
         drop(sink.out.results.take());
         let out_dir = self.out_dir.map(|dir| env.cwd.join(dir));
         if let (Some(dir), true) = (&out_dir, self.resuming) {
-            compact_results(dir)?;
+            compact_results(dir, sink.resumed_lines())?;
         }
-        let retries = sink.retries().clone();
+        let mut retries = sink.retries().clone();
+        if self.resuming {
+            // The retries of the run's earlier attempts, from the report they left.
+            add_earlier_retries(&mut retries, store, run_id);
+        }
         sink.out.report.set_retries(&retries);
         let budget = self.shared.budget.as_ref().map(|ledger| {
             let spent = ledger.spent();
@@ -185,6 +189,7 @@ impl Finish<'_> {
                 .as_ref()
                 .filter(|ledger| ledger.reached())
                 .map(|ledger| ledger.reached_text()),
+            provider: self.shared.stopped.get().cloned(),
             report: sink.out.report.to_json(),
             summary_line,
         })
@@ -242,7 +247,22 @@ fn prune(store: &Store, config: &crate::config::Config, pipeline: &str, run_id: 
 
 /// Keeps the last line of every task in `results.jsonl` (a task that ran again after a
 /// resume replaces its earlier line), in first-seen order.
-fn compact_results(dir: &Path) -> Result<()> {
+/// Adds to `retries` those of the earlier attempts of `run_id`, from the report they left.
+fn add_earlier_retries(retries: &mut BTreeMap<&'static str, u64>, store: &Store, run_id: &str) {
+    let Ok(Some(report)) = store.run_report(run_id) else {
+        return;
+    };
+    let Some(earlier) = report["retries_by_class"].as_object() else {
+        return;
+    };
+    for class in crate::output::RETRY_CLASSES {
+        if let Some(n) = earlier.get(class).and_then(Value::as_u64) {
+            *retries.entry(class).or_default() += n;
+        }
+    }
+}
+
+fn compact_results(dir: &Path, resumed: &HashSet<(String, u64)>) -> Result<()> {
     let path = dir.join(crate::output::RESULTS_FILE);
     let Ok(text) = std::fs::read_to_string(&path) else {
         return Ok(());
@@ -263,11 +283,32 @@ fn compact_results(dir: &Path) -> Result<()> {
     }
     let mut out = String::with_capacity(text.len());
     for key in &order {
-        out.push_str(lines[key]);
+        match resumed
+            .contains(key)
+            .then(|| mark_resumed(lines[key]))
+            .flatten()
+        {
+            Some(line) => out.push_str(&line),
+            None => out.push_str(lines[key]),
+        }
         out.push('\n');
     }
     crate::output::write_atomically(&path, out.as_bytes())?;
     Ok(())
+}
+
+/// A line written by an earlier attempt of the run, for a task this attempt resumed:
+/// `resumed: true`, and no start time (nor waits counted from it), which belonged to the
+/// earlier attempt's clock.
+fn mark_resumed(line: &str) -> Option<String> {
+    let mut value: Value = serde_json::from_str(line).ok()?;
+    let object = value.as_object_mut()?;
+    object.insert("resumed".to_owned(), Value::Bool(true));
+    if object.contains_key("started_ms") {
+        object.insert("started_ms".to_owned(), Value::Null);
+    }
+    object.shift_remove("waits");
+    serde_json::to_string(&value).ok()
 }
 
 /// The final step's text when it was not kept apart: its output, or its results' outputs.

@@ -70,7 +70,7 @@ impl Consumer for Tap {
                 error,
             } => Seen::StepFinished(*step, *status, error.clone()),
             // What tasks do inside is not what these tests follow.
-            RunEvent::Activity(_) | RunEvent::Decomposed { .. } => return,
+            RunEvent::Activity(_) | RunEvent::Decomposed { .. } | RunEvent::Slot { .. } => return,
             RunEvent::LevelStarted { .. }
             | RunEvent::Notice { .. }
             | RunEvent::Interrupted { .. } => Seen::Other,

@@ -189,6 +189,7 @@ pub(crate) fn run_pipeline(
         batch_all: options.batch,
         events: events.clone(),
         budget,
+        stopped: std::sync::OnceLock::new(),
         traceparent: options.traceparent.clone(),
     });
     let outputs = Arc::new(StepOutputs::new(pipeline.steps.len()));

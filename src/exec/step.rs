@@ -64,6 +64,8 @@ pub(crate) struct Shared {
     pub(crate) run_started: Instant,
     /// The run's spend cap, when it has one.
     pub(crate) budget: Option<Arc<crate::subagent::budget::Ledger>>,
+    /// The provider that refused the key or could not be reached, once one did.
+    pub(crate) stopped: std::sync::OnceLock<crate::event::ProviderStopped>,
 }
 
 impl Shared {
@@ -80,6 +82,34 @@ impl Shared {
                     ledger.reached_text()
                 ),
             });
+            self.drain.cancel();
+        }
+    }
+
+    /// After a task ended: once a provider refused the key or could not be reached for its
+    /// window, no new task starts (as after a first Ctrl-C), and the run ends naming it.
+    pub(crate) fn check_providers(&self) {
+        if self.stopped.get().is_some() {
+            return;
+        }
+        let stop = self.clients.lock().ok().and_then(|clients| {
+            clients.values().find_map(|(client, _)| {
+                client
+                    .stop()
+                    .map(|stop| (client.endpoint().name.clone(), stop))
+            })
+        });
+        let Some((name, stop)) = stop else { return };
+        let stopped = crate::event::ProviderStopped {
+            refused: matches!(stop, crate::provider::ProviderStop::Refused(_)),
+            text: stop.describe(&name),
+        };
+        let text = format!(
+            "summon: {}; no new task starts; finishing the tasks in flight",
+            stopped.text
+        );
+        if self.stopped.set(stopped).is_ok() {
+            self.events.emit(RunEvent::Interrupted { text });
             self.drain.cancel();
         }
     }
@@ -105,23 +135,29 @@ pub(super) async fn acquire_slot(
     Some((global, local))
 }
 
-/// The slots of one running task; given back while it waits out a rate limit.
+/// The slots of one running task; given back while it waits out a rate limit, said to the
+/// run's events so that the display counts in flight only the tasks that hold one.
 pub(crate) struct TaskSlot {
     global: Arc<Semaphore>,
     local: Option<Arc<Semaphore>>,
     held: Mutex<Option<Permits>>,
+    events: Events,
+    step: usize,
 }
 
 impl TaskSlot {
     pub(super) fn new(
-        global: &Arc<Semaphore>,
+        shared: &Shared,
+        step: usize,
         local: Option<&Arc<Semaphore>>,
         permits: Permits,
     ) -> Arc<Self> {
         Arc::new(Self {
-            global: Arc::clone(global),
+            global: Arc::clone(&shared.global),
             local: local.cloned(),
             held: Mutex::new(Some(permits)),
+            events: shared.events.clone(),
+            step,
         })
     }
 
@@ -137,8 +173,12 @@ impl TaskSlot {
 
 impl crate::subagent::Slot for TaskSlot {
     fn release(&self) {
-        if let Ok(mut held) = self.held.lock() {
-            held.take();
+        let given = self.held.lock().is_ok_and(|mut held| held.take().is_some());
+        if given {
+            self.events.emit(RunEvent::Slot {
+                step: self.step,
+                given: true,
+            });
         }
     }
 
@@ -157,6 +197,10 @@ impl crate::subagent::Slot for TaskSlot {
             if let Ok(mut held) = self.held.lock() {
                 *held = Some((global, local));
             }
+            self.events.emit(RunEvent::Slot {
+                step: self.step,
+                given: false,
+            });
         })
     }
 }
@@ -454,9 +498,10 @@ pub(crate) async fn run_task(
             let end = error.message.find('\n').unwrap_or(error.message.len());
             error.message.insert_str(end, &note);
         }
-        let over_budget = error
-            .as_ref()
-            .is_some_and(|e| e.class == FailureClass::Budget);
+        // Nothing more goes out when the cap is reached or the provider is stopped.
+        let over_budget = error.as_ref().is_some_and(|e| {
+            e.class == FailureClass::Budget || e.class == FailureClass::Provider("not_sent")
+        });
         if ok
             || corrected_in_vain
             || attempt >= step.retries
@@ -1046,7 +1091,7 @@ async fn run_tasks(
                     step.cache_shared = this > 0;
                 }
             }
-            let slot = TaskSlot::new(&shared.global, step_cap.as_ref(), (global, local));
+            let slot = TaskSlot::new(&shared, step.index, step_cap.as_ref(), (global, local));
             running.spawn(async move {
                 let done =
                     run_task(shared, step, this, item, rendered, hash, Arc::clone(&slot)).await;
@@ -1097,14 +1142,16 @@ async fn run_tasks(
         match joined {
             Some(Ok((done, permits))) => {
                 if done.not_started() {
-                    // Refused by the spend cap before its first request: not recorded, so
-                    // that `--resume` runs it.
+                    // Refused by the spend cap, or not sent to a stopped provider, before its
+                    // first request: not recorded, so that `--resume` runs it.
                     drop(permits);
                     shared.check_budget();
+                    shared.check_providers();
                     continue;
                 }
                 let (go_on, seq) = on_done(done);
                 shared.check_budget();
+                shared.check_providers();
                 stop |= !go_on;
                 match seq {
                     Some(seq) => pending.push_back((seq, permits)),

@@ -16,7 +16,8 @@ pub(crate) use junit::JunitWriter;
 pub(crate) use progress::{DisplayMode, Progress, resolve as resolve_display};
 pub(crate) use recorder::{Outputs, Recorder, served_tier};
 pub(crate) use report::{
-    BudgetJson, REPORT_FILE, Report, fmt_cost, fmt_duration, fmt_tokens, write_atomically,
+    BudgetJson, REPORT_FILE, RETRY_CLASSES, Report, fmt_cost, fmt_duration, fmt_tokens,
+    write_atomically,
 };
 pub(crate) use report_html::{HTML_FILE, write_html};
 pub(crate) use results::{RESULTS_FILE, ResultLine, ResultsWriter, read_results};

@@ -56,6 +56,9 @@ struct StepState {
     done: u64,
     /// Tasks sent and not finished, those waiting to retry among them.
     in_flight: u64,
+    /// Of those, the tasks that gave their concurrency slot back to wait, and have not taken
+    /// one again: not in flight.
+    parked: u64,
     /// When the retry waits of the step's tasks end: a task is waiting until then, not in
     /// flight.
     retry_ends: Vec<Instant>,
@@ -102,7 +105,7 @@ impl StepState {
     /// `16 in flight` and, while some tasks wait to retry, `2 waiting to retry (next in 1.5s)`.
     fn flight(&self) -> String {
         let (waiting, next) = self.waiting();
-        let mut text = format!("{} in flight", self.in_flight.saturating_sub(waiting));
+        let mut text = format!("{} in flight", self.in_flight.saturating_sub(self.parked));
         if let Some(next) = next {
             text.push_str(&format!(
                 ", {waiting} waiting to retry (next in {:.1}s)",
@@ -410,6 +413,18 @@ impl Progress {
         }
     }
 
+    /// A task of `step` gave its concurrency slot back (`given`), or took one again.
+    pub(crate) fn slot(&self, step: &str, given: bool) {
+        if let Some(state) = lock(&self.shared.steps).get_mut(step) {
+            if given {
+                state.parked += 1;
+            } else {
+                state.parked = state.parked.saturating_sub(1);
+            }
+            state.dirty = true;
+        }
+    }
+
     /// A task of `step` waits `wait` before its request is sent again.
     pub(crate) fn retry(&self, step: &str, wait: Duration) {
         if let Some(state) = lock(&self.shared.steps).get_mut(step) {
@@ -593,6 +608,8 @@ mod tests {
             state.line("s"),
             "[summon] s: 0/3 done, 2 in flight, 0 failed, 0 tokens"
         );
+        // The task gives its slot back, then waits.
+        state.parked = 1;
         state
             .retry_ends
             .push(Instant::now() + Duration::from_secs(30));
@@ -608,13 +625,37 @@ mod tests {
             .and_then(|n| n.parse().ok())
             .unwrap();
         assert!(next > 25.0 && next <= 30.0, "{line}");
-        // A wait that is over: the task is in flight again.
+        // A wait that is over, the slot not taken again yet: still not in flight.
         state.retry_ends = vec![Instant::now() - Duration::from_millis(1)];
+        assert!(
+            state.message(None).starts_with("1 in flight, 0 failed"),
+            "{}",
+            state.message(None)
+        );
+        // The slot taken again: in flight.
+        state.parked = 0;
         assert!(
             state.message(None).starts_with("2 in flight, 0 failed"),
             "{}",
             state.message(None)
         );
+    }
+
+    /// Tasks that gave their slot back and wait for one are not in flight: at concurrency 2
+    /// the display never says more than 2, however many tasks started.
+    #[test]
+    fn tasks_waiting_for_a_slot_are_not_in_flight() {
+        let progress = Progress::new(DisplayMode::Quiet);
+        progress.add_step("s", Some(20));
+        for _ in 0..12 {
+            progress.task_started("s");
+        }
+        for _ in 0..10 {
+            progress.slot("s", true);
+        }
+        let steps = lock(&progress.shared.steps);
+        let message = steps.get("s").unwrap().message(None);
+        assert!(message.starts_with("2 in flight"), "{message}");
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub(crate) struct Recorder {
     retries: BTreeMap<&'static str, u64>,
     /// The failed tasks, by the label of their failure's class, in the order first seen.
     failures: indexmap::IndexMap<String, FailureGroup>,
+    /// The tasks finished before a `--resume` whose line `results.jsonl` has already: marked
+    /// resumed when the file is compacted.
+    resumed_lines: HashSet<(String, u64)>,
 }
 
 /// The failed tasks of one class.
@@ -60,6 +63,7 @@ impl Recorder {
             warned: HashSet::new(),
             retries: BTreeMap::new(),
             failures: indexmap::IndexMap::new(),
+            resumed_lines: HashSet::new(),
         }
     }
 
@@ -85,6 +89,11 @@ impl Recorder {
         }
         // Items and messages come from outside: no control sequences on the terminal.
         Some(crate::text::printable(&text).into_owned())
+    }
+
+    /// The tasks finished before a `--resume` whose line was written by an earlier attempt.
+    pub(crate) fn resumed_lines(&self) -> &HashSet<(String, u64)> {
+        &self.resumed_lines
     }
 
     /// Provider retries so far, per class.
@@ -127,12 +136,16 @@ impl Recorder {
         }
         // A task that ran again after `--resume` gets a new line; the file is compacted to
         // one line per task when the run ends.
+        let written = done.resumed
+            && self
+                .out
+                .already_written
+                .contains(&(step.clone(), done.index));
+        if written {
+            self.resumed_lines.insert((step.clone(), done.index));
+        }
         if let Some(results) = &mut self.out.results
-            && !(done.resumed
-                && self
-                    .out
-                    .already_written
-                    .contains(&(step.clone(), done.index)))
+            && !written
         {
             let class = done.error.as_ref().map(|e| e.class.label());
             let line = ResultLine {
@@ -279,6 +292,9 @@ impl Consumer for Recorder {
             }
             RunEvent::Waiting { step, wait } => {
                 self.out.progress.retry(&self.out.step_ids[*step], *wait);
+            }
+            RunEvent::Slot { step, given } => {
+                self.out.progress.slot(&self.out.step_ids[*step], *given);
             }
             RunEvent::TaskFinished { done, level, row } => self.record(done, *level, *row),
             RunEvent::Activity(_) | RunEvent::Decomposed { .. } => {}

@@ -17,7 +17,8 @@
 //! `error_class` its cause as the end of a run groups failures (`provider: bad_request`,
 //! `timeout`, `answer not matching its schema`, ...);
 //! `resumed` marks a task that finished before a `--resume` (its line is written again when
-//! the interruption lost it); `reused`, one whose answer an earlier run gave (`--reuse`); `extracted`, a structured answer
+//! the interruption lost it; a line an earlier attempt wrote is marked when the file is
+//! compacted at the end of the resumed run, its `started_ms` and `waits` taken off); `reused`, one whose answer an earlier run gave (`--reuse`); `extracted`, a structured answer
 //! taken from a fenced block or the text around it (not bare JSON); `corrections`, the answers
 //! sent back because they did not validate against the response schema. `started_ms` is when
 //! the task started, in milliseconds from the start of the run (`null` for a task this run did

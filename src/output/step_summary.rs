@@ -161,6 +161,7 @@ mod tests {
             final_output: None,
             interrupted: false,
             budget: None,
+            provider: None,
             report: json!({"steps": {"work": {"tasks": 3, "completed": 1, "failed": 2,
                 "input_tokens": 1000, "output_tokens": 200, "cost_usd": 0.5, "priced": true}}}),
             summary_line: "3 tasks: 1 completed, 2 failed".into(),
@@ -191,6 +192,7 @@ mod tests {
             final_output: None,
             interrupted: false,
             budget: None,
+            provider: None,
             report: json!({"steps": {}}),
             summary_line: "1 task: 1 failed".into(),
         };

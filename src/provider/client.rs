@@ -4,10 +4,16 @@
 //! A [`Client`] sends exactly one request per call; retrying is [`super::retry`]'s job and rate
 //! budgets are [`super::limiter`]'s. Every error leaves this file classified as a
 //! [`ProviderError`] with provider text redacted.
+//!
+//! Until a provider has answered once, its requests go one at a time: a provider that refuses
+//! the key (401 or 403 at its first answer) is sent one request, and every later one fails
+//! without being sent ([`ProviderStop::Refused`]). So does every request to a provider that
+//! answered before and then could not be reached at all for a while
+//! ([`ProviderStop::Unreachable`], [`Client::note_unreachable`]).
 
 use std::fmt;
 use std::sync::{Arc, Once};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
@@ -144,6 +150,50 @@ impl ProviderEndpoint {
     }
 }
 
+/// Why a provider is sent no more requests by this client (and its clones).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ProviderStop {
+    /// Its first answer was HTTP 401 or 403: the key is refused.
+    Refused(ProviderError),
+    /// It had answered, then every request failed to connect for `window`; `error` is the
+    /// last one.
+    Unreachable { window: Duration, error: String },
+}
+
+impl ProviderStop {
+    /// What stopped the provider `name`, in one sentence.
+    pub(crate) fn describe(&self, name: &str) -> String {
+        match self {
+            Self::Refused(err) => format!("provider `{name}` refused the key: {err}"),
+            Self::Unreachable { window, error } => format!(
+                "provider `{name}` could not be reached for {} ({error})",
+                seconds(*window)
+            ),
+        }
+    }
+}
+
+/// The pause between two tries of a provider that cannot be reached (after it answered).
+const PROBE_PACE: Duration = Duration::from_secs(1);
+
+/// `30s`, `0.5s`.
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0}s")
+    } else {
+        format!("{s:.1}s")
+    }
+}
+
+/// Whether the provider can still be sent requests.
+#[derive(Debug, Default)]
+struct Health {
+    /// Since when every request has failed to connect, after the provider had answered.
+    unreachable_since: Option<Instant>,
+    stop: Option<ProviderStop>,
+}
+
 /// A provider client; cheap to clone, clones share one connection pool.
 #[derive(Clone)]
 pub(crate) struct Client {
@@ -177,6 +227,11 @@ pub(crate) struct Client {
     /// Anthropic refused `output_config` once: structured answers go through the answer tool
     /// from then on.
     native_refused: Arc<std::sync::atomic::AtomicBool>,
+    /// Held by the request in flight until the provider's first answer: one at a time.
+    first: Arc<tokio::sync::Mutex<()>>,
+    health: Arc<std::sync::Mutex<Health>>,
+    /// Whether the server's chat template says it has no tool support (asked once).
+    drops_tools: Arc<tokio::sync::OnceCell<bool>>,
 }
 
 impl fmt::Debug for Client {
@@ -245,7 +300,101 @@ impl Client {
             startup_said: Arc::default(),
             completion_tokens: Arc::default(),
             native_refused: Arc::default(),
+            first: Arc::default(),
+            health: Arc::default(),
+            drops_tools: Arc::default(),
         })
+    }
+
+    /// Whether the server drops the tools of a request: llama.cpp's server says, at
+    /// `GET /props`, that its chat template has no tool support (`chat_template_caps`'
+    /// `supports_tools: false`), and then answers as if none were sent. Asked once per
+    /// client, only of an OpenAI-compatible server over plain HTTP (a local one); any other
+    /// answer, or none within 2 s, is taken for no.
+    pub(crate) async fn drops_tools(&self) -> bool {
+        *self
+            .drops_tools
+            .get_or_init(|| async {
+                if self.endpoint.kind != ProviderKind::OpenAi || self.origin.scheme() != "http" {
+                    return false;
+                }
+                let mut url = self.origin.clone();
+                url.set_path("/props");
+                url.set_query(None);
+                let key = url.to_string();
+                let request = self.http.get(url).timeout(Duration::from_secs(2));
+                // Shared with the context-window lookup: one `/props` per server.
+                let props = super::window::props(request, &key).await.unwrap_or_default();
+                props["chat_template_caps"]["supports_tools"] == Value::Bool(false)
+            })
+            .await
+    }
+
+    /// Why the provider is sent no more requests, once it is so.
+    pub(crate) fn stop(&self) -> Option<ProviderStop> {
+        self.health.lock().ok().and_then(|h| h.stop.clone())
+    }
+
+    /// The error of a request not sent because the provider is stopped.
+    fn not_sent(&self) -> Option<ProviderError> {
+        self.stop().map(|stop| ProviderError::NotSent {
+            message: stop.describe(&self.endpoint.name),
+        })
+    }
+
+    fn unreachable_since(&self) -> Option<Instant> {
+        self.health.lock().ok().and_then(|h| h.unreachable_since)
+    }
+
+    /// After `err`, a failed connection to a provider that answered before: how much is left
+    /// of `window` before it is taken for dead (`None` for any other error).
+    pub(crate) fn unreachable_left(
+        &self,
+        err: &ProviderError,
+        window: Duration,
+    ) -> Option<Duration> {
+        if !err.is_connect() || !self.has_answered() {
+            return None;
+        }
+        let left = window.saturating_sub(self.unreachable_since()?.elapsed());
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// Stops the provider, which could not be reached for `window` (`err` the last failed
+    /// connection).
+    pub(crate) fn stop_unreachable(&self, err: &ProviderError, window: Duration) {
+        if let Ok(mut health) = self.health.lock() {
+            health
+                .stop
+                .get_or_insert_with(|| ProviderStop::Unreachable {
+                    window,
+                    error: err.to_string(),
+                });
+        }
+    }
+
+    /// After a request failed to connect: when every request has failed so for `window`
+    /// (and the provider had answered before), the provider is stopped; answers the error to
+    /// return then.
+    pub(crate) fn note_unreachable(
+        &self,
+        err: &ProviderError,
+        window: Duration,
+    ) -> Option<ProviderError> {
+        if !err.is_connect() || !self.has_answered() {
+            return None;
+        }
+        {
+            let mut health = self.health.lock().ok()?;
+            let since = *health.unreachable_since.get_or_insert_with(Instant::now);
+            if health.stop.is_none() && since.elapsed() >= window {
+                health.stop = Some(ProviderStop::Unreachable {
+                    window,
+                    error: err.to_string(),
+                });
+            }
+        }
+        self.not_sent()
     }
 
     /// Whether the provider has given any HTTP answer yet.
@@ -484,10 +633,37 @@ impl Client {
         request: reqwest::RequestBuilder,
     ) -> Result<Vec<u8>, ProviderError> {
         let key = self.endpoint.api_key.as_ref();
-        let mut response = request
-            .send()
-            .await
-            .map_err(|e| ProviderError::from_transport(e, key))?;
+        // One request at a time until the provider has answered once, and while it cannot be
+        // reached.
+        let gated = || !self.has_answered() || self.unreachable_since().is_some();
+        let _first = if gated() {
+            let held = self.first.lock().await;
+            // Those that waited for the first answer go together once it came.
+            gated().then_some(held)
+        } else {
+            None
+        };
+        if let Some(err) = self.not_sent() {
+            return Err(err);
+        }
+        let sent = request.send().await;
+        let mut response = match sent {
+            Ok(response) => response,
+            Err(e) => {
+                let err = ProviderError::from_transport(e, key);
+                if err.is_connect() && self.has_answered() {
+                    if let Ok(mut health) = self.health.lock() {
+                        health.unreachable_since.get_or_insert_with(Instant::now);
+                    }
+                    // While it cannot be reached, the provider is tried at most once a
+                    // second, whatever the number of tasks waiting for it.
+                    if _first.is_some() {
+                        tokio::time::sleep(PROBE_PACE).await;
+                    }
+                }
+                return Err(err);
+            }
+        };
         if let Some(next) = redirect_elsewhere(&response) {
             // Another origin: followed, but without the provider's credentials.
             response = self
@@ -498,8 +674,12 @@ impl Client {
                 .map_err(|e| ProviderError::from_transport(e, key))?;
         }
         let status = response.status();
-        self.answered
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let first = !self
+            .answered
+            .swap(true, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut health) = self.health.lock() {
+            health.unreachable_since = None;
+        }
         let error_headers = (!status.is_success()).then(|| response.headers().clone());
         let body = response
             .bytes()
@@ -510,12 +690,21 @@ impl Client {
                 api_key: key,
                 api_key_env: self.endpoint.api_key_env.as_deref(),
             };
-            return Err(classify(
+            let err = classify(
                 status.as_u16(),
                 &headers,
                 &String::from_utf8_lossy(&body),
                 &ctx,
-            ));
+            );
+            if first
+                && matches!(err, ProviderError::Auth { .. })
+                && let Ok(mut health) = self.health.lock()
+            {
+                health
+                    .stop
+                    .get_or_insert(ProviderStop::Refused(err.clone()));
+            }
+            return Err(err);
         }
         Ok(body.into())
     }

@@ -126,6 +126,9 @@ pub(crate) enum ProviderError {
         status: Option<u16>,
         message: String,
     },
+    /// Not sent: the provider refused the key at its first answer, or could not be reached
+    /// for a while ([`super::client::ProviderStop`]); the run starts no more tasks.
+    NotSent { message: String },
 }
 
 impl ProviderError {
@@ -189,6 +192,7 @@ impl ProviderError {
             Self::BadRequest { .. } => "bad_request",
             Self::QuotaExhausted { .. } => "quota_exhausted",
             Self::Other { .. } => "other",
+            Self::NotSent { .. } => "not_sent",
         }
     }
 
@@ -204,6 +208,7 @@ impl ProviderError {
             Self::ContextTooLong { .. } => "context_too_long",
             Self::BadRequest { .. } => "bad_request",
             Self::QuotaExhausted { .. } => "quota_exhausted",
+            Self::NotSent { .. } => "not_sent",
             _ => "other",
         })
     }
@@ -331,6 +336,7 @@ impl fmt::Display for ProviderError {
                 status: None,
                 message,
             } => write!(f, "{message}"),
+            Self::NotSent { message } => write!(f, "not sent: {message}"),
         }
     }
 }

@@ -18,7 +18,9 @@ mod window;
 
 pub(crate) use batch::{BatchCounts, BatchLine, BatchState, BatchStatus, LineResult};
 pub(crate) use cache::{CacheHint, OPENAI_MIN_TOKENS, anthropic_min_tokens};
-pub(crate) use client::{Client, ProviderEndpoint, ProviderKind, install_crypto_provider};
+pub(crate) use client::{
+    Client, ProviderEndpoint, ProviderKind, ProviderStop, install_crypto_provider,
+};
 pub(crate) use error::{MIN_KEY_CHARS, ProviderError, Secret, redact};
 pub(crate) use limiter::{RateLimiter, RateLimits, estimate_tokens, tool_chars};
 #[cfg(test)]

@@ -23,8 +23,9 @@ pub(crate) enum Jitter {
     Decorrelated,
 }
 
-/// Retry limits. Defaults: base 1 s, cap 30 s, 5 retries, 120 s total wait, full jitter, and
-/// 180 s for a provider that is still starting.
+/// Retry limits. Defaults: base 1 s, cap 30 s, 5 retries, 120 s total wait, full jitter,
+/// 180 s for a provider that is still starting, and 30 s of failed connections for one that
+/// answered before.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RetryPolicy {
     pub(crate) base: Duration,
@@ -38,6 +39,9 @@ pub(crate) struct RetryPolicy {
     /// How long a provider still starting (503 "Loading model", or no connection before it
     /// ever answered) is waited for, apart from the retries above.
     pub(crate) startup_wait: Duration,
+    /// How long a provider that answered before may fail every connection before it is
+    /// taken for dead: then nothing more is sent to it.
+    pub(crate) unreachable_window: Duration,
 }
 
 /// The longest pause between two tries of a starting provider.
@@ -52,6 +56,7 @@ impl Default for RetryPolicy {
             max_total_wait: Duration::from_secs(120),
             jitter: Jitter::Full,
             startup_wait: Duration::from_secs(180),
+            unreachable_window: Duration::from_secs(30),
         }
     }
 }
@@ -72,6 +77,12 @@ impl RetryPolicy {
             .and_then(|v| v.trim().parse::<u64>().ok())
         {
             policy.startup_wait = Duration::from_millis(ms);
+        }
+        if let Some(ms) = env
+            .var("SUMMON_UNREACHABLE_MS")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            policy.unreachable_window = Duration::from_millis(ms);
         }
         policy
     }
@@ -254,7 +265,8 @@ where
 /// Sends `req` through `client`, retrying transient errors as `policy` allows. A provider
 /// still starting — a 503 that says it is loading, or no connection before it ever answered —
 /// is waited for within the policy's start-up wait first, apart from the retries, and said
-/// once per provider through [`RetryHook::on_startup_wait`].
+/// once per provider through [`RetryHook::on_startup_wait`]. A provider stopped (see
+/// [`super::client::ProviderStop`]) is sent nothing more: the request fails `NotSent`.
 pub(crate) async fn send_with_retry<H: RetryHook>(
     client: &Client,
     req: &ChatRequest,
@@ -267,6 +279,11 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
             Ok(value) => return Ok(value),
             Err(err) => err,
         };
+        // A provider that answered before and has not been reachable since for the window:
+        // nothing more is sent to it.
+        if let Some(stopped) = client.note_unreachable(&err, policy.unreachable_window) {
+            return Err(stopped);
+        }
         let starting = err.is_loading() || (err.is_connect() && !client.has_answered());
         if starting && let Some(delay) = backoff.next_startup_delay() {
             let first = client.first_startup_wait();
@@ -275,6 +292,18 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
             continue;
         }
         let Some(delay) = backoff.next_delay(&err) else {
+            // Its retries spent, a request to a provider that answered before and cannot be
+            // reached now waits for the end of the window: the provider is back or taken for
+            // dead by then.
+            if let Some(left) = client.unreachable_left(&err, policy.unreachable_window) {
+                hook.wait(left.min(STARTUP_POLL_CAP)).await;
+                continue;
+            }
+            // No connection through the start-up wait and the retries: the provider is taken
+            // for dead, and no other request is sent to it.
+            if err.is_connect() && !client.has_answered() {
+                client.stop_unreachable(&err, policy.startup_wait);
+            }
             return Err(err);
         };
         hook.on_retry(&err, backoff.retries(), delay);

@@ -28,6 +28,28 @@ fn root(base_url: &str) -> &str {
     base.strip_suffix("/v1").unwrap_or(base)
 }
 
+/// `GET URL` of a server's `/props` (llama.cpp's server properties), asked at most once per
+/// URL in a process: the context-window lookup and the check of the chat template's tool
+/// support share the answer. `None` for anything but a 2xx JSON answer.
+pub(crate) async fn props(request: reqwest::RequestBuilder, url: &str) -> Option<Value> {
+    type Cache = tokio::sync::Mutex<std::collections::HashMap<String, Option<Value>>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let mut cache = CACHE.get_or_init(Cache::default).lock().await;
+    if let Some(known) = cache.get(url) {
+        return known.clone();
+    }
+    let answer = async {
+        let response = request.send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        response.json::<Value>().await.ok()
+    }
+    .await;
+    cache.insert(url.to_owned(), answer.clone());
+    answer
+}
+
 /// The window `endpoint`'s server says it serves `model` with, if it says one (only an
 /// OpenAI-compatible server is asked).
 pub(crate) async fn server_window(
@@ -60,9 +82,11 @@ pub(crate) async fn server_window(
         }
     };
     let root = root(&endpoint.base_url);
-    if let Some((url, props)) = get(format!("{root}/props")).await
+    let props_url = format!("{root}/props");
+    if let Some(props) = props(auth(client.get(&props_url)), &props_url).await
         && let Some(tokens) = llama_props(&props)
     {
+        let url = props_url;
         return Some(ServerWindow {
             tokens,
             from: format!("GET {url}"),

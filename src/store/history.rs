@@ -151,6 +151,22 @@ impl Store {
         })
     }
 
+    /// The report a run left when it last ended, if any.
+    pub(crate) fn run_report(&self, run_id: &str) -> Result<Option<Value>, StoreError> {
+        self.read(|conn| {
+            let report: Option<Option<String>> = conn
+                .query_row(
+                    "SELECT report FROM runs WHERE run_id = ?1",
+                    params![run_id],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            Ok(report
+                .flatten()
+                .and_then(|text| serde_json::from_str(&text).ok()))
+        })
+    }
+
     /// Records the report of a run that ended, and lets go of it.
     pub(crate) fn set_run_report(&self, run_id: &str, report: &Value) -> Result<(), StoreError> {
         let text = report.to_string();

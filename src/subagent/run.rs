@@ -112,7 +112,18 @@ pub(crate) async fn run_subagent(
     let mut redacting = |event: SubagentEvent| observer(redactor.event(event));
     let observer: &mut (dyn FnMut(SubagentEvent) + Send) = &mut redacting;
     let mut total = Totals::default();
-    let tools = Tools::start(spec, observer).await;
+    let mut tools = Tools::start(spec, observer).await;
+    if !tools.specs.is_empty() && client.drops_tools().await {
+        // The server would answer as if the request had none: not offered, nor listed.
+        observer(SubagentEvent::Warning {
+            message: format!(
+                "provider `{}`: the server's chat template has no tool support; tools were \
+                 not offered",
+                client.endpoint().name
+            ),
+        });
+        tools.withhold(spec);
+    }
     observer(SubagentEvent::Framing {
         system_len: tools.system.len(),
         tool_chars: crate::provider::tool_chars(&tools.specs),
@@ -182,6 +193,18 @@ impl Tools {
             scratch: Scratch::default(),
             warnings: std::sync::Mutex::new(started.warnings),
         }
+    }
+
+    /// Offers no tool, and says nothing about tools in the system prompt.
+    fn withhold(&mut self, spec: &SubagentSpec) {
+        self.specs = Vec::new().into();
+        let names = spec.tools.names();
+        self.system = if names.is_empty() {
+            spec.system.clone()
+        } else {
+            let section = super::prompt::tools_section(spec.workdir.path(), &names);
+            spec.system.replacen(&section, "", 1)
+        };
     }
 
     /// The tools to offer now: all of them but those of servers that failed.

@@ -880,6 +880,7 @@ impl State {
             RunEvent::TasksStarted { .. }
             | RunEvent::Retry { .. }
             | RunEvent::Waiting { .. }
+            | RunEvent::Slot { .. }
             | RunEvent::Notice { .. } => {}
         }
     }

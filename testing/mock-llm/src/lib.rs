@@ -216,6 +216,11 @@ pub struct MockConfig {
     /// Every OpenAI answer says the tier that served it (`service_tier`: the one asked for,
     /// `default` otherwise).
     pub flex_unavailable: u64,
+    /// What `GET /props` answers, as llama.cpp's server does (its chat template's
+    /// capabilities among it), with the window of a model given one. With neither (the
+    /// default) it answers 404, as other servers do, and the request is counted by
+    /// [`MockServer::props_count`] only, not recorded.
+    pub props: Option<Value>,
 }
 
 impl Default for MockConfig {
@@ -239,6 +244,7 @@ impl Default for MockConfig {
             cache: true,
             cache_ttl: cache::DEFAULT_TTL,
             flex_unavailable: 0,
+            props: None,
         }
     }
 }
@@ -260,11 +266,18 @@ impl fmt::Debug for MockConfig {
             .field("context_windows", &self.context_windows)
             .field("cache", &self.cache)
             .field("cache_ttl", &self.cache_ttl)
+            .field("props", &self.props)
             .finish()
     }
 }
 
 impl MockConfig {
+    /// `GET /props` answers `props` (llama.cpp's server properties).
+    pub fn props(mut self, props: Value) -> Self {
+        self.props = Some(props);
+        self
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -447,6 +460,8 @@ fn collect_text(blocks: &[Value], kind: &str) -> String {
 
 struct Shared {
     addr: SocketAddr,
+    props: Option<Value>,
+    props_count: AtomicU64,
     batch: Mutex<batch::BatchState>,
     queue: Mutex<VecDeque<Reply>>,
     rule: Option<Rule>,
@@ -512,6 +527,8 @@ impl MockServer {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             addr,
+            props: config.props.clone(),
+            props_count: AtomicU64::new(0),
             batch: Mutex::new(batch::BatchState::new(&config.batch)),
             queue: Mutex::new(config.replies.into()),
             rule: config.rule,
@@ -604,6 +621,11 @@ impl MockServer {
         self.shared.count.load(Ordering::Relaxed)
     }
 
+    /// `GET /props` requests received (not among [`Self::request_count`]).
+    pub fn props_count(&self) -> u64 {
+        self.shared.props_count.load(Ordering::Relaxed)
+    }
+
     /// Requests being answered right now.
     pub fn in_flight(&self) -> u64 {
         self.shared.in_flight.load(Ordering::Relaxed)
@@ -692,15 +714,14 @@ async fn handle_models(State(shared): AppState, headers: HeaderMap) -> Response 
     )
 }
 
-/// llama.cpp's `GET /props`: the window of one slot, `default_generation_settings.n_ctx`,
-/// here the window of the first listed model that has one (404 when none has, as a server
-/// other than llama.cpp answers).
+/// llama.cpp's `GET /props`: what the config says (its chat template's capabilities), with
+/// the window of one slot, `default_generation_settings.n_ctx`, of the first listed model
+/// that has one. A mock told neither answers 404, as a server other than llama.cpp does,
+/// and keeps no record of it (summon asks a local server once per client; the tests that
+/// are not about it keep their request counts); every `GET /props` is counted by
+/// [`MockServer::props_count`].
 async fn handle_props(State(shared): AppState, headers: HeaderMap) -> Response {
-    let (_guard, seq) = InFlight::enter(&shared);
-    if shared.record {
-        let request = record(seq, Api::Props, "GET", "/props", &headers, Value::Null);
-        lock(&shared.recorded).push(request);
-    }
+    shared.props_count.fetch_add(1, Ordering::Relaxed);
     let window = shared.models.iter().find_map(|id| {
         shared
             .context_windows
@@ -708,17 +729,28 @@ async fn handle_props(State(shared): AppState, headers: HeaderMap) -> Response {
             .find(|(m, _)| m == id)
             .map(|(_, w)| *w)
     });
-    match window {
-        Some(n_ctx) => json_response(
-            StatusCode::OK,
-            &json!({"default_generation_settings": {"n_ctx": n_ctx}, "total_slots": 1}),
-        ),
-        None => json_response(
+    if shared.props.is_none() && window.is_none() {
+        return json_response(
             StatusCode::NOT_FOUND,
-            &json!({"error": {"message": "summon-mock-llm: no context window configured",
-                "type": "not_found"}}),
-        ),
+            &json!({"error": {"message": "summon-mock-llm: no route for GET /props", "type": "not_found"}}),
+        );
     }
+    let (_guard, seq) = InFlight::enter(&shared);
+    if shared.record {
+        let request = record(seq, Api::Props, "GET", "/props", &headers, Value::Null);
+        lock(&shared.recorded).push(request);
+    }
+    let mut props = shared.props.clone().unwrap_or_else(|| json!({}));
+    if let Some(n_ctx) = window
+        && let Some(object) = props.as_object_mut()
+    {
+        object.insert(
+            "default_generation_settings".to_owned(),
+            json!({"n_ctx": n_ctx}),
+        );
+        object.entry("total_slots").or_insert(json!(1));
+    }
+    json_response(StatusCode::OK, &props)
 }
 
 async fn handle_unknown(

@@ -1,0 +1,248 @@
+//! A provider that refuses the key or stops answering: the run stops starting tasks instead
+//! of sending the same failing request once per item.
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::{Test, results, wait_for};
+
+fn openai(server: &MockServer) -> Test {
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-a-wrong-key-0123456789")
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "1")
+}
+
+/// A decompose of `n` items, a fan-out over them at `concurrency` that goes on after a
+/// failed task, and a synthesis.
+fn fan_out_and_reduce(n: usize, concurrency: usize) -> String {
+    let items: Vec<String> = (0..n).map(|i| format!("i{i:03}")).collect();
+    format!(
+        "version: 1\nname: refused\nsettings:\n  concurrency: {concurrency}\nsteps:\n  - id: list\n    decompose:\n      items: [{}]\n  - id: each\n    fan_out:\n      over: list\n      instructions: 'Say {{{{ item }}}}.'\n    on_error: continue\n  - id: all\n    synthesize:\n      instructions: 'Join {{{{ steps.each.results | length }}}} answers.'\n",
+        items.join(", ")
+    )
+}
+
+const UNAUTHORIZED: &str =
+    r#"{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_key_sends_one_request_and_runs_nothing_after_it() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::status(401, UNAUTHORIZED))).await;
+    let out = openai(&server)
+        .write("p.yaml", &fan_out_and_reduce(300, 4))
+        .args(["run", "p.yaml", "--out", "out"])
+        .code(1)
+        .run();
+    assert_eq!(server.request_count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("authentication failed (HTTP 401)")
+            && out.stderr.contains("check the key in `OPENAI_API_KEY`"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("sk-a-wrong-key"), "{}", out.stderr);
+    let lines = results(&out.dir.join("out"));
+    assert!(lines.iter().all(|l| l["step"] != "all"), "{lines:#?}");
+}
+
+/// The items of the fan-out tasks a server was asked for, each as often as it was asked.
+fn asked_items(server: &MockServer) -> Vec<String> {
+    support::chats(server)
+        .iter()
+        .filter_map(|r| r.last_user_text())
+        .filter_map(|text| {
+            let item = text.strip_prefix("Say ")?.strip_suffix('.')?;
+            Some(item.to_owned())
+        })
+        .collect()
+}
+
+fn completed(lines: &[Value], step: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l["step"] == step && l["status"] == "completed")
+        .map(|l| l["item"].as_str().expect("item").to_owned())
+        .collect()
+}
+
+/// What a run that lost its provider, then its `--resume` after the provider came back, left.
+struct Resumed {
+    /// `results.jsonl` and `report.json` after the first run, then after the resume.
+    first: Vec<Value>,
+    first_report: Value,
+    lines: Vec<Value>,
+    report: Value,
+    /// The items the restarted provider was asked for.
+    asked_again: Vec<String>,
+}
+
+/// A fan-out of 40 items at concurrency 2 whose provider goes away after 6 answers: the run
+/// stops within the window (1 s), and `--resume` after the provider came back on the same
+/// port finishes it.
+async fn stopped_then_resumed() -> Resumed {
+    let config = || {
+        MockConfig::new()
+            .default_reply(Reply::text("ok"))
+            .latency(Duration::from_millis(10))
+    };
+    let server = MockServer::start(config()).await;
+    let port = server.port();
+    let t = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-0123456789")
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "20")
+        .env("SUMMON_UNREACHABLE_MS", "1000")
+        .write("p.yaml", &fan_out_and_reduce(40, 2));
+    let child = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start summon");
+    wait_for(Duration::from_secs(30), "6 answers", || {
+        server.request_count() >= 6
+    });
+    server.shutdown().await;
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("summon ran");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(
+        stderr.contains("provider `openai` could not be reached for 1s")
+            && stderr.contains("continue the run with `summon run p.yaml --resume`"),
+        "{stderr}"
+    );
+    let dir = t.path().join("out");
+    let first = results(&dir);
+    let first_report = support::read_json(&dir.join("report.json"));
+
+    let server = MockServer::start_on_port(config(), port)
+        .await
+        .expect("the port again");
+    let again = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out", "--resume"])
+        .output()
+        .expect("resume");
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(0), "{stderr}");
+    Resumed {
+        first,
+        first_report,
+        lines: results(&dir),
+        report: support::read_json(&dir.join("report.json")),
+        asked_again: asked_items(&server),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_gone_mid_run_stops_it_and_resume_after_its_restart_finishes_it() {
+    let ran = stopped_then_resumed().await;
+    let done_first = completed(&ran.first, "each");
+    assert!(
+        done_first.len() >= 6 && done_first.len() < 40,
+        "{:#?}",
+        ran.first
+    );
+    assert!(
+        ran.first.iter().all(|l| l["step"] != "all"),
+        "{:#?}",
+        ran.first
+    );
+    let each = completed(&ran.lines, "each");
+    let unique: BTreeSet<&String> = each.iter().collect();
+    assert_eq!((each.len(), unique.len()), (40, 40), "{:#?}", ran.lines);
+    assert_eq!(
+        ran.lines
+            .iter()
+            .filter(|l| l["step"] == "all" && l["status"] == "completed")
+            .count(),
+        1,
+        "{:#?}",
+        ran.lines
+    );
+    // What the first run finished is not asked again.
+    for item in &done_first {
+        assert!(
+            !ran.asked_again.contains(item),
+            "{item} asked again: {:?}",
+            ran.asked_again
+        );
+    }
+}
+
+/// After `--resume`, the tasks the first run finished say so and carry no start time (it was
+/// the first run's: report.html's timeline would draw them beside this run's), and the
+/// first run's retries still count in `retries_by_class`.
+#[tokio::test(flavor = "multi_thread")]
+async fn resumed_rows_say_so_and_the_first_runs_retries_still_count() {
+    let ran = stopped_then_resumed().await;
+    let done_first: BTreeSet<String> = completed(&ran.first, "each").into_iter().collect();
+    assert!(!done_first.is_empty());
+    for line in ran.lines.iter().filter(|l| l["step"] == "each") {
+        let item = line["item"].as_str().expect("item");
+        if done_first.contains(item) {
+            assert_eq!(line["resumed"], true, "{line:#}");
+            assert!(line["started_ms"].is_null(), "{line:#}");
+        } else {
+            assert_eq!(line["resumed"], false, "{line:#}");
+            assert!(line["started_ms"].is_u64(), "{line:#}");
+        }
+    }
+    let each = &ran.report["steps"]["each"];
+    assert_eq!(each["resumed"], done_first.len() as u64, "{each:#}");
+    let first = ran.first_report["retries_by_class"]["connection"]
+        .as_u64()
+        .expect("connection retries");
+    assert!(first > 0, "{:#}", ran.first_report);
+    assert!(
+        ran.report["retries_by_class"]["connection"].as_u64() >= Some(first),
+        "{:#}",
+        ran.report["retries_by_class"]
+    );
+}
+
+/// A provider that never answered, through its start-up wait and the retries of the first
+/// task that tried it, is taken for dead too: the other tasks are not sent, the synthesis
+/// does not run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_never_reached_stops_the_run_after_the_start_up_wait() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let out = Test::new()
+        .env("OPENAI_BASE_URL", &format!("http://127.0.0.1:{port}/v1"))
+        .env("OPENAI_API_KEY", "sk-test-0123456789")
+        .env("SUMMON_MODEL", "mock-model")
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .env("SUMMON_STARTUP_WAIT_MS", "200")
+        .write("p.yaml", &fan_out_and_reduce(50, 4))
+        .args(["run", "p.yaml", "--out", "out"])
+        .code(75)
+        .run();
+    assert!(
+        out.stderr
+            .contains("stopped: provider `openai` could not be reached for 0.2s")
+            && out.stderr.contains("summon run p.yaml --resume"),
+        "{}",
+        out.stderr
+    );
+    let lines = results(&out.dir.join("out"));
+    // The tasks that found it dead (at most the 4 in flight); the others were not sent (and
+    // `--resume` sends them).
+    assert!((1..=4).contains(&lines.len()), "{lines:#?}");
+    assert!(lines.iter().all(|l| l["step"] == "each"), "{lines:#?}");
+}
