@@ -88,6 +88,7 @@ pub(super) fn error_text(error: &Error, shared: &Shared) -> String {
         Error::Failed(message) | Error::Busy(message) | Error::Internal(message) => message.clone(),
         Error::Store(e) => e.to_string(),
         Error::Io(e) => e.to_string(),
+        Error::Write { path, source } => Error::write_message(path, source),
         Error::StillRunning => "still running".into(),
         Error::Interrupted => "interrupted".into(),
         Error::Budget => "budget reached".into(),

@@ -198,6 +198,10 @@ pub(crate) type FinishedMap = HashMap<TaskKey, TaskResultRow>;
 /// Called on the writer thread with each batch right after it was committed.
 pub(crate) type CommitHook = Box<dyn FnMut(&[TaskResultRow]) + Send>;
 
+/// Called on the writer thread, once, with the message of the first batch that could not be
+/// written (a full disk): every later call of the writer fails too.
+pub(crate) type FailureHook = Box<dyn FnMut(&str) + Send>;
+
 /// How a [`JournalWriter`] batches.
 pub(crate) struct WriterOptions {
     /// Commit as soon as this many rows are pending.
@@ -205,6 +209,7 @@ pub(crate) struct WriterOptions {
     /// Commit at the latest this long after the first pending row was recorded.
     pub(crate) max_delay: Duration,
     pub(crate) on_commit: Option<CommitHook>,
+    pub(crate) on_failure: Option<FailureHook>,
 }
 
 impl Default for WriterOptions {
@@ -213,6 +218,7 @@ impl Default for WriterOptions {
             max_rows: 1024,
             max_delay: Duration::from_millis(20),
             on_commit: None,
+            on_failure: None,
         }
     }
 }
@@ -223,6 +229,7 @@ impl fmt::Debug for WriterOptions {
             .field("max_rows", &self.max_rows)
             .field("max_delay", &self.max_delay)
             .field("on_commit", &self.on_commit.is_some())
+            .field("on_failure", &self.on_failure.is_some())
             .finish()
     }
 }
@@ -704,14 +711,20 @@ impl Worker {
                 }
             }
             Err(error) => {
-                let mut slot = self.shared.error.lock().unwrap_or_else(|e| e.into_inner());
-                slot.get_or_insert_with(|| {
-                    format!(
-                        "{} rows of run {} were not recorded: {error}",
-                        batch.len(),
-                        self.run_id
-                    )
-                });
+                let message = format!(
+                    "{} rows of run {} were not recorded: {error}",
+                    batch.len(),
+                    self.run_id
+                );
+                let first = {
+                    let mut slot = self.shared.error.lock().unwrap_or_else(|e| e.into_inner());
+                    let first = slot.is_none();
+                    slot.get_or_insert(message.clone());
+                    first
+                };
+                if let (true, Some(hook)) = (first, &mut self.options.on_failure) {
+                    hook(&message);
+                }
             }
         }
         batch.clear();
@@ -910,6 +923,7 @@ mod tests {
             max_rows: 10,
             max_delay: Duration::from_secs(3600),
             on_commit: None,
+            on_failure: None,
         };
         let writer = store.journal_writer(&r.run_id, opts).unwrap();
         for i in 0..25 {
@@ -939,6 +953,7 @@ mod tests {
             max_rows: 1000,
             max_delay: Duration::from_millis(10),
             on_commit: None,
+            on_failure: None,
         };
         let writer = store.journal_writer(&r.run_id, opts).unwrap();
         writer.record(row("t", 0, "h")).unwrap();
@@ -1015,6 +1030,7 @@ mod tests {
             max_rows: 64,
             max_delay: Duration::from_millis(1),
             on_commit: None,
+            on_failure: None,
         };
         let writer = store.journal_writer(&run_id, opts).unwrap();
         let started = Instant::now();
