@@ -714,3 +714,36 @@ async fn model_output_in_a_decompose_command_is_data() {
     }
     assert_eq!(firsts.len(), 4, "{firsts:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_items_line_past_16_mib_is_an_error_naming_its_line() {
+    let _case = Case("items_line_limit");
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let over = format!("{{\"text\": \"{}\"}}", "x".repeat(16 * 1024 * 1024));
+    let out = project(&server)
+        .write_raw("rows.jsonl", &format!("{{\"text\": \"a\"}}\n{over}\n"))
+        .write(
+            "p.yaml",
+            r#"
+            version: 1
+            name: big
+            steps:
+              - id: rows
+                decompose:
+                  file: rows.jsonl
+              - id: each
+                fan_out:
+                  over: rows
+                  instructions: "{{ item.text }}"
+            "#,
+        )
+        .args(["run", "p.yaml", "--quiet"])
+        .code(2)
+        .run();
+    assert!(
+        out.stderr
+            .contains("rows.jsonl:2: the line is longer than 16 MiB, the limit of an items line"),
+        "{}",
+        out.stderr
+    );
+}
