@@ -99,8 +99,34 @@ impl OpenRun {
         store.set_run_setup(&run.run_id, out_text.as_deref(), &setup, &defaults)?;
         hold(&store, &run, options.resume.is_none(), options.wait)?;
         let reuse_any = options.reuse || pipeline.steps.iter().any(|s| s.reuse);
+        // Answers are signed with a key outside the workspace; reuse takes only signed ones.
+        let key = match env.state_dir().map(|dir| crate::store::load_key(&dir)) {
+            Some(Ok(key)) => Some(key),
+            Some(Err(e)) => {
+                eprintln!(
+                    "summon: warning: cannot read or create the signing key of reused answers \
+                     ({e}); this run's answers will not be reused"
+                );
+                None
+            }
+            None => None,
+        };
         let reusable = if reuse_any {
-            store.reusable(&path_text, &run.run_id, &defaults)?
+            let reusable = store.reusable(&path_text, &run.run_id, &defaults, key.as_ref())?;
+            if reusable.unsigned > 0 {
+                eprintln!(
+                    "summon: warning: {} of earlier runs {} no valid signature of summon's key \
+                     (written by something other than summon, or before answers were signed): \
+                     not reused; a task that needs one is asked again",
+                    crate::plural::count(reusable.unsigned, "answer"),
+                    if reusable.unsigned == 1 {
+                        "has"
+                    } else {
+                        "have"
+                    },
+                );
+            }
+            reusable.rows
         } else {
             HashMap::new()
         };
@@ -127,6 +153,7 @@ impl OpenRun {
             max_delay: Duration::ZERO,
             on_commit: Some(hook),
             on_failure: Some(on_failure),
+            key,
         };
         let journal = store.journal_writer(&run.run_id, writer_options)?;
         let (results, already_written) = open_results(env, options)?;

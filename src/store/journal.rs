@@ -210,6 +210,8 @@ pub(crate) struct WriterOptions {
     pub(crate) max_delay: Duration,
     pub(crate) on_commit: Option<CommitHook>,
     pub(crate) on_failure: Option<FailureHook>,
+    /// The user's signing key: each row's answer is signed with it (reuse checks it).
+    pub(crate) key: Option<[u8; 32]>,
 }
 
 impl Default for WriterOptions {
@@ -219,6 +221,7 @@ impl Default for WriterOptions {
             max_delay: Duration::from_millis(20),
             on_commit: None,
             on_failure: None,
+            key: None,
         }
     }
 }
@@ -267,18 +270,19 @@ pub(super) fn run_record(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
 
 const UPSERT: &str = "INSERT INTO run_tasks (run_id, step_id, item_index, input_hash, status,
         output, item, turns, input_tokens, output_tokens, duration_ms, error, finished_at,
-        batch_id, output_hash)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+        batch_id, output_hash, mac)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
     ON CONFLICT (run_id, step_id, item_index) DO UPDATE SET
         input_hash = excluded.input_hash, status = excluded.status, output = excluded.output,
         item = excluded.item, turns = excluded.turns, input_tokens = excluded.input_tokens,
         output_tokens = excluded.output_tokens, duration_ms = excluded.duration_ms,
         error = excluded.error, finished_at = excluded.finished_at,
-        batch_id = excluded.batch_id, output_hash = excluded.output_hash";
+        batch_id = excluded.batch_id, output_hash = excluded.output_hash, mac = excluded.mac";
 
-/// An output is stored once per content; the row names it by hash.
-const STORE_OUTPUT: &str =
-    "INSERT INTO outputs (hash, text) VALUES (?1, ?2) ON CONFLICT (hash) DO NOTHING";
+/// An output is stored once per content; the row names it by hash. A stored text that no
+/// longer matches its hash (written over by something else) is put right.
+const STORE_OUTPUT: &str = "INSERT INTO outputs (hash, text) VALUES (?1, ?2)
+    ON CONFLICT (hash) DO UPDATE SET text = excluded.text WHERE text <> excluded.text";
 
 /// The columns of a [`TaskResultRow`] (`t` is `run_tasks`, `o` its joined `outputs` row).
 pub(super) const RESULT_COLUMNS: &str = "t.step_id, t.item_index, t.input_hash, t.status,
@@ -291,6 +295,7 @@ fn write_rows(
     db_path: &std::path::Path,
     run_id: &str,
     rows: &[TaskResultRow],
+    key: Option<&[u8; 32]>,
 ) -> Result<(), StoreError> {
     retry_busy(db_path, || {
         let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
@@ -327,6 +332,13 @@ fn write_rows(
                     r.finished_at.as_millisecond(),
                     r.batch_id,
                     output_hash,
+                    key.map(|key| super::sign::row_mac(
+                        key,
+                        &r.step_id,
+                        &r.input_hash,
+                        r.status.as_str(),
+                        r.output.as_deref()
+                    )),
                 ])?;
             }
         }
@@ -487,7 +499,7 @@ impl Store {
         run_id: &str,
         rows: &[TaskResultRow],
     ) -> Result<(), StoreError> {
-        write_rows(&self.conn, &self.db_path, run_id, rows)
+        write_rows(&self.conn, &self.db_path, run_id, rows, None)
     }
 
     /// A batched writer for the journal of `run_id` (which must exist), with its own
@@ -700,7 +712,13 @@ impl Worker {
         if batch.is_empty() {
             return;
         }
-        match write_rows(&self.conn, &self.db_path, &self.run_id, batch) {
+        match write_rows(
+            &self.conn,
+            &self.db_path,
+            &self.run_id,
+            batch,
+            self.options.key.as_ref(),
+        ) {
             Ok(()) => {
                 self.shared
                     .rows
@@ -924,6 +942,7 @@ mod tests {
             max_delay: Duration::from_secs(3600),
             on_commit: None,
             on_failure: None,
+            key: None,
         };
         let writer = store.journal_writer(&r.run_id, opts).unwrap();
         for i in 0..25 {
@@ -954,6 +973,7 @@ mod tests {
             max_delay: Duration::from_millis(10),
             on_commit: None,
             on_failure: None,
+            key: None,
         };
         let writer = store.journal_writer(&r.run_id, opts).unwrap();
         writer.record(row("t", 0, "h")).unwrap();
@@ -1031,6 +1051,7 @@ mod tests {
             max_delay: Duration::from_millis(1),
             on_commit: None,
             on_failure: None,
+            key: None,
         };
         let writer = store.journal_writer(&run_id, opts).unwrap();
         let started = Instant::now();
