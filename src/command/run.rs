@@ -90,6 +90,9 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
             catalog: frozen.unwrap_or(&catalog),
         },
     );
+    ctx.report(
+        &catalog.shadow_warnings_for(used_sources(&compiled.pipeline).as_deref(), &ctx.env.cwd),
+    );
     if args.dry_run {
         return dry_run(&compiled, &catalog, &params, args, ctx);
     }
@@ -335,6 +338,29 @@ impl Setup {
         }
         Ok(args)
     }
+}
+
+/// The source names the pipeline's steps name; `None` when a `source:` is a template (it can
+/// name any source).
+fn used_sources(pipeline: &Pipeline) -> Option<Vec<&str>> {
+    use crate::pipeline::model::{Decompose, StepKind};
+    let mut names = Vec::new();
+    for step in &pipeline.steps {
+        let task = match &step.kind {
+            StepKind::Decompose(Decompose::Agent(task))
+            | StepKind::Synthesize(task)
+            | StepKind::Delegate(task) => task,
+            StepKind::FanOut(fan_out) => &fan_out.task,
+            StepKind::Decompose(_) => continue,
+        };
+        if let Some(source) = &task.source {
+            if crate::template::has_template(&source.text) {
+                return None;
+            }
+            names.push(source.text.trim());
+        }
+    }
+    Some(names)
 }
 
 /// Why a path read back from the store cannot be used: it leaves `project` (absolute, `..`)
