@@ -155,6 +155,14 @@ impl Env {
         }
     }
 
+    /// The user's state directory: `$XDG_STATE_HOME`, else `~/.local/state`.
+    pub(crate) fn state_dir(&self) -> Option<PathBuf> {
+        match self.var("XDG_STATE_HOME").map(PathBuf::from) {
+            Some(dir) if dir.is_absolute() => Some(dir),
+            _ => self.home().map(|h| h.join(".local").join("state")),
+        }
+    }
+
     /// A `:`-separated list of directories (`;` on Windows).
     pub(crate) fn path_list(&self, key: &str) -> Vec<PathBuf> {
         let separator = if cfg!(windows) { ';' } else { ':' };

@@ -53,6 +53,11 @@ pub(crate) enum Error {
     Internal(String),
     /// An I/O problem writing output; a closed pipe is not an error.
     Io(std::io::Error),
+    /// A run's output file (`results.jsonl`) could not be written, a full disk (exit 74).
+    Write {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl Error {
@@ -72,7 +77,13 @@ impl Error {
             Self::Internal(_) => exit::INTERNAL,
             Self::Io(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
             Self::Io(_) => exit::USAGE,
+            Self::Write { .. } => exit::STORE,
         }
+    }
+
+    /// The message of a [`Error::Write`].
+    pub(crate) fn write_message(path: &std::path::Path, source: &std::io::Error) -> String {
+        format!("cannot write {}: {source}", path.display())
     }
 
     /// An impossible state in summon itself.

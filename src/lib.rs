@@ -122,6 +122,10 @@ where
                     let e = e.to_string();
                     let _ = writeln!(std::io::stderr(), "summon: error: {}", text::printable(&e));
                 }
+                error::Error::Write { path, source } => {
+                    let e = error::Error::write_message(path, source);
+                    let _ = writeln!(std::io::stderr(), "summon: error: {}", text::printable(&e));
+                }
                 error::Error::Store(e) => {
                     let e = e.to_string();
                     let _ = writeln!(std::io::stderr(), "summon: error: {}", text::printable(&e));

@@ -184,6 +184,252 @@ pub(crate) fn render(
     env.render_str(text, context).map_err(TemplateError::from)
 }
 
+/// Renders a shell command template (`decompose.command`) so that every value it
+/// interpolates reaches the shell as data: each `{{ ... }}` is read back by the shell as
+/// exactly the value's text, one word, whatever quotes the template puts around it.
+///
+/// Values are rendered as unguessable placeholders first; the rendered text (the author's
+/// own) is then scanned for the shell quoting at each placeholder, and the value is written
+/// in the form that quoting needs: `'v'` bare, `v` with `'` as `'\''` inside single quotes,
+/// `"'v'"` (closing and reopening) inside double quotes. Places where no form is safe
+/// (backticks, `${...}`, `$((...))`, after a backslash or a here-document) are an error.
+pub(crate) fn render_command(
+    env: &Environment<'_>,
+    text: &str,
+    context: &minijinja::Value,
+) -> Result<String, minijinja::Error> {
+    use std::sync::{Arc, Mutex};
+
+    if !has_template(text) {
+        return Ok(text.to_owned());
+    }
+    let mark = format!("\u{1}{:032x}:", rand::random::<u128>());
+    let values: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut env = env.clone();
+    {
+        let (values, mark) = (Arc::clone(&values), mark.clone());
+        env.set_formatter(move |out, _state, value| {
+            let mut values = values.lock().unwrap_or_else(|e| e.into_inner());
+            let text = if value.is_undefined() {
+                String::new()
+            } else {
+                value.to_string()
+            };
+            // The captured output of a block or macro holds placeholders: its values are
+            // put back as plain text, and the whole is one value.
+            let text = expand_marks(&text, &mark, &values);
+            values.push(text);
+            write!(out, "{mark}{}\u{2}", values.len() - 1)
+                .map_err(|_| minijinja::Error::from(minijinja::ErrorKind::WriteFailure))
+        });
+    }
+    let rendered = env.render_str(text, context)?;
+    let values = values.lock().unwrap_or_else(|e| e.into_inner());
+    shell_substitute(&rendered, &mark, &values).map_err(|why| {
+        minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!(
+                "a value is interpolated {why}, where it cannot be quoted for the shell; \
+                 interpolate it as a word of its own (`cmd {{{{ x }}}}`) or inside quotes \
+                 (`'{{{{ x }}}}'`, `\"{{{{ x }}}}\"`)"
+            ),
+        )
+    })
+}
+
+/// `text` with every placeholder of `mark` replaced by its value, unquoted.
+fn expand_marks(text: &str, mark: &str, values: &[String]) -> String {
+    if !text.contains(mark) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(mark) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + mark.len()..];
+        match parse_mark(after).and_then(|(n, len)| Some((values.get(n)?, len))) {
+            Some((value, len)) => {
+                out.push_str(value);
+                rest = &after[len..];
+            }
+            None => {
+                out.push_str(&rest[at..at + mark.len()]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The value index of a placeholder whose mark was just read, and the bytes it takes.
+fn parse_mark(after: &str) -> Option<(usize, usize)> {
+    let end = after.find('\u{2}')?;
+    let n = after[..end].parse().ok()?;
+    Some((n, end + 1))
+}
+
+/// The shell quoting around a point of a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quoting {
+    /// Outside quotes, at the top or inside `$( )`; `parens` counts open `(`.
+    Bare {
+        parens: u32,
+    },
+    Single,
+    Double,
+    /// `$'...'`.
+    AnsiC,
+    Backtick,
+    /// `${...}`.
+    Param,
+    /// `$(( ))`; `parens` counts open `(` inside it.
+    Arith {
+        parens: u32,
+    },
+}
+
+/// Replaces each placeholder of `mark` in `text` by its value written for the shell quoting
+/// it stands in; `Err` names the place where no form is safe.
+fn shell_substitute(text: &str, mark: &str, values: &[String]) -> Result<String, &'static str> {
+    let single = |v: &str| v.replace('\'', r"'\''");
+    let mut out = String::with_capacity(text.len());
+    let mut stack = vec![Quoting::Bare { parens: 0 }];
+    let (mut escaped, mut comment, mut heredoc) = (false, false, false);
+    let mut word_start = true;
+    let mut i = 0;
+    while i < text.len() {
+        let rest = &text[i..];
+        if let Some(after) = rest.strip_prefix(mark)
+            && let Some((n, len)) = parse_mark(after)
+            && let Some(value) = values.get(n)
+        {
+            let top = *stack.last().unwrap_or(&Quoting::Bare { parens: 0 });
+            if escaped {
+                return Err("right after a backslash");
+            }
+            if comment {
+                out.push_str(&value.replace(['\n', '\r'], " "));
+            } else if heredoc {
+                return Err("after a here-document (`<<`)");
+            } else {
+                match top {
+                    Quoting::Bare { .. } => {
+                        out.push('\'');
+                        out.push_str(&single(value));
+                        out.push('\'');
+                    }
+                    Quoting::Single => out.push_str(&single(value)),
+                    Quoting::Double => {
+                        out.push_str("\"'");
+                        out.push_str(&single(value));
+                        out.push_str("'\"");
+                    }
+                    Quoting::AnsiC => {
+                        out.push_str("''");
+                        out.push_str(&single(value));
+                        out.push_str("'$'");
+                    }
+                    Quoting::Backtick => return Err("inside backticks (use `$( )`)"),
+                    Quoting::Param => return Err("inside `${...}`"),
+                    Quoting::Arith { .. } => return Err("inside `$(( ))`"),
+                }
+            }
+            word_start = false;
+            i += mark.len() + len;
+            continue;
+        }
+        let c = rest.chars().next().unwrap_or_default();
+        out.push(c);
+        i += c.len_utf8();
+        if escaped {
+            escaped = false;
+            word_start = false;
+            continue;
+        }
+        if comment {
+            if c == '\n' {
+                comment = false;
+                word_start = true;
+            }
+            continue;
+        }
+        let next = text[i..].chars().next();
+        let take = |s: &str, out: &mut String, i: &mut usize| {
+            out.push_str(s);
+            *i += s.len();
+        };
+        let ahead = &text[i..];
+        let top = stack.last_mut().expect("the bottom frame is never popped");
+        match (*top, c) {
+            (Quoting::Single, '\'') => {
+                stack.pop();
+            }
+            (Quoting::Single, _) => {}
+            (_, '\\') => escaped = true,
+            (Quoting::AnsiC, '\'') => {
+                stack.pop();
+            }
+            (Quoting::AnsiC, _) => {}
+            (Quoting::Double, '"') | (Quoting::Backtick, '`') => {
+                stack.pop();
+            }
+            (Quoting::Param, '}') => {
+                stack.pop();
+            }
+            (Quoting::Arith { parens }, '(') => *top = Quoting::Arith { parens: parens + 1 },
+            (Quoting::Arith { parens }, ')') => {
+                if parens > 0 {
+                    *top = Quoting::Arith { parens: parens - 1 };
+                } else if next == Some(')') {
+                    take(")", &mut out, &mut i);
+                    stack.pop();
+                }
+            }
+            (Quoting::Bare { .. } | Quoting::Backtick | Quoting::Param, '\'') => {
+                stack.push(Quoting::Single);
+            }
+            (Quoting::Bare { .. } | Quoting::Backtick | Quoting::Param, '"') => {
+                stack.push(Quoting::Double);
+            }
+            (_, '`') => stack.push(Quoting::Backtick),
+            (_, '$') if ahead.starts_with("((") => {
+                take("((", &mut out, &mut i);
+                stack.push(Quoting::Arith { parens: 0 });
+            }
+            (_, '$') if next == Some('(') => {
+                take("(", &mut out, &mut i);
+                stack.push(Quoting::Bare { parens: 0 });
+            }
+            (_, '$') if next == Some('{') => {
+                take("{", &mut out, &mut i);
+                stack.push(Quoting::Param);
+            }
+            (Quoting::Bare { .. }, '$') if next == Some('\'') => {
+                take("'", &mut out, &mut i);
+                stack.push(Quoting::AnsiC);
+            }
+            (Quoting::Bare { parens }, '(') => *top = Quoting::Bare { parens: parens + 1 },
+            (Quoting::Bare { parens }, ')') => {
+                if parens > 0 {
+                    *top = Quoting::Bare { parens: parens - 1 };
+                } else if stack.len() > 1 {
+                    stack.pop();
+                }
+            }
+            (Quoting::Bare { .. }, '#') if word_start => comment = true,
+            (Quoting::Bare { .. }, '<') if ahead.starts_with("<<") => take("<<", &mut out, &mut i),
+            (Quoting::Bare { .. }, '<') if next == Some('<') => {
+                take("<", &mut out, &mut i);
+                heredoc = true;
+            }
+            _ => {}
+        }
+        word_start = c.is_whitespace() || ";&|()<>".contains(c);
+    }
+    Ok(out)
+}
+
 /// The directory `{{ recipe_dir }}` names: absolute when it can be.
 pub(crate) fn dir_value(dir: &Path) -> PathBuf {
     dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf())
@@ -262,5 +508,119 @@ mod tests {
             &minijinja::context! {},
         );
         assert!(out.is_err());
+    }
+}
+
+#[cfg(test)]
+mod command_tests {
+    use super::*;
+
+    /// Values that would run `touch pwned` if they were shell text.
+    const HOSTILE: [&str; 8] = [
+        "'; touch pwned; '",
+        "$(touch pwned)",
+        "`touch pwned`",
+        "\"; touch pwned; \"",
+        "a\nb; touch pwned",
+        "\\'; touch pwned; #",
+        "x' \"$(touch pwned)\" '",
+        "",
+    ];
+
+    /// Runs the command `template` renders with `v` under bash in a fresh directory: its
+    /// stdout, and whether `pwned` exists afterwards.
+    fn run(template: &str, v: &str) -> (String, bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let env = environment(None);
+        let ctx =
+            minijinja::context! { v => v.to_owned(), list => vec![v.to_owned(), "two".to_owned()] };
+        let command = render_command(&env, template, &ctx).unwrap();
+        let out = std::process::Command::new("bash")
+            .args(["-c", &command])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            dir.path().join("pwned").exists(),
+        )
+    }
+
+    #[test]
+    fn values_reach_the_shell_as_data_in_any_quoting() {
+        let forms = [
+            ("printf %s {{ v }}", "{}"),
+            ("printf %s '{{ v }}'", "{}"),
+            ("printf %s \"{{ v }}\"", "{}"),
+            ("printf %s $'{{ v }}'", "{}"),
+            ("printf %s x{{ v }}y", "x{}y"),
+            ("printf %s 'a{{ v }}b'", "a{}b"),
+            ("printf %s \"<{{ v }}>\"", "<{}>"),
+            ("printf %s \"$(printf %s {{ v }})\"", "{}"),
+            ("printf %s {{ v | tojson }}", "json"),
+            ("printf %s '{{ v | tojson }}'", "json"),
+            ("printf %s {{ v ~ 'tail' }}", "{}tail"),
+            ("{% set c %}[{{ v }}]{% endset %}printf %s {{ c }}", "[{}]"),
+            ("printf %s {% for x in [v] %}{{ x }}{% endfor %}", "{}"),
+            ("# {{ v }}\nprintf %s ok", "ok"),
+            ("printf %s \"it's\" {{ v }}", "it's{}"),
+        ];
+        for v in HOSTILE {
+            for (template, expected) in forms {
+                let expected = if expected == "json" {
+                    let ctx = minijinja::context! { v => v.to_owned() };
+                    render(&environment(None), "{{ v | tojson }}", &ctx).unwrap()
+                } else {
+                    expected.replace("{}", v)
+                };
+                // `printf %s a b` prints the words run together
+                let (out, pwned) = run(template, v);
+                assert!(!pwned, "{template:?} with {v:?} ran a command");
+                assert_eq!(out, expected, "{template:?} with {v:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn each_value_of_a_loop_is_one_word() {
+        let (out, _) = run(
+            "printf '[%s]' {% for x in list %}{{ x }} {% endfor %}",
+            "a b",
+        );
+        assert_eq!(out, "[a b][two]");
+    }
+
+    #[test]
+    fn places_no_quoting_makes_safe_are_refused() {
+        let env = environment(None);
+        let ctx = minijinja::context! { v => "x" };
+        for template in [
+            "echo `echo {{ v }}`",
+            "echo ${HOME:-{{ v }}}",
+            "echo $(( {{ v }} + 1 ))",
+            "echo \\{{ v }}",
+            "echo \"\\{{ v }}\"",
+            "cat <<EOF\n{{ v }}\nEOF",
+        ] {
+            let err = render_command(&env, template, &ctx).unwrap_err();
+            assert!(
+                err.to_string().contains("cannot be quoted for the shell"),
+                "{template:?}: {err}"
+            );
+        }
+        // a here-string is one word
+        assert_eq!(
+            render_command(&env, "cat <<< {{ v }}", &ctx).unwrap(),
+            "cat <<< 'x'"
+        );
+        // plain text is left alone
+        assert_eq!(
+            render_command(&env, "git diff --name-only v1..HEAD", &ctx).unwrap(),
+            "git diff --name-only v1..HEAD"
+        );
+        assert_eq!(
+            render_command(&env, "git diff {{ v }}..HEAD | sort", &ctx).unwrap(),
+            "git diff 'x'..HEAD | sort"
+        );
     }
 }

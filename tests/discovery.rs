@@ -588,3 +588,36 @@ fn discovery_is_relative_to_the_working_directory() {
     );
     assert!(!out.stdout.contains("root"));
 }
+
+#[test]
+fn a_run_warns_when_a_source_it_uses_is_shadowed() {
+    let pipeline = |source: &str| {
+        format!("version: 1\nname: p\nsteps:\n  - id: one\n    delegate:\n      source: {source}\n")
+    };
+    let project = || {
+        with_env(Test::new())
+            .write_raw("home/.goose/recipes/review.yaml", &recipe("the user's own"))
+            .write_raw("recipes/review.yaml", &recipe("the repository's"))
+            .write_raw("recipes/other.yaml", &recipe("another"))
+            .env("SUMMON_MODEL", "m")
+            .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    };
+    let out = project()
+        .write_raw("p.yaml", &pipeline("review"))
+        .args(["--color", "never", "run", "p.yaml", "--dry-run"])
+        .run();
+    assert!(
+        out.stderr.contains(
+            "home/.goose/recipes/review.yaml: warning: recipe `review` is shadowed: this \
+             command uses `recipes/review.yaml`, which is found first"
+        ),
+        "{}",
+        out.stderr
+    );
+    // A source the run does not use is not its concern.
+    let out = project()
+        .write_raw("p.yaml", &pipeline("other"))
+        .args(["--color", "never", "run", "p.yaml", "--dry-run"])
+        .run();
+    assert!(!out.stderr.contains("shadowed"), "{}", out.stderr);
+}

@@ -13,6 +13,7 @@ const HOSTILE: &str = "\u{1b}]0;pwned-title\u{7}\u{1b}[2J\u{1b}[H\u{1b}P+q\u{1b}
 
 fn project(server: &MockServer) -> Test {
     Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", "sk-test-0123456789abcdef")
         .env("SUMMON_MODEL", "mock-model")

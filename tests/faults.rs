@@ -261,3 +261,72 @@ async fn unauthorized_401_fails_fast_with_a_clear_message() {
     assert_eq!(requests, 1);
     figure(json!({"suite": "fail_fast", "case": "unauthorized", "requests": requests}));
 }
+
+/// Runs `command` with writes past `limit_kib` KiB per file failing (`ulimit -f`, SIGXFSZ
+/// ignored): a disk that fills up, without root. A hang is killed after two minutes.
+fn run_with_file_limit(command: &std::process::Command, limit_kib: u64) -> std::process::Output {
+    let mut shell = std::process::Command::new("bash");
+    shell
+        .arg("-c")
+        .arg(format!(
+            "ulimit -f {limit_kib} && trap '' XFSZ && exec timeout -s KILL 120 \"$0\" \"$@\""
+        ))
+        .arg(command.get_program())
+        .args(command.get_args())
+        .env_clear();
+    if let Some(dir) = command.get_current_dir() {
+        shell.current_dir(dir);
+    }
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            shell.env(key, value);
+        }
+    }
+    shell.output().expect("run summon")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_disk_fails_the_run_with_74_naming_the_file_and_resume_adds_no_duplicate() {
+    // Equal answers are stored once in the journal but written out on every line of
+    // results.jsonl: with small answers the journal fills its limit first, with large ones
+    // results.jsonl does.
+    for (answer_kib, limit_kib, file) in [(8, 192, "state.db"), (32, 1024, "results.jsonl")] {
+        let answer = "x".repeat(answer_kib * 1024);
+        let server = MockServer::start(MockConfig::new().default_reply(Reply::text(answer))).await;
+        let tasks = 60;
+        let t = project(&server).write("p.yaml", &fan_out(tasks, 4, ""));
+        let mut first = t.command();
+        first.args(["run", "p.yaml", "--out", "out", "--quiet"]);
+        let output = run_with_file_limit(&first, limit_kib);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(74), "{stderr}");
+        assert!(
+            stderr
+                .lines()
+                .last()
+                .is_some_and(|l| l.starts_with("summon: error: ") && l.contains(file)),
+            "the error does not name {file}: {stderr}"
+        );
+        assert!(
+            server.requests().len() < tasks,
+            "the run went on after the disk filled"
+        );
+        // Space again: the resumed run completes every task, each on one line.
+        let resumed = t
+            .args(["run", "p.yaml", "--out", "out", "--quiet", "--resume"])
+            .run();
+        let lines = read_jsonl(&resumed.dir.join("out/results.jsonl"));
+        let keys: BTreeSet<(String, u64)> = lines
+            .iter()
+            .map(|l| {
+                (
+                    l["step"].as_str().unwrap().to_owned(),
+                    l["index"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(lines.len(), keys.len(), "a duplicate line ({file})");
+        assert_eq!(keys.len(), tasks, "a lost line ({file})");
+        assert!(lines.iter().all(|l| l["status"] == "completed"));
+    }
+}

@@ -656,3 +656,97 @@ async fn csv_cells_and_pipeline_parameters_stay_literal_text() {
     let lines = std::fs::read_to_string(out.dir.join("out/results.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 2 * cells.len());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn model_output_in_a_decompose_command_is_data() {
+    let _case = Case("decompose_command_injection");
+    let answer = "'; touch pwned1; ' $(touch pwned2) `touch pwned3` \"; touch pwned4; \"";
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([Reply::text(answer)])
+            .default_reply(Reply::text("ok")),
+    )
+    .await;
+    let out = project(&server)
+        .write(
+            "p.yaml",
+            r#"
+            version: 1
+            name: quoting
+            steps:
+              - id: ask
+                delegate: {instructions: "Name a file."}
+              - id: bare
+                decompose:
+                  command: "printf '%s\\n' {{ steps.ask.output }}"
+              - id: quoted
+                decompose:
+                  command: "printf '%s\\n' '{{ steps.ask.output }}' \"{{ steps.ask.output | tojson }}\""
+              - id: each
+                fan_out:
+                  over: bare
+                  instructions: "bare: {{ item }}"
+              - id: each2
+                fan_out:
+                  over: quoted
+                  instructions: "quoted: {{ item }}"
+            "#,
+        )
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    for n in 1..=4 {
+        assert!(
+            !out.dir.join(format!("pwned{n}")).exists(),
+            "model output ran as a command: pwned{n}\n{}",
+            out.stderr
+        );
+    }
+    let firsts: Vec<String> = server.requests().iter().map(first_user).collect();
+    let tojson = serde_json::to_string(answer)
+        .unwrap()
+        .replace('\'', "\\u0027");
+    for expected in [
+        format!("bare: {answer}"),
+        format!("quoted: {answer}"),
+        format!("quoted: {tojson}"),
+    ] {
+        assert!(
+            firsts.contains(&expected),
+            "missing {expected:?} in {firsts:#?}"
+        );
+    }
+    assert_eq!(firsts.len(), 4, "{firsts:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_items_line_past_16_mib_is_an_error_naming_its_line() {
+    let _case = Case("items_line_limit");
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let over = format!("{{\"text\": \"{}\"}}", "x".repeat(16 * 1024 * 1024));
+    let out = project(&server)
+        .write_raw("rows.jsonl", &format!("{{\"text\": \"a\"}}\n{over}\n"))
+        .write(
+            "p.yaml",
+            r#"
+            version: 1
+            name: big
+            steps:
+              - id: rows
+                decompose:
+                  file: rows.jsonl
+              - id: each
+                fan_out:
+                  over: rows
+                  instructions: "{{ item.text }}"
+            "#,
+        )
+        .args(["run", "p.yaml", "--quiet"])
+        .code(2)
+        .run();
+    assert!(
+        out.stderr
+            .contains("rows.jsonl:2: the line is longer than 16 MiB, the limit of an items line"),
+        "{}",
+        out.stderr
+    );
+}

@@ -672,6 +672,7 @@ async fn an_mcp_server_gets_no_key_variable_unless_its_extension_names_it() {
         )
     };
     let t = work_provider(&server, "")
+        .env("SUMMON_TRUST_PROJECT", "1")
         .write_raw("recipes/probe.yaml", &recipe(""))
         .write_raw("recipes/keyed.yaml", &recipe("WORK_LLM_TOKEN"));
     for (source, token_result) in [("probe", "unset"), ("keyed", TOKEN)] {

@@ -17,6 +17,7 @@ const KEY: &str = "sk-test-mcp-0123456789SECRET";
 
 fn openai(server: &MockServer) -> Test {
     Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", KEY)
         .env("SUMMON_MODEL", "mock-model")
@@ -52,7 +53,7 @@ fn pids(path: &Path) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_filesystem_server_from_npm_writes_the_file() {
     let bin = filesystem_server();
-    let test = Test::new();
+    let test = Test::new().env("SUMMON_TRUST_PROJECT", "1");
     let target = test.path().canonicalize().unwrap().join("notes/hello.txt");
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();
     let server = MockServer::start(MockConfig::new().replies([

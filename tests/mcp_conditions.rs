@@ -19,6 +19,7 @@ const MIB: u64 = 1024 * 1024;
 
 fn openai(server: &MockServer) -> Test {
     Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", KEY)
         .env("SUMMON_MODEL", "mock-model")
@@ -94,7 +95,7 @@ async fn an_answer_too_large_to_read_fails_its_call_at_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_10_mb_file_through_the_filesystem_server_is_shown_in_part() {
     let bin = filesystem_server();
-    let test = Test::new();
+    let test = Test::new().env("SUMMON_TRUST_PROJECT", "1");
     let file = test.path().canonicalize().unwrap().join("big.txt");
     let line = "0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456\n";
     let mut text = line.repeat(10_000_000 / line.len() + 1);

@@ -18,6 +18,7 @@ const KEY: &str = "sk-test-mcp-names-0123456789";
 
 fn openai(server: &MockServer) -> Test {
     Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", KEY)
         .env("SUMMON_MODEL", "mock-model")
@@ -159,6 +160,7 @@ const BAD_NAMES: &str = "
 #[test]
 fn validate_rejects_invalid_and_duplicate_extension_names_at_their_line() {
     let out = Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .write("recipes/r.yaml", BAD_NAMES)
         .args(["--color", "never", "validate", "recipes/r.yaml"])
         .code(1)
@@ -201,6 +203,7 @@ async fn a_recipe_with_a_bad_extension_name_does_not_run() {
 #[test]
 fn validate_warns_about_sse_alone() {
     let out = Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .write(
             "recipes/r.yaml",
             "
@@ -229,7 +232,7 @@ fn validate_warns_about_sse_alone() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_gets_the_tool_under_the_name_its_file_gives() {
     let bin = filesystem_server();
-    let test = Test::new();
+    let test = Test::new().env("SUMMON_TRUST_PROJECT", "1");
     let notes = test.path().canonicalize().unwrap().join("notes.txt");
     std::fs::write(&notes, "read through the agent's own name\n").unwrap();
     let server = MockServer::start(MockConfig::new().replies([
@@ -365,6 +368,7 @@ async fn a_server_timeout_in_milliseconds_bounds_its_calls() {
 #[test]
 fn a_server_timeout_that_is_not_milliseconds_is_an_error_at_its_line() {
     let out = Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .env("SUMMON_TRUST_PROJECT", "1")
         .env("OPENAI_API_KEY", KEY)
         .env("SUMMON_MODEL", "mock-model")
@@ -558,6 +562,7 @@ async fn on_extension_error_fail_fails_the_task() {
 #[test]
 fn validate_checks_on_extension_error() {
     let out = Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .write_raw("p.yaml", &pipeline("    on_extension_error: maybe\n"))
         .write_raw("recipes/tools.yaml", &failing_extension_recipe())
         .args(["--color", "never", "validate", "p.yaml"])

@@ -17,6 +17,7 @@ const EXPLORER: &str = "---\nname: explorer\ndescription: Reads project files an
 
 fn project(server: &MockServer) -> Test {
     Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", "sk-test-key")
         .env("SUMMON_MODEL", "mock-model")

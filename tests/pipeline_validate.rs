@@ -362,3 +362,22 @@ fn every_expected_stderr_has_its_case() {
         );
     }
 }
+
+#[test]
+fn a_command_that_reads_a_step_output_is_a_warning() {
+    let out = validate(
+        "version: 1\nsteps:\n  - id: ask\n    delegate: {instructions: x}\n  - id: list\n    \
+         decompose: {command: \"ls {{ steps.ask.output }}\"}\n  - id: files\n    \
+         decompose: {command: \"ls {{ 'src' }}\"}\n",
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.starts_with(
+            "pipelines/x.yaml:6:26: warning: `steps[1].decompose.command` reads another \
+             step's output (`steps.ask`): every value reaches the shell as one quoted word"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr.matches("warning:").count(), 1, "{}", out.stderr);
+}

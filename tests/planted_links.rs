@@ -261,3 +261,55 @@ outputs:
         "ok\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_takes_no_forged_out_or_junit_from_the_store() {
+    let server = MockServer::start(MockConfig::new().rule(|_| Reply::text("ok"))).await;
+    let elsewhere = tempfile::tempdir().unwrap();
+    let outside = elsewhere.path().join("written-here");
+    let outside = outside.to_str().unwrap();
+    for (flag, forged, why) in [
+        ("out", outside.to_owned(), "leaves the project"),
+        (
+            "junit",
+            format!("{outside}/junit.xml"),
+            "leaves the project",
+        ),
+        ("out", "../escaped".to_owned(), "leaves the project"),
+        ("out", "linked/out".to_owned(), "goes through a link"),
+    ] {
+        let t = links_project(&server);
+        std::os::unix::fs::symlink(elsewhere.path(), t.path().join("linked")).unwrap();
+        let first = summon(&t, &["run", "p.yaml", "--out", "out", "--quiet"]);
+        assert_eq!(
+            first.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&first.stderr)
+        );
+        // Anything that can write the workspace can write the store.
+        let db = rusqlite::Connection::open(t.path().join(".summon/state.db")).unwrap();
+        let changed = db
+            .execute(
+                &format!("UPDATE runs SET options = json_set(options, '$.{flag}', ?1)"),
+                [&forged],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+        drop(db);
+        let out = summon(&t, &["run", "p.yaml", "--resume", "--quiet"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{forged}: {stderr}");
+        assert!(
+            stderr.contains(&format!("recorded --{flag} {forged}, which {why}"))
+                && stderr.contains(&format!("give --{flag} again")),
+            "{forged}: {stderr}"
+        );
+        assert_eq!(
+            std::fs::read_dir(elsewhere.path()).unwrap().count(),
+            0,
+            "{forged}: written outside the project"
+        );
+        assert!(!t.path().join("../escaped").exists());
+    }
+}

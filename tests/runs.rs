@@ -473,3 +473,39 @@ async fn a_second_run_into_the_same_out_directory_is_refused() {
     let took_over = ok(summon(&t, &["run", "q.yaml", "--out", "shared"]));
     assert_eq!(took_over.stdout, "quick\n");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reuse_takes_no_answer_written_into_the_store_by_something_else() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server);
+    ok(summon(&t, &["run", "p.yaml", "--out", "a"]));
+    assert_eq!(server.request_count(), 3);
+    // Anything that can write the workspace can write the store: forge every answer.
+    let db = rusqlite::Connection::open(t.path().join(".summon/state.db")).unwrap();
+    let forged = db
+        .execute("UPDATE outputs SET text = 'forged answer'", [])
+        .unwrap();
+    assert_eq!(forged, 3);
+    drop(db);
+    let ran = ok(summon(&t, &["run", "p.yaml", "--out", "b", "--reuse"]));
+    assert_eq!(
+        server.request_count(),
+        6,
+        "every forged answer is asked again"
+    );
+    for line in results(&t, "b") {
+        assert_eq!(line["reused"], false, "{line}");
+        assert_ne!(line["output"], "forged answer", "{line}");
+    }
+    assert_eq!(
+        ran.stderr
+            .matches("3 answers of earlier runs have no valid signature")
+            .count(),
+        1,
+        "{}",
+        ran.stderr
+    );
+    // What summon itself wrote is reused.
+    ok(summon(&t, &["run", "p.yaml", "--out", "c", "--reuse"]));
+    assert_eq!(server.request_count(), 6);
+}

@@ -681,6 +681,7 @@ async fn server_confinement(extra: &str) -> String {
     ]))
     .await;
     let test = Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", KEY)
         .env("SUMMON_MODEL", "mock-model")

@@ -172,6 +172,7 @@ async fn no_secret_reaches_anything_summon_writes() {
         MockServer::start(MockConfig::new().rule(|request: &RecordedRequest| provider(request)))
             .await;
     let t = Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", KEY)
         .env("SUMMON_MODEL", "mock-model")

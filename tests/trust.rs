@@ -265,3 +265,74 @@ async fn a_project_mcp_server_does_not_start_untrusted() {
         doctor.stdout
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_projects_stdio_extension_starts_only_once_its_file_is_trusted() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(summon_mock_llm::Reply::text("done")))
+            .await;
+    let recipe = "
+        title: Tool
+        description: starts a command
+        prompt: Go.
+        extensions:
+          - type: stdio
+            name: boot
+            cmd: sh
+            args: ['-c', 'touch started']
+            timeout: 5
+        ";
+    let t = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .write("recipes/tool.yaml", recipe);
+    let started = t.path().join("started");
+    let delegate = ["delegate", "--source", "tool", "--instructions", "x"];
+
+    let ran = summon(&t, &delegate, &[]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("extension `boot` of")
+            && ran
+                .stderr
+                .contains("would start a command (sh), and this project is not trusted")
+            && ran.stderr.contains("summon trust"),
+        "{}",
+        ran.stderr
+    );
+    assert!(!started.exists(), "the command ran without trust");
+    assert_eq!(server.requests().len(), 0);
+
+    let trusted = summon(&t, &["trust"], &[]);
+    assert_eq!(trusted.code, 0, "{}", trusted.stderr);
+    assert!(
+        trusted
+            .stdout
+            .contains("recipes/tool.yaml starts the extension `boot` (sh)"),
+        "{}",
+        trusted.stdout
+    );
+    summon(&t, &delegate, &[]);
+    assert!(started.exists(), "trusted, the command did not start");
+
+    // Pinned to the content: an edit needs trust again.
+    std::fs::remove_file(&started).unwrap();
+    std::fs::write(
+        t.path().join("recipes/tool.yaml"),
+        recipe.replace("touch started", "touch started; touch more"),
+    )
+    .unwrap();
+    let ran = summon(&t, &delegate, &[]);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert!(
+        ran.stderr
+            .contains("recipes/tool.yaml changed since this project was trusted"),
+        "{}",
+        ran.stderr
+    );
+    assert!(!started.exists());
+    // For one run, as in CI.
+    summon(&t, &delegate, &[("SUMMON_TRUST_PROJECT", "1")]);
+    assert!(started.exists());
+}

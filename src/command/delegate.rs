@@ -56,6 +56,9 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
         crate::telemetry::Settings::resolve(&ctx.env, &config).map_err(Error::from)?;
     // The catalog is read once and frozen for the delegation.
     let catalog = ctx.catalog();
+    if let Some(source) = &request.source {
+        ctx.report(&catalog.shadow_warnings_for(Some(&[source.as_str()]), &ctx.env.cwd));
+    }
     if args.r#async {
         let started = delegation::start(&ctx.env, &config, &catalog, &request, args.queue)?;
         return show_started(&started, args.output.json, ctx);

@@ -47,7 +47,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         None => None,
     };
     let args = &match &earlier {
-        Some(setup) => setup.fill(args)?,
+        Some(setup) => setup.fill(args, &ctx.env.cwd)?,
         None => args.clone(),
     };
     let params = match earlier.as_ref().and_then(|e| e.params.clone()) {
@@ -89,6 +89,9 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
             flags: Flags::new(args.max_output_tokens, args.sandbox.level()),
             catalog: frozen.unwrap_or(&catalog),
         },
+    );
+    ctx.report(
+        &catalog.shadow_warnings_for(used_sources(&compiled.pipeline).as_deref(), &ctx.env.cwd),
     );
     if args.dry_run {
         return dry_run(&compiled, &catalog, &params, args, ctx);
@@ -286,8 +289,26 @@ struct Setup {
 impl Setup {
     /// The arguments with what was not given taken from the run; a value given that differs
     /// is refused.
-    fn fill(&self, args: &RunArgs) -> Result<RunArgs> {
+    fn fill(&self, args: &RunArgs, project: &std::path::Path) -> Result<RunArgs> {
         let mut args = args.clone();
+        // The store is in the writable workspace: a path read back from it is taken only
+        // when it stays inside the project, through no link, as `outputs` paths do. Given
+        // again on the command line, it is the user's choice.
+        let recorded = |flag: &str, path: &str| {
+            recorded_path_problem(project, path).map_or(Ok(()), |why| {
+                Err(Error::usage(format!(
+                    "run {} recorded {flag} {path}, which {why}; summon does not take it from \
+                     the store: give {flag} again to resume with it",
+                    self.run_id
+                )))
+            })
+        };
+        if let (None, Some(out)) = (&args.out, &self.out) {
+            recorded("--out", out)?;
+        }
+        if let (None, Some(junit)) = (&args.junit, &self.junit) {
+            recorded("--junit", junit)?;
+        }
         let differs = |flag: &str, given: String, was: Option<&str>| {
             Error::usage(format!(
                 "run {} was started with {}; resume it with the same {flag}, or without it",
@@ -337,6 +358,53 @@ impl Setup {
         }
         Ok(args)
     }
+}
+
+/// The source names the pipeline's steps name; `None` when a `source:` is a template (it can
+/// name any source).
+fn used_sources(pipeline: &Pipeline) -> Option<Vec<&str>> {
+    use crate::pipeline::model::{Decompose, StepKind};
+    let mut names = Vec::new();
+    for step in &pipeline.steps {
+        let task = match &step.kind {
+            StepKind::Decompose(Decompose::Agent(task))
+            | StepKind::Synthesize(task)
+            | StepKind::Delegate(task) => task,
+            StepKind::FanOut(fan_out) => &fan_out.task,
+            StepKind::Decompose(_) => continue,
+        };
+        if let Some(source) = &task.source {
+            if crate::template::has_template(&source.text) {
+                return None;
+            }
+            names.push(source.text.trim());
+        }
+    }
+    Some(names)
+}
+
+/// Why a path read back from the store cannot be used: it leaves `project` (absolute, `..`)
+/// or goes through a symbolic link there; `None` when it stays inside.
+fn recorded_path_problem(project: &std::path::Path, path: &str) -> Option<&'static str> {
+    use std::path::Component;
+    let relative = std::path::Path::new(path);
+    if relative.is_absolute()
+        || relative
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Some("leaves the project");
+    }
+    let mut at = project.to_path_buf();
+    for component in relative.components() {
+        at.push(component);
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => return Some("goes through a link"),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    None
 }
 
 /// The setup of the run `--resume` names (or of the last run of this pipeline and part of it),

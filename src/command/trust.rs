@@ -1,7 +1,7 @@
 //! `summon trust`: let this project's `summon.yaml` decide where credentials go and its
 //! `.mcp.json` start servers (see [`crate::config::trust`]).
 //!
-//! JSON (`--json`): `{"project", "trusted_at", "files": {NAME: SHA256|null}, "enables": [TEXT]}`
+//! JSON (`--json`): `{"project", "trusted_at", "files": {NAME: SHA256|null}, "sources": {PATH: SHA256}, "enables": [TEXT]}`
 //! for `summon trust`; `{"projects": [{"project", "trusted_at", "files"}]}` for `--list`;
 //! `{"project", "revoked": bool}` for `--revoke`.
 
@@ -35,13 +35,19 @@ pub(crate) fn run(args: &TrustArgs, ctx: &mut Ctx) -> Result<()> {
         })?;
         return Ok(());
     }
-    let enables = enabled_by_trust(&ctx.env);
-    let (project, record) = trust::trust(&ctx.env).map_err(|e| cannot_record(&ctx.env, &e))?;
+    let mut enables = enabled_by_trust(&ctx.env);
+    let catalog = ctx.catalog();
+    let starters = stdio_sources(&ctx.env, &catalog);
+    enables.extend(starters.iter().map(|(_, line)| line.clone()));
+    let paths: Vec<std::path::PathBuf> = starters.into_iter().map(|(p, _)| p).collect();
+    let (project, record) =
+        trust::trust(&ctx.env, &paths).map_err(|e| cannot_record(&ctx.env, &e))?;
     if args.output.json {
         ctx.out.json(&json!({
             "project": project,
             "trusted_at": record.trusted_at,
             "files": record.files,
+            "sources": record.sources,
             "enables": enables,
         }))?;
         return Ok(());
@@ -61,7 +67,10 @@ pub(crate) fn run(args: &TrustArgs, ctx: &mut Ctx) -> Result<()> {
             text.push_str(&format!("  - {line}\n"));
         }
     }
-    text.push_str("A change to either file needs `summon trust` again.\n");
+    for (path, hash) in &record.sources {
+        text.push_str(&format!("  {path}: sha256 {}\n", &hash[..16]));
+    }
+    text.push_str("A change to any of these files needs `summon trust` again.\n");
     ctx.out.write(&text)?;
     Ok(())
 }
@@ -100,6 +109,35 @@ fn cannot_record(env: &Env, e: &std::io::Error) -> Error {
     Error::usage(format!(
         "cannot update the list of trusted projects{path}: {e}"
     ))
+}
+
+/// The project's recipes whose `stdio` extensions start a command, with a line saying so.
+fn stdio_sources(env: &Env, catalog: &crate::source::Catalog) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    for source in &catalog.sources {
+        let Some(recipe) = source.recipe() else {
+            continue;
+        };
+        let Some(relative) = trust::project_relative(env, &source.path) else {
+            continue;
+        };
+        let commands: Vec<String> = recipe
+            .extensions
+            .iter()
+            .filter(|e| matches!(e.kind, crate::recipe::ExtensionKind::Stdio))
+            .map(|e| format!("`{}` ({})", e.name, e.cmd.as_deref().unwrap_or("?")))
+            .collect();
+        if !commands.is_empty() && !out.iter().any(|(p, _)| *p == source.path) {
+            out.push((
+                source.path.clone(),
+                format!(
+                    "{relative} starts the extension {} (pinned to the file as it is now)",
+                    commands.join(", ")
+                ),
+            ));
+        }
+    }
+    out
 }
 
 /// What trusting the project would allow (or allows): each project provider that sets where

@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::context::{Known, item_context, named_source};
 use crate::diag::Pos;
 use crate::pipeline::graph::step_templates;
+use crate::pipeline::items::StaticForm;
 use crate::pipeline::model::{Decompose, Pipeline, StepKind, TaskTemplate, Template};
 
 /// A task with its templates rendered.
@@ -193,10 +194,15 @@ pub(crate) fn check_renders(
         }
         let problem = match &step.kind {
             StepKind::Decompose(Decompose::Items(_)) => None,
-            StepKind::Decompose(Decompose::Static(_, template)) => tenv
-                .render_str(&template.text, base)
+            StepKind::Decompose(Decompose::Static(form, template)) => {
+                if *form == StaticForm::Command {
+                    crate::template::render_command(tenv, &template.text, base)
+                } else {
+                    tenv.render_str(&template.text, base)
+                }
                 .err()
-                .map(|e| template.render_error(&e)),
+                .map(|e| template.render_error(&e))
+            }
             StepKind::Decompose(Decompose::Agent(task))
             | StepKind::Synthesize(task)
             | StepKind::Delegate(task) => Compiled::new(tenv, task)

@@ -6,8 +6,9 @@
 //! trusted project; everything else (models, prices, limits, aliases) applies without trust.
 //!
 //! `summon trust` records the project folder with a SHA-256 of each of those files (or that it
-//! is absent) in `<config dir>/summon/trusted-projects.json`; a later change to either file
-//! needs trust again. `--trust` on a command or `SUMMON_TRUST_PROJECT=1` trusts the project for
+//! is absent), and of each recipe file inside the project that starts a `stdio` extension, in
+//! `<config dir>/summon/trusted-projects.json`; a later change to any of them needs trust
+//! again (a project recipe's `stdio` extension starts only when its file is pinned so). `--trust` on a command or `SUMMON_TRUST_PROJECT=1` trusts the project for
 //! that one run (CI, scripts).
 
 use std::collections::BTreeMap;
@@ -78,6 +79,10 @@ pub(crate) struct Record {
     pub(crate) files: BTreeMap<String, Option<String>>,
     /// When, as an RFC 3339 timestamp.
     pub(crate) trusted_at: String,
+    /// The project's recipe and agent files that start a `stdio` extension: path (relative
+    /// to the project folder) → SHA-256 (hex) of its content when it was trusted.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) sources: BTreeMap<String, String>,
 }
 
 /// The file of trusted projects.
@@ -127,10 +132,18 @@ pub(crate) fn project_trust(env: &Env) -> Trust {
     }
 }
 
-/// Records the project in the working directory as trusted, with its files as they are now.
-pub(crate) fn trust(env: &Env) -> std::io::Result<(PathBuf, Record)> {
+/// Records the project in the working directory as trusted, with its files as they are now
+/// and the content of `sources` (its recipe and agent files that start a `stdio` extension).
+pub(crate) fn trust(env: &Env, sources: &[PathBuf]) -> std::io::Result<(PathBuf, Record)> {
     let dir = project_dir(env);
+    let mut pinned = BTreeMap::new();
+    for path in sources {
+        if let (Some(relative), Some(hash)) = (project_relative(env, path), file_hash(path)) {
+            pinned.insert(relative, hash);
+        }
+    }
     let record = Record {
+        sources: pinned,
         files: fingerprint(&env.cwd),
         trusted_at: jiff::Timestamp::now()
             .round(jiff::Unit::Second)
@@ -140,6 +153,49 @@ pub(crate) fn trust(env: &Env) -> std::io::Result<(PathBuf, Record)> {
     store.projects.insert(dir.clone(), record.clone());
     write_store(env, &store)?;
     Ok((dir, record))
+}
+
+/// `path` relative to the project folder, when it is inside it.
+pub(crate) fn project_relative(env: &Env, path: &Path) -> Option<String> {
+    let real = std::fs::canonicalize(path).ok()?;
+    real.strip_prefix(project_dir(env))
+        .ok()
+        .map(|r| r.to_string_lossy().into_owned())
+}
+
+fn file_hash(path: &Path) -> Option<String> {
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| hex::encode(Sha256::digest(&bytes)))
+}
+
+/// Whether a `stdio` extension of the recipe or agent file at `path` may start: always for
+/// a file outside the project (the user's own); for one inside it, when the project is
+/// trusted for this run or `summon trust` pinned the file as it is now. `Err`: why not.
+pub(crate) fn source_trust(env: &Env, path: &Path) -> Result<(), String> {
+    let Some(relative) = project_relative(env, path) else {
+        return Ok(());
+    };
+    if env
+        .var(TRUST_ENV)
+        .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
+    {
+        return Ok(());
+    }
+    let Some(record) = read_store(env).projects.remove(&project_dir(env)) else {
+        return Err("this project is not trusted".to_owned());
+    };
+    match record.sources.get(&relative) {
+        Some(hash) if file_hash(path).as_ref() == Some(hash) => Ok(()),
+        Some(_) => Err(format!(
+            "{relative} changed since this project was trusted ({})",
+            record.trusted_at
+        )),
+        None => Err(format!(
+            "{relative} was not among the files trusted ({})",
+            record.trusted_at
+        )),
+    }
 }
 
 /// Forgets the project in the working directory; whether it was trusted.
@@ -210,7 +266,7 @@ mod tests {
         let env = env(project.path(), home.path(), &[]);
         assert_eq!(project_trust(&env), Trust::Never);
         std::fs::write(project.path().join("summon.yaml"), "default_model: m\n").unwrap();
-        trust(&env).unwrap();
+        trust(&env, &[]).unwrap();
         assert!(project_trust(&env).is_trusted());
         // An edit, and a file that appears, each undo it.
         std::fs::write(project.path().join("summon.yaml"), "default_model: n\n").unwrap();
@@ -218,7 +274,7 @@ mod tests {
             project_trust(&env),
             Trust::Changed { files, .. } if files == ["summon.yaml"]
         ));
-        trust(&env).unwrap();
+        trust(&env, &[]).unwrap();
         std::fs::write(project.path().join(".mcp.json"), "{}").unwrap();
         assert!(matches!(
             project_trust(&env),

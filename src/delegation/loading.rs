@@ -242,6 +242,7 @@ pub(crate) fn error_text(error: &Error, env: &Env) -> String {
         Error::Failed(message) | Error::Busy(message) | Error::Internal(message) => message.clone(),
         Error::Store(e) => e.to_string(),
         Error::Io(e) => e.to_string(),
+        Error::Write { path, source } => Error::write_message(path, source),
         Error::StillRunning => "still running".into(),
         Error::Interrupted => "interrupted".into(),
         Error::Budget => "budget reached".into(),

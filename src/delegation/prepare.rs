@@ -447,6 +447,24 @@ pub(crate) fn draft(
                 format!("goose extension `{name}` has no equivalent in summon and is left out"),
             )),
             ExtensionKind::Stdio | ExtensionKind::StreamableHttp => {
+                // A cloned repository's recipe starts its command only once trusted, pinned
+                // to the file's content, as `.mcp.json` servers are.
+                if matches!(ext.kind, ExtensionKind::Stdio)
+                    && let Some(file) = plan.file.as_ref()
+                    && let Err(why) = crate::config::trust::source_trust(env, file.path())
+                {
+                    return Err(Diagnostic::error(format!(
+                        "extension `{name}` of {} would start a command ({}), and {why}",
+                        plan.origin,
+                        ext.cmd.as_deref().unwrap_or("?"),
+                    ))
+                    .in_file(file.path())
+                    .with_hint(
+                        "read the file, then run `summon trust` to allow it (for one run, as \
+                         in CI: --trust or SUMMON_TRUST_PROJECT=1)",
+                    )
+                    .into());
+                }
                 if let Some(server) = ServerSpec::from_extension(ext, plan.file.as_ref(), env)? {
                     servers.push(server);
                 }

@@ -513,9 +513,12 @@ fn expand<'p>(
         Decompose::Agent(task) => return Ok(Expanded::Subagent(task)),
         Decompose::Static(form, template) => (*form, template),
     };
-    let text = tenv
-        .render_str(&template.text, base)
-        .map_err(|e| template.render_error(&e))?;
+    let text = if form == StaticForm::Command {
+        crate::template::render_command(tenv, &template.text, base)
+    } else {
+        tenv.render_str(&template.text, base)
+    }
+    .map_err(|e| template.render_error(&e))?;
     let keep_items = Graph::new(pipeline).items_needed_by(&step.id);
     Ok(match expand_items(form, &text, &env.cwd, keep_items, &[]) {
         Ok(items::Expanded::Items(items)) => Expanded::Known(Known::Items(items)),

@@ -16,6 +16,7 @@ use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::event::FinalText;
 use crate::event::{RunSummary, StepStatus};
+use crate::output::WriteError;
 use crate::pipeline::graph::Graph;
 use crate::pipeline::model::{OutputBody, Pipeline};
 use crate::store::{RunStatus, Store};
@@ -52,11 +53,32 @@ impl Finish<'_> {
         let interrupted = self.shared.drain.is_cancelled();
         // Flush everything that records results before deciding the outcome.
         sink.out.progress.finish();
-        sink.out.journal.flush()?;
-        if let Some(results) = &mut sink.out.results {
-            results.flush()?;
-        }
+        let journaled = sink.out.journal.flush();
+        let written = match &sink.out.results {
+            Some(results) => results.flush().map_err(|source| Error::Write {
+                path: results.path().to_path_buf(),
+                source,
+            }),
+            None => Ok(()),
+        };
         drop(sink.out.results.take());
+        // A result that could not be recorded (a full disk) fails the run, naming the file;
+        // `--resume` runs again what the journal lacks.
+        if let Some(error) = sink.out.write_error.take() {
+            let _ = store.set_run_status(run_id, RunStatus::Failed);
+            return Err(match error {
+                WriteError::Journal(e) => Error::Store(e),
+                WriteError::Results { path, source } => Error::Write { path, source },
+            });
+        }
+        if let Err(e) = journaled {
+            let _ = store.set_run_status(run_id, RunStatus::Failed);
+            return Err(e.into());
+        }
+        if let Err(e) = written {
+            let _ = store.set_run_status(run_id, RunStatus::Failed);
+            return Err(e);
+        }
         let out_dir = self.out_dir.map(|dir| env.cwd.join(dir));
         if let (Some(dir), true) = (&out_dir, self.resuming) {
             compact_results(dir, sink.resumed_lines())?;

@@ -33,6 +33,8 @@ pub(super) struct OpenRun {
     pub(super) journal: JournalWriter,
     /// How many journal rows are committed, in record order.
     pub(super) committed: tokio::sync::watch::Receiver<u64>,
+    /// Cancelled when the journal cannot be written: the run stops.
+    pub(super) stop: tokio_util::sync::CancellationToken,
     pub(super) results: Option<ResultsWriter>,
     /// Results already in `results.jsonl` from before a resume.
     pub(super) already_written: Written,
@@ -97,21 +99,61 @@ impl OpenRun {
         store.set_run_setup(&run.run_id, out_text.as_deref(), &setup, &defaults)?;
         hold(&store, &run, options.resume.is_none(), options.wait)?;
         let reuse_any = options.reuse || pipeline.steps.iter().any(|s| s.reuse);
+        // Answers are signed with a key outside the workspace; reuse takes only signed ones.
+        let key = match env.state_dir().map(|dir| crate::store::load_key(&dir)) {
+            Some(Ok(key)) => Some(key),
+            Some(Err(e)) => {
+                eprintln!(
+                    "summon: warning: cannot read or create the signing key of reused answers \
+                     ({e}); this run's answers will not be reused"
+                );
+                None
+            }
+            None => None,
+        };
         let reusable = if reuse_any {
-            store.reusable(&path_text, &run.run_id, &defaults)?
+            let reusable = store.reusable(&path_text, &run.run_id, &defaults, key.as_ref())?;
+            if reusable.unsigned > 0 {
+                eprintln!(
+                    "summon: warning: {} of earlier runs {} no valid signature of summon's key \
+                     (written by something other than summon, or before answers were signed): \
+                     not reused; a task that needs one is asked again",
+                    crate::plural::count(reusable.unsigned, "answer"),
+                    if reusable.unsigned == 1 {
+                        "has"
+                    } else {
+                        "have"
+                    },
+                );
+            }
+            reusable.rows
         } else {
             HashMap::new()
         };
         crate::env::crash_point("run-created");
         let (commit_sender, committed) = tokio::sync::watch::channel(0u64);
+        let commit_sender = std::sync::Arc::new(commit_sender);
+        let sender = std::sync::Arc::clone(&commit_sender);
         let hook = Box::new(move |rows: &[TaskResultRow]| {
-            commit_sender.send_modify(|n| *n += rows.len() as u64);
+            sender.send_modify(|n| *n += rows.len() as u64);
         });
+        // A batch that cannot be written (a full disk) stops the run: no task waits for a
+        // commit that will not come.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let on_failure = {
+            let stop = stop.clone();
+            Box::new(move |_: &str| {
+                stop.cancel();
+                commit_sender.send_modify(|n| *n = u64::MAX);
+            })
+        };
         // Group commit: each commit takes every row recorded while the previous one ran.
         let writer_options = WriterOptions {
             max_rows: 4096,
             max_delay: Duration::ZERO,
             on_commit: Some(hook),
+            on_failure: Some(on_failure),
+            key,
         };
         let journal = store.journal_writer(&run.run_id, writer_options)?;
         let (results, already_written) = open_results(env, options)?;
@@ -125,6 +167,7 @@ impl OpenRun {
             reusable,
             journal,
             committed,
+            stop,
             results,
             already_written,
             spent_before,

@@ -129,6 +129,7 @@ pub(crate) fn run_pipeline(
         reusable,
         journal,
         committed,
+        stop,
         results,
         already_written,
         spent_before,
@@ -155,6 +156,8 @@ pub(crate) fn run_pipeline(
         tables: crate::output::Tables::new(&pipeline, store.dir())?,
         step_ids: step_ids.clone(),
         already_written,
+        stop: stop.clone(),
+        write_error: None,
     });
     let follow_tasks = options.watch.is_some();
     let bus = Arc::new(Mutex::new(Bus::new(RunOutputs {
@@ -213,6 +216,15 @@ pub(crate) fn run_pipeline(
         progress.finish();
         store.set_run_status(&run.run_id, crate::store::RunStatus::Failed)?;
         return Err(Error::Failed(message));
+    }
+    // A result that cannot be recorded (a full disk) stops the run as a second Ctrl-C does.
+    {
+        let shared = Arc::clone(&shared);
+        runtime.spawn(async move {
+            stop.cancelled().await;
+            shared.drain.cancel();
+            shared.kill.cancel();
+        });
     }
     let graph = Graph::new(&pipeline);
     let ends = runtime.block_on(Dispatcher::new(&graph, &plan, context).run());

@@ -164,7 +164,11 @@ impl StepRun {
             Decompose::Items(list) => list.clone(),
             Decompose::Static(form, template) => {
                 let form = *form;
-                let text = scope.render(template)?;
+                let text = if form == crate::pipeline::items::StaticForm::Command {
+                    scope.render_command(template)?
+                } else {
+                    scope.render(template)?
+                };
                 let (cwd, keep_items) = (cwd.clone(), self.keep_items);
                 let shared = &self.run.shared;
                 let env: Vec<(String, String)> = shared
@@ -425,6 +429,15 @@ impl Scope<'_, '_> {
     fn render(&self, template: &crate::pipeline::model::Template) -> Result<String, StepError> {
         self.env
             .render_str(&template.text, self.base)
+            .map_err(|e| StepError::Render(template.render_error(&e)))
+    }
+
+    /// A shell command template rendered with its base context, every value quoted as data.
+    fn render_command(
+        &self,
+        template: &crate::pipeline::model::Template,
+    ) -> Result<String, StepError> {
+        crate::template::render_command(self.env, &template.text, self.base)
             .map_err(|e| StepError::Render(template.render_error(&e)))
     }
 }

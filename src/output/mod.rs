@@ -14,7 +14,7 @@ mod yaml_text;
 
 pub(crate) use junit::JunitWriter;
 pub(crate) use progress::{DisplayMode, Progress, resolve as resolve_display};
-pub(crate) use recorder::{Outputs, Recorder, served_tier};
+pub(crate) use recorder::{Outputs, Recorder, WriteError, served_tier};
 pub(crate) use report::{
     BudgetJson, REPORT_FILE, RETRY_CLASSES, Report, fmt_cost, fmt_duration, fmt_tokens,
     write_atomically,

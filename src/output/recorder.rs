@@ -53,6 +53,46 @@ pub(crate) struct Outputs {
     pub(crate) step_ids: Vec<String>,
     /// Results already in `results.jsonl` from before a resume.
     pub(crate) already_written: HashSet<(String, u64)>,
+    /// Cancelled when a result cannot be recorded (the journal or `results.jsonl` on a full
+    /// disk): the run starts no new task and stops those in flight.
+    pub(crate) stop: tokio_util::sync::CancellationToken,
+    /// The first result that could not be recorded: the file and why.
+    pub(crate) write_error: Option<WriteError>,
+}
+
+/// A run's record that could not be written.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    Journal(crate::store::StoreError),
+    Results {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Journal(e) => e.fmt(f),
+            Self::Results { path, source } => {
+                write!(f, "cannot write {}: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl Outputs {
+    /// Records the first write failure, says it once, and stops the run.
+    fn fail(&mut self, error: WriteError) {
+        if self.write_error.is_none() {
+            self.progress.println(
+                "summon: a result cannot be recorded; no new task starts, the tasks in flight \
+                 are stopped",
+            );
+            self.write_error = Some(error);
+        }
+        self.stop.cancel();
+    }
 }
 
 impl Recorder {
@@ -105,7 +145,7 @@ impl Recorder {
     /// listed in `results.jsonl` as `<step>#<level>`, counted in the step's report and
     /// progress. `row`: journal it (none for a result taken from the journal).
     fn record(&mut self, done: &TaskDone, level: Option<u32>, row: Option<u64>) {
-        let step_id = &self.out.step_ids[done.step];
+        let step_id = &self.out.step_ids[done.step].clone();
         let leveled = level.map(|l| format!("{step_id}#{l}"));
         let step = leveled.as_ref().unwrap_or(step_id);
         let status = if done.ok { "completed" } else { "failed" };
@@ -129,9 +169,7 @@ impl Recorder {
                 batch_id: done.batch_id.clone(),
             };
             if let Err(e) = self.out.journal.record(row) {
-                self.out
-                    .progress
-                    .println(&format!("summon: warning: cannot journal a result: {e}"));
+                self.out.fail(WriteError::Journal(e));
             }
         }
         // A task that ran again after `--resume` gets a new line; the file is compacted to
@@ -144,6 +182,7 @@ impl Recorder {
         if written {
             self.resumed_lines.insert((step.clone(), done.index));
         }
+        let mut failed = None;
         if let Some(results) = &mut self.out.results
             && !written
         {
@@ -171,11 +210,13 @@ impl Recorder {
                 cache_write_tokens: done.usage.cache_write_tokens,
                 role: done.role.as_deref(),
             };
-            if let Err(e) = results.write(&line) {
-                self.out
-                    .progress
-                    .println(&format!("summon: warning: cannot write results.jsonl: {e}"));
+            if let Err(source) = results.write(&line) {
+                let path = results.path().to_path_buf();
+                failed = Some(WriteError::Results { path, source });
             }
+        }
+        if let Some(error) = failed {
+            self.out.fail(error);
         }
         if !done.ok {
             count_failure(&mut self.failures, done, step);

@@ -114,6 +114,7 @@ struct State {
 /// Appends [`ResultLine`]s to `DIR/results.jsonl`. Cheap per task: one short mutex hold and a
 /// `serde_json::to_writer` into a buffer. Shareable (`&self` methods).
 pub(crate) struct ResultsWriter {
+    path: std::path::PathBuf,
     state: Arc<Mutex<State>>,
     stop: Option<mpsc::Sender<()>>,
     flusher: Option<JoinHandle<()>>,
@@ -169,10 +170,16 @@ impl ResultsWriter {
                 }
             })?;
         Ok(Self {
+            path,
             state,
             stop: Some(stop),
             flusher: Some(flusher),
         })
+    }
+
+    /// The file written.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Appends one line.

@@ -19,6 +19,10 @@ use serde_json::{Map, Value};
 /// The extensions [`open_file_items`] reads.
 const SUPPORTED: &str = ".csv, .jsonl, .ndjson, .json";
 
+/// The longest line of an items file (CSV, JSONL) or of an items command's output: 16 MiB.
+/// A longer line is an error naming it, instead of being read whole into memory.
+pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
 /// How many leading and trailing lines of a failed command's stderr go into the error: the
 /// first lines usually say what went wrong (`fatal: not a git repository`), the last ones
 /// where it stopped.
@@ -42,6 +46,11 @@ pub(crate) enum ItemError {
         /// The first and the last lines of its stderr.
         stderr: String,
     },
+    #[error(
+        "items command `{command}`: output line {line} is longer than {} MiB, the limit of an item's line",
+        MAX_LINE_BYTES >> 20
+    )]
+    CommandLine { command: String, line: u64 },
     #[error("items command `{command}` timed out after {}", fmt_secs(*.timeout))]
     CommandTimeout { command: String, timeout: Duration },
     #[error("cannot read items file {}: {source}", .path.display())]
@@ -289,7 +298,10 @@ pub(crate) fn command_items(
             stderr,
         });
     }
-    Ok(lines)
+    lines.map_err(|line| ItemError::CommandLine {
+        command: command.to_owned(),
+        line,
+    })
 }
 
 /// Kills the process group `pid` leads. The `--` matters: procps-ng 4 `kill` reads
@@ -306,15 +318,26 @@ fn kill_group(pid: u32) {
 }
 
 /// Calls `f` with every line of a stream that is not blank (lossy UTF-8, trailing `\r`
-/// dropped), reading one line at a time.
-fn for_each_line(pipe: impl Read, mut f: impl FnMut(String)) {
+/// dropped), reading one line at a time. A line longer than [`MAX_LINE_BYTES`] stops it
+/// with `Err(its line number)`, after the rest of the stream was read and dropped (so the
+/// writer is not left blocked on a full pipe).
+fn for_each_line(pipe: impl Read, mut f: impl FnMut(String)) -> Result<(), u64> {
     let mut reader = BufReader::new(pipe);
     let mut buf = Vec::new();
+    let mut number = 0u64;
     loop {
         buf.clear();
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) | Err(_) => break,
+        number += 1;
+        match (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buf)
+        {
+            Ok(0) | Err(_) => return Ok(()),
             Ok(_) => {}
+        }
+        if buf.len() > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+            return Err(number);
         }
         let line = trim_eol(&buf);
         if !line.iter().all(u8::is_ascii_whitespace) {
@@ -323,11 +346,11 @@ fn for_each_line(pipe: impl Read, mut f: impl FnMut(String)) {
     }
 }
 
-/// One string item per non-empty line.
-fn read_item_lines(pipe: impl Read) -> Vec<Value> {
+/// One string item per non-empty line; `Err` with the number of a line that is too long.
+fn read_item_lines(pipe: impl Read) -> Result<Vec<Value>, u64> {
     let mut items = Vec::new();
-    for_each_line(pipe, |line| items.push(Value::String(line)));
-    items
+    for_each_line(pipe, |line| items.push(Value::String(line)))?;
+    Ok(items)
 }
 
 /// The last `keep` non-empty lines of a stream, joined by newlines; memory stays bounded
@@ -339,7 +362,8 @@ fn read_head_tail(pipe: impl Read, head: usize, tail: usize) -> String {
     let mut first: Vec<String> = Vec::with_capacity(head);
     let mut last: VecDeque<String> = VecDeque::with_capacity(tail + 1);
     let mut left_out = 0usize;
-    for_each_line(pipe, |mut text| {
+    // A stderr line past the limit ends what is shown of it.
+    let _ = for_each_line(pipe, |mut text| {
         if text.len() > MAX_LINE {
             let mut cut = MAX_LINE;
             while !text.is_char_boundary(cut) {
@@ -376,6 +400,83 @@ fn trim_eol(line: &[u8]) -> &[u8] {
 // ---------------------------------------------------------------------------------------------
 // file
 
+/// A reader that fails once a line (the bytes between two `\n`) grows past
+/// [`MAX_LINE_BYTES`], so no reader above it holds more of one line than that.
+pub(crate) struct LineLimit<R> {
+    inner: R,
+    /// Bytes read since the last `\n`.
+    run: usize,
+    /// The 1-based number of the line being read.
+    line: u64,
+}
+
+impl<R> LineLimit<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            run: 0,
+            line: 1,
+        }
+    }
+}
+
+impl<R: Read> Read for LineLimit<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        for &byte in &buf[..n] {
+            if byte == b'\n' {
+                self.line += 1;
+                self.run = 0;
+            } else {
+                self.run += 1;
+                if self.run > MAX_LINE_BYTES {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        LineTooLong { line: self.line },
+                    ));
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// The error of a [`LineLimit`].
+#[derive(Debug, Clone, Copy)]
+struct LineTooLong {
+    line: u64,
+}
+
+impl std::fmt::Display for LineTooLong {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "line {} is longer than {} MiB, the limit of an items line",
+            self.line,
+            MAX_LINE_BYTES >> 20
+        )
+    }
+}
+
+impl std::error::Error for LineTooLong {}
+
+impl LineTooLong {
+    fn of(error: &std::io::Error) -> Option<Self> {
+        error.get_ref()?.downcast_ref::<Self>().copied()
+    }
+
+    fn error(self, path: &Path) -> ItemError {
+        ItemError::Parse {
+            path: path.to_owned(),
+            line: self.line,
+            message: format!(
+                "the line is longer than {} MiB, the limit of an items line",
+                MAX_LINE_BYTES >> 20
+            ),
+        }
+    }
+}
+
 /// Streams the items of a file, one at a time. Returned by [`open_file_items`]. After an error
 /// the iterator ends.
 pub(crate) struct ItemReader {
@@ -386,12 +487,12 @@ pub(crate) struct ItemReader {
 
 enum ReaderKind {
     Csv {
-        reader: csv::Reader<File>,
+        reader: csv::Reader<LineLimit<File>>,
         headers: Vec<String>,
         record: csv::StringRecord,
     },
     Lines {
-        reader: BufReader<File>,
+        reader: BufReader<LineLimit<File>>,
         line: u64,
         buf: String,
     },
@@ -434,7 +535,7 @@ pub(crate) fn open_file_items(path: &Path) -> Result<ItemReader, ItemError> {
             let mut reader = csv::ReaderBuilder::new()
                 .has_headers(true)
                 .flexible(false)
-                .from_reader(file);
+                .from_reader(LineLimit::new(file));
             let headers: Vec<String> = reader
                 .headers()
                 .map_err(|e| csv_error(path, &e))?
@@ -457,7 +558,7 @@ pub(crate) fn open_file_items(path: &Path) -> Result<ItemReader, ItemError> {
             }
         }
         Some("jsonl" | "ndjson") => ReaderKind::Lines {
-            reader: BufReader::new(File::open(path).map_err(io_err)?),
+            reader: BufReader::new(LineLimit::new(File::open(path).map_err(io_err)?)),
             line: 0,
             buf: String::new(),
         },
@@ -515,6 +616,9 @@ fn csv_error(path: &Path, error: &csv::Error) -> ItemError {
         } => format!("row has {len} fields, but the header has {expected_len}"),
         csv::ErrorKind::Utf8 { err, .. } => format!("invalid UTF-8 in field {}", err.field() + 1),
         csv::ErrorKind::Io(e) => {
+            if let Some(long) = LineTooLong::of(e) {
+                return long.error(path);
+            }
             return ItemError::Io {
                 path: path.to_owned(),
                 source: std::io::Error::new(e.kind(), e.to_string()),
@@ -553,6 +657,9 @@ impl ItemReader {
                 match reader.read_line(buf) {
                     Ok(0) => return None,
                     Ok(_) => {}
+                    Err(e) if let Some(long) = LineTooLong::of(&e) => {
+                        return Some(Err(long.error(&self.path)));
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
                         return Some(Err(ItemError::Parse {
                             path: self.path.clone(),
@@ -865,6 +972,49 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(error.contains("cannot read items file") && error.contains("none.csv"));
+    }
+
+    #[test]
+    fn a_line_past_the_limit_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let at_limit = format!("\"{}\"", "x".repeat(MAX_LINE_BYTES - 2));
+        let over = format!("\"{}\"", "x".repeat(MAX_LINE_BYTES - 1));
+        // A line of exactly the limit is read; one byte more is not.
+        let path = write(dir.path(), "ok.jsonl", &format!("1\n{at_limit}\n"));
+        assert_eq!(collect(&path).unwrap().len(), 2);
+        let path = write(dir.path(), "big.jsonl", &format!("1\n{over}\n3\n"));
+        let mut reader = open_file_items(&path).unwrap();
+        assert_eq!(reader.next().unwrap().unwrap(), json!(1));
+        let error = reader.next().unwrap().unwrap_err().to_string();
+        assert!(
+            error.contains("big.jsonl:2: the line is longer than 16 MiB"),
+            "{error}"
+        );
+        assert!(reader.next().is_none());
+
+        let path = write(dir.path(), "big.csv", &format!("id,text\n1,a\n2,{over}\n"));
+        let error = collect(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("big.csv:3: the line is longer than 16 MiB"),
+            "{error}"
+        );
+
+        // A command's output line too; the command is not left blocked on its pipe.
+        let error = command_items(
+            &format!(
+                "head -c {} /dev/zero | tr '\\0' x; echo; echo more",
+                MAX_LINE_BYTES + 1
+            ),
+            dir.path(),
+            Duration::from_secs(60),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("output line 1 is longer than 16 MiB"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -1184,7 +1184,24 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
             ),
         ),
     }
+    let command_path = r.child_path("command");
     let command = template_field(&mut r, "command", d);
+    if let Some(command) = &command {
+        let reads = refs::step_refs(&command.text);
+        let whole = !refs::whole_steps_uses(&command.text).is_empty();
+        if let Some(read) = reads
+            .first()
+            .map(|r| format!("`steps.{}`", r.id))
+            .or(whole.then(|| "`steps`".to_owned()))
+        {
+            d.warning(
+                command.pos,
+                format!(
+                    "`{command_path}` reads another step's output ({read}): every value reaches the shell as one quoted word, but what a model wrote still chooses the command's arguments (a path, a flag, a revision)"
+                ),
+            );
+        }
+    }
     let items_path = r.child_path("items");
     let items = r.get("items").map(|node| match node.as_seq() {
         Some(items) => items.iter().map(Node::to_json).collect(),

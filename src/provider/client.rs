@@ -324,7 +324,9 @@ impl Client {
                 let key = url.to_string();
                 let request = self.http.get(url).timeout(Duration::from_secs(2));
                 // Shared with the context-window lookup: one `/props` per server.
-                let props = super::window::props(request, &key).await.unwrap_or_default();
+                let props = super::window::props(request, &key)
+                    .await
+                    .unwrap_or_default();
                 props["chat_template_caps"]["supports_tools"] == Value::Bool(false)
             })
             .await

@@ -290,6 +290,29 @@ impl Catalog {
             .map(|d| d.path.as_path())
     }
 
+    /// Shadowing of the sources a command uses, as warnings: at run time the user sees that
+    /// a name they know (their own recipe) stands for another file (a cloned repository's).
+    /// `names`: `None` when any source may be used (a templated `source:`).
+    pub(crate) fn shadow_warnings_for(
+        &self,
+        names: Option<&[&str]>,
+        cwd: &std::path::Path,
+    ) -> Vec<Diagnostic> {
+        self.shadowed
+            .iter()
+            .filter(|s| names.is_none_or(|names| names.contains(&s.name.as_str())))
+            .map(|s| {
+                Diagnostic::warning(format!(
+                    "{} `{}` is shadowed: this command uses `{}`, which is found first",
+                    s.kind.name(),
+                    s.name,
+                    crate::diag::render::display_path(&s.winner, cwd)
+                ))
+                .in_file(&s.path)
+            })
+            .collect()
+    }
+
     /// Shadowing as warnings, for `summon validate`.
     pub(crate) fn shadow_warnings(&self, cwd: &std::path::Path) -> Vec<Diagnostic> {
         self.shadowed

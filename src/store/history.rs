@@ -310,25 +310,52 @@ impl Store {
         pipeline: &str,
         except: &str,
         defaults: &str,
-    ) -> Result<HashMap<String, TaskResultRow>, StoreError> {
+        key: Option<&[u8; 32]>,
+    ) -> Result<Reusable, StoreError> {
         self.read(|conn| {
             let mut stmt = conn.prepare(&format!(
-                "SELECT {RESULT_COLUMNS}
+                "SELECT {RESULT_COLUMNS}, t.mac
                  FROM run_tasks t JOIN runs r ON r.run_id = t.run_id
                  LEFT JOIN outputs o ON o.hash = t.output_hash
                  WHERE r.pipeline_path = ?1 AND r.run_id <> ?2 AND r.defaults IS ?3
                    AND t.status = 'completed'
                  ORDER BY t.finished_at"
             ))?;
-            let rows = stmt.query_map(params![pipeline, except, defaults], result_row)?;
-            let mut map = HashMap::new();
+            let rows = stmt.query_map(params![pipeline, except, defaults], |row| {
+                Ok((result_row(row)?, row.get::<_, Option<String>>(13)?))
+            })?;
+            let mut reusable = Reusable::default();
             for row in rows {
-                let row = row?;
-                map.insert(row.input_hash.clone(), row);
+                let (row, mac) = row?;
+                // Only an answer summon signed with the user's key is taken.
+                let signed = key.is_some_and(|key| {
+                    mac.as_deref()
+                        == Some(&super::sign::row_mac(
+                            key,
+                            &row.step_id,
+                            &row.input_hash,
+                            row.status.as_str(),
+                            row.output.as_deref(),
+                        ))
+                });
+                if signed {
+                    reusable.rows.insert(row.input_hash.clone(), row);
+                } else {
+                    reusable.unsigned += 1;
+                }
             }
-            Ok(map)
+            Ok(reusable)
         })
     }
+}
+
+/// The answers earlier runs recorded that a run may reuse, by request hash.
+#[derive(Debug, Default)]
+pub(crate) struct Reusable {
+    pub(crate) rows: HashMap<String, TaskResultRow>,
+    /// Completed rows left out because summon's signature is missing or does not match
+    /// (written by something else, or before answers were signed).
+    pub(crate) unsigned: u64,
 }
 
 #[cfg(test)]
@@ -408,7 +435,9 @@ mod tests {
         assert!(!runs.contains(&next.run_id), "{} reused", next.run_id);
         assert!(!store.was_pruned(&next.run_id).unwrap());
         store.reclaim_space().unwrap();
-        let reusable = store.reusable("p.yaml", "none", "{}").unwrap();
-        assert!(reusable.is_empty(), "no run recorded these defaults");
+        let reusable = store
+            .reusable("p.yaml", "none", "{}", Some(&[7; 32]))
+            .unwrap();
+        assert!(reusable.rows.is_empty(), "no run recorded these defaults");
     }
 }

@@ -198,6 +198,10 @@ pub(crate) type FinishedMap = HashMap<TaskKey, TaskResultRow>;
 /// Called on the writer thread with each batch right after it was committed.
 pub(crate) type CommitHook = Box<dyn FnMut(&[TaskResultRow]) + Send>;
 
+/// Called on the writer thread, once, with the message of the first batch that could not be
+/// written (a full disk): every later call of the writer fails too.
+pub(crate) type FailureHook = Box<dyn FnMut(&str) + Send>;
+
 /// How a [`JournalWriter`] batches.
 pub(crate) struct WriterOptions {
     /// Commit as soon as this many rows are pending.
@@ -205,6 +209,9 @@ pub(crate) struct WriterOptions {
     /// Commit at the latest this long after the first pending row was recorded.
     pub(crate) max_delay: Duration,
     pub(crate) on_commit: Option<CommitHook>,
+    pub(crate) on_failure: Option<FailureHook>,
+    /// The user's signing key: each row's answer is signed with it (reuse checks it).
+    pub(crate) key: Option<[u8; 32]>,
 }
 
 impl Default for WriterOptions {
@@ -213,6 +220,8 @@ impl Default for WriterOptions {
             max_rows: 1024,
             max_delay: Duration::from_millis(20),
             on_commit: None,
+            on_failure: None,
+            key: None,
         }
     }
 }
@@ -223,6 +232,7 @@ impl fmt::Debug for WriterOptions {
             .field("max_rows", &self.max_rows)
             .field("max_delay", &self.max_delay)
             .field("on_commit", &self.on_commit.is_some())
+            .field("on_failure", &self.on_failure.is_some())
             .finish()
     }
 }
@@ -260,18 +270,19 @@ pub(super) fn run_record(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
 
 const UPSERT: &str = "INSERT INTO run_tasks (run_id, step_id, item_index, input_hash, status,
         output, item, turns, input_tokens, output_tokens, duration_ms, error, finished_at,
-        batch_id, output_hash)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+        batch_id, output_hash, mac)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
     ON CONFLICT (run_id, step_id, item_index) DO UPDATE SET
         input_hash = excluded.input_hash, status = excluded.status, output = excluded.output,
         item = excluded.item, turns = excluded.turns, input_tokens = excluded.input_tokens,
         output_tokens = excluded.output_tokens, duration_ms = excluded.duration_ms,
         error = excluded.error, finished_at = excluded.finished_at,
-        batch_id = excluded.batch_id, output_hash = excluded.output_hash";
+        batch_id = excluded.batch_id, output_hash = excluded.output_hash, mac = excluded.mac";
 
-/// An output is stored once per content; the row names it by hash.
-const STORE_OUTPUT: &str =
-    "INSERT INTO outputs (hash, text) VALUES (?1, ?2) ON CONFLICT (hash) DO NOTHING";
+/// An output is stored once per content; the row names it by hash. A stored text that no
+/// longer matches its hash (written over by something else) is put right.
+const STORE_OUTPUT: &str = "INSERT INTO outputs (hash, text) VALUES (?1, ?2)
+    ON CONFLICT (hash) DO UPDATE SET text = excluded.text WHERE text <> excluded.text";
 
 /// The columns of a [`TaskResultRow`] (`t` is `run_tasks`, `o` its joined `outputs` row).
 pub(super) const RESULT_COLUMNS: &str = "t.step_id, t.item_index, t.input_hash, t.status,
@@ -284,6 +295,7 @@ fn write_rows(
     db_path: &std::path::Path,
     run_id: &str,
     rows: &[TaskResultRow],
+    key: Option<&[u8; 32]>,
 ) -> Result<(), StoreError> {
     retry_busy(db_path, || {
         let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
@@ -320,6 +332,13 @@ fn write_rows(
                     r.finished_at.as_millisecond(),
                     r.batch_id,
                     output_hash,
+                    key.map(|key| super::sign::row_mac(
+                        key,
+                        &r.step_id,
+                        &r.input_hash,
+                        r.status.as_str(),
+                        r.output.as_deref()
+                    )),
                 ])?;
             }
         }
@@ -480,7 +499,7 @@ impl Store {
         run_id: &str,
         rows: &[TaskResultRow],
     ) -> Result<(), StoreError> {
-        write_rows(&self.conn, &self.db_path, run_id, rows)
+        write_rows(&self.conn, &self.db_path, run_id, rows, None)
     }
 
     /// A batched writer for the journal of `run_id` (which must exist), with its own
@@ -693,7 +712,13 @@ impl Worker {
         if batch.is_empty() {
             return;
         }
-        match write_rows(&self.conn, &self.db_path, &self.run_id, batch) {
+        match write_rows(
+            &self.conn,
+            &self.db_path,
+            &self.run_id,
+            batch,
+            self.options.key.as_ref(),
+        ) {
             Ok(()) => {
                 self.shared
                     .rows
@@ -704,14 +729,20 @@ impl Worker {
                 }
             }
             Err(error) => {
-                let mut slot = self.shared.error.lock().unwrap_or_else(|e| e.into_inner());
-                slot.get_or_insert_with(|| {
-                    format!(
-                        "{} rows of run {} were not recorded: {error}",
-                        batch.len(),
-                        self.run_id
-                    )
-                });
+                let message = format!(
+                    "{} rows of run {} were not recorded: {error}",
+                    batch.len(),
+                    self.run_id
+                );
+                let first = {
+                    let mut slot = self.shared.error.lock().unwrap_or_else(|e| e.into_inner());
+                    let first = slot.is_none();
+                    slot.get_or_insert(message.clone());
+                    first
+                };
+                if let (true, Some(hook)) = (first, &mut self.options.on_failure) {
+                    hook(&message);
+                }
             }
         }
         batch.clear();
@@ -910,6 +941,8 @@ mod tests {
             max_rows: 10,
             max_delay: Duration::from_secs(3600),
             on_commit: None,
+            on_failure: None,
+            key: None,
         };
         let writer = store.journal_writer(&r.run_id, opts).unwrap();
         for i in 0..25 {
@@ -939,6 +972,8 @@ mod tests {
             max_rows: 1000,
             max_delay: Duration::from_millis(10),
             on_commit: None,
+            on_failure: None,
+            key: None,
         };
         let writer = store.journal_writer(&r.run_id, opts).unwrap();
         writer.record(row("t", 0, "h")).unwrap();
@@ -1015,6 +1050,8 @@ mod tests {
             max_rows: 64,
             max_delay: Duration::from_millis(1),
             on_commit: None,
+            on_failure: None,
+            key: None,
         };
         let writer = store.journal_writer(&run_id, opts).unwrap();
         let started = Instant::now();

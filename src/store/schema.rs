@@ -162,8 +162,14 @@ const V5: &str = r#"
 ALTER TABLE tasks ADD COLUMN warnings TEXT;   -- a JSON array of lines; NULL: none
 "#;
 
+/// Version 6: a journal row's answer is signed with the user's key (outside the workspace),
+/// so that `reuse` takes no answer summon did not write.
+const V6: &str = r#"
+ALTER TABLE run_tasks ADD COLUMN mac TEXT;    -- hex HMAC-SHA256 of the answer; NULL: unsigned
+"#;
+
 /// Every migration, in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The schema version this summon writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

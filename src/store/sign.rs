@@ -1,0 +1,118 @@
+//! Answers the journal records are signed with a key kept outside the workspace, so that a
+//! row written by anything but summon (a model's command, a cloned repository: the store is
+//! in the writable project) is not reused as an answer.
+//!
+//! The key is 32 random bytes in the user's state directory (`$XDG_STATE_HOME/summon/key`,
+//! else `~/.local/state/summon/key`), created on first use with mode 0600. A row's MAC is
+//! HMAC-SHA256 under that key of its request hash, step, status and answer.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// The key file under the state directory.
+pub(crate) fn key_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("summon").join("key")
+}
+
+/// The user's signing key, created (0600, in a 0700 folder) when there is none.
+pub(crate) fn load_key(state_dir: &Path) -> std::io::Result<[u8; 32]> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let path = key_path(state_dir);
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let mut key = [0u8; 32];
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+    {
+        Ok(mut file) => {
+            key = rand::random();
+            file.write_all(&key)?;
+            file.sync_all()?;
+            return Ok(key);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let mut file = std::fs::File::open(&path)?;
+    file.read_exact(&mut key)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    Ok(key)
+}
+
+/// HMAC-SHA256 of `parts` (each length-prefixed, so no two lists sign alike), as hex.
+pub(crate) fn mac(key: &[u8; 32], parts: &[&[u8]]) -> String {
+    let mut block = [0u8; 64];
+    block[..32].copy_from_slice(key);
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let mut inner = Sha256::new();
+    inner.update(pad(0x36));
+    for part in parts {
+        inner.update((part.len() as u64).to_le_bytes());
+        inner.update(part);
+    }
+    let mut outer = Sha256::new();
+    outer.update(pad(0x5c));
+    outer.update(inner.finalize());
+    hex::encode(outer.finalize())
+}
+
+/// The MAC of a journal row's answer.
+pub(crate) fn row_mac(
+    key: &[u8; 32],
+    step: &str,
+    input_hash: &str,
+    status: &str,
+    output: Option<&str>,
+) -> String {
+    let output = output.unwrap_or_default();
+    mac(
+        key,
+        &[
+            step.as_bytes(),
+            input_hash.as_bytes(),
+            status.as_bytes(),
+            output.as_bytes(),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_is_made_once_private_and_read_back() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let key = load_key(dir.path()).unwrap();
+        let mode = std::fs::metadata(key_path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(load_key(dir.path()).unwrap(), key);
+    }
+
+    #[test]
+    fn the_mac_is_hmac_sha256_of_the_length_prefixed_parts() {
+        // Python: hmac.new(b"\x0b" * 32, (1).to_bytes(8, "little") + b"a", "sha256")
+        assert_eq!(
+            mac(&[0x0b; 32], &[b"a"]),
+            "d876c0ea4f7c66b00a64077012457dffc3e29a1f583fbb0c4e50efbf7548e472"
+        );
+        assert_ne!(mac(&[0x0c; 32], &[b"a"]), mac(&[0x0b; 32], &[b"a"]));
+        assert_ne!(
+            mac(&[0x0b; 32], &[b"ab", b""]),
+            mac(&[0x0b; 32], &[b"a", b"b"])
+        );
+    }
+}
