@@ -803,6 +803,7 @@ async fn an_mcp_server_gets_the_span_context_at_start_and_with_each_call() {
     );
     traced(&server, &collector.url)
         .write_raw("recipes/tools.yaml", &recipe)
+        .env("SUMMON_TRUST_PROJECT", "1")
         .args(["delegate", "--source", "tools"])
         .run();
     let spans = collector.spans();
