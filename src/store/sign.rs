@@ -27,20 +27,30 @@ pub(crate) fn load_key(state_dir: &Path) -> std::io::Result<[u8; 32]> {
             .create(dir)?;
     }
     let mut key = [0u8; 32];
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-    {
-        Ok(mut file) => {
-            key = rand::random();
-            file.write_all(&key)?;
-            file.sync_all()?;
-            return Ok(key);
+    if !path.exists() {
+        // Written whole under a name of its own, then linked into place: a process that
+        // starts at the same moment reads either no key or the whole of one, never part.
+        let fresh: [u8; 32] = rand::random();
+        let temp = path.with_extension(format!(
+            "{}.{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)?;
+        let linked = file
+            .write_all(&fresh)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::hard_link(&temp, &path));
+        let _ = std::fs::remove_file(&temp);
+        match linked {
+            Ok(()) => return Ok(fresh),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
     }
     let mut file = std::fs::File::open(&path)?;
     file.read_exact(&mut key)
@@ -100,6 +110,31 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(load_key(dir.path()).unwrap(), key);
+    }
+
+    #[test]
+    fn processes_starting_together_all_get_the_one_key() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let barrier = std::sync::Barrier::new(8);
+            let keys: Vec<[u8; 32]> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..8)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            barrier.wait();
+                            load_key(dir.path()).unwrap()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
+            // Nothing but the key is left in its folder.
+            let names = std::fs::read_dir(dir.path().join("summon"))
+                .unwrap()
+                .count();
+            assert_eq!(names, 1);
+        }
     }
 
     #[test]
