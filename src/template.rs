@@ -6,8 +6,28 @@ use std::path::{Component, Path, PathBuf};
 
 use minijinja::{Environment, UndefinedBehavior};
 
-/// Template work allowed for one render (instructions executed), so a runaway loop stops.
-const FUEL: u64 = 50_000_000;
+/// Template work allowed for one render, so a runaway loop or text that keeps doubling stops
+/// with an error instead of exhausting memory. minijinja charges one unit of fuel for each
+/// instruction and for each 64 bytes of text a render makes (output, `~`, `*`, filters): this
+/// allows 8 million steps, or 512 MiB of text made in all.
+const FUEL: u64 = 8_000_000;
+
+/// What [`FUEL`] allows, in the words of the error when a render runs out of it.
+const FUEL_LIMIT: &str = "the template did more work than summon allows for one render (8 million \
+                          steps, or 512 MiB of text made): a loop that does not end, or text \
+                          that keeps growing";
+
+/// A render failure's message: its kind and detail, or the limit it ran into.
+pub(crate) fn describe(error: &minijinja::Error) -> String {
+    if error.kind() == minijinja::ErrorKind::OutOfFuel {
+        return FUEL_LIMIT.to_owned();
+    }
+    let message = error.kind().to_string();
+    match error.detail() {
+        Some(detail) => format!("{message}: {detail}"),
+        None => message,
+    }
+}
 
 /// Builds the environment used for every template. `base_dir` is where `include` and
 /// `extends` may read files from; without it they fail.
@@ -149,7 +169,13 @@ pub(crate) fn has_template(text: &str) -> bool {
 pub(crate) fn variables(text: &str) -> Result<BTreeSet<String>, TemplateError> {
     let env = environment(None);
     let template = env.template_from_str(text).map_err(TemplateError::from)?;
-    Ok(template.undeclared_variables(false).into_iter().collect())
+    // The engine's own functions (`range`, `namespace`, `dict`, ...) are no variables.
+    let globals: BTreeSet<&str> = env.globals().map(|(name, _)| name).collect();
+    Ok(template
+        .undeclared_variables(false)
+        .into_iter()
+        .filter(|name| !globals.contains(name.as_str()))
+        .collect())
 }
 
 /// A template failure with the line (1-based, within the template) where it happened.
@@ -161,12 +187,8 @@ pub(crate) struct TemplateError {
 
 impl From<minijinja::Error> for TemplateError {
     fn from(error: minijinja::Error) -> Self {
-        let mut message = error.kind().to_string();
-        if let Some(detail) = error.detail() {
-            message = format!("{message}: {detail}");
-        }
         Self {
-            message,
+            message: describe(&error),
             line: error.line().and_then(|l| u32::try_from(l).ok()),
         }
     }
@@ -460,6 +482,31 @@ mod tests {
         let vars =
             variables("{{ a }} {% for x in items %}{{ x }}{{ loop.index }}{% endfor %}").unwrap();
         assert_eq!(vars, ["a", "items"].into_iter().map(String::from).collect());
+        // The engine's functions are not variables a template needs to be given.
+        let vars = variables(
+            "{% set ns = namespace(n=0) %}{% for i in range(3) %}{{ dict(a=i) }}{% endfor %}{{ b }}",
+        )
+        .unwrap();
+        assert_eq!(vars, ["b"].into_iter().map(String::from).collect());
+    }
+
+    #[test]
+    fn text_that_keeps_doubling_stops_with_the_limit_named() {
+        let env = environment(None);
+        let doubling = "{% set ns = namespace(s='x') %}{% for i in range(40) %}\
+                        {% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}";
+        let error = render(&env, doubling, &minijinja::context! {}).unwrap_err();
+        assert!(
+            error.message.contains("512 MiB of text"),
+            "{}",
+            error.message
+        );
+        // Below the limit, the same template renders.
+        let small = doubling.replace("range(40)", "range(20)");
+        assert_eq!(
+            render(&env, &small, &minijinja::context! {}).unwrap(),
+            "1048576"
+        );
     }
 
     #[test]

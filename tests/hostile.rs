@@ -750,3 +750,39 @@ async fn an_items_line_past_16_mib_is_an_error_naming_its_line() {
         out.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_whose_text_keeps_doubling_stops_naming_the_limit() {
+    let _case = Case("rendered_size_limit");
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let out = project(&server)
+        .write_raw("rows.jsonl", "{\"text\": \"a\"}\n")
+        .write(
+            "p.yaml",
+            r#"
+            version: 1
+            name: doubling
+            steps:
+              - id: rows
+                decompose:
+                  file: rows.jsonl
+              - id: each
+                fan_out:
+                  over: rows
+                  instructions: >-
+                    {% set ns = namespace(s=item.text) %}{% for i in range(48) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}
+            "#,
+        )
+        .args(["run", "p.yaml", "--quiet"])
+        .code(2)
+        .run();
+    assert!(
+        out.stderr
+            .contains("item 0: line 11: cannot render template")
+            && out.stderr.contains("512 MiB of text made")
+            && !out.stderr.contains("memory allocation"),
+        "{}",
+        out.stderr
+    );
+    assert!(server.requests().is_empty(), "a request was sent");
+}

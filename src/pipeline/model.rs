@@ -107,10 +107,7 @@ impl Template {
     /// A render failure, positioned in the pipeline file.
     pub(crate) fn render_error(&self, error: &minijinja::Error) -> String {
         let line = self.error_line(error);
-        let mut message = error.kind().to_string();
-        if let Some(detail) = error.detail() {
-            message = format!("{message}: {detail}");
-        }
+        let message = crate::template::describe(error);
         format!("line {line}: cannot render template: {message}")
     }
 }
