@@ -509,3 +509,36 @@ async fn reuse_takes_no_answer_written_into_the_store_by_something_else() {
     ok(summon(&t, &["run", "p.yaml", "--out", "c", "--reuse"]));
     assert_eq!(server.request_count(), 6);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_takes_no_task_written_into_the_store_by_something_else() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server).write_raw("tickets.csv", &csv(0..4));
+    ok(summon(&t, &["run", "p.yaml", "--out", "a"]));
+    assert_eq!(server.request_count(), 4);
+    // Forge two finished answers, as anything that can write the workspace could.
+    let db = rusqlite::Connection::open(t.path().join(".summon/state.db")).unwrap();
+    let forged = db
+        .execute(
+            "UPDATE outputs SET text = 'forged answer' WHERE hash IN \
+             (SELECT output_hash FROM run_tasks WHERE item_index < 2)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(forged, 2);
+    drop(db);
+    let ran = ok(summon(&t, &["run", "p.yaml", "--resume", "--out", "a"]));
+    assert_eq!(
+        server.request_count(),
+        6,
+        "the two forged tasks run again, the two signed ones do not"
+    );
+    assert!(!ran.stdout.contains("forged answer"), "{}", ran.stdout);
+    assert_eq!(
+        ran.stderr.matches("2 recorded tasks of run ").count(),
+        1,
+        "{}",
+        ran.stderr
+    );
+    assert!(ran.stderr.contains("not taken as done"), "{}", ran.stderr);
+}

@@ -59,6 +59,19 @@ impl OpenRun {
             .unwrap_or_else(|_| pipeline.file.path().to_path_buf());
         let path_text = pipeline_path.display().to_string();
         let params_json = serde_json::to_string(&options.params).unwrap_or_default();
+        // Answers are signed with a key outside the workspace; reuse and --resume take only
+        // signed ones.
+        let key = match env.state_dir().map(|dir| crate::store::load_key(&dir)) {
+            Some(Ok(key)) => Some(key),
+            Some(Err(e)) => {
+                eprintln!(
+                    "summon: warning: cannot read or create the signing key of reused answers \
+                     ({e}); this run's answers will not be reused"
+                );
+                None
+            }
+            None => None,
+        };
         let (run, finished, catalog) = match &options.resume {
             None => {
                 let pipeline_hash = super::hash::request_hash(&[Some(&pipeline.file.text)]);
@@ -79,7 +92,7 @@ impl OpenRun {
                 wanted.as_deref(),
                 pipeline,
                 options,
-                catalog,
+                (catalog, key.as_ref()),
             )?,
         };
         let defaults = run_defaults(env, config);
@@ -99,18 +112,6 @@ impl OpenRun {
         store.set_run_setup(&run.run_id, out_text.as_deref(), &setup, &defaults)?;
         hold(&store, &run, options.resume.is_none(), options.wait)?;
         let reuse_any = options.reuse || pipeline.steps.iter().any(|s| s.reuse);
-        // Answers are signed with a key outside the workspace; reuse takes only signed ones.
-        let key = match env.state_dir().map(|dir| crate::store::load_key(&dir)) {
-            Some(Ok(key)) => Some(key),
-            Some(Err(e)) => {
-                eprintln!(
-                    "summon: warning: cannot read or create the signing key of reused answers \
-                     ({e}); this run's answers will not be reused"
-                );
-                None
-            }
-            None => None,
-        };
         let reusable = if reuse_any {
             let reusable = store.reusable(&path_text, &run.run_id, &defaults, key.as_ref())?;
             if reusable.unsigned > 0 {
@@ -184,7 +185,7 @@ fn resume(
     wanted: Option<&str>,
     pipeline: &Pipeline,
     options: &RunOptions,
-    catalog: Catalog,
+    (catalog, key): (Catalog, Option<&[u8; 32]>),
 ) -> Result<(RunRecord, FinishedMap, Catalog)> {
     let journal_tag = options.plan.journal_tag();
     let run = match wanted {
@@ -221,7 +222,18 @@ fn resume(
         )));
     }
     store.set_run_status(&run.run_id, RunStatus::Running)?;
-    let finished = store.finished(&run.run_id)?;
+    let (finished, unsigned) = store.finished_signed(&run.run_id, key)?;
+    if unsigned > 0 {
+        eprintln!(
+            "summon: warning: {} of run {} {} no valid signature of summon's key (written by \
+             something other than summon, or before answers were signed): not taken as done; \
+             {} again",
+            crate::plural::count(unsigned, "recorded task"),
+            run.run_id,
+            if unsigned == 1 { "has" } else { "have" },
+            if unsigned == 1 { "it runs" } else { "they run" },
+        );
+    }
     // The run's own catalog, not a new scan.
     let frozen: Value = serde_json::from_str(&run.catalog_json).unwrap_or(Value::Null);
     let catalog = if frozen.is_array() {

@@ -492,6 +492,46 @@ impl Store {
         })
     }
 
+    /// The recorded tasks of a run that `key` signed (all of them without a key), and how
+    /// many were left out: a row written by anything but summon (the store is in the
+    /// project) is not taken as a finished task by `--resume`.
+    pub(crate) fn finished_signed(
+        &self,
+        run_id: &str,
+        key: Option<&[u8; 32]>,
+    ) -> Result<(FinishedMap, u64), StoreError> {
+        let Some(key) = key else {
+            return Ok((self.finished(run_id)?, 0));
+        };
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {RESULT_COLUMNS}, t.mac FROM run_tasks t
+                 LEFT JOIN outputs o ON o.hash = t.output_hash WHERE t.run_id = ?1"
+            ))?;
+            let rows = stmt.query_map([run_id], |row| {
+                Ok((result_row(row)?, row.get::<_, Option<String>>(13)?))
+            })?;
+            let mut map = FinishedMap::new();
+            let mut unsigned = 0;
+            for row in rows {
+                let (row, mac) = row?;
+                let expected = super::sign::row_mac(
+                    key,
+                    &row.step_id,
+                    &row.input_hash,
+                    row.status.as_str(),
+                    row.output.as_deref(),
+                );
+                if mac.as_deref() == Some(expected.as_str()) {
+                    map.insert((row.step_id.clone(), row.item_index), row);
+                } else {
+                    unsigned += 1;
+                }
+            }
+            Ok((map, unsigned))
+        })
+    }
+
     /// Records `rows` of a run in one transaction, synchronously (the [`JournalWriter`] does
     /// this in batches on its own thread).
     pub(crate) fn record_results(
