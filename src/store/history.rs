@@ -328,16 +328,8 @@ impl Store {
             for row in rows {
                 let (row, mac) = row?;
                 // Only an answer summon signed with the user's key is taken.
-                let signed = key.is_some_and(|key| {
-                    mac.as_deref()
-                        == Some(&super::sign::row_mac(
-                            key,
-                            &row.step_id,
-                            &row.input_hash,
-                            row.status.as_str(),
-                            row.output.as_deref(),
-                        ))
-                });
+                let signed =
+                    key.is_some_and(|key| super::sign::row_signed(key, &row, mac.as_deref()));
                 if signed {
                     reusable.rows.insert(row.input_hash.clone(), row);
                 } else {

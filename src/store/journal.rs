@@ -477,19 +477,7 @@ impl Store {
 
     /// Every recorded task of a run, in one query.
     pub(crate) fn finished(&self, run_id: &str) -> Result<FinishedMap, StoreError> {
-        self.read(|conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {RESULT_COLUMNS} FROM run_tasks t
-                 LEFT JOIN outputs o ON o.hash = t.output_hash WHERE t.run_id = ?1"
-            ))?;
-            let rows = stmt.query_map([run_id], result_row)?;
-            let mut map = FinishedMap::new();
-            for row in rows {
-                let row = row?;
-                map.insert((row.step_id.clone(), row.item_index), row);
-            }
-            Ok(map)
-        })
+        Ok(self.finished_signed(run_id, None)?.0)
     }
 
     /// The recorded tasks of a run that `key` signed (all of them without a key), and how
@@ -500,9 +488,6 @@ impl Store {
         run_id: &str,
         key: Option<&[u8; 32]>,
     ) -> Result<(FinishedMap, u64), StoreError> {
-        let Some(key) = key else {
-            return Ok((self.finished(run_id)?, 0));
-        };
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {RESULT_COLUMNS}, t.mac FROM run_tasks t
@@ -515,14 +500,7 @@ impl Store {
             let mut unsigned = 0;
             for row in rows {
                 let (row, mac) = row?;
-                let expected = super::sign::row_mac(
-                    key,
-                    &row.step_id,
-                    &row.input_hash,
-                    row.status.as_str(),
-                    row.output.as_deref(),
-                );
-                if mac.as_deref() == Some(expected.as_str()) {
+                if key.is_none_or(|key| super::sign::row_signed(key, &row, mac.as_deref())) {
                     map.insert((row.step_id.clone(), row.item_index), row);
                 } else {
                     unsigned += 1;

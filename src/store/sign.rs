@@ -75,6 +75,20 @@ pub(crate) fn mac(key: &[u8; 32], parts: &[&[u8]]) -> String {
     hex::encode(outer.finalize())
 }
 
+/// Whether `mac` is the signature under `key` of the journal row `row`.
+pub(crate) fn row_signed(key: &[u8; 32], row: &super::TaskResultRow, mac: Option<&str>) -> bool {
+    mac == Some(
+        row_mac(
+            key,
+            &row.step_id,
+            &row.input_hash,
+            row.status.as_str(),
+            row.output.as_deref(),
+        )
+        .as_str(),
+    )
+}
+
 /// The MAC of a journal row's answer.
 pub(crate) fn row_mac(
     key: &[u8; 32],
