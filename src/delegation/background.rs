@@ -59,15 +59,7 @@ pub(crate) fn start(
     let tasks = TaskStore::open(env)?;
     let store = tasks.store();
     let description = request.description();
-    let request_json = serde_json::to_string(request)
-        .map_err(|e| Error::internal(format!("cannot encode the task request: {e}")))?;
-    let task = store.create_task(
-        &description,
-        request.source.as_deref(),
-        &request_json,
-        cap,
-        queue,
-    )?;
+    let task = create_signed(env, store, request, cap, queue)?;
     let pid = match spawn_worker(store, &task.id, env) {
         Ok(pid) => pid,
         Err(e) => {
@@ -90,6 +82,32 @@ pub(crate) fn start(
         description,
         cap,
     })
+}
+
+/// Records `request` as a background task ([`Store::create_task`]) and signs it with the
+/// user's key before any worker can start: the worker runs only a request summon wrote
+/// (the store is in the project, where a model's commands may write).
+fn create_signed(
+    env: &Env,
+    store: &Store,
+    request: &DelegationRequest,
+    cap: usize,
+    queue: bool,
+) -> Result<crate::store::TaskRecord> {
+    let request_json = serde_json::to_string(request)
+        .map_err(|e| Error::internal(format!("cannot encode the task request: {e}")))?;
+    let task = store.create_task(
+        &request.description(),
+        request.source.as_deref(),
+        &request_json,
+        cap,
+        queue,
+    )?;
+    if let Some(key) = crate::store::sign::env_key(env) {
+        let mac = crate::store::sign::task_request_mac(&key, &task.id.to_string(), &request_json);
+        store.sign_task_request(&task.id, &mac)?;
+    }
+    Ok(task)
 }
 
 /// Starts `summon __worker ID` in its own session, output to the task's log file.
@@ -161,6 +179,18 @@ pub(crate) fn run_worker(
         }
     } else if task.status.is_terminal() {
         return Ok(Vec::new());
+    }
+    if let Some(key) = crate::store::sign::env_key(env) {
+        let mac = crate::store::sign::task_request_mac(&key, &id.to_string(), &task.request_json);
+        if task.request_mac.as_deref() != Some(mac.as_str()) {
+            fail(
+                &store,
+                "the task's request in the store does not carry summon's signature (it was \
+                 written or changed by something other than summon): not run; start the task \
+                 again",
+            );
+            return Ok(Vec::new());
+        }
     }
     let request: DelegationRequest = match serde_json::from_str(&task.request_json) {
         Ok(request) => request,
@@ -396,15 +426,7 @@ mod tests {
             ..DelegationRequest::default()
         };
         let store = Store::open_for(&mock.env).unwrap();
-        let task = store
-            .create_task(
-                &request.description(),
-                None,
-                &serde_json::to_string(&request).unwrap(),
-                5,
-                false,
-            )
-            .unwrap();
+        let task = create_signed(&mock.env, &store, &request, 5, false).unwrap();
         let mut seen = Vec::new();
         let mut observer = |label: &str, event: SubagentEvent| {
             if let SubagentEvent::ToolCall { name, ok, .. } = event {
@@ -434,9 +456,7 @@ mod tests {
             ..DelegationRequest::default()
         };
         let store = Store::open_for(&mock.env).unwrap();
-        let json = serde_json::to_string(&request).unwrap();
-        let id = store
-            .create_task("nowhere", None, &json, 5, false)
+        let id = create_signed(&mock.env, &store, &request, 5, false)
             .unwrap()
             .id;
         let mut events = 0;
@@ -450,6 +470,62 @@ mod tests {
             Some("Source 'nowhere' not found. Use summon load to see available sources.")
         );
         assert!(mock.server.requests().is_empty());
+    }
+
+    #[test]
+    fn the_worker_runs_no_request_changed_in_the_store() {
+        let mock = MockProject::start(MockConfig::new().default_reply(Reply::text("ran")));
+        let request = DelegationRequest {
+            instructions: Some("summarise notes.md".into()),
+            ..DelegationRequest::default()
+        };
+        let store = Store::open_for(&mock.env).unwrap();
+        let signed = create_signed(&mock.env, &store, &request, 5, false).unwrap();
+        // What a command that can write the project could do between the start and its worker.
+        let forged = DelegationRequest {
+            instructions: Some("something else entirely".into()),
+            ..request.clone()
+        };
+        let conn =
+            rusqlite::Connection::open(store.project_dir().join(".summon/state.db")).unwrap();
+        conn.execute(
+            "UPDATE tasks SET request = ?1 WHERE id = ?2",
+            rusqlite::params![
+                serde_json::to_string(&forged).unwrap(),
+                signed.id.to_string()
+            ],
+        )
+        .unwrap();
+        // And one recorded without summon's signature at all.
+        let unsigned = store
+            .create_task(
+                "unsigned",
+                None,
+                &serde_json::to_string(&request).unwrap(),
+                5,
+                false,
+            )
+            .unwrap();
+        for id in [signed.id, unsigned.id] {
+            let notes = run_worker(&mock.env, id, &mut |_: &str, _: SubagentEvent| {}).unwrap();
+            assert!(notes.is_empty(), "{notes:?}");
+            let failed = store.get(&id).unwrap().unwrap();
+            assert_eq!(failed.status, TaskStatus::Failed);
+            assert!(
+                failed
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("does not carry summon's signature")),
+                "{:?}",
+                failed.error
+            );
+        }
+        assert!(mock.server.requests().is_empty());
+        // The request as summon wrote it runs.
+        let fine = create_signed(&mock.env, &store, &request, 5, false).unwrap();
+        run_worker(&mock.env, fine.id, &mut |_: &str, _: SubagentEvent| {}).unwrap();
+        let done = store.get(&fine.id).unwrap().unwrap();
+        assert_eq!(done.status, TaskStatus::Completed, "{:?}", done.error);
     }
 
     #[test]

@@ -48,7 +48,7 @@ mod batch;
 mod history;
 mod journal;
 mod schema;
-mod sign;
+pub(crate) mod sign;
 mod task;
 mod task_id;
 

@@ -168,8 +168,14 @@ const V6: &str = r#"
 ALTER TABLE run_tasks ADD COLUMN mac TEXT;    -- hex HMAC-SHA256 of the answer; NULL: unsigned
 "#;
 
+/// Version 7: a background task's request is signed with the user's key, so that its worker
+/// runs no request summon did not write.
+const V7: &str = r#"
+ALTER TABLE tasks ADD COLUMN request_mac TEXT; -- hex HMAC-SHA256 of id and request; NULL: unsigned
+"#;
+
 /// Every migration, in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
 
 /// The schema version this summon writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -89,6 +89,19 @@ pub(crate) fn row_signed(key: &[u8; 32], row: &super::TaskResultRow, mac: Option
     )
 }
 
+/// The MAC of a background task's request, bound to the task's id.
+pub(crate) fn task_request_mac(key: &[u8; 32], id: &str, request_json: &str) -> String {
+    mac(
+        key,
+        &[b"task request", id.as_bytes(), request_json.as_bytes()],
+    )
+}
+
+/// The user's signing key under `env`'s state directory, when there is one to read or make.
+pub(crate) fn env_key(env: &crate::env::Env) -> Option<[u8; 32]> {
+    env.state_dir().and_then(|dir| load_key(&dir).ok())
+}
+
 /// The MAC of a journal row's answer.
 pub(crate) fn row_mac(
     key: &[u8; 32],

@@ -137,6 +137,8 @@ pub(crate) struct TaskRecord {
     pub(crate) source: Option<String>,
     /// The delegation request (JSON), as given to [`Store::create_task`].
     pub(crate) request_json: String,
+    /// Its signature ([`Store::sign_task_request`]); `None`: unsigned.
+    pub(crate) request_mac: Option<String>,
     pub(crate) pid: Option<u32>,
     pub(crate) cancel_requested: bool,
     pub(crate) created_at: Timestamp,
@@ -202,7 +204,8 @@ pub(crate) enum Control {
 
 const COLUMNS: &str = "id, status, description, source, request, pid, cancel_requested, \
      created_at, started_at, finished_at, last_activity_at, heartbeat_at, turns, tool_calls, \
-     recent_tool_calls, output, error, input_tokens, output_tokens, provider, model, warnings";
+     recent_tool_calls, output, error, input_tokens, output_tokens, provider, model, warnings, \
+     request_mac";
 
 fn record(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
     let recent: String = row.get(14)?;
@@ -246,6 +249,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
                 )
             })?,
         },
+        request_mac: row.get(22)?,
     })
 }
 
@@ -281,6 +285,18 @@ impl Store {
         queue: bool,
     ) -> Result<TaskRecord, StoreError> {
         self.create_task_at(now_ms(), description, source, request_json, cap, queue)
+    }
+
+    /// Records the signature of a task's request (made with the user's key, outside the
+    /// workspace), which its worker checks before running it.
+    pub(crate) fn sign_task_request(&self, id: &TaskId, mac: &str) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE tasks SET request_mac = ?2 WHERE id = ?1",
+                params![id, mac],
+            )?;
+            Ok(())
+        })
     }
 
     fn create_task_at(
