@@ -279,10 +279,17 @@ const UPSERT: &str = "INSERT INTO run_tasks (run_id, step_id, item_index, input_
         error = excluded.error, finished_at = excluded.finished_at,
         batch_id = excluded.batch_id, output_hash = excluded.output_hash, mac = excluded.mac";
 
-/// An output is stored once per content; the row names it by hash. A stored text that no
-/// longer matches its hash (written over by something else) is put right.
+/// An output longer than [`INLINE_OUTPUT`] is stored once per content; the row names it by
+/// hash. A stored text that no longer matches its hash (written over by something else) is put
+/// right.
 const STORE_OUTPUT: &str = "INSERT INTO outputs (hash, text) VALUES (?1, ?2)
     ON CONFLICT (hash) DO UPDATE SET text = excluded.text WHERE text <> excluded.text";
+
+/// The longest output kept in its own row rather than stored once per content: its hash in
+/// the row, the `outputs` row and the two index entries take about as much room as it does,
+/// and each of those index entries lands on a random page (a SHA-256 key), which a run of many
+/// short answers would otherwise write to the WAL again for nearly every row it commits.
+pub(super) const INLINE_OUTPUT: usize = 256;
 
 /// The columns of a [`TaskResultRow`] (`t` is `run_tasks`, `o` its joined `outputs` row).
 pub(super) const RESULT_COLUMNS: &str = "t.step_id, t.item_index, t.input_hash, t.status,
@@ -303,9 +310,9 @@ fn write_rows(
             let mut stmt = tx.prepare_cached(UPSERT)?;
             let mut store_output = tx.prepare_cached(STORE_OUTPUT)?;
             for r in rows {
-                // Empty answers stay in the row; others are stored once per content.
+                // Short answers stay in the row; others are stored once per content.
                 let output_hash = match r.output.as_deref() {
-                    Some(text) if !text.is_empty() => {
+                    Some(text) if text.len() > INLINE_OUTPUT => {
                         let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text));
                         store_output.execute(params![hash, text])?;
                         Some(hash)
