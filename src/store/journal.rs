@@ -878,6 +878,44 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_up_to_the_inline_size_stays_in_its_row_and_a_longer_one_is_stored_by_hash() {
+        let (_tmp, store) = store();
+        let r = run(&store);
+        let sizes = [0, 1, INLINE_OUTPUT, INLINE_OUTPUT + 1, 4096];
+        let rows: Vec<TaskResultRow> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| TaskResultRow {
+                output: Some("a".repeat(n)),
+                ..row("s", i as u64, "h")
+            })
+            .collect();
+        store.record_results(&r.run_id, &rows).unwrap();
+        let inline: Vec<(u64, bool)> = store
+            .conn
+            .prepare("SELECT item_index, output IS NOT NULL FROM run_tasks ORDER BY item_index")
+            .unwrap()
+            .query_map([], |row| Ok((uint(row.get(0)?), row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            inline,
+            [(0, true), (1, true), (2, true), (3, false), (4, false)]
+        );
+        let stored: i64 = store
+            .conn
+            .query_row("SELECT count(*) FROM outputs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, 2);
+        let finished = store.finished(&r.run_id).unwrap();
+        for (i, &n) in sizes.iter().enumerate() {
+            let output = finished[&("s".to_owned(), i as u64)].output.clone();
+            assert_eq!(output, Some("a".repeat(n)), "answer of {n} bytes");
+        }
+    }
+
+    #[test]
     fn writer_round_trip_and_resume_map() {
         let (_tmp, store) = store();
         let r = run(&store);
