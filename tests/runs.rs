@@ -482,8 +482,14 @@ async fn reuse_takes_no_answer_written_into_the_store_by_something_else() {
     assert_eq!(server.request_count(), 3);
     // Anything that can write the workspace can write the store: forge every answer.
     let db = rusqlite::Connection::open(t.path().join(".summon/state.db")).unwrap();
+    // Short answers are kept in their rows, longer ones once per content in `outputs`.
     let forged = db
         .execute("UPDATE outputs SET text = 'forged answer'", [])
+        .unwrap()
+        + db.execute(
+            "UPDATE run_tasks SET output = 'forged answer' WHERE output IS NOT NULL",
+            [],
+        )
         .unwrap();
     assert_eq!(forged, 3);
     drop(db);

@@ -766,12 +766,15 @@ pub(super) async fn prepare_task(
     )
     .await
     .map_err(|e| prepare(prepare_message(e)))?;
-    let tier = step.settings.tier;
-    let resolved = Arc::make_mut(&mut prepared.resolved);
-    resolved.endpoint = resolved
-        .endpoint
-        .clone()
-        .at_tier(tier.service_tier(), step.settings.flex_fallback);
+    // The endpoint is copied only when the step's tier changes it (not for every task).
+    let service_tier = step.settings.tier.service_tier();
+    if prepared.resolved.endpoint.service_tier != service_tier || service_tier == Some("flex") {
+        let resolved = Arc::make_mut(&mut prepared.resolved);
+        resolved.endpoint = resolved
+            .endpoint
+            .clone()
+            .at_tier(service_tier, step.settings.flex_fallback);
+    }
     let cache = &mut prepared.spec.cache;
     cache.on = step.cache;
     cache.shared = step.cache_shared;
@@ -846,11 +849,15 @@ pub(super) fn client_for(
         .lock()
         .map_err(|_| Failure::other("internal error: client cache"))?;
     // One client per provider and service tier (a flex client waits longer).
+    let tiered;
     let key = match prepared.resolved.endpoint.service_tier {
-        Some(tier) => format!("{}\u{0}{tier}", prepared.resolved.provider_name),
-        None => prepared.resolved.provider_name.clone(),
+        Some(tier) => {
+            tiered = format!("{}\u{0}{tier}", prepared.resolved.provider_name);
+            tiered.as_str()
+        }
+        None => prepared.resolved.provider_name.as_str(),
     };
-    Ok(match clients.get(&key) {
+    Ok(match clients.get(key) {
         Some(pair) => pair.clone(),
         None => {
             let client = Client::new(prepared.resolved.endpoint.clone())
@@ -860,7 +867,7 @@ pub(super) fn client_for(
             let limiter = clients
                 .get(&prepared.resolved.provider_name)
                 .map_or(limiter, |(_, l)| l.clone());
-            clients.insert(key, (client.clone(), limiter.clone()));
+            clients.insert(key.to_owned(), (client.clone(), limiter.clone()));
             (client, limiter)
         }
     })
@@ -1031,7 +1038,9 @@ async fn run_tasks(
         warming.as_ref().is_some_and(|w| !*w.borrow())
     };
     let step_cap = tasks.cap.map(|c| Arc::new(Semaphore::new(c.max(1))));
-    let mut running: JoinSet<(TaskDone, Option<Permits>)> = JoinSet::new();
+    // A task's future and its result are boxed: the set's own cells, moved on every spawn and
+    // join, stay a few words.
+    let mut running: JoinSet<(Box<TaskDone>, Option<Permits>)> = JoinSet::new();
     let mut pending: std::collections::VecDeque<(u64, Option<Permits>)> =
         std::collections::VecDeque::new();
     let mut commits = shared.committed.clone();
@@ -1093,9 +1102,17 @@ async fn run_tasks(
             }
             let slot = TaskSlot::new(&shared, step.index, step_cap.as_ref(), (global, local));
             running.spawn(async move {
-                let done =
-                    run_task(shared, step, this, item, rendered, hash, Arc::clone(&slot)).await;
-                (done, slot.into_permits().await)
+                let done = Box::pin(run_task(
+                    shared,
+                    step,
+                    this,
+                    item,
+                    rendered,
+                    hash,
+                    Arc::clone(&slot),
+                ))
+                .await;
+                (Box::new(done), slot.into_permits().await)
             });
         }
         let committed = *commits.borrow_and_update();
@@ -1149,7 +1166,7 @@ async fn run_tasks(
                     shared.check_providers();
                     continue;
                 }
-                let (go_on, seq) = on_done(done);
+                let (go_on, seq) = on_done(*done);
                 shared.check_budget();
                 shared.check_providers();
                 stop |= !go_on;

@@ -229,12 +229,14 @@ impl Recorder {
         if let Some(level) = level {
             self.out.report.record_level(step, level, done.ok);
         }
-        self.out.report.record_warnings(
-            step,
-            done.index,
-            &item_label(&done.item, done.index),
-            &done.warnings,
-        );
+        if !done.warnings.is_empty() {
+            self.out.report.record_warnings(
+                step,
+                done.index,
+                &item_label(&done.item, done.index),
+                &done.warnings,
+            );
+        }
         self.out.report.record_overhead(step, done.trace.overhead());
         let cost = if done.reused {
             self.out.report.record_reused(step);

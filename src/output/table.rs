@@ -178,7 +178,11 @@ impl TableRows {
 
     /// One CSV record, quoted as needed (commas, quotes, line breaks).
     fn csv_line<S: AsRef<[u8]>>(&mut self, fields: &[S]) -> Vec<u8> {
-        let mut writer = csv::Writer::from_writer(Vec::new());
+        // The writer's own buffer is 8 KiB (zeroed) by default: a row's few hundred bytes are
+        // enough, and it flushes into the line when they are not.
+        let mut writer = csv::WriterBuilder::new()
+            .buffer_capacity(256)
+            .from_writer(Vec::with_capacity(128));
         let line = writer
             .write_record(fields)
             .map_err(io::Error::other)

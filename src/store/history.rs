@@ -384,11 +384,17 @@ mod tests {
     fn outputs_are_stored_once_and_pruned_with_the_last_run_naming_them() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(tmp.path()).unwrap();
+        // Longer than an answer kept in its row.
+        let same = "same answer ".repeat(30);
+        let another = "another answer ".repeat(30);
         let mut runs = Vec::new();
         for _ in 0..3 {
             let run = store.create_run("p.yaml", "h", "{}", "[]", None).unwrap();
             store
-                .record_results(&run.run_id, &[row(0, "same answer"), row(1, "")])
+                .record_results(
+                    &run.run_id,
+                    &[row(0, &same), row(1, ""), row(2, "a short answer")],
+                )
                 .unwrap();
             store
                 .set_run_status(&run.run_id, RunStatus::Completed)
@@ -397,15 +403,20 @@ mod tests {
         }
         let other = store.create_run("p.yaml", "h", "{}", "[]", None).unwrap();
         store
-            .record_results(&other.run_id, &[row(0, "another answer")])
+            .record_results(&other.run_id, &[row(0, &another)])
             .unwrap();
+        // Short answers stay in their rows: only the two long ones are in `outputs`.
         assert_eq!(count(&store, "outputs"), 2);
         let finished = store.finished(&runs[1]).unwrap();
         assert_eq!(
             finished[&("s".to_owned(), 0)].output.as_deref(),
-            Some("same answer")
+            Some(same.as_str())
         );
         assert_eq!(finished[&("s".to_owned(), 1)].output.as_deref(), Some(""));
+        assert_eq!(
+            finished[&("s".to_owned(), 2)].output.as_deref(),
+            Some("a short answer")
+        );
         // Keep only the newest run: the shared answer goes with the last run that named it.
         let pruned = store
             .prune_runs(
@@ -417,7 +428,7 @@ mod tests {
                 None,
             )
             .unwrap();
-        assert_eq!(pruned, Pruned { runs: 3, tasks: 6 });
+        assert_eq!(pruned, Pruned { runs: 3, tasks: 9 });
         assert_eq!(count(&store, "outputs"), 1);
         // A pruned id is never handed out again, even within the same second.
         for id in &runs {

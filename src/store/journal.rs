@@ -279,10 +279,17 @@ const UPSERT: &str = "INSERT INTO run_tasks (run_id, step_id, item_index, input_
         error = excluded.error, finished_at = excluded.finished_at,
         batch_id = excluded.batch_id, output_hash = excluded.output_hash, mac = excluded.mac";
 
-/// An output is stored once per content; the row names it by hash. A stored text that no
-/// longer matches its hash (written over by something else) is put right.
+/// An output longer than [`INLINE_OUTPUT`] is stored once per content; the row names it by
+/// hash. A stored text that no longer matches its hash (written over by something else) is put
+/// right.
 const STORE_OUTPUT: &str = "INSERT INTO outputs (hash, text) VALUES (?1, ?2)
     ON CONFLICT (hash) DO UPDATE SET text = excluded.text WHERE text <> excluded.text";
+
+/// The longest output kept in its own row rather than stored once per content: its hash in
+/// the row, the `outputs` row and the two index entries take about as much room as it does,
+/// and each of those index entries lands on a random page (a SHA-256 key), which a run of many
+/// short answers would otherwise write to the WAL again for nearly every row it commits.
+pub(super) const INLINE_OUTPUT: usize = 256;
 
 /// The columns of a [`TaskResultRow`] (`t` is `run_tasks`, `o` its joined `outputs` row).
 pub(super) const RESULT_COLUMNS: &str = "t.step_id, t.item_index, t.input_hash, t.status,
@@ -303,9 +310,9 @@ fn write_rows(
             let mut stmt = tx.prepare_cached(UPSERT)?;
             let mut store_output = tx.prepare_cached(STORE_OUTPUT)?;
             for r in rows {
-                // Empty answers stay in the row; others are stored once per content.
+                // Short answers stay in the row; others are stored once per content.
                 let output_hash = match r.output.as_deref() {
-                    Some(text) if !text.is_empty() => {
+                    Some(text) if text.len() > INLINE_OUTPUT => {
                         let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text));
                         store_output.execute(params![hash, text])?;
                         Some(hash)
@@ -886,6 +893,44 @@ mod tests {
         let ids: Vec<String> = (0..3).map(|_| run(&store).run_id).collect();
         let unique: std::collections::HashSet<&String> = ids.iter().collect();
         assert_eq!(unique.len(), 3, "{ids:?}");
+    }
+
+    #[test]
+    fn an_answer_up_to_the_inline_size_stays_in_its_row_and_a_longer_one_is_stored_by_hash() {
+        let (_tmp, store) = store();
+        let r = run(&store);
+        let sizes = [0, 1, INLINE_OUTPUT, INLINE_OUTPUT + 1, 4096];
+        let rows: Vec<TaskResultRow> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| TaskResultRow {
+                output: Some("a".repeat(n)),
+                ..row("s", i as u64, "h")
+            })
+            .collect();
+        store.record_results(&r.run_id, &rows).unwrap();
+        let inline: Vec<(u64, bool)> = store
+            .conn
+            .prepare("SELECT item_index, output IS NOT NULL FROM run_tasks ORDER BY item_index")
+            .unwrap()
+            .query_map([], |row| Ok((uint(row.get(0)?), row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            inline,
+            [(0, true), (1, true), (2, true), (3, false), (4, false)]
+        );
+        let stored: i64 = store
+            .conn
+            .query_row("SELECT count(*) FROM outputs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, 2);
+        let finished = store.finished(&r.run_id).unwrap();
+        for (i, &n) in sizes.iter().enumerate() {
+            let output = finished[&("s".to_owned(), i as u64)].output.clone();
+            assert_eq!(output, Some("a".repeat(n)), "answer of {n} bytes");
+        }
     }
 
     #[test]
