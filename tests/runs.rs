@@ -524,10 +524,17 @@ async fn resume_takes_no_task_written_into_the_store_by_something_else() {
     assert_eq!(server.request_count(), 4);
     // Forge two finished answers, as anything that can write the workspace could.
     let db = rusqlite::Connection::open(t.path().join(".summon/state.db")).unwrap();
+    // Short answers are kept in their rows, longer ones once per content in `outputs`.
     let forged = db
         .execute(
             "UPDATE outputs SET text = 'forged answer' WHERE hash IN \
              (SELECT output_hash FROM run_tasks WHERE item_index < 2)",
+            [],
+        )
+        .unwrap()
+        + db.execute(
+            "UPDATE run_tasks SET output = 'forged answer' \
+             WHERE output IS NOT NULL AND item_index < 2",
             [],
         )
         .unwrap();
