@@ -204,15 +204,7 @@ fn write_tasks(tasks: &[TaskRecord], ctx: &mut Ctx) -> Result<()> {
         "{}:\n",
         ctx.out_palette.bold("Completed tasks awaiting retrieval")
     );
-    for task in tasks {
-        text.push_str(&format!(
-            "  {}  {}  ({})\n",
-            task.id,
-            task.description,
-            task.status.as_str()
-        ));
-    }
-    text.push('\n');
+    text.push_str(&crate::delegation::loading::awaiting_lines(tasks.iter()));
     ctx.out.write(&text)?;
     Ok(())
 }

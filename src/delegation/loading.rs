@@ -139,16 +139,7 @@ Call {tool}(source: \"{id}\") again to keep waiting, with peek: true to check on
                 .map_err(|e| e.to_string())?;
             if !done.is_empty() {
                 text.push_str("Completed tasks awaiting retrieval:\n");
-                for view in &done {
-                    let task = &view.task;
-                    text.push_str(&format!(
-                        "  {}  {}  ({})\n",
-                        task.id,
-                        task.description,
-                        task.status.as_str()
-                    ));
-                }
-                text.push('\n');
+                text.push_str(&awaiting_lines(done.iter().map(|view| &view.task)));
             }
         }
         let listing = self.listing;
@@ -274,4 +265,22 @@ impl crate::subagent::Loader for ProjectLoader {
         }
         .load(source, peek, cancel)
     }
+}
+
+/// The lines of `load`'s list of finished background tasks awaiting collection (id,
+/// description, status), with the blank line after them.
+pub(crate) fn awaiting_lines<'a>(
+    tasks: impl Iterator<Item = &'a crate::store::TaskRecord>,
+) -> String {
+    let mut text = String::new();
+    for task in tasks {
+        text.push_str(&format!(
+            "  {}  {}  ({})\n",
+            task.id,
+            task.description,
+            task.status.as_str()
+        ));
+    }
+    text.push('\n');
+    text
 }
