@@ -517,13 +517,7 @@ fn preflight(
         .build()?;
     let mut silent = std::collections::HashSet::new();
     for (step, choice, steps) in wanted {
-        let overrides = crate::config::Overrides {
-            provider_flag: choice.provider.as_deref(),
-            model_flag: choice.model.as_deref(),
-            recipe_provider: choice.source_provider.as_deref(),
-            recipe_model: choice.source_model.as_deref(),
-            recipe_origin: &choice.origin,
-        };
+        let overrides = choice.overrides();
         let resolved = runtime
             .block_on(crate::config::resolve(env, config, &overrides))
             .map_err(|d| {
@@ -568,13 +562,7 @@ fn dry_run_windows(
         let Some(choice) = &resolved.model else {
             continue;
         };
-        let overrides = crate::config::Overrides {
-            provider_flag: choice.provider.as_deref(),
-            model_flag: choice.model.as_deref(),
-            recipe_provider: choice.source_provider.as_deref(),
-            recipe_model: choice.source_model.as_deref(),
-            recipe_origin: &choice.origin,
-        };
+        let overrides = choice.overrides();
         if let Ok(resolved) =
             crate::config::resolve::resolve_with(env, config, &overrides, |_| false)
         {

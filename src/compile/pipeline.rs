@@ -99,6 +99,19 @@ pub(crate) struct ModelChoice {
     pub(crate) origin: String,
 }
 
+impl ModelChoice {
+    /// The choice as the overrides the config's resolution takes.
+    pub(crate) fn overrides(&self) -> crate::config::Overrides<'_> {
+        crate::config::Overrides {
+            provider_flag: self.provider.as_deref(),
+            model_flag: self.model.as_deref(),
+            recipe_provider: self.source_provider.as_deref(),
+            recipe_model: self.source_model.as_deref(),
+            recipe_origin: &self.origin,
+        }
+    }
+}
+
 /// What a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Check {
