@@ -345,7 +345,10 @@ fn start_heartbeat(
             return;
         };
         loop {
-            if matches!(store.heartbeat(&id), Ok(Control::Stop)) {
+            // A project folder deleted under the task (a temporary one, say) ends it too:
+            // nobody is left to collect it.
+            let gone = !project.join(crate::store::DIR_NAME).is_dir();
+            if gone || matches!(store.heartbeat(&id), Ok(Control::Stop)) {
                 cancel.cancel();
                 return;
             }
@@ -526,6 +529,24 @@ mod tests {
         run_worker(&mock.env, fine.id, &mut |_: &str, _: SubagentEvent| {}).unwrap();
         let done = store.get(&fine.id).unwrap().unwrap();
         assert_eq!(done.status, TaskStatus::Completed, "{:?}", done.error);
+    }
+
+    #[tokio::test]
+    async fn a_worker_whose_project_folder_is_deleted_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("project");
+        std::fs::create_dir_all(project.join(".summon")).unwrap();
+        let store = Store::open(&project).unwrap();
+        let task = store.create_task("t", None, "{}", 5, false).unwrap();
+        let cancel = CancellationToken::new();
+        let (done, heartbeat) = start_heartbeat(project.clone(), task.id, cancel.clone());
+        assert!(!cancel.is_cancelled(), "a live project's task goes on");
+        std::fs::remove_dir_all(&project).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), cancel.cancelled())
+            .await
+            .expect("the task is stopped once its project folder is gone");
+        drop(done);
+        heartbeat.join().unwrap();
     }
 
     #[test]
