@@ -66,7 +66,7 @@ impl OpenRun {
             Some(Err(e)) => {
                 eprintln!(
                     "summon: warning: cannot read or create the signing key of reused answers \
-                     ({e}); this run's answers will not be reused"
+                     ({e}); this run's answers are not signed, so they will not be reused"
                 );
                 None
             }
@@ -85,15 +85,19 @@ impl OpenRun {
                 )?;
                 (run, HashMap::new(), catalog)
             }
-            Some(wanted) => resume(
-                &store,
-                &path_text,
-                &params_json,
-                wanted.as_deref(),
-                pipeline,
-                options,
-                (catalog, key.as_ref()),
-            )?,
+            Some(wanted) => {
+                let (run, catalog) = resume(
+                    &store,
+                    &path_text,
+                    &params_json,
+                    wanted.as_deref(),
+                    pipeline,
+                    options,
+                    catalog,
+                )?;
+                let finished = signed_finished(&store, &run.run_id, key.as_ref())?;
+                (run, finished, catalog)
+            }
         };
         let defaults = run_defaults(env, config);
         // The absolute --out, so that two runs into one directory are seen as such.
@@ -185,8 +189,8 @@ fn resume(
     wanted: Option<&str>,
     pipeline: &Pipeline,
     options: &RunOptions,
-    (catalog, key): (Catalog, Option<&[u8; 32]>),
-) -> Result<(RunRecord, FinishedMap, Catalog)> {
+    catalog: Catalog,
+) -> Result<(RunRecord, Catalog)> {
     let journal_tag = options.plan.journal_tag();
     let run = match wanted {
         Some(id) => store.get_run(id)?,
@@ -222,18 +226,6 @@ fn resume(
         )));
     }
     store.set_run_status(&run.run_id, RunStatus::Running)?;
-    let (finished, unsigned) = store.finished_signed(&run.run_id, key)?;
-    if unsigned > 0 {
-        eprintln!(
-            "summon: warning: {} of run {} {} no valid signature of summon's key (written by \
-             something other than summon, or before answers were signed): not taken as done; \
-             {} again",
-            crate::plural::count(unsigned, "recorded task"),
-            run.run_id,
-            if unsigned == 1 { "has" } else { "have" },
-            if unsigned == 1 { "it runs" } else { "they run" },
-        );
-    }
     // The run's own catalog, not a new scan.
     let frozen: Value = serde_json::from_str(&run.catalog_json).unwrap_or(Value::Null);
     let catalog = if frozen.is_array() {
@@ -241,7 +233,25 @@ fn resume(
     } else {
         catalog
     };
-    Ok((run, finished, catalog))
+    Ok((run, catalog))
+}
+
+/// The tasks a resumed run finished, as far as summon's signature says: a row written into
+/// the store by anything else runs again, with one warning counting them.
+fn signed_finished(store: &Store, run_id: &str, key: Option<&[u8; 32]>) -> Result<FinishedMap> {
+    let (finished, unsigned) = store.finished_signed(run_id, key)?;
+    if unsigned > 0 {
+        eprintln!(
+            "summon: warning: {} of run {} {} no valid signature of summon's key (written by \
+             something other than summon, or before answers were signed): not taken as done; \
+             {} again",
+            crate::plural::count(unsigned, "recorded task"),
+            run_id,
+            if unsigned == 1 { "has" } else { "have" },
+            if unsigned == 1 { "it runs" } else { "they run" },
+        );
+    }
+    Ok(finished)
 }
 
 /// The `(step, index)` of each task a `results.jsonl` lists.
