@@ -176,6 +176,12 @@ impl ProviderStop {
 /// The pause between two tries of a provider that cannot be reached (after it answered).
 const PROBE_PACE: Duration = Duration::from_secs(1);
 
+/// The first pause between two tries of a provider still starting (no connection before it
+/// ever answered, or a 503 saying it is loading its model); each failed try doubles it up to
+/// [`STARTUP_PACE_CAP`].
+const STARTUP_PACE: Duration = Duration::from_millis(10);
+const STARTUP_PACE_CAP: Duration = Duration::from_secs(2);
+
 /// `30s`, `0.5s`.
 fn seconds(d: Duration) -> String {
     let s = d.as_secs_f64();
@@ -186,12 +192,50 @@ fn seconds(d: Duration) -> String {
     }
 }
 
-/// Whether the provider can still be sent requests.
-#[derive(Debug, Default)]
+/// Whether the provider can still be sent requests, and when the next try may go.
+#[derive(Debug)]
 struct Health {
     /// Since when every request has failed to connect, after the provider had answered.
     unreachable_since: Option<Instant>,
+    /// Since when the provider has been waited for to start: no connection before it ever
+    /// answered, or 503s saying it is loading its model.
+    starting_since: Option<Instant>,
+    /// While the provider is waited for (starting or unreachable), the one request going
+    /// through the gate is sent no earlier than this: one try per pause, whatever the number
+    /// of tasks waiting.
+    next_try: Option<Instant>,
+    /// The pause after the next failed try of a starting provider.
+    startup_pace: Duration,
     stop: Option<ProviderStop>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self {
+            unreachable_since: None,
+            starting_since: None,
+            next_try: None,
+            startup_pace: STARTUP_PACE,
+            stop: None,
+        }
+    }
+}
+
+impl Health {
+    /// A try of a starting provider failed: the next one waits the pace, which doubles.
+    fn starting_failed(&mut self, now: Instant) {
+        self.starting_since.get_or_insert(now);
+        self.next_try = Some(now + self.startup_pace);
+        self.startup_pace = (self.startup_pace * 2).min(STARTUP_PACE_CAP);
+    }
+
+    /// The provider gave an answer that is not "still loading": nothing is waited for.
+    fn answered(&mut self) {
+        self.unreachable_since = None;
+        self.starting_since = None;
+        self.next_try = None;
+        self.startup_pace = STARTUP_PACE;
+    }
 }
 
 /// A provider client; cheap to clone, clones share one connection pool.
@@ -346,6 +390,31 @@ impl Client {
 
     fn unreachable_since(&self) -> Option<Instant> {
         self.health.lock().ok().and_then(|h| h.unreachable_since)
+    }
+
+    /// Whether requests go through the gate one at a time: until the provider's first answer,
+    /// while it is starting, and while it cannot be reached.
+    fn gated(&self) -> bool {
+        !self.has_answered()
+            || self
+                .health
+                .lock()
+                .is_ok_and(|h| h.unreachable_since.is_some() || h.starting_since.is_some())
+    }
+
+    /// How long a task should wait before trying a starting provider again (until the gate's
+    /// next try), or `None` once it has been waited for `budget` since its first failed try.
+    pub(crate) fn startup_pause(&self, budget: Duration) -> Option<Duration> {
+        let health = self.health.lock().ok()?;
+        let since = health.starting_since?;
+        if since.elapsed() >= budget {
+            return None;
+        }
+        let left = budget - since.elapsed();
+        let until = health.next_try.map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(Instant::now())
+        });
+        Some(until.min(left))
     }
 
     /// After `err`, a failed connection to a provider that answered before: how much is left
@@ -635,13 +704,21 @@ impl Client {
         request: reqwest::RequestBuilder,
     ) -> Result<Vec<u8>, ProviderError> {
         let key = self.endpoint.api_key.as_ref();
-        // One request at a time until the provider has answered once, and while it cannot be
-        // reached.
-        let gated = || !self.has_answered() || self.unreachable_since().is_some();
-        let _first = if gated() {
+        // One request at a time until the provider has answered once, while it is starting and
+        // while it cannot be reached; each goes no earlier than the pause after the last
+        // failed try.
+        let _gate = if self.gated() {
             let held = self.first.lock().await;
             // Those that waited for the first answer go together once it came.
-            gated().then_some(held)
+            if self.gated() {
+                let next = self.health.lock().ok().and_then(|h| h.next_try);
+                if let Some(at) = next {
+                    tokio::time::sleep_until(at.into()).await;
+                }
+                Some(held)
+            } else {
+                None
+            }
         } else {
             None
         };
@@ -653,14 +730,17 @@ impl Client {
             Ok(response) => response,
             Err(e) => {
                 let err = ProviderError::from_transport(e, key);
-                if err.is_connect() && self.has_answered() {
-                    if let Ok(mut health) = self.health.lock() {
-                        health.unreachable_since.get_or_insert_with(Instant::now);
-                    }
-                    // While it cannot be reached, the provider is tried at most once a
-                    // second, whatever the number of tasks waiting for it.
-                    if _first.is_some() {
-                        tokio::time::sleep(PROBE_PACE).await;
+                if err.is_connect()
+                    && let Ok(mut health) = self.health.lock()
+                {
+                    let now = Instant::now();
+                    if self.has_answered() {
+                        // While it cannot be reached, the provider is tried at most once a
+                        // second, whatever the number of tasks waiting for it.
+                        health.unreachable_since.get_or_insert(now);
+                        health.next_try = Some(now + PROBE_PACE);
+                    } else {
+                        health.starting_failed(now);
                     }
                 }
                 return Err(err);
@@ -679,14 +759,28 @@ impl Client {
         let first = !self
             .answered
             .swap(true, std::sync::atomic::Ordering::Relaxed);
-        if let Ok(mut health) = self.health.lock() {
-            health.unreachable_since = None;
-        }
         let error_headers = (!status.is_success()).then(|| response.headers().clone());
         let body = response
             .bytes()
             .await
-            .map_err(|e| ProviderError::from_transport(e, key))?;
+            .map_err(|e| ProviderError::from_transport(e, key));
+        let loading = |err: &ProviderError| {
+            if let Ok(mut health) = self.health.lock() {
+                if err.is_loading() {
+                    health.unreachable_since = None;
+                    health.starting_failed(Instant::now());
+                } else {
+                    health.answered();
+                }
+            }
+        };
+        let body = match body {
+            Ok(body) => body,
+            Err(err) => {
+                loading(&err);
+                return Err(err);
+            }
+        };
         if let Some(headers) = error_headers {
             let ctx = ErrorContext {
                 api_key: key,
@@ -698,6 +792,7 @@ impl Client {
                 &String::from_utf8_lossy(&body),
                 &ctx,
             );
+            loading(&err);
             if first
                 && matches!(err, ProviderError::Auth { .. })
                 && let Ok(mut health) = self.health.lock()
@@ -707,6 +802,9 @@ impl Client {
                     .get_or_insert(ProviderStop::Refused(err.clone()));
             }
             return Err(err);
+        }
+        if let Ok(mut health) = self.health.lock() {
+            health.answered();
         }
         Ok(body.into())
     }
@@ -1201,26 +1299,82 @@ mod tests {
         assert_eq!(requests[1].header("x-api-key"), Some(KEY));
     }
 
-    #[tokio::test]
-    async fn connection_refused_is_a_transient_network_error() {
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-            listener.local_addr().expect("addr").port()
-        };
+    fn refused_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    }
+
+    fn down(port: u16) -> Client {
         let endpoint = ProviderEndpoint::new(
             "down",
             ProviderKind::OpenAi,
             format!("http://127.0.0.1:{port}/v1"),
         );
-        let client = Client::new(endpoint).expect("client");
-        let mut attempts = 0;
-        let mut hook = |_: &ProviderError, _: u32, _: Duration| attempts += 1;
+        Client::new(endpoint).expect("client")
+    }
+
+    #[tokio::test]
+    async fn connection_refused_is_a_network_error_waited_out_then_the_provider_is_stopped() {
+        let client = down(refused_port());
+        let mut retries = 0;
+        let mut hook = |_: &ProviderError, _: u32, _: Duration| retries += 1;
         let err = send_with_retry(&client, &tool_request(), &fast_policy(), &mut hook)
             .await
             .expect_err("refused");
         assert!(matches!(err, ProviderError::Network { .. }), "{err:?}");
         assert!(err.to_string().contains("cannot connect"), "{err}");
-        assert_eq!(attempts, 5);
+        // The start-up wait, not the retries, is what a provider never reached gets.
+        assert_eq!(retries, 0);
+        assert!(
+            matches!(client.stop(), Some(ProviderStop::Unreachable { .. })),
+            "{:?}",
+            client.stop()
+        );
+        let again = client.chat(&tool_request()).await.expect_err("not sent");
+        assert!(matches!(again, ProviderError::NotSent { .. }), "{again:?}");
+    }
+
+    /// Counts the failed tries of a starting provider a task saw.
+    struct Tries(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl crate::provider::RetryHook for Tries {
+        fn on_retry(&mut self, _: &ProviderError, _: u32, _: Duration) {}
+
+        fn on_startup_wait(&mut self, _: &ProviderError, _: Duration, _: Duration, _: bool) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// However many tasks wait for a provider that does not start, it is tried once per
+    /// pause (10 ms doubling to 2 s), not once per task and pause.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_provider_never_reached_is_tried_once_per_pause_whatever_the_tasks() {
+        let client = down(refused_port());
+        let policy = RetryPolicy {
+            startup_wait: Duration::from_millis(400),
+            ..fast_policy()
+        };
+        let tries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let (client, policy) = (client.clone(), policy.clone());
+                let mut hook = Tries(Arc::clone(&tries));
+                tokio::spawn(async move {
+                    send_with_retry(&client, &tool_request(), &policy, &mut hook).await
+                })
+            })
+            .collect();
+        for task in tasks {
+            let err = task.await.expect("task").expect_err("refused");
+            assert!(
+                err.is_connect() || matches!(err, ProviderError::NotSent { .. }),
+                "{err:?}"
+            );
+        }
+        // Tries at 0, 10, 30, 70, 150 and 310 ms, and the one that finds the wait spent
+        // (before: each of the 64 tasks polled on its own, about 350 tries).
+        let tries = tries.load(std::sync::atomic::Ordering::Relaxed);
+        assert!((4..=8).contains(&tries), "{tries} tries");
     }
 
     #[tokio::test]

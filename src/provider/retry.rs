@@ -44,7 +44,7 @@ pub(crate) struct RetryPolicy {
     pub(crate) unreachable_window: Duration,
 }
 
-/// The longest pause between two tries of a starting provider.
+/// The longest pause of a task waiting out the unreachable window.
 const STARTUP_POLL_CAP: Duration = Duration::from_secs(2);
 
 impl Default for RetryPolicy {
@@ -104,9 +104,6 @@ pub(crate) struct Backoff<'a> {
     retries: u32,
     waited: Duration,
     previous: Duration,
-    /// Waited so far for the provider to start, and how many times.
-    startup_waited: Duration,
-    startup_tries: u32,
 }
 
 impl<'a> Backoff<'a> {
@@ -116,24 +113,7 @@ impl<'a> Backoff<'a> {
             retries: 0,
             waited: Duration::ZERO,
             previous: policy.base,
-            startup_waited: Duration::ZERO,
-            startup_tries: 0,
         }
-    }
-
-    /// The pause before trying a starting provider again, or `None` when the start-up wait
-    /// is spent (the error then takes the ordinary retries). Short polls, growing to 2 s.
-    pub(crate) fn next_startup_delay(&mut self) -> Option<Duration> {
-        let left = self.policy.startup_wait.saturating_sub(self.startup_waited);
-        if left.is_zero() {
-            return None;
-        }
-        let first = (self.policy.base / 4).clamp(Duration::from_millis(10), STARTUP_POLL_CAP);
-        let factor = 1u32.checked_shl(self.startup_tries).unwrap_or(u32::MAX);
-        let delay = first.saturating_mul(factor).min(STARTUP_POLL_CAP).min(left);
-        self.startup_tries += 1;
-        self.startup_waited += delay;
-        Some(delay)
     }
 
     /// Retries granted so far.
@@ -225,6 +205,12 @@ pub(crate) trait RetryHook {
     fn wait(&mut self, delay: Duration) -> impl Future<Output = ()> + Send {
         tokio::time::sleep(delay)
     }
+
+    /// Waits out `delay` for a provider still starting, keeping whatever [`RetryHook::wait`]
+    /// would give back.
+    fn pause(&mut self, delay: Duration) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep(delay)
+    }
 }
 
 impl<F> RetryHook for F
@@ -284,12 +270,21 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
         if let Some(stopped) = client.note_unreachable(&err, policy.unreachable_window) {
             return Err(stopped);
         }
-        let starting = err.is_loading() || (err.is_connect() && !client.has_answered());
-        if starting && let Some(delay) = backoff.next_startup_delay() {
-            let first = client.first_startup_wait();
-            hook.on_startup_wait(&err, policy.startup_wait, delay, first);
-            hook.wait(delay).await;
-            continue;
+        let never_answered = err.is_connect() && !client.has_answered();
+        if err.is_loading() || never_answered {
+            if let Some(delay) = client.startup_pause(policy.startup_wait) {
+                let first = client.first_startup_wait();
+                hook.on_startup_wait(&err, policy.startup_wait, delay, first);
+                // The slot is kept: a task started in its place would only wait too.
+                hook.pause(delay).await;
+                continue;
+            }
+            // No connection through the start-up wait: the provider is taken for dead, and no
+            // other request is sent to it.
+            if never_answered {
+                client.stop_unreachable(&err, policy.startup_wait);
+                return Err(err);
+            }
         }
         let Some(delay) = backoff.next_delay(&err) else {
             // Its retries spent, a request to a provider that answered before and cannot be
@@ -298,11 +293,6 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
             if let Some(left) = client.unreachable_left(&err, policy.unreachable_window) {
                 hook.wait(left.min(STARTUP_POLL_CAP)).await;
                 continue;
-            }
-            // No connection through the start-up wait and the retries: the provider is taken
-            // for dead, and no other request is sent to it.
-            if err.is_connect() && !client.has_answered() {
-                client.stop_unreachable(&err, policy.startup_wait);
             }
             return Err(err);
         };
@@ -385,22 +375,6 @@ mod tests {
             backoff.next_delay_with(&overloaded(), 0.0),
             Some(Duration::ZERO)
         );
-    }
-
-    #[test]
-    fn the_startup_wait_is_its_own_budget_of_short_polls() {
-        let policy = RetryPolicy {
-            startup_wait: Duration::from_secs(10),
-            ..RetryPolicy::default()
-        };
-        let mut backoff = Backoff::new(&policy);
-        let delays: Vec<Duration> = std::iter::from_fn(|| backoff.next_startup_delay()).collect();
-        assert_eq!(delays[0], Duration::from_millis(250));
-        assert!(delays.iter().all(|d| *d <= STARTUP_POLL_CAP), "{delays:?}");
-        assert_eq!(delays.iter().sum::<Duration>(), Duration::from_secs(10));
-        // The retries are untouched.
-        assert_eq!(backoff.retries(), 0);
-        assert!(backoff.next_delay_with(&overloaded(), 0.5).is_some());
     }
 
     #[test]

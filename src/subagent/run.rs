@@ -400,6 +400,11 @@ impl crate::provider::RetryHook for SlotHook<'_> {
             }
         }
     }
+
+    fn pause(&mut self, delay: Duration) -> impl std::future::Future<Output = ()> + Send {
+        self.cache.fire_warm();
+        tokio::time::sleep(delay)
+    }
 }
 
 /// Why `request` cannot be sent to a model with the spec's context window: its estimated
