@@ -246,3 +246,90 @@ async fn a_provider_never_reached_stops_the_run_after_the_start_up_wait() {
     assert!((1..=4).contains(&lines.len()), "{lines:#?}");
     assert!(lines.iter().all(|l| l["step"] == "each"), "{lines:#?}");
 }
+
+/// A provider that answers every request with a 429 is sent one request at a time, each after
+/// the wait it asked for, not every waiting task's retry at once; after the window
+/// (`SUMMON_RATE_LIMITED_MS`) of nothing but 429s the run stops, resumable.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_that_only_rate_limits_is_paced_then_stops_the_run() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::status_with_headers(
+        429,
+        [("retry-after", "1")],
+        r#"{"error":{"message":"Rate limit reached for requests","type":"requests"}}"#,
+    )))
+    .await;
+    let out = openai(&server)
+        .env("OPENAI_API_KEY", "sk-test-0123456789")
+        .env("SUMMON_RATE_LIMITED_MS", "2500")
+        .write("p.yaml", &fan_out_and_reduce(200, 16))
+        .args(["run", "p.yaml", "--out", "out"])
+        .code(75)
+        .run();
+    assert!(
+        out.stderr.contains(
+            "stopped: provider `openai` answered every request with a rate limit for 2.5s"
+        ) && out.stderr.contains("summon run p.yaml --resume"),
+        "{}",
+        out.stderr
+    );
+    // One request a second for about 3 s (each task on its own would have sent its six:
+    // 16 at once, then again every second).
+    let sent = server.request_count();
+    assert!((3..=8).contains(&sent), "{sent} requests\n{}", out.stderr);
+    assert_eq!(server.peak_in_flight(), 1, "{}", out.stderr);
+    let lines = results(&out.dir.join("out"));
+    assert!(lines.iter().all(|l| l["step"] == "each"), "{lines:#?}");
+}
+
+/// After a wave of 429s nothing is sent until the wait they asked for has passed, then half
+/// as many requests go at once, growing back one per answer: the fan-out finishes, every item
+/// once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wave_of_rate_limits_pauses_and_halves_the_fan_out_and_it_finishes() {
+    let slow = Duration::from_millis(60);
+    let mut replies = vec![Reply::text("first")];
+    replies.extend((0..16).map(|_| {
+        Reply::status_with_headers(
+            429,
+            [("retry-after", "0.3")],
+            r#"{"error":{"message":"Rate limit reached","type":"requests"}}"#,
+        )
+        .delayed(slow)
+    }));
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies(replies)
+            .default_reply(Reply::text("ok").delayed(slow)),
+    )
+    .await;
+    let out = openai(&server)
+        .env("OPENAI_API_KEY", "sk-test-0123456789")
+        .write("p.yaml", &fan_out_and_reduce(120, 16))
+        .args(["run", "p.yaml", "--out", "out"])
+        .run();
+    let lines = results(&out.dir.join("out"));
+    let done: BTreeSet<String> = completed(&lines, "each").into_iter().collect();
+    assert_eq!(done.len(), 120, "{}", out.stderr);
+    assert_eq!(asked_items(&server).len(), 120 + 16, "{}", out.stderr);
+    let requests = server.requests();
+    // Requests 1..=16 are the wave (the first went alone), answered 60 ms after they came.
+    let wave_answered = requests[16].received_at + slow;
+    let after: Vec<_> = requests[17..]
+        .iter()
+        .map(|r| r.received_at.saturating_duration_since(wave_answered))
+        .collect();
+    assert!(
+        after[0] >= Duration::from_millis(290),
+        "the next request came {:?} after the wave's answers, before the 0.3 s asked for",
+        after[0]
+    );
+    // Until the first answers after the pause come back, at most 8 are in flight.
+    let first_burst = after
+        .iter()
+        .filter(|d| **d < after[0] + slow - Duration::from_millis(10))
+        .count();
+    assert!(
+        first_burst <= 8,
+        "{first_burst} sent at once after the pause"
+    );
+}

@@ -158,6 +158,8 @@ pub(crate) enum ProviderStop {
     /// It had answered, then every request failed to connect for `window`; `error` is the
     /// last one.
     Unreachable { window: Duration, error: String },
+    /// It answered every request with HTTP 429 for `window`; `error` is the last one.
+    RateLimited { window: Duration, error: String },
 }
 
 impl ProviderStop {
@@ -167,6 +169,10 @@ impl ProviderStop {
             Self::Refused(err) => format!("provider `{name}` refused the key: {err}"),
             Self::Unreachable { window, error } => format!(
                 "provider `{name}` could not be reached for {} ({error})",
+                seconds(*window)
+            ),
+            Self::RateLimited { window, error } => format!(
+                "provider `{name}` answered every request with a rate limit for {} ({error})",
                 seconds(*window)
             ),
         }
@@ -206,6 +212,8 @@ struct Health {
     next_try: Option<Instant>,
     /// The pause after the next failed try of a starting provider.
     startup_pace: Duration,
+    /// Since when every answer has been a 429.
+    limited_since: Option<Instant>,
     stop: Option<ProviderStop>,
 }
 
@@ -216,6 +224,7 @@ impl Default for Health {
             starting_since: None,
             next_try: None,
             startup_pace: STARTUP_PACE,
+            limited_since: None,
             stop: None,
         }
     }
@@ -235,6 +244,7 @@ impl Health {
         self.starting_since = None;
         self.next_try = None;
         self.startup_pace = STARTUP_PACE;
+        self.limited_since = None;
     }
 }
 
@@ -274,6 +284,8 @@ pub(crate) struct Client {
     /// Held by the request in flight until the provider's first answer: one at a time.
     first: Arc<tokio::sync::Mutex<()>>,
     health: Arc<std::sync::Mutex<Health>>,
+    /// The requests in flight and their limit once the provider rate-limits.
+    pace: Arc<super::pace::Pace>,
     /// Whether the server's chat template says it has no tool support (asked once).
     drops_tools: Arc<tokio::sync::OnceCell<bool>>,
 }
@@ -346,6 +358,7 @@ impl Client {
             native_refused: Arc::default(),
             first: Arc::default(),
             health: Arc::default(),
+            pace: Arc::default(),
             drops_tools: Arc::default(),
         })
     }
@@ -460,6 +473,29 @@ impl Client {
             let since = *health.unreachable_since.get_or_insert_with(Instant::now);
             if health.stop.is_none() && since.elapsed() >= window {
                 health.stop = Some(ProviderStop::Unreachable {
+                    window,
+                    error: err.to_string(),
+                });
+            }
+        }
+        self.not_sent()
+    }
+
+    /// After a 429: when every answer has been one for `window`, the provider is stopped;
+    /// answers the error to return then.
+    pub(crate) fn note_rate_limited(
+        &self,
+        err: &ProviderError,
+        window: Duration,
+    ) -> Option<ProviderError> {
+        if !matches!(err, ProviderError::RateLimited { .. }) {
+            return None;
+        }
+        {
+            let mut health = self.health.lock().ok()?;
+            let since = health.limited_since?;
+            if health.stop.is_none() && since.elapsed() >= window {
+                health.stop = Some(ProviderStop::RateLimited {
                     window,
                     error: err.to_string(),
                 });
@@ -725,6 +761,11 @@ impl Client {
         if let Some(err) = self.not_sent() {
             return Err(err);
         }
+        let _in_flight = self.pace.admit().await;
+        // Stopped while it waited (another task's answer stopped the provider).
+        if let Some(err) = self.not_sent() {
+            return Err(err);
+        }
         let sent = request.send().await;
         let mut response = match sent {
             Ok(response) => response,
@@ -769,6 +810,10 @@ impl Client {
                 if err.is_loading() {
                     health.unreachable_since = None;
                     health.starting_failed(Instant::now());
+                } else if matches!(err, ProviderError::RateLimited { .. }) {
+                    let limited = health.limited_since;
+                    health.answered();
+                    health.limited_since = Some(limited.unwrap_or_else(Instant::now));
                 } else {
                     health.answered();
                 }
@@ -793,6 +838,9 @@ impl Client {
                 &ctx,
             );
             loading(&err);
+            if let ProviderError::RateLimited { retry_after, .. } = &err {
+                self.pace.rate_limited(*retry_after);
+            }
             if first
                 && matches!(err, ProviderError::Auth { .. })
                 && let Ok(mut health) = self.health.lock()
@@ -806,6 +854,7 @@ impl Client {
         if let Ok(mut health) = self.health.lock() {
             health.answered();
         }
+        self.pace.succeeded();
         Ok(body.into())
     }
 }

@@ -11,6 +11,7 @@ mod error;
 mod limiter;
 mod message;
 mod openai;
+mod pace;
 mod retry;
 mod structured;
 pub(crate) mod tool_name;

@@ -24,8 +24,8 @@ pub(crate) enum Jitter {
 }
 
 /// Retry limits. Defaults: base 1 s, cap 30 s, 5 retries, 120 s total wait, full jitter,
-/// 180 s for a provider that is still starting, and 30 s of failed connections for one that
-/// answered before.
+/// 180 s for a provider that is still starting, 30 s of failed connections for one that
+/// answered before, and 300 s of nothing but 429s.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RetryPolicy {
     pub(crate) base: Duration,
@@ -42,6 +42,9 @@ pub(crate) struct RetryPolicy {
     /// How long a provider that answered before may fail every connection before it is
     /// taken for dead: then nothing more is sent to it.
     pub(crate) unreachable_window: Duration,
+    /// How long a provider may answer every request with a 429 before it is taken as
+    /// refusing the run: then nothing more is sent to it.
+    pub(crate) rate_limited_window: Duration,
 }
 
 /// The longest pause of a task waiting out the unreachable window.
@@ -57,6 +60,7 @@ impl Default for RetryPolicy {
             jitter: Jitter::Full,
             startup_wait: Duration::from_secs(180),
             unreachable_window: Duration::from_secs(30),
+            rate_limited_window: Duration::from_secs(300),
         }
     }
 }
@@ -83,6 +87,12 @@ impl RetryPolicy {
             .and_then(|v| v.trim().parse::<u64>().ok())
         {
             policy.unreachable_window = Duration::from_millis(ms);
+        }
+        if let Some(ms) = env
+            .var("SUMMON_RATE_LIMITED_MS")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            policy.rate_limited_window = Duration::from_millis(ms);
         }
         policy
     }
@@ -268,6 +278,10 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
         // A provider that answered before and has not been reachable since for the window:
         // nothing more is sent to it.
         if let Some(stopped) = client.note_unreachable(&err, policy.unreachable_window) {
+            return Err(stopped);
+        }
+        // One that has answered every request with a 429 for its window, likewise.
+        if let Some(stopped) = client.note_rate_limited(&err, policy.rate_limited_window) {
             return Err(stopped);
         }
         let never_answered = err.is_connect() && !client.has_answered();
