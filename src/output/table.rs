@@ -33,6 +33,8 @@ struct TableRows {
     table: Table,
     /// The column templates, named by their position.
     env: Environment<'static>,
+    /// Per column, the variable it is when it is nothing else (`{{ item.id }}`).
+    direct: Vec<Option<Direct>>,
     /// The item index the file waits for.
     next: u64,
     /// Rows of tasks that finished before some task ahead of them (`None`: left out).
@@ -88,10 +90,16 @@ impl TableRows {
                 error.get_or_insert_with(|| Error::usage(t.render_error(&e)));
             }
         }
+        let direct = table
+            .columns
+            .iter()
+            .map(|(_, t)| Direct::parse(&t.text))
+            .collect();
         let mut rows = Self {
             step,
             table: table.clone(),
             env,
+            direct,
             next: 0,
             early: BTreeMap::new(),
             file: BufWriter::with_capacity(64 * 1024, tempfile::tempfile_in(spill_dir)?),
@@ -144,16 +152,16 @@ impl TableRows {
 
     /// One task's row, as the bytes of its line.
     fn render(&mut self, done: &TaskDone) -> Result<Vec<u8>> {
-        let ctx = minijinja::context! {
-            item => minijinja::Value::from(minijinja::value::Serde(&done.item)),
-            data => done.structured.as_ref().map(|d| minijinja::Value::from(minijinja::value::Serde(d))),
-            output => done.output.as_str(),
-            status => if done.ok { "completed" } else { "failed" },
-            error => done.error_message(),
-        };
+        // Made only for a column that is more than a variable holding text.
+        let mut ctx = None;
         let mut values = Vec::with_capacity(self.table.columns.len());
         for (i, (_, t)) in self.table.columns.iter().enumerate() {
-            values.push(render_column(&self.env, i, t, &ctx, done.index)?);
+            if let Some(text) = self.direct[i].as_ref().and_then(|d| d.text(done)) {
+                values.push(text.to_owned());
+                continue;
+            }
+            let ctx = ctx.get_or_insert_with(|| context(done));
+            values.push(render_column(&self.env, i, t, ctx, done.index)?);
         }
         Ok(match self.table.format {
             TableFormat::Csv => {
@@ -244,6 +252,74 @@ fn is_plain_number(cell: &str) -> bool {
     all_digits(whole) && fraction.is_none_or(all_digits)
 }
 
+/// What a column's template sees of a task.
+fn context(done: &TaskDone) -> minijinja::Value {
+    minijinja::context! {
+        item => minijinja::Value::from(minijinja::value::Serde(&done.item)),
+        data => done.structured.as_ref().map(|d| minijinja::Value::from(minijinja::value::Serde(d))),
+        output => done.output.as_str(),
+        status => if done.ok { "completed" } else { "failed" },
+        error => done.error_message(),
+    }
+}
+
+/// A column whose whole template is one variable, `{{ item.id }}` or `{{ status }}`: read
+/// straight from the task instead of rendered, when what it names is text (which the
+/// template would print unchanged); anything else goes through the template.
+#[derive(Debug, Clone, PartialEq)]
+enum Direct {
+    Item(Vec<String>),
+    Data(Vec<String>),
+    Output,
+    Status,
+    Error,
+}
+
+impl Direct {
+    fn parse(text: &str) -> Option<Self> {
+        let inner = text.strip_prefix("{{")?.strip_suffix("}}")?;
+        if inner.starts_with(['-', '+']) || inner.ends_with(['-', '+']) {
+            return None;
+        }
+        let mut parts = inner.trim().split('.');
+        let root = parts.next()?;
+        let path: Vec<String> = parts.map(str::to_owned).collect();
+        let identifier = |s: &str| {
+            s.chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if !identifier(root) || !path.iter().all(|p| identifier(p)) {
+            return None;
+        }
+        match (root, path.is_empty()) {
+            ("item", _) => Some(Self::Item(path)),
+            ("data", _) => Some(Self::Data(path)),
+            ("output", true) => Some(Self::Output),
+            ("status", true) => Some(Self::Status),
+            ("error", true) => Some(Self::Error),
+            _ => None,
+        }
+    }
+
+    /// The text the variable holds for `done`, when it holds text.
+    fn text<'a>(&self, done: &'a TaskDone) -> Option<&'a str> {
+        fn walk<'a>(value: &'a serde_json::Value, path: &[String]) -> Option<&'a str> {
+            path.iter()
+                .try_fold(value, |v, key| v.as_object()?.get(key))?
+                .as_str()
+        }
+        match self {
+            Self::Item(path) => walk(&done.item, path),
+            Self::Data(path) => walk(done.structured.as_ref()?, path),
+            Self::Output => Some(&done.output),
+            Self::Status => Some(if done.ok { "completed" } else { "failed" }),
+            Self::Error => done.error_message(),
+        }
+    }
+}
+
 fn render_column(
     env: &Environment<'static>,
     i: usize,
@@ -260,4 +336,92 @@ fn render_column(
             t.render_error(&e)
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// What the column's template prints for `done`.
+    fn rendered(text: &str, done: &TaskDone) -> String {
+        let mut env = crate::template::lenient_environment(None);
+        env.add_template_owned("c", text.to_owned())
+            .expect("template");
+        env.get_template("c")
+            .and_then(|t| t.render(context(done)))
+            .expect("render")
+    }
+
+    #[test]
+    fn a_variable_column_reads_the_task_as_its_template_prints_it() {
+        let ok = TaskDone {
+            item: json!({"id": "7", "n": 3, "deep": {"name": "x, \"y\""}, "none": null}),
+            ok: true,
+            output: "an answer\nover two lines".into(),
+            structured: Some(json!({"category": "bug", "score": 0.5, "tags": ["a"]})),
+            ..TaskDone::default()
+        };
+        let failed = TaskDone {
+            item: json!("plain item"),
+            error: Some(crate::event::Failure::new(
+                crate::event::FailureClass::Answer,
+                "provider said no",
+            )),
+            ..TaskDone::default()
+        };
+        let columns = [
+            "{{ item.id }}",
+            "{{item.deep.name}}",
+            "{{ item }}",
+            "{{ item.n }}",
+            "{{ item.none }}",
+            "{{ item.missing }}",
+            "{{ item.deep }}",
+            "{{ data.category }}",
+            "{{ data.score }}",
+            "{{ data.tags }}",
+            "{{ output }}",
+            "{{ status }}",
+            "{{ error }}",
+        ];
+        let mut direct = 0;
+        for text in columns {
+            let d = Direct::parse(text);
+            for done in [&ok, &failed] {
+                let want = rendered(text, done);
+                if let Some(got) = d.as_ref().and_then(|d| d.text(done)) {
+                    direct += 1;
+                    assert_eq!(got, want, "{text}");
+                }
+            }
+        }
+        // Read directly: item.id, item.deep.name, data.category, output and status of the
+        // first; item (a string), output, status and error of the second. The numbers, the
+        // null, the missing key, the object and the list go through the template.
+        assert_eq!(direct, 9);
+    }
+
+    #[test]
+    fn only_a_lone_variable_is_read_directly() {
+        assert_eq!(
+            Direct::parse("{{ item.id }}"),
+            Some(Direct::Item(vec!["id".into()]))
+        );
+        assert_eq!(Direct::parse("{{ status }}"), Some(Direct::Status));
+        for text in [
+            " {{ item.id }}",
+            "{{ item.id }}\n",
+            "{{- item.id }}",
+            "{{ item.id | upper }}",
+            "{{ item['id'] }}",
+            "{{ item.id }}{{ status }}",
+            "{{ output.x }}",
+            "{{ steps.a }}",
+            "id: {{ item.id }}",
+            "{{ item.0 }}",
+        ] {
+            assert_eq!(Direct::parse(text), None, "{text}");
+        }
+    }
 }
