@@ -133,7 +133,12 @@ impl Pace {
             .compare_exchange(limit, next, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            self.freed.notify_one();
+            if next == UNLIMITED {
+                // Ends no longer notify once there is no limit: every waiter goes now.
+                self.freed.notify_waiters();
+            } else {
+                self.freed.notify_one();
+            }
         }
     }
 
@@ -176,6 +181,39 @@ mod tests {
         drop(four);
         let went = fifth.await.expect("fifth");
         assert_eq!(went - start, Duration::from_secs(4));
+    }
+
+    /// Waiters parked at a limit that is then lifted all go, though no request ends after.
+    #[tokio::test(start_paused = true)]
+    async fn lifting_the_limit_lets_every_waiter_go() {
+        let pace = Arc::new(Pace::default());
+        let held: Vec<_> = futures::future::join_all((0..LIFTED_AT).map(|_| pace.admit())).await;
+        pace.rate_limited(Some(Duration::ZERO));
+        for _ in 0..LIFTED_AT / 2 - 1 {
+            pace.succeeded();
+        }
+        assert_eq!(pace.limit(), Some(LIFTED_AT - 1));
+        let waiters: Vec<_> = (0..6)
+            .map(|_| {
+                let pace = Arc::clone(&pace);
+                tokio::spawn(async move {
+                    let _in = pace.admit().await;
+                })
+            })
+            .collect();
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        assert!(waiters.iter().all(|w| !w.is_finished()));
+        pace.succeeded();
+        assert_eq!(pace.limit(), None);
+        for waiter in waiters {
+            tokio::time::timeout(Duration::from_secs(60), waiter)
+                .await
+                .expect("a waiter left parked")
+                .expect("waiter");
+        }
+        drop(held);
     }
 
     #[tokio::test(start_paused = true)]
