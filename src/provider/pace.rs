@@ -1,12 +1,14 @@
 //! How many requests a provider that rate-limits is sent at once, and when.
 //!
 //! A 429 means the provider (or the key) is over its limit, for every task, not only the one
-//! that got it. So a rate limit is honoured provider-wide: no request goes before the wait the
-//! provider asked for (`Retry-After`) has passed, and the number of requests in flight is
-//! halved (at most once per wait) and grows back by one with each success — additive increase,
-//! multiplicative decrease, so the fan-out settles at what the provider takes instead of
-//! sending every waiting task's request again at once. Until the first 429 nothing is limited,
-//! and a request costs two atomic operations here.
+//! that got it. So the number of requests in flight is halved (at most once per wait the
+//! provider asked for) and grows back by one with each success — additive increase,
+//! multiplicative decrease — and the fan-out settles at what the provider takes instead of
+//! sending every waiting task's request again at once. When the 429s come in a row, as many as
+//! half the requests that were in flight with no success between them, the provider refuses
+//! everything for now: no request goes before the wait it asked for (`Retry-After`) has
+//! passed. A 429 now and then among successes pauses nothing. Until the first 429 nothing is
+//! limited, and a request costs two atomic operations here.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,8 +33,17 @@ pub(crate) struct Pace {
     limit: AtomicUsize,
     /// A request ended or the limit grew: a waiter may go.
     freed: Notify,
-    /// Until when nothing is sent (the provider's last `Retry-After`).
-    cool: Mutex<Option<Instant>>,
+    /// The 429s answered since the last success.
+    streak: AtomicUsize,
+    times: Mutex<Times>,
+}
+
+#[derive(Debug, Default)]
+struct Times {
+    /// Until when nothing is sent (the provider's last `Retry-After`, once 429s came in a row).
+    cool: Option<Instant>,
+    /// Until when a 429 belongs to the wave that last halved the limit.
+    wave: Option<Instant>,
 }
 
 impl Default for Pace {
@@ -41,7 +52,8 @@ impl Default for Pace {
             in_flight: AtomicUsize::new(0),
             limit: AtomicUsize::new(UNLIMITED),
             freed: Notify::new(),
-            cool: Mutex::new(None),
+            streak: AtomicUsize::new(0),
+            times: Mutex::new(Times::default()),
         }
     }
 }
@@ -73,7 +85,7 @@ impl Pace {
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
                 continue;
             }
-            let cool = self.cool.lock().ok().and_then(|c| *c);
+            let cool = self.times.lock().ok().and_then(|t| t.cool);
             if let Some(at) = cool
                 && at > Instant::now()
             {
@@ -98,27 +110,37 @@ impl Pace {
         }
     }
 
-    /// The provider answered 429 asking for `wait` (or nothing): nothing is sent before it
-    /// has passed, and the limit is halved, once per wait.
+    /// The provider answered 429 asking for `wait` (or nothing): the limit is halved, once
+    /// per wait; when the 429s have come in a row, nothing is sent before the wait has passed.
     pub(crate) fn rate_limited(&self, wait: Option<Duration>) {
         let now = Instant::now();
-        let Ok(mut cool) = self.cool.lock() else {
+        let wait = wait.unwrap_or(DEFAULT_WAIT);
+        let streak = self.streak.fetch_add(1, Ordering::AcqRel) + 1;
+        let Ok(mut times) = self.times.lock() else {
             return;
         };
-        // A 429 of a request sent before the last one was answered belongs to the same
-        // episode: the limit is halved once for it.
-        let new_episode = cool.is_none_or(|at| at <= now);
-        let until = now + wait.unwrap_or(DEFAULT_WAIT);
-        *cool = Some(cool.map_or(until, |at| at.max(until)));
-        if new_episode {
-            let in_flight = self.in_flight.load(Ordering::Acquire);
-            let limit = self.limit.load(Ordering::Acquire).min(in_flight);
-            self.limit.store((limit / 2).max(1), Ordering::Release);
+        // The requests at once when it came (this one among them).
+        let at_once = self
+            .limit
+            .load(Ordering::Acquire)
+            .min(self.in_flight.load(Ordering::Acquire));
+        // The 429s of requests sent before the first of them was answered are one wave: the
+        // limit is halved once for it.
+        if times.wave.is_none_or(|end| end <= now) {
+            times.wave = Some(now + wait);
+            self.limit.store((at_once / 2).max(1), Ordering::Release);
+        }
+        if streak >= (at_once / 2).max(1) {
+            let until = now + wait;
+            times.cool = Some(times.cool.map_or(until, |at| at.max(until)));
         }
     }
 
     /// A request succeeded: the limit grows by one, and is lifted once it is large.
     pub(crate) fn succeeded(&self) {
+        if self.streak.load(Ordering::Acquire) != 0 {
+            self.streak.store(0, Ordering::Release);
+        }
         let limit = self.limit.load(Ordering::Acquire);
         if limit == UNLIMITED {
             return;
@@ -181,6 +203,24 @@ mod tests {
         drop(four);
         let went = fifth.await.expect("fifth");
         assert_eq!(went - start, Duration::from_secs(4));
+    }
+
+    /// A 429 now and then among successes halves the limit once per wait but pauses nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_429_among_successes_pauses_nothing() {
+        let pace = Pace::default();
+        let held: Vec<_> = futures::future::join_all((0..64).map(|_| pace.admit())).await;
+        for _ in 0..3 {
+            pace.rate_limited(Some(Duration::from_secs(5)));
+            pace.succeeded();
+            pace.succeeded();
+        }
+        // One wave (within the 5 s): halved once, grown by six.
+        assert_eq!(pace.limit(), Some(32 + 6));
+        drop(held);
+        let start = Instant::now();
+        let _again: Vec<_> = futures::future::join_all((0..8).map(|_| pace.admit())).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 
     /// Waiters parked at a limit that is then lifted all go, though no request ends after.
