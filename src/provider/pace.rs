@@ -125,8 +125,10 @@ impl Pace {
             .load(Ordering::Acquire)
             .min(self.in_flight.load(Ordering::Acquire));
         // The 429s of requests sent before the first of them was answered are one wave: the
-        // limit is halved once for it.
-        if times.wave.is_none_or(|end| end <= now) {
+        // limit is halved once for it (and set again if it was lifted since).
+        if times.wave.is_none_or(|end| end <= now)
+            || self.limit.load(Ordering::Acquire) == UNLIMITED
+        {
             times.wave = Some(now + wait);
             self.limit.store((at_once / 2).max(1), Ordering::Release);
         }
@@ -271,5 +273,10 @@ mod tests {
             pace.succeeded();
         }
         assert_eq!(pace.limit(), None);
+        // Lifted within the wave's wait (1 s, none has passed): a 429 limits again.
+        let two: Vec<_> = futures::future::join_all((0..2).map(|_| pace.admit())).await;
+        pace.rate_limited(None);
+        assert_eq!(pace.limit(), Some(1));
+        drop(two);
     }
 }
