@@ -504,6 +504,32 @@ impl Client {
         self.not_sent()
     }
 
+    /// The provider answered (`err`: with an error): a 503 "loading" keeps it starting, a 429
+    /// keeps the clock of 429s running and paces the requests, anything else ends every wait.
+    fn note_answer(&self, err: Option<&ProviderError>) {
+        if let Ok(mut health) = self.health.lock() {
+            let limited = health.limited_since;
+            match err {
+                Some(err) if err.is_loading() => {
+                    health.unreachable_since = None;
+                    health.starting_failed(Instant::now());
+                }
+                Some(ProviderError::RateLimited { .. }) => {
+                    health.answered();
+                    health.limited_since = Some(limited.unwrap_or_else(Instant::now));
+                }
+                _ => health.answered(),
+            }
+        }
+        match err {
+            Some(ProviderError::RateLimited { retry_after, .. }) => {
+                self.pace.rate_limited(*retry_after);
+            }
+            None => self.pace.succeeded(),
+            Some(_) => {}
+        }
+    }
+
     /// Whether the provider has given any HTTP answer yet.
     pub(crate) fn has_answered(&self) -> bool {
         self.answered.load(std::sync::atomic::Ordering::Relaxed)
@@ -805,24 +831,10 @@ impl Client {
             .bytes()
             .await
             .map_err(|e| ProviderError::from_transport(e, key));
-        let loading = |err: &ProviderError| {
-            if let Ok(mut health) = self.health.lock() {
-                if err.is_loading() {
-                    health.unreachable_since = None;
-                    health.starting_failed(Instant::now());
-                } else if matches!(err, ProviderError::RateLimited { .. }) {
-                    let limited = health.limited_since;
-                    health.answered();
-                    health.limited_since = Some(limited.unwrap_or_else(Instant::now));
-                } else {
-                    health.answered();
-                }
-            }
-        };
         let body = match body {
             Ok(body) => body,
             Err(err) => {
-                loading(&err);
+                self.note_answer(Some(&err));
                 return Err(err);
             }
         };
@@ -837,10 +849,7 @@ impl Client {
                 &String::from_utf8_lossy(&body),
                 &ctx,
             );
-            loading(&err);
-            if let ProviderError::RateLimited { retry_after, .. } = &err {
-                self.pace.rate_limited(*retry_after);
-            }
+            self.note_answer(Some(&err));
             if first
                 && matches!(err, ProviderError::Auth { .. })
                 && let Ok(mut health) = self.health.lock()
@@ -851,10 +860,7 @@ impl Client {
             }
             return Err(err);
         }
-        if let Ok(mut health) = self.health.lock() {
-            health.answered();
-        }
-        self.pace.succeeded();
+        self.note_answer(None);
         Ok(body.into())
     }
 }
@@ -1421,7 +1427,7 @@ mod tests {
             );
         }
         // Tries at 0, 10, 30, 70, 150 and 310 ms, and the one that finds the wait spent
-        // (before: each of the 64 tasks polled on its own, about 350 tries).
+        // (before: each of the 64 tasks polled on its own).
         let tries = tries.load(std::sync::atomic::Ordering::Relaxed);
         assert!((4..=8).contains(&tries), "{tries} tries");
     }

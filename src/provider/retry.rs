@@ -48,7 +48,7 @@ pub(crate) struct RetryPolicy {
 }
 
 /// The longest pause of a task waiting out the unreachable window.
-const STARTUP_POLL_CAP: Duration = Duration::from_secs(2);
+const UNREACHABLE_POLL_CAP: Duration = Duration::from_secs(2);
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -305,7 +305,7 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
             // reached now waits for the end of the window: the provider is back or taken for
             // dead by then.
             if let Some(left) = client.unreachable_left(&err, policy.unreachable_window) {
-                hook.wait(left.min(STARTUP_POLL_CAP)).await;
+                hook.wait(left.min(UNREACHABLE_POLL_CAP)).await;
                 continue;
             }
             return Err(err);
