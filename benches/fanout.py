@@ -63,14 +63,15 @@ ALL_OUTPUTS = """outputs:
 """
 
 
-def run_case(summon, mock, n, c, latency_ms, all_outputs=False):
-    with tempfile.TemporaryDirectory() as work:
-        with open(os.path.join(work, "rows.csv"), "w") as f:
-            f.write("id,text\n")
-            for i in range(n):
-                f.write(f"{i},classify row number {i}\n")
-        with open(os.path.join(work, "fan.yaml"), "w") as f:
-            f.write(f"""version: 1
+def write_fan_out(work, n, outputs=""):
+    """Writes rows.csv (N rows) and fan.yaml (a decompose of it and a fan-out of single-turn
+    tasks without tools, going on after a failed one) into `work`, with `outputs` appended."""
+    with open(os.path.join(work, "rows.csv"), "w") as f:
+        f.write("id,text\n")
+        for i in range(n):
+            f.write(f"{i},classify row number {i}\n")
+    with open(os.path.join(work, "fan.yaml"), "w") as f:
+        f.write("""version: 1
 name: bench
 steps:
   - id: rows
@@ -79,12 +80,15 @@ steps:
   - id: tasks
     fan_out:
       over: rows
-      instructions: "{{{{ item.text }}}}"
+      instructions: "{{ item.text }}"
       extensions: []
     on_error: continue
-""")
-            if all_outputs:
-                f.write(ALL_OUTPUTS)
+""" + outputs)
+
+
+def run_case(summon, mock, n, c, latency_ms, all_outputs=False):
+    with tempfile.TemporaryDirectory() as work:
+        write_fan_out(work, n, ALL_OUTPUTS if all_outputs else "")
         server, port = start_mock(mock, latency_ms)
         try:
             env = dict(os.environ, OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1", OPENAI_API_KEY="sk-bench",

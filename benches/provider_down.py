@@ -11,30 +11,15 @@ to target/debug/summon and target/debug/summon-mock-llm (`cargo build -p summon 
 summon-mock-llm`).
 """
 import json, os, subprocess, sys, tempfile, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fanout import start_mock, write_fan_out
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 summon = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(root, "target/debug/summon")
 mock = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else os.path.join(root, "target/debug/summon-mock-llm")
 n, c = 1000, 256
 with tempfile.TemporaryDirectory() as work:
-    with open(os.path.join(work, "rows.csv"), "w") as f:
-        f.write("id,text\n" + "".join(f"{i},row {i}\n" for i in range(n)))
-    with open(os.path.join(work, "fan.yaml"), "w") as f:
-        f.write("""version: 1
-name: dead
-steps:
-  - id: rows
-    decompose:
-      file: rows.csv
-  - id: tasks
-    fan_out:
-      over: rows
-      instructions: "{{ item.text }}"
-      extensions: []
-    on_error: continue
-""")
-    server = subprocess.Popen([mock, "--lean", "--port", "0", "--latency-ms", "200", "--no-stdin", "--max-seconds", "300"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    port = server.stdout.readline().strip().rsplit(":", 1)[1]
+    write_fan_out(work, n)
+    server, port = start_mock(mock, 200)
     env = dict(os.environ, OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1", OPENAI_API_KEY="sk-bench", SUMMON_MODEL="bench", CI="1")
     start = time.perf_counter()
     proc = subprocess.Popen([summon, "run", "fan.yaml", "--concurrency", str(c), "--out", "out", "--quiet"], cwd=work, env=env,
