@@ -639,7 +639,7 @@ async fn csv_cells_and_pipeline_parameters_stay_literal_text() {
             "--quiet",
         ])
         .run();
-    let firsts: Vec<String> = server.requests().iter().map(first_user).collect();
+    let firsts: Vec<String> = support::chats(&server).iter().map(first_user).collect();
     assert_eq!(firsts.len(), 2 * cells.len());
     for (i, cell) in cells.iter().enumerate() {
         let adhoc = format!("Row {i}: {cell} since {INJECTION}");

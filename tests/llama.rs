@@ -233,6 +233,9 @@ struct Exchange {
     request: Value,
     status: u16,
     response: Value,
+    /// When the request's head reached the proxy, and when the server's answer did.
+    arrived: Instant,
+    answered: Instant,
 }
 
 /// A recording HTTP proxy on 127.0.0.1 in front of a server: every request is passed on as
@@ -275,12 +278,14 @@ impl Proxy {
         let mut reader = BufReader::new(client.try_clone().expect("clone the stream"));
         let mut writer = client;
         let mut head = String::new();
+        let mut arrived = None;
         loop {
             let mut line = String::new();
             match reader.read_line(&mut line) {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             }
+            arrived.get_or_insert_with(Instant::now);
             let blank = line == "\r\n";
             head.push_str(&line);
             if blank {
@@ -320,6 +325,8 @@ impl Proxy {
             request: serde_json::from_slice(&body).unwrap_or(Value::Null),
             status,
             response: serde_json::from_slice(&response).unwrap_or(Value::Null),
+            arrived: arrived.unwrap_or_else(Instant::now),
+            answered: Instant::now(),
         });
         // The body de-chunked, with its length: the client reads exactly one answer.
         let mut head = with_connection_close(&format!("{head}\r\n\r\n"))
@@ -1210,6 +1217,14 @@ fn a_run_with_a_wrong_key_sends_one_request_and_no_synthesis() {
     let chats = proxy.chats();
     assert_eq!(chats.len(), 1, "a refused key was sent again: {chats:#?}");
     assert_eq!(chats[0].status, 401);
+    // A task that waited may have asked the model list: llama-server refuses it the key too.
+    let log = proxy.exchanges.lock().expect("log").clone();
+    assert!(
+        log.iter()
+            .filter(|e| e.path == "/v1/models")
+            .all(|e| e.status == 401),
+        "{log:#?}"
+    );
     assert!(
         out.stderr.contains("provider `openai` refused the key")
             && out.stderr.contains("check the key in `OPENAI_API_KEY`")
@@ -1220,6 +1235,37 @@ fn a_run_with_a_wrong_key_sends_one_request_and_no_synthesis() {
     assert!(!out.stderr.contains("sk-a-wrong-key"), "{}", out.stderr);
     let lines = results(&out.dir.join("out"));
     assert!(lines.iter().all(|l| l["step"] != "all"), "{lines:#?}");
+}
+
+#[test]
+#[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
+fn a_fan_out_goes_out_once_the_server_lists_its_models_to_the_key() {
+    let Some(needs) = needs() else { return };
+    let _one = one_at_a_time();
+    let server = Llama::start(&needs, &["--api-key", "sk-the-right-key-0123456789"]);
+    let proxy = Proxy::start(&server.addr);
+    // No tools and a short prompt: no cacheable prefix holds the fan-out back, only the
+    // server's first answer, which the model list given meanwhile stands in for.
+    let pipeline = "version: 1\nname: listed\nsettings:\n  concurrency: 2\n  max_output_tokens: 8\n  temperature: 0\nsteps:\n  - id: list\n    decompose:\n      items: [rain, salt, iron, moss]\n  - id: each\n    fan_out:\n      over: list\n      instructions: 'One word about {{ item }}.'\n      extensions: []\n    on_error: continue\n    min_success: 0\n";
+    let out = project(&proxy.base_url())
+        .env("OPENAI_API_KEY", "sk-the-right-key-0123456789")
+        .write("p.yaml", pipeline)
+        .args(["run", "p.yaml", "--out", "out"])
+        .run();
+    let log = proxy.exchanges.lock().expect("log").clone();
+    let models: Vec<_> = log.iter().filter(|e| e.path == "/v1/models").collect();
+    assert_eq!(models.len(), 1, "{log:#?}");
+    assert_eq!(models[0].status, 200, "{:#?}", models[0].response);
+    let mut chats = proxy.chats();
+    assert_eq!(chats.len(), 4, "{}", out.stderr);
+    chats.sort_by_key(|e| e.arrived);
+    // The second task went while the first was still being answered.
+    assert!(
+        chats[1].arrived < chats[0].answered,
+        "the second request waited for the first answer: {:?} after it",
+        chats[1].arrived.duration_since(chats[0].answered)
+    );
+    assert!(models[0].answered <= chats[1].arrived, "{log:#?}");
 }
 
 #[test]

@@ -29,19 +29,35 @@ fn fan_out_and_reduce(n: usize, concurrency: usize) -> String {
     )
 }
 
+/// [`fan_out_and_reduce`] whose fan-out shares no cacheable prefix (no tools, a short prompt):
+/// no warm-up holds its tasks back, so they wait only for the provider's first answer.
+fn uncached_fan_out(n: usize, concurrency: usize) -> String {
+    fan_out_and_reduce(n, concurrency).replace(
+        "    on_error: continue\n",
+        "      extensions: []\n    on_error: continue\n",
+    )
+}
+
 const UNAUTHORIZED: &str =
     r#"{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}"#;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_key_sends_one_request_and_runs_nothing_after_it() {
-    let server =
-        MockServer::start(MockConfig::new().default_reply(Reply::status(401, UNAUTHORIZED))).await;
+    // The key is refused on every path, as by a real provider: the model list a waiting task
+    // asks while the first request is in flight does not open the gate.
+    let server = MockServer::start(
+        MockConfig::new()
+            .api_key("sk-the-right-key-0123456789")
+            .latency(Duration::from_millis(100)),
+    )
+    .await;
     let out = openai(&server)
-        .write("p.yaml", &fan_out_and_reduce(300, 4))
+        .write("p.yaml", &uncached_fan_out(300, 4))
         .args(["run", "p.yaml", "--out", "out"])
         .code(1)
         .run();
-    assert_eq!(server.request_count(), 1, "{}", out.stderr);
+    assert_eq!(support::chats(&server).len(), 1, "{}", out.stderr);
+    assert_eq!(server.request_count(), 2, "the chat and one model list");
     assert!(
         out.stderr.contains("authentication failed (HTTP 401)")
             && out.stderr.contains("check the key in `OPENAI_API_KEY`"),
@@ -51,6 +67,68 @@ async fn a_refused_key_sends_one_request_and_runs_nothing_after_it() {
     assert!(!out.stderr.contains("sk-a-wrong-key"), "{}", out.stderr);
     let lines = results(&out.dir.join("out"));
     assert!(lines.iter().all(|l| l["step"] != "all"), "{lines:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_refused_only_for_chats_costs_at_most_one_request_per_slot() {
+    // The model list takes the key (as a key allowed to read models only, or a provider
+    // whose list needs none) but every chat is refused: the tasks that waited for the first
+    // answer went when the list was given, and nothing is sent after the first refusal.
+    let server = MockServer::start(
+        MockConfig::new()
+            .default_reply(Reply::status(401, UNAUTHORIZED))
+            .latency(Duration::from_millis(200)),
+    )
+    .await;
+    let out = openai(&server)
+        .write("p.yaml", &uncached_fan_out(300, 4))
+        .args(["run", "p.yaml", "--out", "out"])
+        .code(1)
+        .run();
+    let chats = support::chats(&server).len();
+    assert!((2..=4).contains(&chats), "{chats} chats: {}", out.stderr);
+    assert!(
+        out.stderr.contains("authentication failed (HTTP 401)"),
+        "{}",
+        out.stderr
+    );
+    let lines = results(&out.dir.join("out"));
+    assert!(lines.iter().all(|l| l["step"] != "all"), "{lines:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fan_out_does_not_wait_for_the_first_answer_once_the_model_list_is_given() {
+    let latency = Duration::from_millis(300);
+    let server = MockServer::start(
+        MockConfig::new()
+            .api_key("sk-test-0123456789")
+            .default_reply(Reply::text("ok"))
+            .latency(latency),
+    )
+    .await;
+    let out = openai(&server)
+        .env("OPENAI_API_KEY", "sk-test-0123456789")
+        .write("p.yaml", &uncached_fan_out(4, 4))
+        .args(["run", "p.yaml"])
+        .run();
+    let requests = server.requests();
+    let models = requests
+        .iter()
+        .filter(|r| r.api == summon_mock_llm::Api::Models);
+    assert_eq!(models.count(), 1, "{requests:#?}");
+    let fan_out: Vec<_> = support::chats(&server)
+        .into_iter()
+        .filter(|r| r.last_user_text().is_some_and(|t| t.starts_with("Say ")))
+        .collect();
+    assert_eq!(fan_out.len(), 4, "{}", out.stderr);
+    // All four were sent while the first was in flight: one round of the latency, not two.
+    let first = fan_out.iter().map(|r| r.received_at).min().expect("first");
+    let last = fan_out.iter().map(|r| r.received_at).max().expect("last");
+    assert!(
+        last.duration_since(first) < latency,
+        "the last task was sent {:?} after the first",
+        last.duration_since(first)
+    );
 }
 
 /// The items of the fan-out tasks a server was asked for, each as often as it was asked.

@@ -111,8 +111,7 @@ async fn a_pipeline_step_grants_the_shell_with_its_extensions() {
         )
         .args(["run", "p.yaml", "--quiet"])
         .run();
-    let mut tools: Vec<(String, Vec<String>)> = server
-        .requests()
+    let mut tools: Vec<(String, Vec<String>)> = support::chats(&server)
         .iter()
         .map(|r| {
             let task = first_user_of(r);

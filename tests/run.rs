@@ -283,7 +283,7 @@ async fn independent_steps_run_together_under_the_settings_cap() {
         .write_raw("p.yaml", &pipeline)
         .args(["run", "p.yaml", "--quiet"])
         .run();
-    assert_eq!(server.request_count(), 16);
+    assert_eq!(chats(&server).len(), 16);
     assert_eq!(
         server.peak_in_flight(),
         3,

@@ -198,6 +198,32 @@ fn seconds(d: Duration) -> String {
     }
 }
 
+/// Until a provider has answered, its requests go one at a time (a provider that refuses the
+/// key or is not up gets one request, not one per task). A task that finds the first request
+/// in flight asks the provider for its model list meanwhile (once per provider): a success
+/// there, with the same credentials, opens the gate for every task without waiting for the
+/// first answer, which a model may take seconds to give.
+#[derive(Debug)]
+struct Opening {
+    /// The model list has been asked (or is being asked).
+    asked: std::sync::atomic::AtomicBool,
+    /// The model list was given: the tasks waiting at the gate go.
+    open: tokio::sync::watch::Sender<bool>,
+    /// A request of summon's own (not the model list) has had an answer: a refused key on the
+    /// first one stops the provider.
+    replied: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Opening {
+    fn default() -> Self {
+        Self {
+            asked: Default::default(),
+            open: tokio::sync::watch::Sender::new(false),
+            replied: Default::default(),
+        }
+    }
+}
+
 /// Whether the provider can still be sent requests, and when the next try may go.
 #[derive(Debug)]
 struct Health {
@@ -283,6 +309,9 @@ pub(crate) struct Client {
     native_refused: Arc<std::sync::atomic::AtomicBool>,
     /// Held by the request in flight until the provider's first answer: one at a time.
     first: Arc<tokio::sync::Mutex<()>>,
+    /// The provider's model list, asked while the first request is in flight: see
+    /// [`Opening`].
+    opening: Arc<Opening>,
     health: Arc<std::sync::Mutex<Health>>,
     /// The requests in flight and their limit once the provider rate-limits.
     pace: Arc<super::pace::Pace>,
@@ -357,6 +386,7 @@ impl Client {
             completion_tokens: Arc::default(),
             native_refused: Arc::default(),
             first: Arc::default(),
+            opening: Arc::default(),
             health: Arc::default(),
             pace: Arc::default(),
             drops_tools: Arc::default(),
@@ -760,6 +790,50 @@ impl Client {
         })
     }
 
+    /// For a task waiting at the gate of a provider that has not answered yet (the first request
+    /// is in flight): asks the provider's model list, once per provider, and returns once it
+    /// was given (by this task or another). Never returns while the provider is starting or
+    /// cannot be reached, nor when the list was refused or could not be had: the first
+    /// answer opens the gate then.
+    async fn open_early(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let waiting = !self.has_answered()
+            && self
+                .health
+                .lock()
+                .is_ok_and(|h| h.starting_since.is_none() && h.unreachable_since.is_none());
+        if !waiting {
+            return std::future::pending().await;
+        }
+        if !self.opening.asked.swap(true, Relaxed) && self.models_given().await {
+            self.opening.open.send_replace(true);
+            return;
+        }
+        let mut open = self.opening.open.subscribe();
+        if open.wait_for(|open| *open).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Whether the provider lists its models to these credentials (a 2xx answer); notes it
+    /// as the provider's first answer then.
+    async fn models_given(&self) -> bool {
+        let url = match self.endpoint.kind {
+            ProviderKind::OpenAi => self.models_url.clone(),
+            ProviderKind::Anthropic => format!("{}{}?limit=1", self.base, anthropic::MODELS_PATH),
+        };
+        let Ok(response) = self.http.get(url).send().await else {
+            return false;
+        };
+        if !response.status().is_success() || response.bytes().await.is_err() {
+            return false;
+        }
+        self.answered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.note_answer(None);
+        true
+    }
+
     /// Sends one request and returns the raw body of a successful answer.
     pub(super) async fn send_bytes(
         &self,
@@ -769,20 +843,25 @@ impl Client {
         // One request at a time until the provider has answered once, while it is starting and
         // while it cannot be reached; each goes no earlier than the pause after the last
         // failed try.
-        let _gate = if self.gated() {
-            let held = self.first.lock().await;
-            // Those that waited for the first answer go together once it came.
-            if self.gated() {
-                let next = self.health.lock().ok().and_then(|h| h.next_try);
-                if let Some(at) = next {
-                    tokio::time::sleep_until(at.into()).await;
-                }
-                Some(held)
-            } else {
-                None
+        let _gate = loop {
+            if !self.gated() {
+                break None;
             }
-        } else {
-            None
+            let held = tokio::select! {
+                biased;
+                held = self.first.lock() => held,
+                // The model list was given while the first request was in flight.
+                () = self.open_early() => continue,
+            };
+            // Those that waited for the first answer go together once it came.
+            if !self.gated() {
+                break None;
+            }
+            let next = self.health.lock().ok().and_then(|h| h.next_try);
+            if let Some(at) = next {
+                tokio::time::sleep_until(at.into()).await;
+            }
+            break Some(held);
         };
         if let Some(err) = self.not_sent() {
             return Err(err);
@@ -823,8 +902,11 @@ impl Client {
                 .map_err(|e| ProviderError::from_transport(e, key))?;
         }
         let status = response.status();
+        self.answered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let first = !self
-            .answered
+            .opening
+            .replied
             .swap(true, std::sync::atomic::Ordering::Relaxed);
         let error_headers = (!status.is_success()).then(|| response.headers().clone());
         let body = response
@@ -1478,7 +1560,9 @@ mod tests {
             let (i, result) = task.await.expect("join");
             assert_eq!(result.expect("reply").text, Some(format!("re: task {i}")));
         }
-        assert_eq!(server.request_count(), 40);
+        // The 40 chat requests, and the model list one of them asked while the first request
+        // was in flight (the others went once it was given).
+        assert_eq!(server.request_count(), 41);
         assert!(server.peak_in_flight() > 1);
         assert!(server.requests().is_empty(), "recording is off");
     }

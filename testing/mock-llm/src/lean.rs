@@ -1,5 +1,5 @@
-//! The lean server (`summon-mock-llm --lean`): OpenAI-compatible chat completions only, for
-//! benchmarks whose client shares the machine with the server.
+//! The lean server (`summon-mock-llm --lean`): OpenAI-compatible chat completions and a model
+//! list, for benchmarks whose client shares the machine with the server.
 //!
 //! A real provider's CPU is not the client's: in a benchmark on one machine, every microsecond
 //! the stand-in spends per request is taken from the runner being measured. This server does
@@ -73,6 +73,8 @@ struct Connection {
 /// A request read off the connection.
 struct Head {
     post_chat: bool,
+    /// `GET .../models`: answered at once with a list of one model.
+    get_models: bool,
     body_len: usize,
     /// Where the body starts in the buffer.
     body_at: usize,
@@ -111,6 +113,8 @@ impl Connection {
                 if let Some(timer) = &self.timer {
                     timer.sleep_until(arrived + self.latency).await;
                 }
+            } else if head.get_models {
+                out.extend_from_slice(MODELS);
             } else {
                 out.extend_from_slice(&status(404, "only POST /v1/chat/completions", false));
             }
@@ -169,6 +173,9 @@ fn status(code: u16, message: &str, close: bool) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The answer to `GET /v1/models` (not counted among the requests answered).
+const MODELS: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 63\r\n\r\n{\"object\":\"list\",\"data\":[{\"id\":\"mock-model\",\"object\":\"model\"}]}";
+
 /// Parses the request line and headers at the start of `buf`: `Ok(None)` until they are all
 /// there, `Err` when they are not HTTP/1.1 this server can answer.
 fn parse_head(buf: &[u8]) -> Result<Option<Head>, ()> {
@@ -202,6 +209,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ()> {
     let path = path.split('?').next().unwrap_or(path);
     Ok(Some(Head {
         post_chat: method == "POST" && path.ends_with("/chat/completions"),
+        get_models: method == "GET" && path.ends_with("/models"),
         body_len,
         body_at: end + 4,
         close,
@@ -274,6 +282,13 @@ mod tests {
             .write_all(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
             .unwrap();
+        let (status, json) = response(&mut stream, &mut buf).await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(json["data"][0]["id"], "mock-model");
+        stream
+            .write_all(b"GET /v1/other HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
         let (status, _) = response(&mut stream, &mut buf).await;
         assert_eq!(status, "HTTP/1.1 404 Not Found");
         assert_eq!(stats.requests(), 2);
@@ -290,7 +305,7 @@ mod tests {
         let other = parse_head(b"GET /v1/models HTTP/1.1\r\nconnection: Close\r\n\r\n")
             .unwrap()
             .unwrap();
-        assert!(!other.post_chat && other.close);
+        assert!(!other.post_chat && other.get_models && other.close);
         assert!(parse_head(b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n").is_err());
         assert!(parse_head(b"POST / HTTP/1.1\r\ncontent-length: x\r\n\r\n").is_err());
     }

@@ -221,6 +221,11 @@ pub struct MockConfig {
     /// default) it answers 404, as other servers do, and the request is counted by
     /// [`MockServer::props_count`] only, not recorded.
     pub props: Option<Value>,
+    /// The key a request must carry (`Authorization: Bearer KEY` or `x-api-key: KEY`): any
+    /// other chat or model-list request is answered 401 with the API's "invalid key" body, as
+    /// a provider refusing the key answers on every path (recorded, consuming no scripted
+    /// reply). `None` (the default): every key is taken.
+    pub api_key: Option<String>,
 }
 
 impl Default for MockConfig {
@@ -245,6 +250,7 @@ impl Default for MockConfig {
             cache_ttl: cache::DEFAULT_TTL,
             flex_unavailable: 0,
             props: None,
+            api_key: None,
         }
     }
 }
@@ -304,6 +310,12 @@ impl MockConfig {
 
     pub fn default_reply(mut self, reply: Reply) -> Self {
         self.default_reply = reply;
+        self
+    }
+
+    /// Refuses (401) every request that does not carry `key`; see [`MockConfig::api_key`].
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
         self
     }
 
@@ -461,6 +473,7 @@ fn collect_text(blocks: &[Value], kind: &str) -> String {
 struct Shared {
     addr: SocketAddr,
     props: Option<Value>,
+    api_key: Option<String>,
     props_count: AtomicU64,
     batch: Mutex<batch::BatchState>,
     queue: Mutex<VecDeque<Reply>>,
@@ -528,6 +541,7 @@ impl MockServer {
         let shared = Arc::new(Shared {
             addr,
             props: config.props.clone(),
+            api_key: config.api_key.clone(),
             props_count: AtomicU64::new(0),
             batch: Mutex::new(batch::BatchState::new(&config.batch)),
             queue: Mutex::new(config.replies.into()),
@@ -681,6 +695,41 @@ impl Drop for InFlight<'_> {
 
 type AppState = State<Arc<Shared>>;
 
+/// Waits until the configured latency has passed since `arrived`.
+async fn wait_latency(shared: &Shared, arrived: Instant) {
+    match &shared.timer {
+        Some(timer) => timer.sleep_until(arrived + shared.latency).await,
+        None if !shared.latency.is_zero() => tokio::time::sleep(shared.latency).await,
+        None => {}
+    }
+}
+
+/// The 401 a provider gives a request without the key [`MockConfig::api_key`] names.
+fn key_refusal(shared: &Shared, api: Api, headers: &HeaderMap) -> Option<Response> {
+    let wanted = shared.api_key.as_deref()?;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let given = header("x-api-key")
+        .or_else(|| header("authorization").and_then(|value| value.strip_prefix("Bearer ")));
+    if given == Some(wanted) {
+        return None;
+    }
+    let body = match api {
+        Api::Anthropic => json!({
+            "type": "error",
+            "error": {"type": "authentication_error", "message": "invalid x-api-key"},
+        }),
+        _ => json!({
+            "error": {
+                "message": "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+                "type": "invalid_request_error",
+                "param": null,
+                "code": "invalid_api_key",
+            },
+        }),
+    };
+    Some(json_response(StatusCode::UNAUTHORIZED, &body))
+}
+
 async fn handle_openai(State(shared): AppState, headers: HeaderMap, body: Bytes) -> Response {
     handle_chat(&shared, Api::OpenAi, "/v1/chat/completions", headers, body).await
 }
@@ -694,6 +743,14 @@ async fn handle_models(State(shared): AppState, headers: HeaderMap) -> Response 
     if shared.record {
         let request = record(seq, Api::Models, "GET", "/v1/models", &headers, Value::Null);
         lock(&shared.recorded).push(request);
+    }
+    let api = if headers.contains_key("x-api-key") {
+        Api::Anthropic
+    } else {
+        Api::OpenAi
+    };
+    if let Some(refusal) = key_refusal(&shared, api, &headers) {
+        return refusal;
     }
     let data: Vec<Value> = shared
         .models
@@ -832,6 +889,14 @@ async fn handle_chat(
     let empty = HeaderMap::new();
     let seen_headers = if inspected { &headers } else { &empty };
     let mut request = record(seq, api, "POST", path, seen_headers, json);
+    if let Some(refusal) = key_refusal(shared, api, &headers) {
+        request.refused = Some("invalid API key".into());
+        if shared.record {
+            lock(&shared.recorded).push(request);
+        }
+        wait_latency(shared, arrived).await;
+        return refusal;
+    }
     let refused = if shared.strict {
         strict::refusal(api, &request.body)
     } else {
@@ -915,11 +980,7 @@ async fn handle_chat(
         lock(&shared.recorded).push(request);
     }
 
-    match &shared.timer {
-        Some(timer) => timer.sleep_until(arrived + shared.latency).await,
-        None if !shared.latency.is_zero() => tokio::time::sleep(shared.latency).await,
-        None => {}
-    }
+    wait_latency(shared, arrived).await;
     let mut finish = None;
     loop {
         match reply {
