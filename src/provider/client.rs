@@ -1482,6 +1482,78 @@ mod tests {
         }
     }
 
+    /// Two requests to a provider that has not answered yet, the second started while the
+    /// first is in flight: when the chats arrived, and which model lists were asked.
+    async fn two_first_requests(
+        kind: ProviderKind,
+        config: MockConfig,
+    ) -> (Vec<Instant>, Vec<String>) {
+        let server = MockServer::start(config.latency(Duration::from_millis(300))).await;
+        let client = client(kind, &server);
+        let send = |client: Client| async move {
+            let req = ChatRequest {
+                model: "mock-model".into(),
+                messages: vec![Message::user("hi")],
+                ..ChatRequest::default()
+            };
+            let _ = client.chat(&req).await;
+        };
+        let first = tokio::spawn(send(client.clone()));
+        wait_until(|| server.in_flight() == 1).await;
+        send(client.clone()).await;
+        first.await.expect("join");
+        let requests = server.requests();
+        let chats = requests
+            .iter()
+            .filter(|r| r.api != summon_mock_llm::Api::Models)
+            .map(|r| r.received_at)
+            .collect();
+        let lists = requests
+            .iter()
+            .filter(|r| r.api == summon_mock_llm::Api::Models)
+            .map(|r| {
+                let key = r.header("x-api-key").or(r.header("authorization"));
+                format!("{} {}", r.path, key.unwrap_or("no key"))
+            })
+            .collect();
+        (chats, lists)
+    }
+
+    async fn wait_until(done: impl Fn() -> bool) {
+        for _ in 0..2000 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("never happened");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_model_list_given_meanwhile_lets_the_second_request_go_before_the_first_answer() {
+        for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+            let (chats, lists) = two_first_requests(kind, MockConfig::new()).await;
+            assert_eq!(chats.len(), 2, "{kind:?}");
+            let gap = chats[1].duration_since(chats[0]);
+            assert!(gap < Duration::from_millis(300), "{kind:?}: {gap:?}");
+            let key = match kind {
+                ProviderKind::OpenAi => format!("Bearer {KEY}"),
+                ProviderKind::Anthropic => KEY.to_owned(),
+            };
+            assert_eq!(lists, [format!("/v1/models {key}")], "{kind:?}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_model_list_refused_keeps_the_second_request_waiting_for_the_first_answer() {
+        // The key is refused on every path: the list does not open the gate, and the first
+        // answer, a refusal too, stops the provider before the second request is sent.
+        let config = MockConfig::new().api_key("another key");
+        let (chats, lists) = two_first_requests(ProviderKind::OpenAi, config).await;
+        assert_eq!(chats.len(), 1, "{chats:?}");
+        assert_eq!(lists.len(), 1, "{lists:?}");
+    }
+
     /// However many tasks wait for a provider that does not start, it is tried once per
     /// pause (10 ms doubling to 2 s), not once per task and pause.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
