@@ -117,6 +117,21 @@ impl Env {
         self
     }
 
+    /// A variable holding a whole number of milliseconds: `None` when it is unset, an error
+    /// naming it and what it holds when it is anything else.
+    pub(crate) fn millis(&self, key: &str) -> Result<Option<std::time::Duration>, String> {
+        match self.var(key) {
+            None => Ok(None),
+            Some(text) => text
+                .trim()
+                .parse::<u64>()
+                .map(|ms| Some(std::time::Duration::from_millis(ms)))
+                .map_err(|_| {
+                    format!("{key} must be a whole number of milliseconds, found `{text}`")
+                }),
+        }
+    }
+
     /// A variable's value; empty values count as unset.
     pub(crate) fn var(&self, key: &str) -> Option<&str> {
         self.vars

@@ -131,6 +131,39 @@ async fn a_fan_out_does_not_wait_for_the_first_answer_once_the_model_list_is_giv
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wait_that_is_not_a_whole_number_of_milliseconds_is_refused_before_anything_is_sent() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let out = openai(&server)
+        .env("SUMMON_RATE_LIMITED_MS", "5m")
+        .write("p.yaml", &fan_out_and_reduce(3, 2))
+        .args(["run", "p.yaml", "--out", "out"])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr
+            .contains("SUMMON_RATE_LIMITED_MS must be a whole number of milliseconds, found `5m`"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.dir.join("out").exists(),
+        "an output directory was made"
+    );
+    let out = openai(&server)
+        .env("SUMMON_STARTUP_WAIT_MS", "3 s")
+        .args(["delegate", "--instructions", "Say hi."])
+        .code(1)
+        .run();
+    assert!(
+        out.stderr
+            .contains("SUMMON_STARTUP_WAIT_MS must be a whole number of milliseconds, found `3 s`"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(server.request_count(), 0, "a request was sent");
+}
+
 /// The items of the fan-out tasks a server was asked for, each as often as it was asked.
 fn asked_items(server: &MockServer) -> Vec<String> {
     support::chats(server)

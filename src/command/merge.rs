@@ -103,6 +103,8 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
     let pipeline = compiled.pipeline;
     let (config, warnings) = load_config(&ctx.env).map_err(Error::Input)?;
     ctx.report(&warnings.items);
+    crate::provider::RetryPolicy::from_env(&ctx.env)
+        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message)))?;
     let trace_settings =
         crate::telemetry::Settings::resolve(&ctx.env, &config).map_err(Error::from)?;
     let traces = super::run::start_traces(trace_settings.as_ref(), &pipeline, ctx);

@@ -73,6 +73,7 @@ impl DelegationOutcome {
 pub(crate) struct Ready {
     runtime: tokio::runtime::Runtime,
     prepared: Prepared,
+    policy: RetryPolicy,
 }
 
 impl Ready {
@@ -87,6 +88,7 @@ impl Ready {
         let Ready {
             runtime,
             mut prepared,
+            policy,
         } = self;
         if let Some(traceparent) = &env.trace {
             // A traced delegation: its commands and tool calls join the trace.
@@ -101,7 +103,6 @@ impl Ready {
             provider: prepared.resolved.provider_name.clone(),
             model: prepared.resolved.model.clone(),
         });
-        let policy = RetryPolicy::from_env(env);
         let run = run_subagent(&client, &policy, &limiter, &prepared.spec, &mut events);
         let result = runtime.block_on(async {
             match cancel {
@@ -174,6 +175,8 @@ pub(crate) fn ready(
         ),
         None => None,
     };
+    let policy = RetryPolicy::from_env(env)
+        .map_err(|message| Error::from(crate::diag::Diagnostic::error(message)))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -211,7 +214,11 @@ pub(crate) fn ready(
         let tier = request.tier.unwrap_or_default();
         prepared.spec.budget = Some(std::sync::Arc::new(ledger.task(price, tier)));
     }
-    Ok(Ready { runtime, prepared })
+    Ok(Ready {
+        runtime,
+        prepared,
+        policy,
+    })
 }
 
 /// Runs a delegation in this process: [`ready`], then [`Ready::run`].

@@ -259,6 +259,8 @@ pub(crate) fn plan_for_run(
     params: &IndexMap<String, String>,
     request: &RunRequest<'_>,
 ) -> Result<Plan, Diagnostic> {
+    // The provider's waits and windows, refused here rather than halfway through the run.
+    crate::provider::RetryPolicy::from_env(env).map_err(Diagnostic::error)?;
     let from_env = if request.shard.is_none() {
         Shard::from_env(env).map_err(Diagnostic::error)?
     } else {

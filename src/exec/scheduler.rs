@@ -185,7 +185,9 @@ pub(crate) fn run_pipeline(
         reuse_all: options.reuse,
         drain: options.stop.clone().unwrap_or_default(),
         kill: CancellationToken::new(),
-        policy: RetryPolicy::from_env(env),
+        // A value that is not a whole number was refused by the plan (`plan_for_run`) or by
+        // `summon merge` before the run began.
+        policy: RetryPolicy::from_env(env).unwrap_or_default(),
         committed,
         run_id: run.run_id.clone(),
         run_started,

@@ -66,35 +66,23 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The default policy, with the base delay from `SUMMON_RETRY_BASE_MS` when it is set (a
-    /// whole number of milliseconds; tests and local servers use a short one).
-    pub(crate) fn from_env(env: &crate::env::Env) -> Self {
+    /// The default policy, with what the environment sets: the base delay
+    /// (`SUMMON_RETRY_BASE_MS`; tests and local servers use a short one), the start-up wait,
+    /// and the windows of an unreachable and a rate-limiting provider. Each is a whole number
+    /// of milliseconds; anything else is refused, naming the variable.
+    pub(crate) fn from_env(env: &crate::env::Env) -> Result<Self, String> {
         let mut policy = Self::default();
-        if let Some(ms) = env
-            .var("SUMMON_RETRY_BASE_MS")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            policy.base = Duration::from_millis(ms);
+        for (key, field) in [
+            ("SUMMON_RETRY_BASE_MS", &mut policy.base),
+            ("SUMMON_STARTUP_WAIT_MS", &mut policy.startup_wait),
+            ("SUMMON_UNREACHABLE_MS", &mut policy.unreachable_window),
+            ("SUMMON_RATE_LIMITED_MS", &mut policy.rate_limited_window),
+        ] {
+            if let Some(value) = env.millis(key)? {
+                *field = value;
+            }
         }
-        if let Some(ms) = env
-            .var("SUMMON_STARTUP_WAIT_MS")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            policy.startup_wait = Duration::from_millis(ms);
-        }
-        if let Some(ms) = env
-            .var("SUMMON_UNREACHABLE_MS")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            policy.unreachable_window = Duration::from_millis(ms);
-        }
-        if let Some(ms) = env
-            .var("SUMMON_RATE_LIMITED_MS")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            policy.rate_limited_window = Duration::from_millis(ms);
-        }
-        policy
+        Ok(policy)
     }
 
     /// A policy that never retries.
