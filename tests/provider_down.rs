@@ -77,7 +77,7 @@ async fn a_key_refused_only_for_chats_costs_at_most_one_request_per_slot() {
     let server = MockServer::start(
         MockConfig::new()
             .default_reply(Reply::status(401, UNAUTHORIZED))
-            .latency(Duration::from_millis(200)),
+            .latency(Duration::from_millis(1000)),
     )
     .await;
     let out = openai(&server)
@@ -98,7 +98,7 @@ async fn a_key_refused_only_for_chats_costs_at_most_one_request_per_slot() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fan_out_does_not_wait_for_the_first_answer_once_the_model_list_is_given() {
-    let latency = Duration::from_millis(300);
+    let latency = Duration::from_millis(800);
     let server = MockServer::start(
         MockConfig::new()
             .api_key("sk-test-0123456789")

@@ -1488,7 +1488,7 @@ mod tests {
         kind: ProviderKind,
         config: MockConfig,
     ) -> (Vec<Instant>, Vec<String>) {
-        let server = MockServer::start(config.latency(Duration::from_millis(300))).await;
+        let server = MockServer::start(config.latency(Duration::from_millis(800))).await;
         let client = client(kind, &server);
         let send = |client: Client| async move {
             let req = ChatRequest {
@@ -1535,7 +1535,7 @@ mod tests {
             let (chats, lists) = two_first_requests(kind, MockConfig::new()).await;
             assert_eq!(chats.len(), 2, "{kind:?}");
             let gap = chats[1].duration_since(chats[0]);
-            assert!(gap < Duration::from_millis(300), "{kind:?}: {gap:?}");
+            assert!(gap < Duration::from_millis(800), "{kind:?}: {gap:?}");
             let key = match kind {
                 ProviderKind::OpenAi => format!("Bearer {KEY}"),
                 ProviderKind::Anthropic => KEY.to_owned(),
