@@ -51,22 +51,9 @@ async fn a_refused_key_sends_one_request_and_runs_nothing_after_it() {
             .latency(Duration::from_millis(100)),
     )
     .await;
-    let out = openai(&server)
-        .write("p.yaml", &uncached_fan_out(300, 4))
-        .args(["run", "p.yaml", "--out", "out"])
-        .code(1)
-        .run();
-    assert_eq!(support::chats(&server).len(), 1, "{}", out.stderr);
+    let stderr = run_refused(&server);
+    assert_eq!(support::chats(&server).len(), 1, "{stderr}");
     assert_eq!(server.request_count(), 2, "the chat and one model list");
-    assert!(
-        out.stderr.contains("authentication failed (HTTP 401)")
-            && out.stderr.contains("check the key in `OPENAI_API_KEY`"),
-        "{}",
-        out.stderr
-    );
-    assert!(!out.stderr.contains("sk-a-wrong-key"), "{}", out.stderr);
-    let lines = results(&out.dir.join("out"));
-    assert!(lines.iter().all(|l| l["step"] != "all"), "{lines:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -80,20 +67,29 @@ async fn a_key_refused_only_for_chats_costs_at_most_one_request_per_slot() {
             .latency(Duration::from_millis(1000)),
     )
     .await;
-    let out = openai(&server)
+    let stderr = run_refused(&server);
+    let chats = support::chats(&server).len();
+    assert!((2..=4).contains(&chats), "{chats} chats: {stderr}");
+}
+
+/// `summon run` of a 300-item fan-out at concurrency 4 whose key `server` refuses: exit 1, the
+/// refusal said with the key's variable (never the key), no synthesis; its stderr.
+fn run_refused(server: &MockServer) -> String {
+    let out = openai(server)
         .write("p.yaml", &uncached_fan_out(300, 4))
         .args(["run", "p.yaml", "--out", "out"])
         .code(1)
         .run();
-    let chats = support::chats(&server).len();
-    assert!((2..=4).contains(&chats), "{chats} chats: {}", out.stderr);
     assert!(
-        out.stderr.contains("authentication failed (HTTP 401)"),
+        out.stderr.contains("authentication failed (HTTP 401)")
+            && out.stderr.contains("check the key in `OPENAI_API_KEY`"),
         "{}",
         out.stderr
     );
+    assert!(!out.stderr.contains("sk-a-wrong-key"), "{}", out.stderr);
     let lines = results(&out.dir.join("out"));
     assert!(lines.iter().all(|l| l["step"] != "all"), "{lines:#?}");
+    out.stderr
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -133,14 +133,8 @@ pub(crate) fn cancel(
 
 /// The grace a cancelled worker gets: `SUMMON_CANCEL_GRACE_MS` or 5 s.
 pub(crate) fn cancel_grace(env: &Env) -> Result<Duration> {
-    match env.var("SUMMON_CANCEL_GRACE_MS") {
-        None => Ok(CANCEL_GRACE),
-        Some(text) => text.parse().map(Duration::from_millis).map_err(|_| {
-            Error::usage(format!(
-                "SUMMON_CANCEL_GRACE_MS must be a number of milliseconds, found `{text}`"
-            ))
-        }),
-    }
+    let grace = env.millis("SUMMON_CANCEL_GRACE_MS").map_err(Error::usage)?;
+    Ok(grace.unwrap_or(CANCEL_GRACE))
 }
 
 fn find(tasks: &TaskStore, id: &TaskId) -> Result<TaskRecord, CollectError> {

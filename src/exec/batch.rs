@@ -109,9 +109,10 @@ struct PollDelay {
 impl PollDelay {
     fn from_env(env: &crate::env::Env) -> Self {
         let base = env
-            .var("SUMMON_BATCH_POLL_MS")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map_or(DEFAULT_POLL, Duration::from_millis)
+            .millis("SUMMON_BATCH_POLL_MS")
+            .ok()
+            .flatten()
+            .unwrap_or(DEFAULT_POLL)
             .max(Duration::from_millis(1));
         Self {
             base,

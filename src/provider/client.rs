@@ -203,7 +203,7 @@ fn seconds(d: Duration) -> String {
 /// in flight asks the provider for its model list meanwhile (once per provider): a success
 /// there, with the same credentials, opens the gate for every task without waiting for the
 /// first answer, which a model may take seconds to give.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Opening {
     /// The model list has been asked (or is being asked).
     asked: std::sync::atomic::AtomicBool,
@@ -212,16 +212,6 @@ struct Opening {
     /// A request of summon's own (not the model list) has had an answer: a refused key on the
     /// first one stops the provider.
     replied: std::sync::atomic::AtomicBool,
-}
-
-impl Default for Opening {
-    fn default() -> Self {
-        Self {
-            asked: Default::default(),
-            open: tokio::sync::watch::Sender::new(false),
-            replied: Default::default(),
-        }
-    }
 }
 
 /// Whether the provider can still be sent requests, and when the next try may go.
@@ -537,6 +527,8 @@ impl Client {
     /// The provider answered (`err`: with an error): a 503 "loading" keeps it starting, a 429
     /// keeps the clock of 429s running and paces the requests, anything else ends every wait.
     fn note_answer(&self, err: Option<&ProviderError>) {
+        self.answered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if let Ok(mut health) = self.health.lock() {
             let limited = health.limited_since;
             match err {
@@ -818,18 +810,12 @@ impl Client {
     /// Whether the provider lists its models to these credentials (a 2xx answer); notes it
     /// as the provider's first answer then.
     async fn models_given(&self) -> bool {
-        let url = match self.endpoint.kind {
-            ProviderKind::OpenAi => self.models_url.clone(),
-            ProviderKind::Anthropic => format!("{}{}?limit=1", self.base, anthropic::MODELS_PATH),
-        };
-        let Ok(response) = self.http.get(url).send().await else {
+        let Ok(response) = self.http.get(&self.models_url).send().await else {
             return false;
         };
         if !response.status().is_success() || response.bytes().await.is_err() {
             return false;
         }
-        self.answered
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.note_answer(None);
         true
     }
@@ -902,8 +888,6 @@ impl Client {
                 .map_err(|e| ProviderError::from_transport(e, key))?;
         }
         let status = response.status();
-        self.answered
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         let first = !self
             .opening
             .replied
