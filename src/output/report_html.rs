@@ -127,17 +127,23 @@ fn write_page(dir: &Path, out: &mut impl Write, limit: Held) -> Result<(), Probl
     let results = Results {
         path: dir.join(RESULTS_FILE),
     };
-    // A first pass checks every line and counts them, before anything is written.
-    let mut total = 0u64;
-    let mut bytes = 0u64;
-    results.each(|line, _| {
-        total += 1;
-        bytes += line.len() as u64 + 1;
-        Ok(())
-    })?;
     let (head, tail) = PAGE
         .split_once(DATA_MARK)
         .expect("the page has a data mark");
+    // The file's lines and bytes bound the tasks it holds: when they fit, one pass reads,
+    // checks and writes every line (a bad line stops the page, whose temporary file is then
+    // removed); else a first pass counts the tasks exactly.
+    let (lines, size) = results.bounds()?;
+    let fits = lines <= limit.tasks && size < limit.bytes;
+    let mut total = 0u64;
+    let mut bytes = 0u64;
+    if !fits {
+        results.each(|line, _| {
+            total += 1;
+            bytes += line.len() as u64 + 1;
+            Ok(())
+        })?;
+    }
     out.write_all(head.as_bytes())?;
     let mut chunks = Chunks {
         out,
@@ -146,7 +152,10 @@ fn write_page(dir: &Path, out: &mut impl Write, limit: Held) -> Result<(), Probl
         held: 0,
         bytes: 0,
     };
-    if total <= limit.tasks && bytes <= limit.bytes {
+    if fits {
+        results.each(|line, _| chunks.push(line))?;
+        total = chunks.held;
+    } else if total <= limit.tasks && bytes <= limit.bytes {
         results.each(|line, _| chunks.push(line))?;
     } else {
         // Failed and skipped tasks first, then completed ones, while the page has room.
@@ -248,6 +257,31 @@ enum StatusText<'a> {
 }
 
 impl Results {
+    /// At most how many tasks and bytes of them the file holds: its lines (a last one
+    /// without its newline counted too) and its size.
+    fn bounds(&self) -> Result<(u64, u64), Problem> {
+        let error = |message: String| HtmlError {
+            path: self.path.clone(),
+            message,
+        };
+        let mut file = File::open(&self.path).map_err(|e| error(read_problem(&e)))?;
+        let mut block = vec![0u8; 256 * 1024];
+        let (mut lines, mut size) = (0u64, 0u64);
+        let mut last = b'\n';
+        loop {
+            let read = match io::Read::read(&mut file, &mut block) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(error(format!("cannot read: {e}")).into()),
+            };
+            lines += memchr::memchr_iter(b'\n', &block[..read]).count() as u64;
+            size += read as u64;
+            last = block[read - 1];
+        }
+        Ok((lines + u64::from(last != b'\n'), size))
+    }
+
     /// Calls `each` with every line of the file (checked to be a JSON object) and whether its
     /// task completed. A torn last line (a crash mid-write) is left out; any other bad line is
     /// an error naming its line.
@@ -298,7 +332,7 @@ impl Results {
 /// appear.
 fn write_script_safe(out: &mut impl Write, json: &[u8]) -> io::Result<()> {
     let mut rest = json;
-    while let Some(at) = rest.iter().position(|&b| b == b'<') {
+    while let Some(at) = memchr::memchr(b'<', rest) {
         out.write_all(&rest[..at])?;
         out.write_all(b"\\u003c")?;
         rest = &rest[at + 1..];
@@ -425,6 +459,32 @@ mod tests {
         let data = embedded(&build_held(dir.path(), limit).unwrap());
         let held = data["tasks"].as_array().unwrap().len();
         assert!((12..25).contains(&held), "{held}");
+    }
+
+    #[test]
+    fn a_page_read_in_one_pass_is_the_page_the_counting_pass_writes() {
+        // Blank lines and a torn last line: the file's bounds (6 lines) are above the tasks
+        // it holds (3), so a limit of 3 tasks takes the counting pass and holds them all.
+        let lines = "{\"step\":\"a\",\"index\":0,\"output\":\"</script>\"}\n\n\
+                     {\"step\":\"a\",\"index\":1}\n\n{\"step\":\"a\",\"index\":2}\n{\"st";
+        let dir = dir_with(r#"{"total": {"tasks": 3}}"#, lines);
+        let one_pass = build_page(dir.path()).unwrap();
+        let counted = build_held(
+            dir.path(),
+            Held {
+                tasks: 3,
+                bytes: u64::MAX,
+            },
+        )
+        .unwrap();
+        assert_eq!(one_pass, counted);
+        let data = embedded(&one_pass);
+        assert_eq!(data["tasks"].as_array().unwrap().len(), 3);
+        assert_eq!(
+            (data["tasks_total"].clone(), data["tasks_held"].clone()),
+            (3.into(), 3.into())
+        );
+        assert_eq!(data["tasks"][0]["output"], "</script>");
     }
 
     #[test]
