@@ -245,6 +245,43 @@ async fn a_failed_run_still_writes_report_html() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_page_that_cannot_be_written_is_a_warning_and_the_run_s_other_files_are_there() {
+    let server = MockServer::start(mock()).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline("continue"));
+    // A folder where the page goes: its temporary file cannot be renamed over it.
+    std::fs::create_dir_all(t.path().join("out/report.html/inside")).unwrap();
+    let out = t.args(["run", "p.yaml", "--out", "out", "--quiet"]).run();
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    let warning = lines
+        .iter()
+        .position(|l| l.starts_with("summon: warning: cannot write report.html: "))
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    let summary = lines
+        .iter()
+        .position(|l| l.starts_with("summon: ") && l.contains(" tasks: "))
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(warning < summary, "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("summon: report: "),
+        "no page to point at: {}",
+        out.stderr
+    );
+    let dir = out.dir.join("out");
+    assert!(dir.join("report.html").is_dir());
+    assert_eq!(results(&dir).len(), ITEMS.len() + 1);
+    assert!(read_json(&dir.join("report.json"))["total"]["tasks"].is_u64());
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "the page's temporary file is removed: {leftovers:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn merge_writes_report_html() {
     let server = MockServer::start(MockConfig::new()).await;
     let t = project(&server).write_raw("p.yaml", &pipeline("continue"));

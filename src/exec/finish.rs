@@ -42,7 +42,7 @@ pub(super) struct Finish<'a> {
 
 impl Finish<'_> {
     /// Ends the run whose steps ended as `ends`.
-    pub(super) fn run(self, outputs: RunOutputs, ends: Vec<Option<StepEnd>>) -> Result<RunSummary> {
+    pub(super) fn run(self, outputs: RunOutputs, ends: Vec<Option<StepEnd>>) -> Result<Ended> {
         let RunOutputs {
             recorder: mut sink,
             tasks,
@@ -116,14 +116,8 @@ impl Finish<'_> {
             sink.out.report.write_json(&dir.join("report.json"))?;
             // A problem with the page does not change the run; a link planted at it does.
             crate::safe_fs::refuse_link(&dir.join(crate::output::HTML_FILE))?;
-            // The page is a view of the two files.
-            match crate::output::write_html(dir) {
-                Ok(_) => page = self.out_dir.map(|d| d.join(crate::output::HTML_FILE)),
-                Err(e) => eprintln!(
-                    "summon: warning: cannot write {}: {e}",
-                    crate::output::HTML_FILE
-                ),
-            }
+            // The page is a view of the two files, written while the rest is recorded.
+            page = Some(PageWriter::start(dir.clone()));
         }
         if let (Some(junit), Some(path)) = (&mut sink.out.junit, self.junit) {
             junit.write(&env.cwd.join(path))?;
@@ -190,31 +184,66 @@ impl Finish<'_> {
             None
         };
         let summary_line = sink.out.report.summary_line();
-        eprintln!("summon: {summary_line}");
-        if let Some(hint) = sink.out.report.unpriced_hint() {
-            eprintln!("summon: {hint}");
-        }
-        if let Some(failures) = sink.failure_summary() {
-            eprintln!("{failures}");
+        let mut notes = vec![format!("summon: {summary_line}")];
+        notes.extend(
+            sink.out
+                .report
+                .unpriced_hint()
+                .map(|hint| format!("summon: {hint}")),
+        );
+        notes.extend(sink.failure_summary());
+        Ok(Ended {
+            summary: RunSummary {
+                run_id: run_id.to_owned(),
+                steps,
+                final_output,
+                interrupted,
+                budget: self
+                    .shared
+                    .budget
+                    .as_ref()
+                    .filter(|ledger| ledger.reached())
+                    .map(|ledger| ledger.reached_text()),
+                provider: self.shared.stopped.get().cloned(),
+                report: sink.out.report.to_json(),
+                summary_line,
+            },
+            notes,
+            page: page
+                .zip(self.out_dir)
+                .map(|(writer, dir)| (writer, dir.join(crate::output::HTML_FILE))),
+        })
+    }
+}
+
+/// A run that ended, told once the store and the connections are closed: its summary lines
+/// and the page's path when the page (written meanwhile) is there.
+pub(super) struct Ended {
+    summary: RunSummary,
+    notes: Vec<String>,
+    page: Option<(PageWriter, PathBuf)>,
+}
+
+impl Ended {
+    /// Prints the run's summary (waiting for its page) and gives it back.
+    pub(super) fn tell(self) -> RunSummary {
+        let page = self.page.and_then(|(writer, shown)| match writer.wait()? {
+            Ok(_) => Some(shown),
+            Err(e) => {
+                eprintln!(
+                    "summon: warning: cannot write {}: {e}",
+                    crate::output::HTML_FILE
+                );
+                None
+            }
+        });
+        for note in &self.notes {
+            eprintln!("{note}");
         }
         if let Some(page) = page {
             eprintln!("summon: report: {}", page.display());
         }
-        Ok(RunSummary {
-            run_id: run_id.to_owned(),
-            steps,
-            final_output,
-            interrupted,
-            budget: self
-                .shared
-                .budget
-                .as_ref()
-                .filter(|ledger| ledger.reached())
-                .map(|ledger| ledger.reached_text()),
-            provider: self.shared.stopped.get().cloned(),
-            report: sink.out.report.to_json(),
-            summary_line,
-        })
+        self.summary
     }
 }
 
@@ -244,6 +273,52 @@ fn pipeline_graph(
         })
         .collect();
     json!({ "name": pipeline.name, "run_id": run_id, "steps": steps })
+}
+
+/// `report.html` written on a thread of its own (it reads all of `results.jsonl`), so that
+/// JUnit, the outputs and the store are written meanwhile. Waited for when dropped: no run ends
+/// with its page half-written.
+struct PageWriter {
+    writing: Option<std::thread::JoinHandle<PageWritten>>,
+    written: Option<PageWritten>,
+}
+
+type PageWritten = std::result::Result<PathBuf, crate::output::HtmlError>;
+
+impl PageWriter {
+    fn start(dir: PathBuf) -> Self {
+        let on_thread = dir.clone();
+        match std::thread::Builder::new()
+            .name("summon-report-page".into())
+            .spawn(move || crate::output::write_html(&on_thread))
+        {
+            Ok(handle) => Self {
+                writing: Some(handle),
+                written: None,
+            },
+            // No thread to be had: written here.
+            Err(_) => Self {
+                writing: None,
+                written: Some(crate::output::write_html(&dir)),
+            },
+        }
+    }
+
+    /// What the page's writer did; `None` when its thread panicked.
+    fn wait(mut self) -> Option<PageWritten> {
+        match self.writing.take() {
+            Some(handle) => handle.join().ok(),
+            None => self.written.take(),
+        }
+    }
+}
+
+impl Drop for PageWriter {
+    fn drop(&mut self) {
+        if let Some(handle) = self.writing.take() {
+            let _ = handle.join();
+        }
+    }
 }
 
 /// Drops the runs of this pipeline that the retention settings do not keep, and the space

@@ -254,7 +254,13 @@ pub(crate) fn run_pipeline(
         run_id: &run.run_id,
         path_text: &path_text,
     };
-    finish.run(outputs_taken, ends)
+    let ended = finish.run(outputs_taken, ends)?;
+    // The connections and the store are closed (the store's last checkpoint) while the page
+    // is written; the summary is printed once both are done.
+    drop(runtime);
+    drop(shared);
+    drop(store);
+    Ok(ended.tell())
 }
 
 /// The display's line for every step that sends tasks; a decompose from a command, list,

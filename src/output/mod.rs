@@ -19,7 +19,7 @@ pub(crate) use report::{
     BudgetJson, REPORT_FILE, RETRY_CLASSES, Report, fmt_cost, fmt_duration, fmt_tokens,
     write_atomically,
 };
-pub(crate) use report_html::{HTML_FILE, write_html};
+pub(crate) use report_html::{HTML_FILE, HtmlError, write_html};
 pub(crate) use results::{RESULTS_FILE, ResultLine, ResultsWriter, read_results};
 pub(crate) use stdout::Stdout;
 pub(crate) use step_summary::{STEP_SUMMARY_VAR, append_step_summary};
