@@ -547,11 +547,24 @@ impl Store {
         if self.get_run(run_id)?.is_none() {
             return Err(self.invalid(format!("no run {run_id} to journal")));
         }
-        let conn = connect(&self.db_path)?;
+        let mut conn = connect(&self.db_path)?;
         tune_writer(&conn).map_err(|e| self.invalid(format!("cannot tune the journal: {e}")))?;
+        let (ask, checkpointer) = self.checkpointer()?;
+        conn.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, frames: i32| {
+            if frames >= CHECKPOINT_HERE {
+                // What the checkpointer has not copied yet; the next commit starts the WAL
+                // over. A checkpoint already running (busy) is left to finish.
+                let _ = wal.checkpoint();
+            } else if frames >= CHECKPOINT_ASK {
+                let _ = ask.try_send(());
+            }
+            Ok(())
+        }))
+        .map_err(|e| self.invalid(format!("cannot tune the journal: {e}")))?;
         let shared = Arc::new(Shared::default());
         let (sender, receiver) = mpsc::channel();
         let worker = Worker {
+            checkpointer: Some(checkpointer),
             conn,
             db_path: self.db_path.clone(),
             run_id: run_id.to_owned(),
@@ -572,9 +585,37 @@ impl Store {
     }
 }
 
+/// WAL frames (4 KiB pages, so 16 MiB) after which the journal's checkpointer thread is asked
+/// to copy the WAL into the database: on its own connection, while the writer goes on
+/// committing. A checkpoint syncs the WAL and the database, which takes milliseconds to tens of
+/// them; on the writer it held every task waiting for its commit (and its slot) that long.
+const CHECKPOINT_ASK: i32 = 4096;
+/// WAL frames after which the writer copies what is left itself: the checkpointer's copies
+/// cannot start the WAL over while commits keep coming, the writer's can.
+const CHECKPOINT_HERE: i32 = 2 * CHECKPOINT_ASK;
+
+impl Store {
+    /// The journal's checkpointer: a thread with its own connection that runs a passive
+    /// checkpoint whenever it is asked, until the asking side is dropped.
+    fn checkpointer(&self) -> Result<(SyncSender<()>, JoinHandle<()>), StoreError> {
+        let conn = connect(&self.db_path)?;
+        let (ask, asked) = mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("summon-checkpoint".into())
+            .spawn(move || {
+                while asked.recv().is_ok() {
+                    // Busy (another checkpoint running) or failed: the writer copies the rest.
+                    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                }
+            })
+            .map_err(|e| self.invalid(format!("cannot start the journal's checkpointer: {e}")))?;
+        Ok((ask, thread))
+    }
+}
+
 /// The writer's connection: a page cache that holds the outputs' hash indexes of a big run
-/// (their keys are random, so every row touches a page of each) and a checkpoint every 16 MiB
-/// of WAL rather than 4 MiB (a page written by many commits is copied to the database once).
+/// (their keys are random, so every row touches a page of each); its checkpoints are the
+/// checkpointer's ([`CHECKPOINT_ASK`]), its own only past [`CHECKPOINT_HERE`].
 ///
 /// The writer skips the tables' CHECK constraints: every value it writes comes from a Rust
 /// enum (a row's status), and SQLite checks `status IN (...)` by building a temporary index
@@ -582,7 +623,6 @@ impl Store {
 fn tune_writer(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
         "PRAGMA cache_size=-8192;
-         PRAGMA wal_autocheckpoint=4096;
          PRAGMA ignore_check_constraints=ON;",
     )
 }
@@ -698,6 +738,8 @@ impl Drop for JournalWriter {
 
 /// The writer thread.
 struct Worker {
+    /// Joined once `conn` (whose WAL hook asks it for checkpoints) is closed.
+    checkpointer: Option<JoinHandle<()>>,
     conn: Connection,
     db_path: PathBuf,
     run_id: String,
@@ -745,6 +787,14 @@ impl Worker {
             for ack in acks.drain(..) {
                 let _ = ack.send(());
             }
+        }
+        // Closing the connection drops its hook, the checkpointer's only asker.
+        let Worker {
+            checkpointer, conn, ..
+        } = self;
+        drop(conn);
+        if let Some(thread) = checkpointer {
+            let _ = thread.join();
         }
     }
 
@@ -843,6 +893,46 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap()
+    }
+
+    #[test]
+    fn the_wal_is_copied_into_the_database_and_started_over_while_rows_are_committed() {
+        let (_tmp, store) = store();
+        let run = run(&store);
+        let writer = store
+            .journal_writer(
+                &run.run_id,
+                WriterOptions {
+                    max_rows: 1,
+                    max_delay: Duration::ZERO,
+                    ..WriterOptions::default()
+                },
+            )
+            .unwrap();
+        let wal = PathBuf::from(format!("{}-wal", store.db_path.display()));
+        // A commit per row of about six pages (the item overflows into four): some 15,000
+        // frames, 60 MiB of WAL if it were never started over.
+        let rows = 2500;
+        let item = "x".repeat(16 * 1024);
+        let mut largest = 0;
+        for index in 0..rows {
+            let mut row = row("big", index, "h");
+            row.item_json = Some(format!(r#"{{"text":"{item}"}}"#));
+            writer.record(row).unwrap();
+            writer.flush().unwrap();
+            largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+        }
+        let stats = writer.close().unwrap();
+        assert_eq!(stats.rows, rows);
+        assert_eq!(count(&store, &run.run_id), rows as i64);
+        // Each frame is a 4 KiB page and its 24-byte header. The WAL starts over at the
+        // latest once it holds CHECKPOINT_HERE frames (a checkpoint still running when it
+        // does is let finish, so some commits more).
+        let bound = (CHECKPOINT_HERE as u64 + 2048) * (4096 + 24);
+        assert!(
+            (4096 * 4096..bound).contains(&largest),
+            "the WAL grew to {largest} bytes"
+        );
     }
 
     #[test]
