@@ -22,7 +22,9 @@
 //! and commits whatever has arrived in one transaction as soon as either
 //! [`WriterOptions::max_rows`] rows are pending or [`WriterOptions::max_delay`] passed since the
 //! first of them. `flush()` commits everything recorded so far and waits; `close()` and `Drop`
-//! flush too.
+//! flush too. Copying the WAL into the database (a checkpoint, two syncs) is not the writer's
+//! work: a second thread with its own connection does it when the writer's WAL hook asks
+//! ([`CHECKPOINT_ASK`]), so commits go on meanwhile.
 //!
 //! **Crash safety.** A committed transaction survives `kill -9` (WAL with `synchronous=NORMAL`
 //! only risks the last commits on power loss) and a killed writer never leaves a partial batch
