@@ -904,8 +904,10 @@ fn the_mcp_inspector_cli_lists_and_calls_every_tool() {
         inspector().display()
     );
     let runtime = tokio::runtime::Runtime::new().unwrap();
+    // The delegated answer comes late enough that the task is still working when the call
+    // returns (an immediate one may finish first, and the call then says `completed`).
     let server = runtime.block_on(MockServer::start(MockConfig::new().replies([
-        Reply::text("delegated answer"),
+        Reply::text("delegated answer").delayed(Duration::from_secs(2)),
         Reply::text("spawned answer"),
         Reply::text("pipeline answer"),
     ])));
