@@ -9,7 +9,8 @@ much of the CPU and the ideal is out of reach for any client. The bench therefor
 mock's lean server (`--lean`: one thread, hand-written HTTP/1.1, the same answers), which
 spends about half the CPU per request of the full one. So each case also measures the physical floor: after the summon
 run, `summon-load-floor` (testing/mock-llm/src/bin/floor.rs, a bare HTTP/1.1 keep-alive client
-on one thread) sends the same N requests, with bodies of summon's size, at the same C to a
+on one thread) sends the same N requests, with bodies of summon's size (the mean the mock
+measured in the summon run), at the same C to a
 freshly started mock with the same L. Its wall time is the floor, `wall / floor` is what summon
 costs beyond it, and its CPU per request is about the least a client can spend on one. The
 mock's own CPU per request (during the summon run) shows how much of the machine it takes.
@@ -23,7 +24,7 @@ by tokio's millisecond timer, which would add 1-2 ms to every answer.
 
 SUMMON=path runs another summon binary; NO_BUILD=1 builds nothing (the release binaries are there).
 """
-import math, os, subprocess, sys, tempfile, time
+import math, os, re, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = [(2000, 64, 200), (10000, 256, 100), (100000, 256, 10)]
@@ -42,8 +43,19 @@ def build():
 def start_mock(mock, latency_ms):
     """Starts the mock server; returns the process and its port."""
     server = subprocess.Popen([mock, "--lean", "--port", "0", "--latency-ms", str(latency_ms), "--no-stdin",
-                               "--max-seconds", "900"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                               "--max-seconds", "900"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return server, server.stdout.readline().strip().rsplit(":", 1)[1]
+
+
+def stop_mock(server):
+    """Stops the mock server; returns the mean body of the chat requests it answered (bytes),
+    from the line it prints when it stops."""
+    server.terminate()
+    _, errors = server.communicate()
+    found = re.search(r"chat bodies of (\d+) bytes on average", errors)
+    if not found:
+        sys.exit(f"the mock server did not say its requests' size: {errors[-2000:]}")
+    return int(found.group(1))
 
 
 def cpu_seconds(pid):
@@ -114,21 +126,21 @@ def run_case(summon, mock, n, c, latency_ms, all_outputs=False):
                     if not os.path.isfile(os.path.join(work, name)):
                         sys.exit(f"no {name}")
         finally:
-            server.terminate()
-            server.wait()
+            body_bytes = stop_mock(server)
     cpu = usage.ru_utime + usage.ru_stime
     ideal = math.ceil(n / c) * latency_ms / 1000
-    return wall, ideal, cpu / n * 1000, usage.ru_maxrss / 1024, mock_cpu / n * 1000
+    return wall, ideal, cpu / n * 1000, usage.ru_maxrss / 1024, mock_cpu / n * 1000, body_bytes
 
 
-def run_floor(floor, mock, n, c, latency_ms):
-    """The same N requests at concurrency C sent by summon-load-floor: wall time and CPU per
-    request (ms) of that client alone."""
+def run_floor(floor, mock, n, c, latency_ms, body_bytes):
+    """The same N requests at concurrency C, with bodies of `body_bytes`, sent by
+    summon-load-floor: wall time and CPU per request (ms) of that client alone."""
     server, port = start_mock(mock, latency_ms)
     try:
         start = time.perf_counter()
         proc = subprocess.Popen([floor, "--addr", f"127.0.0.1:{port}", "--requests", str(n),
-                                 "--concurrency", str(c)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                 "--concurrency", str(c), "--body-bytes", str(body_bytes)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         # One line each way: the pipes cannot fill up before the process ends.
@@ -137,8 +149,7 @@ def run_floor(floor, mock, n, c, latency_ms):
         if proc.returncode != 0:
             sys.exit(f"floor client failed ({proc.returncode}): {out}{err[-2000:]}")
     finally:
-        server.terminate()
-        server.wait()
+        stop_mock(server)
     return wall, (usage.ru_utime + usage.ru_stime) / n * 1000
 
 
@@ -148,13 +159,13 @@ def main():
     cases = [tuple(args[i:i + 3]) for i in range(0, len(args), 3)] if args else CASES
     summon, mock, floor = build()
     print("| N | C | L (ms) | wall (s) | ideal (s) | wall / ideal | CPU per task (ms) | peak RSS (MiB) "
-          "| floor wall (s) | wall / floor | floor CPU per request (ms) | mock CPU per request (ms) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| floor wall (s) | wall / floor | floor CPU per request (ms) | mock CPU per request (ms) | request body (B) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n, c, latency in cases:
-        wall, ideal, cpu_ms, rss, mock_ms = run_case(summon, mock, n, c, latency, all_outputs)
-        floor_wall, floor_cpu_ms = run_floor(floor, mock, n, c, latency)
+        wall, ideal, cpu_ms, rss, mock_ms, body_bytes = run_case(summon, mock, n, c, latency, all_outputs)
+        floor_wall, floor_cpu_ms = run_floor(floor, mock, n, c, latency, body_bytes)
         print(f"| {n} | {c} | {latency} | {wall:.2f} | {ideal:.2f} | {wall / ideal:.3f} | {cpu_ms:.3f} | {rss:.1f} "
-              f"| {floor_wall:.2f} | {wall / floor_wall:.3f} | {floor_cpu_ms:.4f} | {mock_ms:.4f} |", flush=True)
+              f"| {floor_wall:.2f} | {wall / floor_wall:.3f} | {floor_cpu_ms:.4f} | {mock_ms:.4f} | {body_bytes} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,15 +21,21 @@ use crate::{Api, Reply, clock::Timer};
 /// The largest request head or body read.
 const MAX_REQUEST: usize = 64 * 1024 * 1024;
 
-/// Requests answered, shared with the caller.
+/// Chat requests answered and the bytes of their bodies, shared with the caller.
 #[derive(Debug, Default)]
 pub struct LeanStats {
     requests: AtomicU64,
+    body_bytes: AtomicU64,
 }
 
 impl LeanStats {
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// The mean body of the chat requests answered, in bytes (0 before the first).
+    pub fn mean_body_bytes(&self) -> u64 {
+        self.body_bytes.load(Ordering::Relaxed) / self.requests().max(1)
     }
 }
 
@@ -127,6 +133,9 @@ impl Connection {
 
     /// Writes the whole HTTP answer to a chat request into `out`.
     fn answer(&self, body: &[u8], out: &mut Vec<u8>) {
+        self.stats
+            .body_bytes
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
         let id = self.stats.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let request = crate::essentials(body);
         let model = request["model"].as_str().unwrap_or("mock-model");
@@ -255,7 +264,8 @@ mod tests {
         ));
         let mut stream = TcpStream::connect(addr).await.unwrap();
         let mut buf = Vec::new();
-        for text in ["first", "second"] {
+        let mut sent_bytes = 0;
+        for text in ["first", "second!"] {
             let body = format!(
                 r#"{{"model":"m","messages":[{{"role":"system","content":"s"}},{{"role":"user","content":"{text}"}}]}}"#
             );
@@ -263,6 +273,7 @@ mod tests {
                 "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
                 body.len()
             );
+            sent_bytes += body.len() as u64;
             let sent = Instant::now();
             // Written in two parts, as a client may.
             let (a, b) = request.as_bytes().split_at(40);
@@ -292,6 +303,8 @@ mod tests {
         let (status, _) = response(&mut stream, &mut buf).await;
         assert_eq!(status, "HTTP/1.1 404 Not Found");
         assert_eq!(stats.requests(), 2);
+        // The model list is not a chat request: the mean is of the two bodies.
+        assert_eq!(stats.mean_body_bytes(), sent_bytes / 2);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Prints `listening on 127.0.0.1:PORT` as its first stdout line, then serves until
 //! `--max-seconds` have passed (default 600), stdin reaches end of file (unless `--no-stdin`),
 //! or SIGTERM/SIGINT arrives. On exit it prints the request count, the in-flight peak and the
-//! faults injected (`--fault-*`) to stderr.
+//! faults injected (`--fault-*`) to stderr; the lean server (`--lean`) prints the request
+//! count and the chat requests' mean body size.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
@@ -334,8 +335,9 @@ async fn serve_lean(args: Args) -> ExitCode {
         Err(err) = server => format!("error: {err}"),
     };
     eprintln!(
-        "summon-mock-llm: stopping ({reason}): served {} requests",
-        stats.requests()
+        "summon-mock-llm: stopping ({reason}): served {} requests, chat bodies of {} bytes on average",
+        stats.requests(),
+        stats.mean_body_bytes()
     );
     ExitCode::SUCCESS
 }

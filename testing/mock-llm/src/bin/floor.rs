@@ -9,8 +9,9 @@
 //! time is the floor that summon can be quoted against besides the ideal.
 //!
 //! Each request is `POST /v1/chat/completions` with a system message padded so that the body
-//! is about `--body-bytes` (default: the size of summon's request in that benchmark) and the
-//! user message `classify row number {i}`. A response counts as an error unless it is a 200
+//! is about `--body-bytes` and the user message `classify row number {i}`. `benches/fanout.py`
+//! passes the mean body of summon's requests in the same case, which the lean mock prints when
+//! it stops. A response counts as an error unless it is a 200
 //! with a JSON body holding `choices`. Prints `{"requests":N,"errors":E,"wall_s":S}` on stdout
 //! and exits non-zero if any request failed.
 
@@ -27,8 +28,9 @@ use tokio::net::TcpStream;
 const USAGE: &str =
     "usage: summon-load-floor --addr HOST:PORT --requests N --concurrency C [--body-bytes B]";
 
-/// What summon sends per task in `benches/fanout.py` (system prompt and tool definitions).
-const DEFAULT_BODY_BYTES: usize = 4700;
+/// About what summon sends per task in `benches/fanout.py` (a task without tools: its system
+/// prompt, the user message, `max_tokens` and `prompt_cache_key`).
+const DEFAULT_BODY_BYTES: usize = 340;
 
 /// The part of a chat completion the check needs: `choices` must be there.
 #[derive(Deserialize)]
