@@ -152,11 +152,9 @@ fn write_page(dir: &Path, out: &mut impl Write, limit: Held) -> Result<(), Probl
         held: 0,
         bytes: 0,
     };
-    if fits {
+    if fits || (total <= limit.tasks && bytes <= limit.bytes) {
         results.each(|line, _| chunks.push(line))?;
         total = chunks.held;
-    } else if total <= limit.tasks && bytes <= limit.bytes {
-        results.each(|line, _| chunks.push(line))?;
     } else {
         // Failed and skipped tasks first, then completed ones, while the page has room.
         results.each(|line, completed| {
