@@ -201,7 +201,8 @@ pub(crate) fn run_worker(
     };
     record_servers(&project, id)?;
     let cancel = CancellationToken::new();
-    let (done, heartbeat) = start_heartbeat(project.clone(), id, cancel.clone());
+    let (done, heartbeat) =
+        start_heartbeat(Store::open(&project)?, project.clone(), id, cancel.clone());
     let last_text = Arc::new(Mutex::new(String::new()));
     let progress = Progress {
         store: Store::open(&project)?,
@@ -333,17 +334,17 @@ fn record_servers(project: &std::path::Path, id: TaskId) -> Result<()> {
 
 /// Starts the thread that proves the worker alive every [`HEARTBEAT`] and turns a cancel
 /// request into `cancel`. It stops as soon as the returned sender is dropped (it waits on the
-/// channel rather than sleeping), so a finished task is never held back for a beat.
+/// channel rather than sleeping), so a finished task is never held back for a beat. `store` is
+/// opened by the caller while the project is there: opened on the thread, after the project
+/// folder was deleted, it would make the folder again.
 fn start_heartbeat(
+    store: Store,
     project: std::path::PathBuf,
     id: TaskId,
     cancel: CancellationToken,
 ) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let (done, finished) = std::sync::mpsc::channel::<()>();
     let handle = std::thread::spawn(move || {
-        let Ok(store) = Store::open(&project) else {
-            return;
-        };
         loop {
             // A project folder deleted under the task (a temporary one, say) ends it too:
             // nobody is left to collect it.
@@ -539,7 +540,12 @@ mod tests {
         let store = Store::open(&project).unwrap();
         let task = store.create_task("t", None, "{}", 5, false).unwrap();
         let cancel = CancellationToken::new();
-        let (done, heartbeat) = start_heartbeat(project.clone(), task.id, cancel.clone());
+        let (done, heartbeat) = start_heartbeat(
+            Store::open(&project).unwrap(),
+            project.clone(),
+            task.id,
+            cancel.clone(),
+        );
         assert!(!cancel.is_cancelled(), "a live project's task goes on");
         std::fs::remove_dir_all(&project).unwrap();
         tokio::time::timeout(Duration::from_secs(30), cancel.cancelled())
