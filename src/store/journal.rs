@@ -40,7 +40,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -551,11 +551,14 @@ impl Store {
         }
         let mut conn = connect(&self.db_path)?;
         tune_writer(&conn).map_err(|e| self.invalid(format!("cannot tune the journal: {e}")))?;
-        let (ask, checkpointer) = self.checkpointer()?;
+        let (ask, copying, checkpointer) = self.checkpointer()?;
         conn.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, frames: i32| {
             if frames >= CHECKPOINT_HERE {
                 // What the checkpointer has not copied yet; the next commit starts the WAL
-                // over. A checkpoint already running (busy) is left to finish.
+                // over. A checkpoint the checkpointer is running (on a slow disk, its syncs
+                // can outlast any number of commits) is waited for: SQLite would refuse a
+                // second one, and the WAL would grow without bound meanwhile.
+                let _copying = copying.lock().unwrap_or_else(PoisonError::into_inner);
                 let _ = wal.checkpoint();
             } else if frames >= CHECKPOINT_ASK {
                 let _ = ask.try_send(());
@@ -592,26 +595,34 @@ impl Store {
 /// committing. A checkpoint syncs the WAL and the database, which takes milliseconds to tens of
 /// them; on the writer it held every task waiting for its commit (and its slot) that long.
 const CHECKPOINT_ASK: i32 = 4096;
-/// WAL frames after which the writer copies what is left itself: the checkpointer's copies
-/// cannot start the WAL over while commits keep coming, the writer's can.
+/// WAL frames after which the writer copies what is left itself, once a checkpoint the
+/// checkpointer is running has ended: the checkpointer's copies cannot start the WAL over
+/// while commits keep coming, the writer's can.
 const CHECKPOINT_HERE: i32 = 2 * CHECKPOINT_ASK;
+
+/// What asks the checkpointer to copy, the lock it holds while it does, and its thread.
+type Checkpointer = (SyncSender<()>, Arc<Mutex<()>>, JoinHandle<()>);
 
 impl Store {
     /// The journal's checkpointer: a thread with its own connection that runs a passive
-    /// checkpoint whenever it is asked, until the asking side is dropped.
-    fn checkpointer(&self) -> Result<(SyncSender<()>, JoinHandle<()>), StoreError> {
+    /// checkpoint whenever it is asked, until the asking side is dropped. It holds the returned
+    /// lock while it copies.
+    fn checkpointer(&self) -> Result<Checkpointer, StoreError> {
         let conn = connect(&self.db_path)?;
         let (ask, asked) = mpsc::sync_channel::<()>(1);
+        let copying = Arc::new(Mutex::new(()));
+        let held = Arc::clone(&copying);
         let thread = std::thread::Builder::new()
             .name("summon-checkpoint".into())
             .spawn(move || {
                 while asked.recv().is_ok() {
-                    // Busy (another checkpoint running) or failed: the writer copies the rest.
+                    let _copying = held.lock().unwrap_or_else(PoisonError::into_inner);
+                    // Failed: the writer copies the rest.
                     let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
                 }
             })
             .map_err(|e| self.invalid(format!("cannot start the journal's checkpointer: {e}")))?;
-        Ok((ask, thread))
+        Ok((ask, copying, thread))
     }
 }
 
@@ -928,8 +939,9 @@ mod tests {
         assert_eq!(stats.rows, rows);
         assert_eq!(count(&store, &run.run_id), rows as i64);
         // Each frame is a 4 KiB page and its 24-byte header. The WAL starts over at the
-        // latest once it holds CHECKPOINT_HERE frames (a checkpoint still running when it
-        // does is let finish, so some commits more).
+        // latest once it holds CHECKPOINT_HERE frames (the writer waits for a checkpoint
+        // still running, then copies the rest; the WAL starts over at a later commit if a
+        // reader held it back).
         let bound = (CHECKPOINT_HERE as u64 + 2048) * (4096 + 24);
         assert!(
             (4096 * 4096..bound).contains(&largest),
