@@ -1,5 +1,18 @@
 //! Text cut to a size, and text from outside summon made safe to print on a terminal.
 
+/// `1234567` as `1,234,567`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Cuts `text` to at most `max` bytes at a character boundary; says whether it cut.
 pub(crate) fn truncate_at_boundary(text: &mut String, max: usize) -> bool {
     if text.len() <= max {

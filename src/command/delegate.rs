@@ -280,6 +280,7 @@ fn progress_line(label: &str, palette: crate::color::Palette, event: SubagentEve
         }
         SubagentEvent::Turn { .. }
         | SubagentEvent::StartupWait { .. }
+        | SubagentEvent::Held { .. }
         | SubagentEvent::Text { .. }
         | SubagentEvent::Tokens { .. }
         | SubagentEvent::Response { .. }

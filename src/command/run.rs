@@ -5,8 +5,9 @@
 //! "cache_read_tokens", "cache_write_tokens", "output"}` (the tokens over the whole run);
 //! `deferred`: a step a shard leaves for `summon merge`, or one after `--until STEP`.
 //! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "drafted",
-//! "input_tokens", "overhead", "model", "prompt", "later", "notes", "output_limit": {"tokens",
-//! "default"}, "tier", "estimated_cost_usd": {"input", "output_max"}}], "tasks",
+//! "input_tokens", "overhead", "model", "prompt", "later", "notes", "output_limit": {"tokens"
+//! (`null`: none sent), "source" (`explicit`, `schema` or `full`), "learned" (later tasks learn
+//! theirs from the step's answers), "default"}, "tier", "estimated_cost_usd": {"input", "output_max"}}], "tasks",
 //! "drafted_tasks", "estimated_input_tokens", "estimated_input_cost_usd",
 //! "estimated_cost_usd", "max_cost_usd", "estimate_crosses_cap", "unpriced_models",
 //! "errors"}`; `overhead` is the drafted tasks' per-task overhead as in `report.json`
@@ -14,6 +15,7 @@
 //! at its tier (`null`: none drafted, or no price), `output_max` at the output limit;
 //! `estimate_crosses_cap` is `null` without a spend cap.
 
+use crate::text::thousands;
 use std::io::IsTerminal;
 
 use serde_json::json;
@@ -905,8 +907,12 @@ fn dry_run(
                     "tasks": s.tasks, "drafted": s.drafted, "input_tokens": s.input_tokens,
                     "overhead": s.overhead.json(), "model": s.model,
                     "prompt": s.prompt, "later": s.later, "notes": s.notes,
-                    "output_limit": s.output_limit.map(|(tokens, default)| json!({
-                        "tokens": tokens, "default": default,
+                    "output_limit": s.output_limit.map(|cap| json!({
+                        "tokens": cap.tokens, "source": cap.source, "learned": cap.learned,
+                        "default": matches!(
+                            cap.source,
+                            crate::subagent::output_cap::CapSource::Full
+                        ),
                     })),
                     "levels": s.levels.as_ref().map(|l| json!({
                         "tasks": l.tasks, "chunk_tokens": l.chunk_tokens,
@@ -947,19 +953,6 @@ fn dry_run(
         file.error(*pos, message.clone());
     }
     Err(Error::Input(diags))
-}
-
-/// `1234567` as `1,234,567`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The text of `--dry-run`.
@@ -1062,7 +1055,13 @@ fn step_costs(
                 return None;
             }
             let price = prices.at(s.model.as_deref()?, tier)?;
-            let output = s.output_limit.map_or(0, |(tokens, _)| u64::from(tokens));
+            // An answer with no limit sent is priced at summon's local guard.
+            let output = s.output_limit.map_or(0, |cap| {
+                u64::from(
+                    cap.tokens
+                        .unwrap_or(crate::subagent::output_cap::LOCAL_GUARD),
+                )
+            });
             Some(StepCost {
                 tier,
                 input: s.input_tokens as f64 * price.input / 1e6,
@@ -1136,16 +1135,8 @@ fn dry_run_text(
                 thousands(o.tool_tokens_per_task_max)
             ));
         }
-        if let Some((limit, default)) = step.output_limit {
-            text.push_str(&format!(
-                "      output limit: {} tokens per answer{}\n",
-                thousands(u64::from(limit)),
-                if default {
-                    " (summon's default; max_output_tokens sets another)"
-                } else {
-                    " (max_output_tokens)"
-                }
-            ));
+        if let Some(cap) = &step.output_limit {
+            text.push_str(&format!("      output limit: {}\n", cap.describe()));
         }
         if let Some(c) = step_cost {
             text.push_str(&format!(

@@ -161,6 +161,12 @@ pub(crate) struct ProviderConfig {
     pub(crate) default_model: Option<String>,
     pub(crate) aliases: IndexMap<String, String>,
     pub(crate) limits: RateLimits,
+    /// `limits_per: shard`: each shard of a sharded run has the limits whole (its own key);
+    /// `None` or `key`: they are shared by the shards.
+    pub(crate) limits_per_shard: Option<bool>,
+    /// `local`: the server runs locally (summon's runaway guard applies), whatever its URL
+    /// says.
+    pub(crate) local: Option<bool>,
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) connect_timeout: Option<Duration>,
 }
@@ -864,6 +870,18 @@ fn located_string(
     })
 }
 
+/// `true` or `false`.
+fn bool_value(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Option<bool> {
+    match node.as_str() {
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        _ => {
+            d.error(node.pos, format!("`{path}` must be true or false"));
+            None
+        }
+    }
+}
+
 /// A non-empty string scalar.
 fn string_value(node: &Node, path: &str, d: &mut FileDiags<'_>) -> Option<String> {
     match node.as_str() {
@@ -972,6 +990,34 @@ fn read_provider(
     let tokens_per_minute = r
         .get("tokens_per_minute")
         .and_then(|n| positive_int(n, &format!("{path}.tokens_per_minute"), d));
+    let input_tokens_per_minute = r
+        .get("input_tokens_per_minute")
+        .and_then(|n| positive_int(n, &format!("{path}.input_tokens_per_minute"), d));
+    let output_tokens_per_minute = r
+        .get("output_tokens_per_minute")
+        .and_then(|n| positive_int(n, &format!("{path}.output_tokens_per_minute"), d));
+    // Under `--shard I/N` a configured limit is the shard's share unless it is the shard's
+    // own (a key per shard).
+    let limits_per_shard = r.get("limits_per").and_then(|n| {
+        let text = string_value(n, &format!("{path}.limits_per"), d)?;
+        match text.as_str() {
+            "key" => Some(false),
+            "shard" => Some(true),
+            _ => {
+                d.error(
+                    n.pos,
+                    format!(
+                        "`{path}.limits_per` must be key (the limits are the key's, shared by \
+                         every shard) or shard (each shard has its own key), found `{text}`"
+                    ),
+                );
+                None
+            }
+        }
+    });
+    let local = r
+        .get("local")
+        .and_then(|n| bool_value(n, &format!("{path}.local"), d));
     let request_timeout = r
         .get("timeout_secs")
         .and_then(|n| seconds(n, &format!("{path}.timeout_secs"), d));
@@ -1006,7 +1052,11 @@ fn read_provider(
         limits: RateLimits {
             requests_per_minute,
             tokens_per_minute,
+            input_tokens_per_minute,
+            output_tokens_per_minute,
         },
+        limits_per_shard,
+        local,
         request_timeout,
         connect_timeout,
     })

@@ -50,6 +50,10 @@ pub(crate) struct ProviderDef {
     /// Model name → model id; config aliases over built-in ones.
     pub(crate) aliases: IndexMap<String, String>,
     pub(crate) limits: RateLimits,
+    /// The limits are each shard's own (`limits_per: shard`), not shared by the shards.
+    pub(crate) limits_per_shard: bool,
+    /// `local` in the config file: the server is local (or not) whatever its URL says.
+    pub(crate) local: Option<bool>,
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) connect_timeout: Option<Duration>,
     /// Where the definition itself came from: [`Origin::Preset`] or [`Origin::ConfigFile`].
@@ -127,6 +131,8 @@ pub(crate) fn preset(name: &str, env: &Env) -> Option<ProviderDef> {
         default_model: None,
         aliases: builtin_aliases(kind),
         limits: RateLimits::default(),
+        limits_per_shard: false,
+        local: None,
         request_timeout: None,
         connect_timeout: None,
         origin: Origin::Preset,
@@ -182,6 +188,8 @@ fn from_config(entry: &ProviderConfig, preset: Option<ProviderDef>) -> ProviderD
         default_model,
         aliases,
         limits: entry.limits,
+        limits_per_shard: entry.limits_per_shard.unwrap_or(false),
+        local: entry.local,
         request_timeout: entry.request_timeout,
         connect_timeout: entry.connect_timeout,
         origin: from_file(),

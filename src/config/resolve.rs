@@ -510,6 +510,7 @@ pub(crate) fn endpoint(env: &Env, def: &ProviderDef) -> Result<ProviderEndpoint,
         )));
     }
     let mut endpoint = ProviderEndpoint::new(&def.name, def.kind, &def.base_url);
+    endpoint.local = def.local;
     if let Some(format) = def.structured_output {
         endpoint.structured_output = format;
     }

@@ -296,6 +296,7 @@ impl Draft {
             slot: None,
             budget: None,
             cache: crate::subagent::TaskCache::default(),
+            output_cap: std::sync::Arc::new(crate::subagent::output_cap::OutputCap::solo()),
         };
         Prepared {
             spec,

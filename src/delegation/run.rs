@@ -10,7 +10,7 @@ use crate::diag::Diagnostic;
 use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::event::{Failure, FailureClass};
-use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
+use crate::provider::{Client, RetryPolicy, Usage};
 use crate::source::Catalog;
 use crate::subagent::{SubagentEvent, SubagentResult, SubagentStatus, run_subagent};
 
@@ -95,15 +95,15 @@ impl Ready {
             prepared.spec.tools.set_traceparent(traceparent.clone());
         }
         let client = Client::new(prepared.resolved.endpoint.clone())
-            .map_err(|e| Error::usage(e.to_string()))?;
-        let limiter = RateLimiter::new(prepared.resolved.limits);
+            .map_err(|e| Error::usage(e.to_string()))?
+            .with_limits(prepared.resolved.limits);
         let label = prepared.label.clone();
         let mut events = |event: SubagentEvent| observer(&label, event);
         events(SubagentEvent::Started {
             provider: prepared.resolved.provider_name.clone(),
             model: prepared.resolved.model.clone(),
         });
-        let run = run_subagent(&client, &policy, &limiter, &prepared.spec, &mut events);
+        let run = run_subagent(&client, &policy, &prepared.spec, &mut events);
         let result = runtime.block_on(async {
             match cancel {
                 // The token first: a run cancelled before it starts, or as it ends, is

@@ -91,6 +91,24 @@ pub(crate) enum RunEvent {
         step: usize,
         wait: std::time::Duration,
     },
+    /// A request of a task of `step` waits `wait` for the provider's rate limits (`limit`
+    /// says which: `the provider's output tokens per minute (40k)`) before it is sent: not in
+    /// flight meanwhile, and not a retry.
+    Held {
+        step: usize,
+        limit: String,
+        wait: std::time::Duration,
+    },
+    /// The output limits a step's requests were sent with, once its tasks have run.
+    OutputLimit {
+        step: usize,
+        summary: crate::subagent::output_cap::CapSummary,
+    },
+    /// What each provider's rate limits held back and charged over the run, once every step
+    /// has ended (by provider name).
+    RateLimits {
+        providers: Vec<(String, crate::provider::AdmissionStats)>,
+    },
     /// A task of `step` gave its concurrency slot back to wait (`given`), or took one again:
     /// not in flight meanwhile.
     Slot { step: usize, given: bool },

@@ -469,8 +469,8 @@ impl BatchRun<'_> {
         }
         let provider = prepared.resolved.provider_name.clone();
         if !self.clients.contains_key(&provider) {
-            match client_for(self.shared, &prepared) {
-                Ok((client, _)) => {
+            match client_for(self.shared, self.step, &prepared) {
+                Ok(client) => {
                     let keys = client.endpoint().api_key.iter();
                     let redactor = crate::subagent::Redactor::new(
                         &[],

@@ -64,11 +64,61 @@ pub(crate) struct StepPlan {
     pub(crate) later: Option<String>,
     /// Warnings its tasks would print (extensions, left-out tools), once each.
     pub(crate) notes: Vec<String>,
-    /// The output limit of its first drafted task's requests, and whether it is summon's
-    /// default (none set).
-    pub(crate) output_limit: Option<(u32, bool)>,
+    /// The output limit of its first drafted task's requests, and why.
+    pub(crate) output_limit: Option<DryCap>,
     /// A reducing synthesis: the expected tasks of each level.
     pub(crate) levels: Option<LevelsPlan>,
+}
+
+/// A step's output limit as the dry run tells it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DryCap {
+    /// The limit of the first request; `None`: none sent (the provider's own).
+    pub(crate) tokens: Option<u32>,
+    pub(crate) source: crate::subagent::output_cap::CapSource,
+    /// The step's later tasks learn their limit from its answers.
+    pub(crate) learned: bool,
+    pub(crate) local: bool,
+    pub(crate) kind: crate::provider::ProviderKind,
+}
+
+impl DryCap {
+    /// `4,096 tokens for the first answer (summon's runaway guard for a local server), then
+    /// learned from the step's answers (twice the longest plus 64)`
+    pub(crate) fn describe(&self) -> String {
+        use crate::subagent::output_cap::CapSource;
+        let tokens = match self.tokens {
+            Some(n) => format!("{} tokens", crate::text::thousands(u64::from(n))),
+            None => "none sent".to_owned(),
+        };
+        match self.source {
+            CapSource::Explicit => format!("{tokens} per answer (max_output_tokens)"),
+            CapSource::Schema => format!(
+                "{tokens} per answer (bounded by the answer's JSON schema; an answer cut off there \
+                 is sent again with the full limit)"
+            ),
+            CapSource::Learned | CapSource::Full => {
+                let why = match (self.kind, self.local, self.tokens) {
+                    (crate::provider::ProviderKind::Anthropic, _, _) => {
+                        "Anthropic requires one".to_owned()
+                    }
+                    (_, true, _) => "summon's runaway guard for a local server".to_owned(),
+                    (_, false, _) => "the provider's own limit: a hosted provider ends answers \
+                                      itself"
+                        .to_owned(),
+                };
+                if self.learned {
+                    format!(
+                        "{tokens} for the first answer ({why}), then learned from the step's \
+                         answers (twice the longest plus 64; one cut off is sent again with the \
+                         full limit); max_output_tokens sets one"
+                    )
+                } else {
+                    format!("{tokens} per answer ({why}; max_output_tokens sets one)")
+                }
+            }
+        }
+    }
 }
 
 /// The expected levels of a hierarchical reduction (`reduce`, `chunk_tokens`).
@@ -619,16 +669,26 @@ impl Drafter<'_> {
             plan.prompt = Some(draft.first_message.clone());
             let resolved = resolve_with(self.env, self.config, &draft.overrides(), |_| true);
             if let Ok(resolved) = &resolved {
-                plan.output_limit = Some(
-                    match step
-                        .settings
-                        .max_output_tokens
-                        .or(self.config.max_output_tokens)
-                    {
-                        Some(limit) => (limit, false),
-                        None => (resolved.endpoint.kind.default_output_limit(None, 0), true),
-                    },
-                );
+                let explicit = step
+                    .settings
+                    .max_output_tokens
+                    .or(self.config.max_output_tokens);
+                let schema = draft
+                    .response_schema()
+                    .filter(|_| draft.tools.names().is_empty())
+                    .and_then(crate::subagent::output_cap::schema_bound);
+                let local = resolved.endpoint.is_local();
+                let full =
+                    crate::subagent::output_cap::full_limit(resolved.endpoint.kind, local, None, 0);
+                let (tokens, source) =
+                    crate::subagent::output_cap::OutputCap::solo().choose(explicit, schema, full);
+                plan.output_limit = Some(DryCap {
+                    tokens,
+                    source,
+                    learned: step.fan_out && explicit.is_none() && schema.is_none(),
+                    local,
+                    kind: resolved.endpoint.kind,
+                });
             }
             if let Some(schema) = draft.response_schema()
                 && let Ok(resolved) = &resolved

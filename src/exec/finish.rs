@@ -191,6 +191,13 @@ impl Finish<'_> {
                 .unpriced_hint()
                 .map(|hint| format!("summon: {hint}")),
         );
+        notes.extend(
+            sink.out
+                .report
+                .limit_notes()
+                .into_iter()
+                .map(|note| format!("summon: {note}")),
+        );
         notes.extend(sink.failure_summary());
         Ok(Ended {
             summary: RunSummary {

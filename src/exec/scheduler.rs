@@ -231,6 +231,9 @@ pub(crate) fn run_pipeline(
     let graph = Graph::new(&pipeline);
     let ends = runtime.block_on(Dispatcher::new(&graph, &plan, context).run());
     crate::env::crash_point("steps-done");
+    if let Some(providers) = shared.rate_limit_stats() {
+        events.emit(RunEvent::RateLimits { providers });
+    }
     // Every step has ended: the stream is closed and the outputs taken back whole.
     drop(events);
     let outputs_taken = bus

@@ -22,7 +22,7 @@ use crate::event::{
     Doing, Events, Failure, FailureClass, PROMPT_LIMIT, RunEvent, Spent, TaskDone, TaskTrace,
 };
 use crate::pipeline::model::{OnExtensionError, PipelineSettings, Step, TaskTemplate};
-use crate::provider::{Client, RateLimiter, RetryPolicy, Usage};
+use crate::provider::{Client, RetryPolicy, Usage};
 use crate::recipe::ParamInput;
 use crate::recipe::params::Origin;
 use crate::source::Catalog;
@@ -35,7 +35,8 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) catalog: Catalog,
     pub(crate) resolver: Resolver,
-    pub(crate) clients: Mutex<HashMap<String, (Client, RateLimiter)>>,
+    /// One client per provider and service tier; the tiers of a provider share its limits.
+    pub(crate) clients: Mutex<HashMap<String, Client>>,
     pub(crate) global: Arc<Semaphore>,
     pub(crate) settings: PipelineSettings,
     /// Finished tasks of an earlier attempt of this run (`--resume`).
@@ -86,6 +87,23 @@ impl Shared {
         }
     }
 
+    /// What each provider's limits held back and charged, by provider (the clients of a
+    /// provider's service tiers share them); `None` when no request was sent.
+    pub(crate) fn rate_limit_stats(
+        &self,
+    ) -> Option<Vec<(String, crate::provider::AdmissionStats)>> {
+        let clients = self.clients.lock().ok()?;
+        let mut providers: Vec<(String, crate::provider::AdmissionStats)> = Vec::new();
+        for client in clients.values() {
+            let name = &client.endpoint().name;
+            if !providers.iter().any(|(n, _)| n == name) {
+                providers.push((name.clone(), client.admission().stats()));
+            }
+        }
+        providers.sort_by(|a, b| a.0.cmp(&b.0));
+        (!providers.is_empty()).then_some(providers)
+    }
+
     /// After a task ended: once a provider refused the key or could not be reached for its
     /// window, no new task starts (as after a first Ctrl-C), and the run ends naming it.
     pub(crate) fn check_providers(&self) {
@@ -93,7 +111,7 @@ impl Shared {
             return;
         }
         let stop = self.clients.lock().ok().and_then(|clients| {
-            clients.values().find_map(|(client, _)| {
+            clients.values().find_map(|client| {
                 client
                     .stop()
                     .map(|stop| (client.endpoint().name.clone(), stop))
@@ -234,6 +252,10 @@ pub(crate) struct StepConfig {
     pub(crate) warm: Option<Arc<crate::subagent::WarmSignal>>,
     /// The step's `tools:`: the subset of its tasks' tools they are sent (`None`: all).
     pub(crate) tools: Option<Vec<String>>,
+    /// A fan-out: its tasks learn their output limit from each other's answers.
+    pub(crate) fan_out: bool,
+    /// The output limit's learning, shared by the step's tasks (set when they run).
+    pub(crate) output_cap: Option<Arc<crate::subagent::output_cap::OutputCap>>,
 }
 
 impl StepConfig {
@@ -255,6 +277,8 @@ impl StepConfig {
             cache_shared: matches!(step.kind, crate::pipeline::model::StepKind::FanOut(_)),
             cache_key: None,
             warm: None,
+            fan_out: matches!(step.kind, crate::pipeline::model::StepKind::FanOut(_)),
+            output_cap: None,
             tools: step
                 .tools
                 .as_ref()
@@ -621,7 +645,7 @@ async fn attempt_task(
     if trace.prompt.is_none() {
         trace.prompt = Some(TaskTrace::clip(&prepared.spec.first_message, PROMPT_LIMIT));
     }
-    let (client, limiter) = client_for(shared, &prepared)?;
+    let client = client_for(shared, step, &prepared)?;
     if let Some(traceparent) = &shared.traceparent {
         prepared.spec.tools.set_traceparent(traceparent.clone());
     }
@@ -668,6 +692,14 @@ async fn attempt_task(
                 wait: delay,
             });
         }
+        crate::subagent::SubagentEvent::Held { limit, delay } => {
+            trace.waited(shared.run_started.elapsed(), delay);
+            shared.events.emit(RunEvent::Held {
+                step: step.index,
+                limit,
+                wait: delay,
+            });
+        }
         crate::subagent::SubagentEvent::StartupWait { delay } => {
             trace.waited(shared.run_started.elapsed(), delay);
             shared.events.emit(RunEvent::Waiting {
@@ -710,13 +742,7 @@ async fn attempt_task(
         crate::subagent::SubagentEvent::Tokens { total } => trace.in_flight.usage = total,
         _ => {}
     };
-    let run = run_subagent(
-        &client,
-        &shared.policy,
-        &limiter,
-        &prepared.spec,
-        &mut observer,
-    );
+    let run = run_subagent(&client, &shared.policy, &prepared.spec, &mut observer);
     let result = match step.timeout {
         Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| {
             Failure::new(
@@ -780,6 +806,9 @@ pub(super) async fn prepare_task(
     cache.shared = step.cache_shared;
     cache.key.clone_from(&step.cache_key);
     cache.warm.clone_from(&step.warm);
+    if let Some(cap) = &step.output_cap {
+        prepared.spec.output_cap = Arc::clone(cap);
+    }
     Ok(prepared)
 }
 
@@ -839,38 +868,46 @@ pub(super) fn prepare_message(error: crate::delegation::PrepareError) -> String 
     }
 }
 
-/// The run's client and rate limiter for the task's provider (one per provider and run).
+/// The run's client for the task's provider (one per provider, service tier and run), with
+/// its configured limits: under `--shard I/N` the shard's share of them, unless the config
+/// says the key is the shard's own (`limits_per: shard`).
 pub(super) fn client_for(
     shared: &Shared,
+    step: &StepConfig,
     prepared: &crate::delegation::Prepared,
-) -> Result<(Client, RateLimiter), Failure> {
+) -> Result<Client, Failure> {
     let mut clients = shared
         .clients
         .lock()
         .map_err(|_| Failure::other("internal error: client cache"))?;
     // One client per provider and service tier (a flex client waits longer).
     let tiered;
-    let key = match prepared.resolved.endpoint.service_tier {
+    let resolved = &prepared.resolved;
+    let key = match resolved.endpoint.service_tier {
         Some(tier) => {
-            tiered = format!("{}\u{0}{tier}", prepared.resolved.provider_name);
+            tiered = format!("{}\u{0}{tier}", resolved.provider_name);
             tiered.as_str()
         }
-        None => prepared.resolved.provider_name.as_str(),
+        None => resolved.provider_name.as_str(),
     };
-    Ok(match clients.get(key) {
-        Some(pair) => pair.clone(),
+    if let Some(client) = clients.get(key) {
+        return Ok(client.clone());
+    }
+    let client = Client::new(resolved.endpoint.clone())
+        .map_err(|e| Failure::new(FailureClass::Provider(e.class()), e.to_string()))?;
+    // The rate limits are the provider's, whatever the tier.
+    let client = match clients.get(&resolved.provider_name) {
+        Some(other) => client.sharing_limits_of(other),
         None => {
-            let client = Client::new(prepared.resolved.endpoint.clone())
-                .map_err(|e| Failure::new(FailureClass::Provider(e.class()), e.to_string()))?;
-            let limiter = RateLimiter::new(prepared.resolved.limits);
-            // The rate limits are the provider's, whatever the tier.
-            let limiter = clients
-                .get(&prepared.resolved.provider_name)
-                .map_or(limiter, |(_, l)| l.clone());
-            clients.insert(key.to_owned(), (client.clone(), limiter.clone()));
-            (client, limiter)
+            let shards = match step.shard {
+                Some(shard) if !resolved.provider.limits_per_shard => shard.count,
+                _ => 1,
+            };
+            client.with_limits(resolved.limits.shared_by(shards))
         }
-    })
+    };
+    clients.insert(key.to_owned(), client.clone());
+    Ok(client)
 }
 
 /// The template context of each task of [`run_tasks`].
@@ -1031,8 +1068,43 @@ async fn run_tasks(
     let compiled = Compiled::new(tasks.env, tasks.task).map_err(StepError::Render)?;
     let mut items = items.peekable();
     // The warm-up: while the first task's prefix is not yet in the provider's cache, no other
-    // task starts (they would all miss and all write it).
-    let mut warm_up = step.cache && step.cache_shared;
+    // task starts (they would all miss and all write it); nor while a fan-out without an
+    // explicit output limit waits for its first answer to learn one from.
+    let learns = step.fan_out
+        && step
+            .settings
+            .max_output_tokens
+            .or(shared.config.max_output_tokens)
+            .is_none();
+    let cap = Arc::new(if learns {
+        crate::subagent::output_cap::OutputCap::learning()
+    } else {
+        crate::subagent::output_cap::OutputCap::solo()
+    });
+    let mut step_owned = step.clone();
+    step_owned.output_cap = Some(Arc::clone(&cap));
+    let step = &step_owned;
+    let result = run_task_set(shared, step, learns, &tasks, compiled, &mut items, on_done).await;
+    if let Some(summary) = cap.summary() {
+        shared.events.emit(RunEvent::OutputLimit {
+            step: step.index,
+            summary,
+        });
+    }
+    result
+}
+
+/// [`run_tasks`] once the step's output limit is set up.
+async fn run_task_set(
+    shared: &Arc<Shared>,
+    step: &StepConfig,
+    learns: bool,
+    tasks: &Tasks<'_, '_>,
+    compiled: Compiled<'_>,
+    items: &mut std::iter::Peekable<&mut (dyn Iterator<Item = Result<Value, String>> + Send)>,
+    on_done: &mut (dyn FnMut(TaskDone) -> (bool, Option<u64>) + Send),
+) -> Result<(), StepError> {
+    let mut warm_up = (step.cache && step.cache_shared) || learns;
     let mut warming: Option<tokio::sync::watch::Receiver<bool>> = None;
     let gated = |warming: &Option<tokio::sync::watch::Receiver<bool>>| {
         warming.as_ref().is_some_and(|w| !*w.borrow())

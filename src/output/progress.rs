@@ -62,6 +62,10 @@ struct StepState {
     /// When the retry waits of the step's tasks end: a task is waiting until then, not in
     /// flight.
     retry_ends: Vec<Instant>,
+    /// When the waits of the step's requests held by the provider's rate limits end, and the
+    /// limit that held the last one.
+    held_ends: Vec<Instant>,
+    held_by: String,
     failed: u64,
     tokens: u64,
     /// Input tokens, and those of them read from the provider's prompt cache.
@@ -102,10 +106,17 @@ impl StepState {
         })
     }
 
-    /// `16 in flight` and, while some tasks wait to retry, `2 waiting to retry (next in 1.5s)`.
+    /// `16 in flight` and, while some tasks wait to retry, `2 waiting to retry (next in 1.5s)`;
+    /// while the provider's limits hold requests back, `held by the provider's output tokens
+    /// per minute (40k): 12 waiting`.
     fn flight(&self) -> String {
         let (waiting, next) = self.waiting();
         let mut text = format!("{} in flight", self.in_flight.saturating_sub(self.parked));
+        let now = Instant::now();
+        let held = self.held_ends.iter().filter(|end| **end > now).count();
+        if held > 0 {
+            text.push_str(&format!(", held by {}: {held} waiting", self.held_by));
+        }
         if let Some(next) = next {
             text.push_str(&format!(
                 ", {waiting} waiting to retry (next in {:.1}s)",
@@ -431,6 +442,19 @@ impl Progress {
             let now = Instant::now();
             state.retry_ends.retain(|end| *end > now);
             state.retry_ends.push(now + wait);
+            state.dirty = true;
+        }
+    }
+
+    /// A request of a task of `step` waits `wait` for the provider's rate limit `limit`.
+    pub(crate) fn held(&self, step: &str, limit: &str, wait: Duration) {
+        if let Some(state) = lock(&self.shared.steps).get_mut(step) {
+            let now = Instant::now();
+            state.held_ends.retain(|end| *end > now);
+            state.held_ends.push(now + wait);
+            if state.held_by != limit {
+                limit.clone_into(&mut state.held_by);
+            }
             state.dirty = true;
         }
     }

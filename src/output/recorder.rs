@@ -336,6 +336,18 @@ impl Consumer for Recorder {
             RunEvent::Waiting { step, wait } => {
                 self.out.progress.retry(&self.out.step_ids[*step], *wait);
             }
+            RunEvent::Held { step, limit, wait } => {
+                self.out
+                    .progress
+                    .held(&self.out.step_ids[*step], limit, *wait);
+            }
+            RunEvent::OutputLimit { step, summary } => {
+                let id = &self.out.step_ids[*step];
+                self.out.report.set_output_limit(id, summary.clone());
+            }
+            RunEvent::RateLimits { providers } => {
+                self.out.report.set_rate_limits(providers.clone());
+            }
             RunEvent::Slot { step, given } => {
                 self.out.progress.slot(&self.out.step_ids[*step], *given);
             }

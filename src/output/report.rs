@@ -25,6 +25,22 @@
 //! `trace_id` (present when the run exports OpenTelemetry traces) is the 32-hex-digit id of
 //! the run's trace.
 //!
+//! `output_limits` (by step id, for the steps that sent requests) says which output limit
+//! (`max_tokens`) the step's requests carried and why: `{"source": "learned", "smallest":
+//! 128, "largest": 4096, "longest_answer": 12, "resent": 0}` — `source` is `explicit`
+//! (`max_output_tokens`), `schema` (bounded by the answer's schema), `learned` (from the
+//! step's answers) or `full`; `smallest`/`largest` are `null` when no limit was sent;
+//! `resent` counts answers cut off at a learned or schema bound and sent again with the full
+//! limit.
+//!
+//! `rate_limits` (by provider name) says what the provider's rate limits did to the run:
+//! `{"held": 412, "held_max_s": 0.4, "held_total_s": 33.1, "binding": "the provider's tokens
+//! per minute (300k)", "rate_limited": 0, "tokens_reserved": 1200000, "tokens_used": 310000,
+//! "provider_limits": [["tokens_per_minute", 300000], ["requests_per_minute", 6000]]}` —
+//! requests held back before they were sent (and for how long), the limit that held them
+//! longest, the answers that were HTTP 429, the tokens the provider held at admission in its
+//! own accounting against those the answers used, and the limits its headers gave.
+//!
 //! `warnings` (present when there are some) lists what went wrong with the tasks' extensions
 //! (MCP servers) and an agent's listed tools left out, one entry per warning of a task, in the order the tasks finished; `item` is
 //! the item's label (its `id`, its text, or `#index`).
@@ -239,6 +255,10 @@ pub(crate) struct Report {
     budget: Option<BudgetJson>,
     /// The OpenTelemetry trace of the run, when it exports one.
     trace_id: Option<String>,
+    /// The output limits each step's requests were sent with, by step id.
+    output_limits: IndexMap<String, crate::subagent::output_cap::CapSummary>,
+    /// What each provider's rate limits held back and charged, by provider name.
+    rate_limits: IndexMap<String, crate::provider::AdmissionStats>,
 }
 
 /// `budget` in report.json: the cap, what was spent against it (every request of the run,
@@ -286,6 +306,10 @@ struct ReportJson<'a> {
     budget: Option<&'a BudgetJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     trace_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "IndexMap::is_empty")]
+    output_limits: &'a IndexMap<String, crate::subagent::output_cap::CapSummary>,
+    #[serde(skip_serializing_if = "IndexMap::is_empty")]
+    rate_limits: &'a IndexMap<String, crate::provider::AdmissionStats>,
 }
 
 #[derive(Serialize)]
@@ -350,7 +374,65 @@ impl Report {
             unpriced_models: indexmap::IndexSet::new(),
             budget: None,
             trace_id: None,
+            output_limits: IndexMap::new(),
+            rate_limits: IndexMap::new(),
         }
+    }
+
+    /// Records the output limits the requests of step `step` were sent with.
+    pub(crate) fn set_output_limit(
+        &mut self,
+        step: &str,
+        summary: crate::subagent::output_cap::CapSummary,
+    ) {
+        self.output_limits.insert(step.to_owned(), summary);
+    }
+
+    /// Records what each provider's rate limits held back and charged.
+    pub(crate) fn set_rate_limits(
+        &mut self,
+        providers: Vec<(String, crate::provider::AdmissionStats)>,
+    ) {
+        self.rate_limits = providers.into_iter().collect();
+    }
+
+    /// The summary's lines about output limits and rate limits: `output limits: labels 128
+    /// tokens (learned ...)`, and per provider that held requests back or answered 429,
+    /// `provider `openai`: 412 requests held by the provider's tokens per minute (300k) for
+    /// 33.1s in all, 3 answered 429; 1.2M tokens reserved at admission for 310k used`.
+    pub(crate) fn limit_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.output_limits.is_empty() {
+            let steps: Vec<String> = self
+                .output_limits
+                .iter()
+                .map(|(id, cap)| format!("{id} {}", cap.describe()))
+                .collect();
+            notes.push(format!("output limits: {}", steps.join("; ")));
+        }
+        for (name, stats) in &self.rate_limits {
+            if stats.held == 0 && stats.rate_limited == 0 {
+                continue;
+            }
+            let mut line = format!("provider `{name}`: ");
+            if stats.held > 0 {
+                line.push_str(&format!(
+                    "{} request{} held by {} for {:.1}s in all, ",
+                    stats.held,
+                    if stats.held == 1 { "" } else { "s" },
+                    stats.binding.as_deref().unwrap_or("its rate limits"),
+                    stats.held_total_s
+                ));
+            }
+            line.push_str(&format!(
+                "{} answered 429; {} tokens reserved at admission for {} used",
+                stats.rate_limited,
+                fmt_tokens(stats.tokens_reserved),
+                fmt_tokens(stats.tokens_used)
+            ));
+            notes.push(line);
+        }
+        notes
     }
 
     /// Sets the run's step graph (the `pipeline` key).
@@ -572,6 +654,8 @@ impl Report {
             pipeline: self.pipeline.as_ref(),
             warnings: &self.warnings,
             trace_id: self.trace_id.as_deref(),
+            output_limits: &self.output_limits,
+            rate_limits: &self.rate_limits,
         }
     }
 

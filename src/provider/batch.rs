@@ -187,7 +187,7 @@ impl Client {
                 ProviderKind::Anthropic => (location.clone(), batch_anthropic::parse_results),
             };
             // A results URL on another host gets no credentials.
-            let body = self.send_bytes(self.http_for(&url).get(url)).await?;
+            let body = self.send_bytes(self.http_for(&url).get(url), None).await?;
             parse(&String::from_utf8_lossy(&body), &mut results);
         }
         Ok(results)

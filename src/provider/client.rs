@@ -1,8 +1,9 @@
 //! One HTTP client per provider: the endpoint's configuration, a shared keep-alive connection
 //! pool, and `chat` / `list_models` over either wire format.
 //!
-//! A [`Client`] sends exactly one request per call; retrying is [`super::retry`]'s job and rate
-//! budgets are [`super::limiter`]'s. Every error leaves this file classified as a
+//! A [`Client`] sends exactly one request per call; retrying is [`super::retry`]'s job and
+//! when a request may go is [`super::admission`]'s, which every answer's rate-limit headers
+//! reach from here. Every error leaves this file classified as a
 //! [`ProviderError`] with provider text redacted.
 //!
 //! Until a provider has answered once, its requests go one at a time: a provider that refuses
@@ -99,6 +100,9 @@ pub(crate) struct ProviderEndpoint {
     pub(crate) service_tier: Option<&'static str>,
     /// A flex request answered 429 is sent again at once at the standard tier.
     pub(crate) flex_fallback: bool,
+    /// Whether the server is a local one (`local` in the config file); `None`: told from the
+    /// base URL ([`ProviderEndpoint::is_local`]).
+    pub(crate) local: Option<bool>,
 }
 
 impl ProviderEndpoint {
@@ -122,6 +126,41 @@ impl ProviderEndpoint {
             structured_output: OpenAiFormat::JsonSchema,
             service_tier: None,
             flex_fallback: false,
+            local: None,
+        }
+    }
+
+    /// Whether the server runs on this machine or the local network (loopback, a private or
+    /// link-local address, `localhost`, a `.local` or `.internal` name), where nothing but the
+    /// output limit stops a model that writes until its context is full. A hosted provider
+    /// ends answers itself; the config file's `local` says otherwise.
+    pub(crate) fn is_local(&self) -> bool {
+        if let Some(local) = self.local {
+            return local;
+        }
+        let Ok(url) = reqwest::Url::parse(&self.base_url) else {
+            return false;
+        };
+        let Some(host) = url.host_str() else {
+            return false;
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        match host.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(ip)) => {
+                ip.is_loopback() || ip.is_private() || ip.is_link_local()
+            }
+            Ok(std::net::IpAddr::V6(ip)) => {
+                ip.is_loopback() || ip.is_unique_local() || ip.is_unicast_link_local()
+            }
+            Err(_) => {
+                let name = host.trim_end_matches('.').to_ascii_lowercase();
+                name == "localhost"
+                    || name.ends_with(".localhost")
+                    || name.ends_with(".local")
+                    || name.ends_with(".internal")
+                    || name.ends_with(".lan")
+                    || !name.contains('.')
+            }
         }
     }
 
@@ -307,6 +346,9 @@ pub(crate) struct Client {
     pace: Arc<super::pace::Pace>,
     /// Whether the server's chat template says it has no tool support (asked once).
     drops_tools: Arc<tokio::sync::OnceCell<bool>>,
+    /// The provider's rate limits and what this run charged them (shared by the clients of
+    /// every service tier of one provider).
+    admission: Arc<super::admission::Admission>,
 }
 
 impl fmt::Debug for Client {
@@ -357,6 +399,7 @@ impl Client {
             .build()
             .map_err(|err| setup_error(&endpoint, err))?;
         let endpoint_format = endpoint.structured_output;
+        let endpoint_kind = endpoint.kind;
         Ok(Self {
             endpoint: Arc::new(endpoint),
             http,
@@ -380,7 +423,30 @@ impl Client {
             health: Arc::default(),
             pace: Arc::default(),
             drops_tools: Arc::default(),
+            admission: Arc::new(super::admission::Admission::new(
+                endpoint_kind,
+                super::admission::RateLimits::default(),
+            )),
         })
+    }
+
+    /// The client with configured rate limits (they apply with what the provider's headers
+    /// say; the smaller wins).
+    pub(crate) fn with_limits(mut self, limits: super::admission::RateLimits) -> Self {
+        self.admission = Arc::new(super::admission::Admission::new(self.endpoint.kind, limits));
+        self
+    }
+
+    /// The client sharing `other`'s admission: the rate limits are the provider's, whatever
+    /// the service tier.
+    pub(crate) fn sharing_limits_of(mut self, other: &Client) -> Self {
+        self.admission = Arc::clone(&other.admission);
+        self
+    }
+
+    /// When requests to this provider may go.
+    pub(crate) fn admission(&self) -> &super::admission::Admission {
+        &self.admission
     }
 
     /// Whether the server drops the tools of a request: llama.cpp's server says, at
@@ -573,7 +639,51 @@ impl Client {
     /// so is every later request to it; [`Client::take_notice`] says so once. One that refuses
     /// `max_tokens` for `max_completion_tokens` (OpenAI's reasoning models) is sent that name
     /// from then on.
+    #[cfg(test)]
     pub(crate) async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let ticket = self.reserve(req);
+        if let Some((wait, _)) = &ticket.wait {
+            tokio::time::sleep(*wait).await;
+        }
+        self.chat_reserved(req, &ticket).await
+    }
+
+    /// Charges `req` to the provider's limits ([`super::admission::Admission::reserve`]): the
+    /// ticket says how long to wait before [`Client::chat_reserved`] sends it.
+    pub(crate) fn reserve(&self, req: &ChatRequest) -> super::admission::Ticket {
+        let limit = self.endpoint.kind.output_limit(req.max_tokens);
+        self.admission.reserve(self.admission.cost(req, limit))
+    }
+
+    /// [`Client::chat`] of a request already reserved and waited for: the answer settles the
+    /// reservation, a refusal gives it back.
+    pub(crate) async fn chat_reserved(
+        &self,
+        req: &ChatRequest,
+        ticket: &super::admission::Ticket,
+    ) -> Result<ChatResponse, ProviderError> {
+        let result = self.chat_tiers(req, ticket).await;
+        match &result {
+            Ok(response) => self.admission.settle(ticket, &response.usage),
+            Err(err) => {
+                if let ProviderError::RateLimited {
+                    message,
+                    retry_after,
+                } = err
+                {
+                    self.admission.rate_limited(message, *retry_after);
+                }
+                self.admission.cancel(ticket);
+            }
+        }
+        result
+    }
+
+    async fn chat_tiers(
+        &self,
+        req: &ChatRequest,
+        ticket: &super::admission::Ticket,
+    ) -> Result<ChatResponse, ProviderError> {
         let mut tier = self.endpoint.service_tier;
         loop {
             let level = self.format_level();
@@ -583,7 +693,10 @@ impl Client {
             let completion = self
                 .completion_tokens
                 .load(std::sync::atomic::Ordering::Relaxed);
-            match self.chat_as(req, level, completion, native, tier).await {
+            match self
+                .chat_as(req, level, completion, native, tier, ticket)
+                .await
+            {
                 // Flex capacity is short ("resource unavailable"): with `flex_fallback:
                 // standard` the request goes at once at the standard tier (and is priced so,
                 // by the tier the answer says served it).
@@ -695,6 +808,7 @@ impl Client {
         completion: bool,
         native: bool,
         tier: Option<&str>,
+        ticket: &super::admission::Ticket,
     ) -> Result<ChatResponse, ProviderError> {
         let body = match self.endpoint.kind {
             ProviderKind::OpenAi => openai::request_bytes_tier(req, format, completion, tier),
@@ -707,7 +821,7 @@ impl Client {
             .post(self.chat_url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
-        let body = self.send_bytes(request).await?;
+        let body = self.send_bytes(request, Some(ticket)).await?;
         if self.endpoint.kind == ProviderKind::OpenAi
             && let Some(response) = openai::parse_response_fast(&body)
         {
@@ -763,7 +877,7 @@ impl Client {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<Value, ProviderError> {
-        let body = self.send_bytes(request).await?;
+        let body = self.send_bytes(request, None).await?;
         self.parse_json(&body)
     }
 
@@ -821,9 +935,12 @@ impl Client {
     }
 
     /// Sends one request and returns the raw body of a successful answer.
+    /// `ticket`: the request's reservation, brought to what the answer's rate-limit headers
+    /// say.
     pub(super) async fn send_bytes(
         &self,
         request: reqwest::RequestBuilder,
+        ticket: Option<&super::admission::Ticket>,
     ) -> Result<Vec<u8>, ProviderError> {
         let key = self.endpoint.api_key.as_ref();
         // One request at a time until the provider has answered once, while it is starting and
@@ -888,6 +1005,10 @@ impl Client {
                 .map_err(|e| ProviderError::from_transport(e, key))?;
         }
         let status = response.status();
+        if let Some(ticket) = ticket {
+            self.admission
+                .observe(response.headers(), ticket, status.as_u16() != 429);
+        }
         let first = !self
             .opening
             .replied

@@ -415,8 +415,12 @@ pub(crate) fn classify_at(
         },
         402 => ProviderError::QuotaExhausted { message },
         400..=499 if has(QUOTA) => ProviderError::QuotaExhausted { message },
+        // The wait asked in a header or in words is when the request would be admitted; a
+        // reset header says when the whole bucket is full again, which may be a minute away.
         429 => ProviderError::RateLimited {
-            retry_after: retry_after(headers, now).or_else(|| wait_in_message(&info.message)),
+            retry_after: asked_wait(headers, now)
+                .or_else(|| wait_in_message(&info.message))
+                .or_else(|| retry_after(headers, now)),
             message,
         },
         408 => ProviderError::Network {
@@ -550,6 +554,28 @@ fn truncate(text: &str, max_chars: usize) -> String {
     }
 }
 
+/// The wait a server asked for in so many words: `retry-after-ms`, or `Retry-After` (seconds
+/// or an HTTP date).
+fn asked_wait(headers: &HeaderMap, now: jiff::Timestamp) -> Option<Duration> {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = get("retry-after-ms").and_then(parse_non_negative) {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let value = get("retry-after")?;
+    if let Some(secs) = parse_non_negative(value) {
+        return Some(Duration::from_secs_f64(secs));
+    }
+    jiff::fmt::rfc2822::DateTimeParser::new()
+        .parse_timestamp(value)
+        .ok()
+        .map(|at| until(now, at))
+}
+
 /// The wait a server asked for, from any of the headers providers use.
 ///
 /// Precedence: `retry-after-ms`, `Retry-After` (seconds or HTTP-date), then the rate-limit reset
@@ -564,16 +590,8 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: jiff::Timestamp) -> Option<D
             .map(str::trim)
     };
 
-    if let Some(ms) = get("retry-after-ms").and_then(parse_non_negative) {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
-    }
-    if let Some(value) = get("retry-after") {
-        if let Some(secs) = parse_non_negative(value) {
-            return Some(Duration::from_secs_f64(secs));
-        }
-        if let Ok(at) = jiff::fmt::rfc2822::DateTimeParser::new().parse_timestamp(value) {
-            return Some(until(now, at));
-        }
+    if let Some(wait) = asked_wait(headers, now) {
+        return Some(wait);
     }
 
     let mut exhausted = Vec::new();
@@ -922,6 +940,17 @@ mod tests {
             r#"{"error":{"message":"try again in 9 seconds"}}"#,
         );
         assert_eq!(err.retry_after(), Some(Duration::from_secs(3)));
+        // ... but a reset header, which says when the whole minute's bucket is full again,
+        // does not: OpenAI's 429 names the wait for this request in words.
+        let err = class(
+            429,
+            &[
+                ("x-ratelimit-remaining-tokens", "0"),
+                ("x-ratelimit-reset-tokens", "59s"),
+            ],
+            r#"{"error":{"message":"Rate limit reached on tokens per min (TPM): Limit 300000, Used 299000, Requested 4096. Please try again in 620ms."}}"#,
+        );
+        assert_eq!(err.retry_after(), Some(Duration::from_millis(620)));
     }
 
     #[test]

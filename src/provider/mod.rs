@@ -1,6 +1,7 @@
 //! LLM provider clients: provider-neutral chat types, the OpenAI-compatible and Anthropic wire
 //! formats, error classification, retries and per-provider rate budgets.
 
+mod admission;
 mod anthropic;
 mod batch;
 mod batch_anthropic;
@@ -8,7 +9,6 @@ mod batch_openai;
 mod cache;
 mod client;
 mod error;
-mod limiter;
 mod message;
 mod openai;
 mod pace;
@@ -17,13 +17,13 @@ mod structured;
 pub(crate) mod tool_name;
 mod window;
 
+pub(crate) use admission::{AdmissionStats, Binding, RateLimits, estimate_tokens, tool_chars};
 pub(crate) use batch::{BatchCounts, BatchLine, BatchState, BatchStatus, LineResult};
 pub(crate) use cache::{CacheHint, OPENAI_MIN_TOKENS, anthropic_min_tokens};
 pub(crate) use client::{
     Client, ProviderEndpoint, ProviderKind, ProviderStop, install_crypto_provider,
 };
 pub(crate) use error::{MIN_KEY_CHARS, ProviderError, Secret, redact};
-pub(crate) use limiter::{RateLimiter, RateLimits, estimate_tokens, tool_chars};
 #[cfg(test)]
 pub(crate) use message::ToolCall;
 pub(crate) use message::{ChatRequest, ChatResponse, Message, ToolOutput, ToolSpec, Usage};

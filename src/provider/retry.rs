@@ -199,6 +199,10 @@ pub(crate) trait RetryHook {
     ) {
     }
 
+    /// Told before a request waits `delay` for the provider's rate limits to allow it
+    /// (`binding` is the limit that holds it); the wait itself is [`RetryHook::wait`]'s.
+    fn on_hold(&mut self, _binding: &super::admission::Binding, _delay: Duration) {}
+
     /// Waits out `delay` before the next attempt.
     fn wait(&mut self, delay: Duration) -> impl Future<Output = ()> + Send {
         tokio::time::sleep(delay)
@@ -259,7 +263,13 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
 ) -> Result<ChatResponse, ProviderError> {
     let mut backoff = Backoff::new(policy);
     loop {
-        let err = match client.chat(req).await {
+        // Each attempt goes when the provider's limits allow it, waiting without the slot.
+        let ticket = client.reserve(req);
+        if let Some((delay, binding)) = &ticket.wait {
+            hook.on_hold(binding, *delay);
+            hook.wait(*delay).await;
+        }
+        let err = match client.chat_reserved(req, &ticket).await {
             Ok(value) => return Ok(value),
             Err(err) => err,
         };

@@ -17,6 +17,9 @@ pub(crate) enum SubagentEvent {
     },
     /// The provider is still starting; the request is sent again after `delay` (not a retry).
     StartupWait { delay: Duration },
+    /// The provider's rate limits (`limit`, as [`crate::provider::Binding::describe`] says
+    /// it) hold the request for `delay` before it is sent (not a retry).
+    Held { limit: String, delay: Duration },
     /// A tool call finished.
     ToolCall {
         name: String,

@@ -7,6 +7,7 @@ mod ending;
 mod event;
 mod extract;
 mod nesting;
+pub(crate) mod output_cap;
 mod prompt;
 mod redact;
 mod role;

@@ -98,6 +98,7 @@ impl Redactor {
             SubagentEvent::Warning { message } => self.in_place(message),
             SubagentEvent::Turn { .. }
             | SubagentEvent::StartupWait { .. }
+            | SubagentEvent::Held { .. }
             | SubagentEvent::Tokens { .. }
             | SubagentEvent::Response { .. }
             | SubagentEvent::ToolStarted { .. }

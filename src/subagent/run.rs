@@ -13,8 +13,8 @@ use super::structured::check_answer;
 use super::tool::{Scratch, ToolOutput, ToolSet, WorkDir};
 use crate::mcp::Session;
 use crate::provider::{
-    CacheHint, ChatRequest, Client, Message, ProviderError, RateLimiter, ResponseFormat,
-    RetryPolicy, ToolSpec, Usage, estimate_tokens, send_with_retry,
+    CacheHint, ChatRequest, Client, Message, ProviderError, ResponseFormat, RetryPolicy, ToolSpec,
+    Usage, estimate_tokens, send_with_retry,
 };
 use crate::recipe::RetryConfig;
 
@@ -49,6 +49,8 @@ pub(crate) struct SubagentSpec {
     pub(crate) cache: super::cache::TaskCache,
     /// The task's share of a spend cap, when there is one.
     pub(crate) budget: Option<std::sync::Arc<super::budget::TaskBudget>>,
+    /// The output limit's learning, shared by the tasks of a step.
+    pub(crate) output_cap: std::sync::Arc<super::output_cap::OutputCap>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +100,6 @@ impl SubagentResult {
 pub(crate) async fn run_subagent(
     client: &Client,
     policy: &RetryPolicy,
-    limiter: &RateLimiter,
     spec: &SubagentSpec,
     observer: &mut (dyn FnMut(SubagentEvent) + Send),
 ) -> SubagentResult {
@@ -128,7 +129,7 @@ pub(crate) async fn run_subagent(
         system_len: tools.system.len(),
         tool_chars: crate::provider::tool_chars(&tools.specs),
     });
-    let result = run_attempts(client, policy, limiter, spec, &tools, observer, &mut total).await;
+    let result = run_attempts(client, policy, spec, &tools, observer, &mut total).await;
     let warnings = tools.warnings.lock().map(|w| w.clone()).unwrap_or_default();
     tools.session.shutdown().await;
     let mut result = total.finish(result, started);
@@ -257,7 +258,6 @@ impl Tools {
 async fn run_attempts(
     client: &Client,
     policy: &RetryPolicy,
-    limiter: &RateLimiter,
     spec: &SubagentSpec,
     tools: &Tools,
     observer: &mut (dyn FnMut(SubagentEvent) + Send),
@@ -267,7 +267,7 @@ async fn run_attempts(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let mut result = run_once(client, policy, limiter, spec, tools, observer, total).await;
+        let mut result = run_once(client, policy, spec, tools, observer, total).await;
         let Some(retry) = spec.retry.as_ref().filter(|r| !r.checks.is_empty()) else {
             return result;
         };
@@ -351,6 +351,9 @@ struct SlotHook<'a> {
     /// The task's cache, whose warm-up a wait ends: the answer the step's other tasks would
     /// wait for is not coming soon, and they get the slot this task gives back.
     cache: &'a super::cache::TaskCache,
+    /// The next wait is for the provider's rate limits, not a retry: the request goes when
+    /// it ends, and the step's other tasks keep waiting for its answer.
+    holding: bool,
 }
 
 impl crate::provider::RetryHook for SlotHook<'_> {
@@ -387,8 +390,18 @@ impl crate::provider::RetryHook for SlotHook<'_> {
         });
     }
 
+    fn on_hold(&mut self, binding: &crate::provider::Binding, delay: Duration) {
+        self.holding = true;
+        (self.observer)(SubagentEvent::Held {
+            limit: binding.describe(),
+            delay,
+        });
+    }
+
     fn wait(&mut self, delay: Duration) -> impl std::future::Future<Output = ()> + Send {
-        self.cache.fire_warm();
+        if !std::mem::take(&mut self.holding) {
+            self.cache.fire_warm();
+        }
         let slot = self.slot.clone();
         async move {
             if let Some(slot) = &slot {
@@ -431,7 +444,6 @@ fn oversized(
 async fn run_once(
     client: &Client,
     policy: &RetryPolicy,
-    limiter: &RateLimiter,
     spec: &SubagentSpec,
     tools: &Tools,
     observer: &mut (dyn FnMut(SubagentEvent) + Send),
@@ -471,16 +483,28 @@ async fn run_once(
             .map(|f| f.native(spec.native_structured)),
         cache: CacheHint::default(),
     };
-    if !spec.cache.on || !prefix_is_cacheable(client.endpoint().kind, &request) {
-        // Nothing the other tasks could read: they need not wait for this one.
+    let cap = &spec.output_cap;
+    if (!spec.cache.on || !prefix_is_cacheable(client.endpoint().kind, &request))
+        && !cap.waits_for_first_answer()
+    {
+        // Nothing the other tasks could read or learn: they need not wait for this one.
         spec.cache.fire_warm();
     }
-    let output_limit = client.endpoint().kind.output_limit(request.max_tokens);
+    let kind = client.endpoint().kind;
+    let local = client.endpoint().is_local();
+    // A schema bounds the answer of a task that calls no tools.
+    let schema_bound = spec
+        .response_schema
+        .as_ref()
+        .filter(|_| tools.specs.is_empty())
+        .and_then(super::output_cap::schema_bound);
     let mut last_text = String::new();
     let mut schema_asks = 0;
     // What was wrong with each answer that did not validate, for the failure.
     let mut schema_errors: Vec<String> = Vec::new();
     let mut turns = 0;
+    // The request goes again with the full limit: its answer was cut off at a narrower one.
+    let mut full_now = false;
     loop {
         if turns >= spec.max_turns {
             return Outcome::plain(SubagentStatus::MaxTurns, last_text);
@@ -488,6 +512,22 @@ async fn run_once(
         turns += 1;
         total.turns += 1;
         observer(SubagentEvent::Turn { turn: turns });
+        // The output limit: explicit, bounded by the schema, learned, or the full one
+        // (fitted to what the context window leaves).
+        request.max_tokens = None;
+        let prompt = spec.context_window.map_or(0, |_| estimate_tokens(&request));
+        let mut full = super::output_cap::full_limit(kind, local, spec.context_window, prompt);
+        if full.is_none() && spec.budget.is_some() {
+            // A spend cap needs a bound on what an answer may cost.
+            full = Some(super::output_cap::LOCAL_GUARD);
+        }
+        let (limit, source) = if std::mem::take(&mut full_now) {
+            (full, super::output_cap::CapSource::Full)
+        } else {
+            cap.choose(spec.max_output_tokens, schema_bound, full)
+        };
+        request.max_tokens = limit;
+        let output_limit = kind.output_limit(limit);
         if let Some(problem) = oversized(spec, &request, output_limit) {
             let failure = Failure::new(FailureClass::Prepare, problem);
             return Outcome::plain(SubagentStatus::Failed(failure), last_text);
@@ -496,24 +536,10 @@ async fn run_once(
             request.messages.len() == 1,
             turns < spec.max_turns && !request.tools.is_empty(),
         );
-        if spec.max_output_tokens.is_none() && output_limit.is_none() {
-            // summon's default output limit, fitted to what the window leaves.
-            request.max_tokens = None;
-            let prompt = spec.context_window.map_or(0, |_| estimate_tokens(&request));
-            request.max_tokens = Some(
-                client
-                    .endpoint()
-                    .kind
-                    .default_output_limit(spec.context_window, prompt),
-            );
-        }
         if let Some(budget) = &spec.budget {
             // The most the task may still spend: this turn and the ones left, each at the
             // output limit, with this request's input.
-            let output = request
-                .max_tokens
-                .or(output_limit)
-                .unwrap_or_else(|| client.endpoint().kind.default_output_limit(None, 0));
+            let output = output_limit.unwrap_or(super::output_cap::LOCAL_GUARD);
             let worst = budget.worst(
                 estimate_tokens(&request),
                 u64::from(output),
@@ -526,27 +552,45 @@ async fn run_once(
                 return Outcome::plain(SubagentStatus::Failed(failure), last_text);
             }
         }
-        // Only a token budget needs the estimate (it walks the whole request).
-        let estimate = if limiter.is_unlimited() {
-            0
-        } else {
-            estimate_tokens(&request)
-        };
-        match &spec.slot {
-            Some(slot) if !limiter.is_unlimited() => {
-                slot.release();
-                limiter.acquire(estimate).await;
-                slot.reacquire().await;
-            }
-            _ => limiter.acquire(estimate).await,
-        }
         let mut hook = SlotHook {
             observer: &mut *observer,
             slot: spec.slot.clone(),
             cache: &spec.cache,
+            holding: false,
         };
         let sent = send_with_retry(client, &request, policy, &mut hook).await;
-        // The prefix is in the cache once an answer has arrived (or the request failed).
+        // Cut off at a bound narrower than the full limit: sent again once with the full
+        // limit, not a turn of its own.
+        let cut_off = |r: &crate::provider::ChatResponse| {
+            matches!(r.stop_reason.as_deref(), Some("length" | "max_tokens"))
+        };
+        let narrowed = matches!(
+            source,
+            super::output_cap::CapSource::Learned | super::output_cap::CapSource::Schema
+        ) && limit.is_some_and(|l| full.is_none_or(|f| l < f));
+        if let Ok(response) = &sent {
+            if narrowed && cut_off(response) {
+                cap.resend(limit.unwrap_or(0));
+                total.usage.add(response.usage);
+                if let Some(budget) = &spec.budget {
+                    budget.spend(&response.usage, response.service_tier.as_deref());
+                }
+                observer(SubagentEvent::Response {
+                    usage: response.usage,
+                    stop_reason: response.stop_reason.clone(),
+                    error: None,
+                });
+                turns -= 1;
+                total.turns -= 1;
+                full_now = true;
+                continue;
+            }
+            if !cut_off(response) {
+                cap.answered(response.usage.output_tokens);
+            }
+        }
+        // The prefix is in the cache once an answer has arrived (or the request failed), and
+        // the step has an answer to learn its output limit from.
         spec.cache.fire_warm();
         if let Some(message) = client.take_notice() {
             observer(SubagentEvent::Warning { message });
@@ -559,12 +603,10 @@ async fn run_once(
                     stop_reason: None,
                     error: Some(err.class()),
                 });
-                limiter.record_actual(estimate, 0);
                 let failure = Failure::new(FailureClass::Provider(err.class()), err.to_string());
                 return Outcome::plain(SubagentStatus::Failed(failure), last_text);
             }
         };
-        limiter.record_actual(estimate, response.usage.total());
         if let Some(budget) = &spec.budget {
             budget.spend(&response.usage, response.service_tier.as_deref());
         }

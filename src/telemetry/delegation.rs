@@ -123,6 +123,7 @@ impl DelegationTraces {
             | SubagentEvent::CheckRetry { .. }
             | SubagentEvent::Text { .. }
             | SubagentEvent::StartupWait { .. }
+            | SubagentEvent::Held { .. }
             | SubagentEvent::Warning { .. }
             | SubagentEvent::Framing { .. } => {}
         }

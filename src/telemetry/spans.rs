@@ -880,6 +880,9 @@ impl State {
             RunEvent::TasksStarted { .. }
             | RunEvent::Retry { .. }
             | RunEvent::Waiting { .. }
+            | RunEvent::Held { .. }
+            | RunEvent::OutputLimit { .. }
+            | RunEvent::RateLimits { .. }
             | RunEvent::Slot { .. }
             | RunEvent::Notice { .. } => {}
         }
