@@ -340,6 +340,36 @@ mod tests {
         assert_eq!(stats.mean_body_bytes(), sent_bytes / 2);
     }
 
+    #[tokio::test]
+    async fn rations_as_openai_does_when_given_a_ledger() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ledger = Arc::new(Ledger::new(&[crate::Ration::openai(1, 1000)]));
+        tokio::spawn(serve_lean(
+            listener,
+            Reply::Echo,
+            Duration::ZERO,
+            Arc::new(LeanStats::default()),
+            Some(Arc::clone(&ledger)),
+        ));
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let mut buf = Vec::new();
+        let body = r#"{"model":"m","max_tokens":40,"messages":[{"role":"user","content":"hi"}]}"#;
+        let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let (status, json) = response(&mut stream, &mut buf).await;
+        assert_eq!(status, "HTTP/1.1 200 OK", "{json}");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let (status, json) = response(&mut stream, &mut buf).await;
+        assert_eq!(status, "HTTP/1.1 429 Too Many Requests");
+        assert_eq!(json["error"]["type"], "requests");
+        let stats = ledger.stats();
+        assert_eq!((stats.admitted, stats.limited, stats.tokens), (1, 1, 40));
+    }
+
     #[test]
     fn a_head_is_read_once_complete() {
         let request =

@@ -681,3 +681,425 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let year = yoe + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header<'a>(verdict: &'a Verdict, name: &str) -> &'a str {
+        verdict
+            .headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or_else(
+                || panic!("no header {name}: {verdict:?}"),
+                |(_, v)| v.as_str(),
+            )
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn an_openai_request_costs_its_output_limit_or_its_input_estimate_whichever_is_larger() {
+        let mut body = json!({"model": "m", "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [
+                {"type": "text", "text": "héllo"},
+                {"type": "image_url", "image_url": {"url": "http://x/a.png"}},
+            ]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"p\":1}"}},
+            ]},
+            {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}],
+        "response_format": {"type": "json_object"}});
+        // Characters: "Be brief." 9, "héllo" 5 (characters, not bytes), "read" 4, "{\"p\":1}" 7,
+        // "42" 2, the tools' compact JSON 79, the response format's 22: 128; 128 / 4.
+        let tools = body["tools"].to_string().chars().count();
+        let format = body["response_format"].to_string().chars().count();
+        assert_eq!((tools, format), (79, 22));
+        assert_eq!(openai_input_tokens(&body), 32);
+        assert_eq!(
+            openai_cost(&body),
+            32,
+            "no output limit: the input estimate"
+        );
+        body["max_tokens"] = json!(4096);
+        assert_eq!(openai_cost(&body), 4096);
+        body["max_completion_tokens"] = json!(64);
+        assert_eq!(openai_cost(&body), 64, "max_completion_tokens comes first");
+        body["max_completion_tokens"] = json!(8);
+        assert_eq!(openai_cost(&body), 32, "an input larger than the limit");
+        assert_eq!(openai_input_tokens(&json!({"messages": []})), 0);
+    }
+
+    #[test]
+    fn openai_charges_at_admission_refills_continuously_and_says_the_exact_wait() {
+        let t0 = Instant::now();
+        let ledger = Ledger::starting_at(&[Ration::openai(3, 100)], t0);
+        assert!(ledger.rations(Api::OpenAi) && !ledger.rations(Api::Anthropic));
+        assert!(ledger.admit_anthropic(t0, UNIX_EPOCH, "m", 1, 1).is_none());
+        let first = ledger.admit_openai(t0, "gpt-x", 30).unwrap();
+        assert_eq!(first.refusal, None);
+        assert_eq!(
+            first.headers,
+            [
+                ("x-ratelimit-limit-requests", "3".to_owned()),
+                ("x-ratelimit-remaining-requests", "2".to_owned()),
+                // One request back in 20 s (3 a minute).
+                ("x-ratelimit-reset-requests", "20s".to_owned()),
+                ("x-ratelimit-limit-tokens", "100".to_owned()),
+                ("x-ratelimit-remaining-tokens", "70".to_owned()),
+                // 30 tokens at 100 a minute.
+                ("x-ratelimit-reset-tokens", "18s".to_owned()),
+            ]
+        );
+        // 80 tokens: 10 missing, back in 6 s.
+        let refused = ledger.admit_openai(t0, "gpt-x", 80).unwrap();
+        let refusal = refused.refusal.clone().unwrap();
+        assert_eq!(refusal.wait, Some(secs(6)));
+        assert_eq!(
+            refusal.body,
+            json!({"error": {
+                "message": "Rate limit reached for gpt-x in organization org-mock on tokens per min (TPM): Limit 100, Used 30, Requested 80. Please try again in 6s. Visit https://platform.openai.com/account/rate-limits to learn more.",
+                "type": "tokens", "code": "rate_limit_exceeded", "param": null,
+            }})
+        );
+        // A 429 charges nothing and says the same remaining budget.
+        assert_eq!(header(&refused, "x-ratelimit-remaining-tokens"), "70");
+        assert_eq!(header(&refused, "x-ratelimit-remaining-requests"), "2");
+        assert_eq!(header(&refused, "x-ratelimit-reset-tokens"), "18s");
+        // A nanosecond before the wait is over it is still refused, with 1 ms to go (rounded
+        // up); at the wait it is admitted.
+        let early = ledger
+            .admit_openai(t0 + secs(6) - Duration::from_nanos(1), "gpt-x", 80)
+            .unwrap();
+        let message = early.refusal.map(|r| r.message).unwrap_or_default();
+        assert!(message.contains("try again in 1ms."), "{message}");
+        let admitted = ledger.admit_openai(t0 + secs(6), "gpt-x", 80).unwrap();
+        assert_eq!(admitted.refusal, None);
+        assert_eq!(header(&admitted, "x-ratelimit-remaining-tokens"), "0");
+        assert_eq!(header(&admitted, "x-ratelimit-reset-tokens"), "1m0s");
+        // The requests run out: with 0.3 of a request refilled at 6 s, 1.3 were left for the
+        // second admission, and after a third the next waits for the missing 0.7 (14 s).
+        let third = ledger.admit_openai(t0 + secs(6), "gpt-x", 0).unwrap();
+        assert_eq!(third.refusal, None);
+        assert_eq!(header(&third, "x-ratelimit-remaining-requests"), "0");
+        let refused = ledger.admit_openai(t0 + secs(6), "gpt-x", 0).unwrap();
+        let refusal = refused.refusal.unwrap();
+        assert_eq!(refusal.wait, Some(secs(14)));
+        assert_eq!(refusal.body["error"]["type"], "requests");
+        assert!(
+            refusal.message.contains(
+                "on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 14s."
+            ),
+            "{}",
+            refusal.message
+        );
+        // More than a minute of tokens can never be admitted.
+        let too_large = ledger.admit_openai(t0 + secs(600), "gpt-x", 101).unwrap();
+        let refusal = too_large.refusal.unwrap();
+        assert_eq!(refusal.wait, None);
+        assert!(
+            refusal.message.starts_with("Request too large for gpt-x in organization org-mock on tokens per min (TPM): Limit 100, Requested 101."),
+            "{}",
+            refusal.message
+        );
+        // Ten minutes on, the buckets are full again, not fuller.
+        let later = ledger.admit_openai(t0 + secs(600), "gpt-x", 100).unwrap();
+        assert_eq!(later.refusal, None);
+        assert_eq!(header(&later, "x-ratelimit-remaining-requests"), "2");
+        let stats = ledger.stats();
+        assert_eq!((stats.admitted, stats.tokens, stats.limited), (4, 210, 4));
+        assert_eq!((stats.limited_by_requests, stats.limited_by_tokens), (1, 3));
+    }
+
+    #[test]
+    fn the_limit_named_is_the_one_with_the_longest_wait() {
+        let t0 = Instant::now();
+        let ledger = Ledger::starting_at(&[Ration::openai(1, 600)], t0);
+        assert_eq!(ledger.admit_openai(t0, "m", 590).unwrap().refusal, None);
+        // Both are short: the request comes back in 60 s, the 20 tokens in 1 s.
+        let refusal = ledger.admit_openai(t0, "m", 30).unwrap().refusal.unwrap();
+        assert_eq!(refusal.body["error"]["type"], "requests");
+        assert_eq!(refusal.wait, Some(secs(60)));
+    }
+
+    #[test]
+    fn anthropic_holds_max_tokens_until_the_answer_ends_and_gives_back_the_unused_part() {
+        let t0 = Instant::now();
+        let wall = UNIX_EPOCH + secs(1_796_668_200); // 2026-12-07T18:30:00Z
+        let ledger = Ledger::starting_at(&[Ration::anthropic(2, 1000, 500)], t0);
+        let (first, hold) = ledger
+            .admit_anthropic(t0, wall, "claude-x", 100, 300)
+            .unwrap();
+        assert_eq!(first.refusal, None);
+        let expected = [
+            ("anthropic-ratelimit-requests-limit", "2"),
+            ("anthropic-ratelimit-requests-remaining", "1"),
+            ("anthropic-ratelimit-requests-reset", "2026-12-07T18:30:30Z"),
+            ("anthropic-ratelimit-input-tokens-limit", "1000"),
+            ("anthropic-ratelimit-input-tokens-remaining", "900"),
+            (
+                "anthropic-ratelimit-input-tokens-reset",
+                "2026-12-07T18:30:06Z",
+            ),
+            ("anthropic-ratelimit-output-tokens-limit", "500"),
+            ("anthropic-ratelimit-output-tokens-remaining", "200"),
+            (
+                "anthropic-ratelimit-output-tokens-reset",
+                "2026-12-07T18:30:36Z",
+            ),
+            // The output bucket has fewer tokens left.
+            ("anthropic-ratelimit-tokens-limit", "500"),
+            ("anthropic-ratelimit-tokens-remaining", "200"),
+            ("anthropic-ratelimit-tokens-reset", "2026-12-07T18:30:36Z"),
+        ];
+        let got: Vec<(&str, &str)> = first
+            .headers
+            .iter()
+            .map(|(n, v)| (*n, v.as_str()))
+            .collect();
+        assert_eq!(got, expected);
+        // Another 300 would overdraw the output tokens by 100: 12 s at 500 a minute.
+        let (refused, none) = ledger
+            .admit_anthropic(t0, wall, "claude-x", 100, 300)
+            .unwrap();
+        assert!(none.is_none());
+        assert_eq!(header(&refused, "retry-after"), "12");
+        assert_eq!(
+            refused.refusal.unwrap().body,
+            json!({"type": "error", "error": {"type": "rate_limit_error",
+                "message": "This request would exceed your organization's rate limit of 500 output tokens per minute (org: org-mock, model: claude-x). For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later."}})
+        );
+        assert_eq!(ledger.stats().output_tokens, 300);
+        // The answer used 50: 250 come back at its end.
+        hold.unwrap().settle(50, t0);
+        assert_eq!(ledger.stats().output_tokens, 50);
+        let (second, hold) = ledger
+            .admit_anthropic(t0, wall, "claude-x", 100, 300)
+            .unwrap();
+        assert_eq!(second.refusal, None);
+        assert_eq!(
+            header(&second, "anthropic-ratelimit-output-tokens-remaining"),
+            "150"
+        );
+        // 800 input tokens left, 150 output: the tokens headers are the output's.
+        assert_eq!(
+            header(&second, "anthropic-ratelimit-tokens-remaining"),
+            "150"
+        );
+        // An answer that never ends (its connection closed) gives back all it held.
+        drop(hold);
+        let stats = ledger.stats();
+        assert_eq!(
+            (
+                stats.admitted,
+                stats.input_tokens,
+                stats.output_tokens,
+                stats.output_held
+            ),
+            (2, 200, 50, 600)
+        );
+        assert_eq!((stats.limited, stats.limited_by_output_tokens), (1, 1));
+        // The requests are spent: one comes back in 30 s; retry-after rounds 29.5 s up.
+        let (third, _) = ledger
+            .admit_anthropic(t0 + Duration::from_millis(500), wall, "claude-x", 1, 1)
+            .unwrap();
+        assert_eq!(header(&third, "retry-after"), "30");
+        assert!(
+            third
+                .refusal
+                .unwrap()
+                .message
+                .contains("rate limit of 2 requests per minute")
+        );
+        // An answer longer than its hold is charged in full.
+        let (_, hold) = ledger
+            .admit_anthropic(t0 + secs(60), wall, "claude-x", 1, 10)
+            .unwrap();
+        hold.unwrap().settle(40, t0 + secs(60));
+        assert_eq!(ledger.stats().output_tokens, 90);
+        // More than a minute of input: no retry-after, no wait admits it.
+        let (huge, _) = ledger
+            .admit_anthropic(t0 + secs(600), wall, "claude-x", 1001, 1)
+            .unwrap();
+        assert!(huge.headers.iter().all(|(n, _)| *n != "retry-after"));
+        assert!(
+            huge.refusal
+                .unwrap()
+                .message
+                .contains("of 1000 input tokens per minute")
+        );
+    }
+
+    #[test]
+    fn openai_durations_are_written_as_openai_writes_them() {
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_nanos(1), "1ms"),
+            (Duration::from_millis(120), "120ms"),
+            (Duration::from_millis(999), "999ms"),
+            (secs(1), "1s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_micros(1_233_001), "1.234s"),
+            (Duration::from_millis(59_016), "59.016s"),
+            (secs(360), "6m0s"),
+            (Duration::from_millis(3_723_400), "1h2m3.4s"),
+        ];
+        for (duration, written) in cases {
+            assert_eq!(openai_duration(duration), written, "{duration:?}");
+        }
+    }
+
+    #[test]
+    fn reset_times_are_rfc3339_in_utc() {
+        let cases = [
+            (Duration::ZERO, "1970-01-01T00:00:00Z"),
+            (secs(1_796_668_212), "2026-12-07T18:30:12Z"),
+            (secs(1_709_251_199), "2024-02-29T23:59:59Z"),
+            (secs(951_868_800), "2000-03-01T00:00:00Z"),
+            (
+                Duration::from_millis(1_796_668_212_345),
+                "2026-12-07T18:30:12.345Z",
+            ),
+            (
+                secs(1_796_668_212) + Duration::from_nanos(1),
+                "2026-12-07T18:30:12.001Z",
+            ),
+        ];
+        for (since, written) in cases {
+            assert_eq!(rfc3339(UNIX_EPOCH + since), written, "{since:?}");
+        }
+    }
+
+    /// POSTs `body` on a connection of its own: the status, the headers (names in lower
+    /// case) and the JSON body.
+    async fn post(
+        addr: std::net::SocketAddr,
+        path: &str,
+        body: &Value,
+    ) -> (u16, Vec<(String, String)>, Value) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let body = body.to_string();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8(answer).unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers = lines
+            .filter_map(|l| l.split_once(": "))
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.to_owned()))
+            .collect();
+        (status, headers, serde_json::from_str(body).unwrap())
+    }
+
+    fn find<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[tokio::test]
+    async fn the_server_answers_a_request_over_the_limit_429_at_once_and_records_why() {
+        let config = crate::MockConfig::new()
+            .ration(Ration::openai(1, 1000))
+            .latency(Duration::from_millis(20));
+        let server = crate::MockServer::start(config).await;
+        let body = json!({"model": "gpt-x", "max_tokens": 40,
+            "messages": [{"role": "user", "content": "hi"}]});
+        let path = "/v1/chat/completions";
+        let (status, headers, answer) = post(server.addr(), path, &body).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["choices"][0]["message"]["content"], "echo: hi");
+        assert_eq!(find(&headers, "x-ratelimit-remaining-requests"), Some("0"));
+        assert_eq!(find(&headers, "x-ratelimit-remaining-tokens"), Some("960"));
+        assert_eq!(find(&headers, "x-ratelimit-limit-tokens"), Some("1000"));
+        let (status, headers, answer) = post(server.addr(), path, &body).await;
+        assert_eq!(status, 429);
+        assert_eq!(answer["error"]["code"], "rate_limit_exceeded");
+        assert_eq!(answer["error"]["type"], "requests");
+        assert_eq!(
+            find(&headers, "retry-after"),
+            None,
+            "OpenAI sends no Retry-After"
+        );
+        assert_eq!(find(&headers, "x-ratelimit-remaining-tokens"), Some("960"));
+        assert_eq!(server.request_count(), 2);
+        let stats = server.ration_stats();
+        assert_eq!((stats.admitted, stats.limited, stats.tokens), (1, 1, 40));
+        let recorded = server.requests();
+        assert_eq!(recorded[0].refused, None);
+        let refused = recorded[1].refused.as_deref().unwrap_or_default();
+        assert!(
+            refused.starts_with("rate limited (429): Rate limit reached for gpt-x"),
+            "{refused}"
+        );
+        // The other API is not rationed.
+        let anthropic = json!({"model": "claude-x", "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}]});
+        let (status, headers, _) = post(server.addr(), "/v1/messages", &anthropic).await;
+        assert_eq!(status, 200);
+        assert!(
+            headers.iter().all(|(n, _)| !n.contains("ratelimit")),
+            "{headers:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn anthropic_input_is_charged_without_cache_reads_and_output_as_the_answers_used() {
+        let server = crate::MockServer::start(
+            crate::MockConfig::new().ration(Ration::anthropic(100, 100_000, 10_000)),
+        )
+        .await;
+        // A system prompt above the 1,024-token minimum, marked for caching.
+        let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 500,
+            "system": [{"type": "text", "text": "policy ".repeat(700),
+                        "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": "label this ticket"}]});
+        let mut charged = 0;
+        let mut output = 0;
+        let mut reads = Vec::new();
+        for _ in 0..2 {
+            let (status, headers, answer) = post(server.addr(), "/v1/messages", &body).await;
+            assert_eq!(status, 200, "{answer}");
+            let usage = &answer["usage"];
+            let n = |k: &str| usage[k].as_u64().unwrap();
+            charged += n("input_tokens") + n("cache_creation_input_tokens");
+            output += n("output_tokens");
+            reads.push(n("cache_read_input_tokens"));
+            assert_eq!(
+                find(&headers, "anthropic-ratelimit-output-tokens-limit"),
+                Some("10000")
+            );
+            let reset = find(&headers, "anthropic-ratelimit-input-tokens-reset").unwrap();
+            assert!(reset.ends_with('Z') && reset.len() >= 20, "{reset}");
+        }
+        assert!(
+            reads[0] == 0 && reads[1] > 1000,
+            "the second request reads the cache: {reads:?}"
+        );
+        let stats = server.ration_stats();
+        assert_eq!(stats.input_tokens, charged);
+        assert_eq!((stats.output_tokens, stats.output_held), (output, 1000));
+        assert!(output < 1000);
+    }
+}
