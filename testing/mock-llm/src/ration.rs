@@ -6,8 +6,10 @@
 //! of a run is allowed) and refills continuously at the limit / 60 a second, counted in
 //! nanoseconds with integers (no rounding drift). The server has one key: its buckets are
 //! shared by every connection. A request is admitted or refused when it arrives, before the
-//! configured latency; a refusal is answered at once with HTTP 429, an admitted request after
-//! the latency as usual.
+//! configured latency; a refusal is answered at once with HTTP 429 and charges nothing, an
+//! admitted request is answered after the latency as usual. Requests the server refuses
+//! before (strict mode's 400s, a wrong key's 401) are not rationed and carry no rate-limit
+//! headers; the batch endpoints are not rationed.
 //!
 //! **OpenAI** (`POST /v1/chat/completions`): requests per minute and tokens per minute. A
 //! request costs 1 request and `max(limit, estimate)` tokens, where `limit` is
