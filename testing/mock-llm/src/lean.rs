@@ -7,7 +7,9 @@
 //! request's model and last user message read without building its JSON tree, and the same
 //! answer (`echo: <last user message>` or a fixed text) with the same usage as the full mock,
 //! sent `latency` after the request arrived by the system clock. No recording, rules or
-//! faults: the full server ([`crate::MockServer`]) has those.
+//! faults: the full server ([`crate::MockServer`]) has those. It rations OpenAI's way when
+//! given a [`Ledger`] (the `ration` module): a request is then read whole for its cost, and
+//! one over a limit is answered 429 at once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::{Api, Reply, clock::Timer};
+use crate::{Api, Ledger, Reply, clock::Timer};
 
 /// The largest request head or body read.
 const MAX_REQUEST: usize = 64 * 1024 * 1024;
@@ -46,6 +48,7 @@ pub async fn serve_lean(
     reply: Reply,
     latency: Duration,
     stats: Arc<LeanStats>,
+    ledger: Option<Arc<Ledger>>,
 ) -> std::io::Result<()> {
     let fixed: Option<Arc<str>> = match reply {
         Reply::Text(text) => Some(text.into()),
@@ -64,6 +67,7 @@ pub async fn serve_lean(
             latency,
             timer: timer.clone(),
             stats: Arc::clone(&stats),
+            ledger: ledger.clone(),
         };
         tokio::spawn(connection.run(stream));
     }
@@ -74,6 +78,7 @@ struct Connection {
     latency: Duration,
     timer: Option<Arc<Timer>>,
     stats: Arc<LeanStats>,
+    ledger: Option<Arc<Ledger>>,
 }
 
 /// A request read off the connection.
@@ -115,8 +120,8 @@ impl Connection {
             let end = head.body_at + head.body_len;
             out.clear();
             if head.post_chat {
-                self.answer(&buf[head.body_at..end], &mut out);
-                if let Some(timer) = &self.timer {
+                let admitted = self.answer(&buf[head.body_at..end], arrived, &mut out);
+                if let (true, Some(timer)) = (admitted, &self.timer) {
                     timer.sleep_until(arrived + self.latency).await;
                 }
             } else if head.get_models {
@@ -131,14 +136,40 @@ impl Connection {
         }
     }
 
-    /// Writes the whole HTTP answer to a chat request into `out`.
-    fn answer(&self, body: &[u8], out: &mut Vec<u8>) {
+    /// Writes the whole HTTP answer to a chat request into `out`; false when it is a 429,
+    /// sent at once.
+    fn answer(&self, body: &[u8], arrived: Instant, out: &mut Vec<u8>) -> bool {
         self.stats
             .body_bytes
             .fetch_add(body.len() as u64, Ordering::Relaxed);
         let id = self.stats.requests.fetch_add(1, Ordering::Relaxed) + 1;
-        let request = crate::essentials(body);
+        let request = match &self.ledger {
+            Some(_) => serde_json::from_slice(body).unwrap_or(serde_json::Value::Null),
+            None => crate::essentials(body),
+        };
         let model = request["model"].as_str().unwrap_or("mock-model");
+        let verdict = self.ledger.as_ref().and_then(|ledger| {
+            ledger.admit_openai(arrived, model, crate::ration::openai_cost(&request))
+        });
+        let mut headers = String::new();
+        for (name, value) in verdict.iter().flat_map(|v| &v.headers) {
+            headers.push_str(name);
+            headers.push_str(": ");
+            headers.push_str(value);
+            headers.push_str("\r\n");
+        }
+        if let Some(refusal) = verdict.as_ref().and_then(|v| v.refusal.as_ref()) {
+            let json = refusal.body.to_string();
+            out.extend_from_slice(
+                format!(
+                    "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{headers}\r\n",
+                    json.len()
+                )
+                .as_bytes(),
+            );
+            out.extend_from_slice(json.as_bytes());
+            return false;
+        }
         let text = match &self.fixed {
             Some(text) => text.to_string(),
             None => format!(
@@ -157,12 +188,13 @@ impl Connection {
         let json = json.to_string();
         out.extend_from_slice(
             format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{headers}\r\n",
                 json.len()
             )
             .as_bytes(),
         );
         out.extend_from_slice(json.as_bytes());
+        true
     }
 }
 
@@ -261,6 +293,7 @@ mod tests {
             Reply::Echo,
             latency,
             Arc::clone(&stats),
+            None,
         ));
         let mut stream = TcpStream::connect(addr).await.unwrap();
         let mut buf = Vec::new();
@@ -305,6 +338,36 @@ mod tests {
         assert_eq!(stats.requests(), 2);
         // The model list is not a chat request: the mean is of the two bodies.
         assert_eq!(stats.mean_body_bytes(), sent_bytes / 2);
+    }
+
+    #[tokio::test]
+    async fn rations_as_openai_does_when_given_a_ledger() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ledger = Arc::new(Ledger::new(&[crate::Ration::openai(1, 1000)]));
+        tokio::spawn(serve_lean(
+            listener,
+            Reply::Echo,
+            Duration::ZERO,
+            Arc::new(LeanStats::default()),
+            Some(Arc::clone(&ledger)),
+        ));
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let mut buf = Vec::new();
+        let body = r#"{"model":"m","max_tokens":40,"messages":[{"role":"user","content":"hi"}]}"#;
+        let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let (status, json) = response(&mut stream, &mut buf).await;
+        assert_eq!(status, "HTTP/1.1 200 OK", "{json}");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let (status, json) = response(&mut stream, &mut buf).await;
+        assert_eq!(status, "HTTP/1.1 429 Too Many Requests");
+        assert_eq!(json["error"]["type"], "requests");
+        let stats = ledger.stats();
+        assert_eq!((stats.admitted, stats.limited, stats.tokens), (1, 1, 40));
     }
 
     #[test]

@@ -23,6 +23,9 @@
 //!
 //! [`MockConfig::faults`] injects failures (429, 500/503, dropped connections, stalled and
 //! truncated responses) into a share of chat requests; see the `faults` module.
+//!
+//! [`MockConfig::ration`] rations the server's one key by requests and tokens per minute, as
+//! OpenAI and Anthropic do, with their rate-limit headers and 429s; see the `ration` module.
 
 mod batch;
 pub mod cache;
@@ -30,6 +33,7 @@ mod clock;
 mod faults;
 mod fence;
 mod lean;
+pub mod ration;
 mod strict;
 mod window;
 
@@ -37,6 +41,7 @@ pub use batch::{BatchConfig, BatchOutcome, BatchRecord};
 pub use faults::{Fault, FaultPlan};
 pub use fence::{FencePlan, FenceStats};
 pub use lean::{LeanStats, serve_lean};
+pub use ration::{Ledger, Ration, RationStats};
 pub use window::prompt_tokens;
 
 use std::collections::VecDeque;
@@ -226,6 +231,9 @@ pub struct MockConfig {
     /// a provider refusing the key answers on every path (recorded, consuming no scripted
     /// reply). `None` (the default): every key is taken.
     pub api_key: Option<String>,
+    /// Per-minute limits of the server's key, at most one per API (none by default); see
+    /// the `ration` module.
+    pub rations: Vec<Ration>,
 }
 
 impl Default for MockConfig {
@@ -251,6 +259,7 @@ impl Default for MockConfig {
             flex_unavailable: 0,
             props: None,
             api_key: None,
+            rations: Vec::new(),
         }
     }
 }
@@ -273,6 +282,7 @@ impl fmt::Debug for MockConfig {
             .field("cache", &self.cache)
             .field("cache_ttl", &self.cache_ttl)
             .field("props", &self.props)
+            .field("rations", &self.rations)
             .finish()
     }
 }
@@ -366,6 +376,14 @@ impl MockConfig {
     /// How long a cache entry lives after its last use.
     pub fn cache_ttl(mut self, ttl: Duration) -> Self {
         self.cache_ttl = ttl;
+        self
+    }
+
+    /// Rations the key of the API `ration` is for (replacing an earlier ration of it): see the
+    /// `ration` module.
+    pub fn ration(mut self, ration: Ration) -> Self {
+        self.rations.retain(|r| r.api() != ration.api());
+        self.rations.push(ration);
         self
     }
 
@@ -492,6 +510,8 @@ struct Shared {
     cache: Option<cache::PromptCache>,
     /// Flex requests still to be answered 429.
     flex_unavailable: AtomicU64,
+    /// The key's rate limits, when rationed.
+    ledger: Option<Ledger>,
     fault_counts: faults::FaultCounts,
     recorded: Mutex<Vec<RecordedRequest>>,
     count: AtomicU64,
@@ -560,6 +580,7 @@ impl MockServer {
             refused_formats: config.refused_formats.clone(),
             context_windows: config.context_windows.clone(),
             flex_unavailable: AtomicU64::new(config.flex_unavailable),
+            ledger: (!config.rations.is_empty()).then(|| Ledger::new(&config.rations)),
             cache: config
                 .cache
                 .then(|| cache::PromptCache::new(config.cache_ttl)),
@@ -648,6 +669,15 @@ impl MockServer {
     /// The most requests answered at the same time.
     pub fn peak_in_flight(&self) -> u64 {
         self.shared.peak_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// What the rationing did so far (all zero when nothing is rationed).
+    pub fn ration_stats(&self) -> RationStats {
+        self.shared
+            .ledger
+            .as_ref()
+            .map(Ledger::stats)
+            .unwrap_or_default()
     }
 
     /// Faults injected so far, per class (every class present).
@@ -880,7 +910,8 @@ async fn handle_chat(
         || shared.strict
         || !shared.refused_formats.is_empty()
         || !shared.context_windows.is_empty()
-        || shared.cache.is_some();
+        || shared.cache.is_some()
+        || shared.ledger.is_some();
     let json: Value = if inspected {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     } else {
@@ -957,6 +988,31 @@ async fn handle_chat(
         }});
         return raw_response(429, &[], body.to_string());
     }
+    let input_tokens = cache::total_tokens(api, body.len(), &request.body);
+    let model = request.model().unwrap_or("mock-model").to_owned();
+    let (verdict, hold) = match &shared.ledger {
+        Some(ledger) => admit(
+            ledger,
+            api,
+            arrived,
+            &model,
+            &request.body,
+            input_tokens,
+            cached.as_ref(),
+        ),
+        None => (None, None),
+    };
+    let rate_headers = verdict.as_ref().map_or(&[][..], |v| &v.headers[..]);
+    if let Some(refusal) = verdict.as_ref().and_then(|v| v.refusal.as_ref()) {
+        request.refused = Some(format!("rate limited (429): {}", refusal.message));
+        if shared.record {
+            lock(&shared.recorded).push(request);
+        }
+        return with_headers(
+            json_response(StatusCode::TOO_MANY_REQUESTS, &refusal.body),
+            rate_headers,
+        );
+    }
     let fault = shared.faults.as_ref().and_then(|plan| plan.draw(seq));
     request.fault = fault;
 
@@ -966,8 +1022,6 @@ async fn handle_chat(
         (None, Some(rule)) => rule(&request),
         (None, None) => shared.default_reply.clone(),
     };
-    let input_tokens = cache::total_tokens(api, body.len(), &request.body);
-    let model = request.model().unwrap_or("mock-model").to_owned();
     let echo = if contains_echo(&reply) {
         Some(format!(
             "echo: {}",
@@ -1011,7 +1065,7 @@ async fn handle_chat(
             ..Answer::default()
         };
         let body = success_body(api, id, &model, &answer, input_tokens).to_string();
-        return faults::respond(fault, plan, &body);
+        return with_headers(faults::respond(fault, plan, &body), rate_headers);
     }
     let answer = match Answer::of(&reply) {
         Some(answer) => Answer {
@@ -1023,7 +1077,7 @@ async fn handle_chat(
                 code,
                 headers,
                 body,
-            } => return raw_response(code, &headers, body),
+            } => return with_headers(raw_response(code, &headers, body), rate_headers),
             _ => Answer::text(""),
         },
     };
@@ -1040,7 +1094,54 @@ async fn handle_chat(
         cache::report(api, &mut body, outcome, input_tokens);
         cache.commit(outcome);
     }
-    json_response(StatusCode::OK, &body)
+    if let Some(hold) = hold {
+        let output = body.pointer("/usage/output_tokens").and_then(Value::as_u64);
+        hold.settle(output.unwrap_or(0), Instant::now());
+    }
+    with_headers(json_response(StatusCode::OK, &body), rate_headers)
+}
+
+/// Rations a chat request at its arrival: the verdict (`None` when its API is not
+/// rationed) and, for an admitted Anthropic request, its output hold.
+fn admit<'a>(
+    ledger: &'a Ledger,
+    api: Api,
+    arrived: Instant,
+    model: &str,
+    body: &Value,
+    input_tokens: u64,
+    cached: Option<&cache::Outcome>,
+) -> (Option<ration::Verdict>, Option<ration::Hold<'a>>) {
+    match api {
+        Api::OpenAi => (
+            ledger.admit_openai(arrived, model, ration::openai_cost(body)),
+            None,
+        ),
+        Api::Anthropic => {
+            // Uncached input plus cache writes, as `usage` reports them.
+            let input = cached.map_or(input_tokens, |outcome| {
+                input_tokens.max(outcome.read + outcome.written) - outcome.read
+            });
+            let max_tokens = body.get("max_tokens").and_then(Value::as_u64).unwrap_or(0);
+            let wall = std::time::SystemTime::now();
+            match ledger.admit_anthropic(arrived, wall, model, input, max_tokens) {
+                Some((verdict, hold)) => (Some(verdict), hold),
+                None => (None, None),
+            }
+        }
+        _ => (None, None),
+    }
+}
+
+/// `response` with the rate-limit headers of its admission.
+fn with_headers(mut response: Response, headers: &[(&'static str, String)]) -> Response {
+    let map = response.headers_mut();
+    for (name, value) in headers {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            map.insert(HeaderName::from_static(name), value);
+        }
+    }
+    response
 }
 
 /// What a successful answer holds.

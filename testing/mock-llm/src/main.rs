@@ -4,14 +4,16 @@
 //! `--max-seconds` have passed (default 600), stdin reaches end of file (unless `--no-stdin`),
 //! or SIGTERM/SIGINT arrives. On exit it prints the request count, the in-flight peak and the
 //! faults injected (`--fault-*`) to stderr; the lean server (`--lean`) prints the request
-//! count and the chat requests' mean body size.
+//! count and the chat requests' mean body size. With `--ration-*` both also print what the
+//! rationing did: requests admitted, 429s by limit and tokens charged by dimension.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use summon_mock_llm::{
-    Fault, FaultPlan, FencePlan, FenceStats, LeanStats, MockConfig, MockServer, Reply,
+    Fault, FaultPlan, FencePlan, FenceStats, LeanStats, Ledger, MockConfig, MockServer, Ration,
+    RationStats, Reply,
 };
 
 const USAGE: &str = "\
@@ -20,6 +22,7 @@ usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-se
                        [--fault-rate R] [--fault-CLASS R]...
                        [--fault-seed N] [--retry-after-ms MS] [--stall-ms MS]
                        [--fence-rate R] [--fence-seed N] [--fence-broken]
+                       [--ration-openai RPM,TPM] [--ration-anthropic RPM,ITPM,OTPM]
 
   --port N         port on 127.0.0.1 (default 0: a free port, printed on the first line)
   --latency-ms L   answer L ms after each request arrived, by the system clock (default 0)
@@ -52,7 +55,19 @@ usage: summon-mock-llm [--port N] [--latency-ms L] [--reply echo|TEXT] [--max-se
                        a sentence and a ```json block; correction turns are answered bare.
                        Which tasks is drawn from a hash of the seed and the last user message
   --fence-seed N       seed of the fence draw (default 0)
-  --fence-broken       write the fenced JSON with single quotes, so no parser reads it";
+  --fence-broken       write the fenced JSON with single quotes, so no parser reads it
+
+  --ration-openai RPM,TPM
+                       ration chat completions as OpenAI does: requests and tokens per minute
+                       (a request costs max(max_tokens, its input estimated from characters /
+                       4), at admission); x-ratelimit-* headers on every answer, 429 with
+                       \"Please try again in 1.2s\" in the message over a limit
+  --ration-anthropic RPM,ITPM,OTPM
+                       ration messages as Anthropic does: requests, input tokens and output
+                       tokens per minute (max_tokens held until the answer ends);
+                       anthropic-ratelimit-* headers, 429 with retry-after over a limit
+                       (limits: positive integers; each bucket holds a minute's budget, starts
+                       full and refills continuously)";
 
 struct Args {
     port: u16,
@@ -67,6 +82,7 @@ struct Args {
     cache: bool,
     fence: Option<FencePlan>,
     tool_turns: usize,
+    rations: Vec<Ration>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -83,6 +99,7 @@ fn parse_args() -> Result<Args, String> {
         cache: false,
         fence: None,
         tool_turns: 0,
+        rations: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -166,6 +183,14 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|_| format!("{flag}: not a number: {v}"))?;
             }
             "--fence-broken" => args.fence.get_or_insert_with(FencePlan::default).broken = true,
+            "--ration-openai" => {
+                let [rpm, tpm] = limits(&flag, &value(&flag)?)?;
+                args.rations.push(Ration::openai(rpm, tpm));
+            }
+            "--ration-anthropic" => {
+                let [rpm, itpm, otpm] = limits(&flag, &value(&flag)?)?;
+                args.rations.push(Ration::anthropic(rpm, itpm, otpm));
+            }
             "--record" => args.record = true,
             "--strict" => args.strict = true,
             "--cache" => args.cache = true,
@@ -186,6 +211,14 @@ fn parse_args() -> Result<Args, String> {
             "--lean records nothing, refuses nothing, calls no tools and injects no faults".into(),
         );
     }
+    if args.lean
+        && args
+            .rations
+            .iter()
+            .any(|r| matches!(r, Ration::Anthropic { .. }))
+    {
+        return Err("--lean serves OpenAI chat completions only: no --ration-anthropic".into());
+    }
     if args.fence.is_some() && (args.lean || matches!(args.reply, Reply::Echo)) {
         return Err("--fence-* needs --reply TEXT (a JSON text) and no --lean".into());
     }
@@ -205,6 +238,20 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     Ok(args)
+}
+
+/// `N` positive integers separated by commas.
+fn limits<const N: usize>(flag: &str, v: &str) -> Result<[u64; N], String> {
+    let parts: Vec<Option<u64>> = v
+        .split(',')
+        .map(|part| part.trim().parse::<u64>().ok().filter(|n| *n > 0))
+        .collect();
+    match <[Option<u64>; N]>::try_from(parts) {
+        Ok(parts) if parts.iter().all(Option::is_some) => Ok(parts.map(Option::unwrap_or_default)),
+        _ => Err(format!(
+            "{flag}: expected {N} positive integers separated by commas, got {v}"
+        )),
+    }
 }
 
 fn rate_value(flag: &str, v: String) -> Result<f64, String> {
@@ -256,6 +303,9 @@ async fn serve(args: Args) -> ExitCode {
         .record(args.record)
         .strict(args.strict)
         .cache(args.cache);
+    for ration in &args.rations {
+        config = config.ration(*ration);
+    }
     if let Some(plan) = args.faults {
         config = config.faults(plan);
     }
@@ -289,6 +339,9 @@ async fn serve(args: Args) -> ExitCode {
         server.request_count(),
         server.peak_in_flight()
     );
+    if !args.rations.is_empty() {
+        print_ration(&server.ration_stats());
+    }
     if args.fence.is_some() {
         use std::sync::atomic::Ordering::Relaxed;
         eprintln!(
@@ -324,11 +377,14 @@ async fn serve_lean(args: Args) -> ExitCode {
         listening(addr);
     }
     let stats = std::sync::Arc::new(LeanStats::default());
+    let ledger =
+        (!args.rations.is_empty()).then(|| std::sync::Arc::new(Ledger::new(&args.rations)));
     let server = summon_mock_llm::serve_lean(
         listener,
         args.reply,
         args.latency,
         std::sync::Arc::clone(&stats),
+        ledger.clone(),
     );
     let reason = tokio::select! {
         reason = stopped(args.watch_stdin, args.max_seconds) => reason.to_owned(),
@@ -339,7 +395,26 @@ async fn serve_lean(args: Args) -> ExitCode {
         stats.requests(),
         stats.mean_body_bytes()
     );
+    if let Some(ledger) = &ledger {
+        print_ration(&ledger.stats());
+    }
     ExitCode::SUCCESS
+}
+
+/// The line scripts read what the rationing did from.
+fn print_ration(stats: &RationStats) {
+    eprintln!(
+        "summon-mock-llm: ration: admitted {}, 429s {} (requests {}, tokens {}, output tokens {}); charged: tokens {}, input tokens {}, output tokens {} (held {})",
+        stats.admitted,
+        stats.limited,
+        stats.limited_by_requests,
+        stats.limited_by_tokens,
+        stats.limited_by_output_tokens,
+        stats.tokens,
+        stats.input_tokens,
+        stats.output_tokens,
+        stats.output_held
+    );
 }
 
 /// The tool results a chat request carries: OpenAI `tool` messages, Anthropic `tool_result`
