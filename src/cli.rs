@@ -157,7 +157,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<PathBuf>,
     /// The most output tokens of each model request, over the pipeline's
-    /// `max_output_tokens` (default: the config file's, else summon's: 4096, Anthropic 8192).
+    /// `max_output_tokens` (default: the config file's, else one that fits the task: a bound
+    /// the answer's schema implies, or one a fan-out learns from its answers; see
+    /// docs/providers.md).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_output_tokens: Option<u32>,
     /// Send every fan_out step's single-turn tasks through the provider's batch API (half
@@ -263,7 +265,8 @@ pub(crate) struct DelegateArgs {
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub(crate) max_turns: Option<u32>,
     /// The most output tokens of each model request; an answer cut off there fails the task
-    /// (default: the config file's `max_output_tokens`, else summon's: 4096, Anthropic 8192).
+    /// (default: the config file's `max_output_tokens`, else none for a hosted
+    /// OpenAI-compatible provider, 4096 for a local server, 8192 for Anthropic).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_output_tokens: Option<u32>,
     /// A stop sequence: the answer ends before the model writes it (repeatable, at most 4;

@@ -94,7 +94,11 @@ struct DryRunStep {
 #[derive(Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 struct OutputLimit {
-    tokens: u64,
+    /// `None`: no limit sent (the provider's own).
+    tokens: Option<u64>,
+    source: String,
+    /// The step's later tasks learn theirs from its answers.
+    learned: bool,
     default: bool,
 }
 
@@ -241,10 +245,13 @@ fn dry_run_json_has_exactly_its_documented_keys() {
     assert_eq!(each.model.as_deref(), Some("mock-model"));
     assert_eq!(each.prompt.as_deref(), Some("Check a"));
     assert!(each.later.is_none() && each.notes.is_empty(), "{each:?}");
+    // OpenAI itself: no blanket limit on the first answer, the rest learned from it.
     assert_eq!(
         each.output_limit,
         Some(OutputLimit {
-            tokens: 4096,
+            tokens: None,
+            source: "full".to_owned(),
+            learned: true,
             default: true
         })
     );

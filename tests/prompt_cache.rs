@@ -376,7 +376,11 @@ async fn cache_false_sends_no_breakpoints_no_key_and_no_warm_up() {
     anthropic_project(&server)
         .write_raw(
             "p.yaml",
-            &fan_out_after_hello(3, "    concurrency: 3\n    cache: false\n"),
+            // An explicit output limit: nothing waits to learn one either.
+            &fan_out_after_hello(
+                3,
+                "    concurrency: 3\n    cache: false\n    max_output_tokens: 64\n",
+            ),
         )
         .args(["run", "p.yaml", "--quiet"])
         .run();

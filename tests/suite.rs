@@ -43,6 +43,7 @@ mod pipeline_edges;
 mod pipeline_validate;
 mod planted_links;
 mod prompt_cache;
+mod provider_ceiling;
 mod provider_down;
 mod provider_errors;
 mod provider_fidelity;

@@ -12,8 +12,8 @@
 //! ```yaml
 //! default_provider: work          # optional: the provider used when nothing else names one
 //! default_model: gpt-4o-mini      # optional: the model used when nothing else names one
-//! max_output_tokens: 16000        # optional: the output limit of every request (summon's
-//!                                 # default: 4096, Anthropic 8192)
+//! max_output_tokens: 16000        # optional: the output limit of every request (default:
+//!                                 # one that fits the task; docs/providers.md)
 //! max_cost: 20                    # optional: the spend cap in USD of every run, delegation
 //!                                 # and merge (`--max-cost` and `settings.max_cost` override)
 //! providers:
@@ -23,8 +23,14 @@
 //!     api_key_env: OPENAI_API_KEY # the NAME of the env var holding the key, never the key
 //!     default_model: gpt-4o-mini
 //!     aliases: { sonnet: gpt-4o, fast: gpt-4o-mini }
-//!     requests_per_minute: 500    # shared by every concurrent subagent of this provider
-//!     tokens_per_minute: 200000
+//!     requests_per_minute: 500    # shared by every concurrent subagent of this provider; the
+//!     tokens_per_minute: 200000   # provider's rate-limit headers apply too, the smaller wins
+//!     input_tokens_per_minute: 200000   # Anthropic-style keys: input and output apart
+//!     output_tokens_per_minute: 40000
+//!     limits_per: key             # key (default): under --shard I/N each shard gets 1/N of
+//!                                 # the limits; shard: each shard has a key of its own
+//!     local: true                 # optional: a local server whatever its URL (summon's
+//!                                 # runaway output guard applies; default: told from the URL)
 //!     timeout_secs: 600           # whole request
 //!     connect_timeout_secs: 10
 //!     structured_output: json_schema # json_schema | json_object | none: what an OpenAI-

@@ -162,6 +162,7 @@ pub(crate) struct Ticket {
     cost: Cost,
     /// This run's net charges of each limit just after this reservation.
     net_at: [f64; 4],
+    /// When the request goes (the reservation, plus its wait).
     at: Instant,
     /// How long the request must wait before it goes, and the limit that holds it.
     pub(crate) wait: Option<(Duration, Binding)>,
@@ -229,6 +230,9 @@ pub(crate) struct AdmissionStats {
     /// The limits the provider's headers gave, by configuration key.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) provider_limits: Vec<(String, u64)>,
+    /// The configured limits in force (a shard's share under `--shard`), by configuration key.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) configured_limits: Vec<(String, u64)>,
 }
 
 /// One provider's admission of requests; see the module documentation.
@@ -353,10 +357,12 @@ impl Admission {
         if let Some((left, binding)) = &binding {
             self.note_held(*left, binding);
         }
+        // The request goes once its wait is over: what the provider says then is as of then.
+        let at = Instant::now() + binding.as_ref().map_or(Duration::ZERO, |(w, _)| *w);
         Ticket {
             cost,
             net_at,
-            at: Instant::now(),
+            at,
             wait: binding,
         }
     }
@@ -487,14 +493,15 @@ impl Admission {
             last[longest as usize].as_ref().map(Binding::describe)
         });
         let state = self.lock();
-        let provider_limits = DIMS
-            .into_iter()
-            .filter_map(|d| {
-                state.buckets[d as usize]
-                    .learned
-                    .map(|l| (d.key().to_owned(), l as u64))
-            })
-            .collect();
+        let limits = |which: fn(&Bucket) -> Option<f64>| -> Vec<(String, u64)> {
+            DIMS.into_iter()
+                .filter_map(|d| {
+                    which(&state.buckets[d as usize]).map(|l| (d.key().to_owned(), l as u64))
+                })
+                .collect()
+        };
+        let provider_limits = limits(|b| b.learned);
+        let configured_limits = limits(|b| b.configured);
         AdmissionStats {
             held: self.held.load(Ordering::Relaxed),
             held_max_s: self.held_max_us.load(Ordering::Relaxed) as f64 / 1e6,
@@ -504,6 +511,7 @@ impl Admission {
             tokens_reserved: self.reserved.load(Ordering::Relaxed),
             tokens_used: self.used.load(Ordering::Relaxed),
             provider_limits,
+            configured_limits,
         }
     }
 }

@@ -484,20 +484,26 @@ async fn run_once(
         cache: CacheHint::default(),
     };
     let cap = &spec.output_cap;
-    if (!spec.cache.on || !prefix_is_cacheable(client.endpoint().kind, &request))
-        && !cap.waits_for_first_answer()
-    {
-        // Nothing the other tasks could read or learn: they need not wait for this one.
-        spec.cache.fire_warm();
-    }
     let kind = client.endpoint().kind;
-    let local = client.endpoint().is_local();
     // A schema bounds the answer of a task that calls no tools.
     let schema_bound = spec
         .response_schema
         .as_ref()
         .filter(|_| tools.specs.is_empty())
         .and_then(super::output_cap::schema_bound);
+    // Anthropic holds a request's whole output limit against the key's output tokens per
+    // minute until its answer ends: a fan-out's other tasks wait for the first answer to
+    // learn a narrower one. An OpenAI-compatible provider's first wave costs no more with
+    // the full limit (none to a hosted one; a local server rations nothing).
+    let learning_holds = kind == crate::provider::ProviderKind::Anthropic
+        && spec.max_output_tokens.is_none()
+        && schema_bound.is_none()
+        && cap.waits_for_first_answer();
+    if (!spec.cache.on || !prefix_is_cacheable(kind, &request)) && !learning_holds {
+        // Nothing the other tasks could read or learn: they need not wait for this one.
+        spec.cache.fire_warm();
+    }
+    let local = client.endpoint().is_local();
     let mut last_text = String::new();
     let mut schema_asks = 0;
     // What was wrong with each answer that did not validate, for the failure.

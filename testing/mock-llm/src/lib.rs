@@ -990,6 +990,12 @@ async fn handle_chat(
     }
     let input_tokens = cache::total_tokens(api, body.len(), &request.body);
     let model = request.model().unwrap_or("mock-model").to_owned();
+    // The output limit the request set: a longer answer is cut there, as the real APIs cut it.
+    let max_tokens = request
+        .body
+        .get("max_tokens")
+        .or_else(|| request.body.get("max_completion_tokens"))
+        .and_then(Value::as_u64);
     let (verdict, hold) = match &shared.ledger {
         Some(ledger) => admit(
             ledger,
@@ -1080,6 +1086,28 @@ async fn handle_chat(
             } => return with_headers(raw_response(code, &headers, body), rate_headers),
             _ => Answer::text(""),
         },
+    };
+    // An answer longer than the request's output limit (four characters a token, as the
+    // usage counts them) is cut there, with `length` / `max_tokens` as its reason.
+    let cut;
+    let answer = match (answer.text, max_tokens) {
+        (Some(text), Some(limit)) if answer.finish.is_none() && text.len() as u64 / 4 > limit => {
+            let mut end = usize::try_from(limit.saturating_mul(4)).unwrap_or(usize::MAX);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            cut = &text[..end];
+            Answer {
+                text: Some(cut),
+                finish: Some(if api == Api::Anthropic {
+                    "max_tokens"
+                } else {
+                    "length"
+                }),
+                ..answer
+            }
+        }
+        _ => answer,
     };
     let mut body = success_body(api, id, &model, &answer, input_tokens);
     if api == Api::OpenAi {
