@@ -696,6 +696,7 @@ impl Client {
         native: bool,
         tier: Option<&str>,
     ) -> Result<ChatResponse, ProviderError> {
+        let req = &*super::structured::prompted(req, self.endpoint.kind, format, native);
         let body = match self.endpoint.kind {
             ProviderKind::OpenAi => openai::request_bytes_tier(req, format, completion, tier),
             ProviderKind::Anthropic => {
