@@ -103,7 +103,7 @@ async fn recipe_instructions_go_to_the_system_prompt_and_prompt_to_the_user() {
     let request = &server.requests()[0];
     let system = system_of(request);
     assert!(
-        system.contains("# Instructions\n\nWrite notes about parser\nline two."),
+        system.contains("\n\nWrite notes about parser\nline two.\n"),
         "{system}"
     );
     assert!(

@@ -72,45 +72,153 @@ fn assert_tool_free(body: &Value) {
     );
 }
 
+/// The bytes of summon's own text a tool-less task may send beyond its instructions, context
+/// and role: 20 tokens at four bytes a token.
+const OWN_TEXT_BOUND: usize = 80;
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_single_turn_task_is_sent_no_tools_and_a_short_prompt() {
     let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
     openai(&server)
-        .write_raw("p.yaml", &fan_out("    max_turns: 1\n"))
+        .write_raw(
+            "p.yaml",
+            &fan_out("    max_turns: 1\n").replace(
+                "      instructions:",
+                "      extensions: [developer]\n      instructions:",
+            ),
+        )
         .args(["run", "p.yaml", "--quiet"])
         .run();
     let requests = chats(&server);
     assert_eq!(requests.len(), 2);
     for request in &requests {
         assert_tool_free(&request.body);
-        // The standard prompt alone, as summon's estimator counts it.
-        let tokens = system_of(&request.body).len().div_ceil(4);
+        // An ad-hoc task's instructions are its user message: the system prompt is summon's.
+        let system = system_of(&request.body);
         assert!(
-            tokens <= 60,
-            "{tokens} tokens: {}",
-            system_of(&request.body)
+            system.len() <= OWN_TEXT_BOUND,
+            "{} bytes: {system}",
+            system.len()
         );
     }
+}
 
-    // Without the limit the same task may use tools, and gets them.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_inline_step_gets_only_the_tools_it_names() {
+    // Naming none, it is sent none, and a system prompt within the bound.
     let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
     openai(&server)
         .write_raw("p.yaml", &fan_out(""))
         .args(["run", "p.yaml", "--quiet"])
         .run();
-    for request in chats(&server) {
-        assert_eq!(
-            request.tool_names(),
-            [
-                "read_file",
-                "write_file",
-                "edit_file",
-                "list_files",
-                "search",
-                "load"
-            ]
+    let requests = chats(&server);
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        assert_tool_free(&request.body);
+        let system = system_of(&request.body);
+        assert!(
+            system.len() <= OWN_TEXT_BOUND,
+            "{} bytes: {system}",
+            system.len()
         );
-        assert!(system_of(&request.body).contains("Your tools: read_file"));
+        assert_eq!(
+            request.body["messages"].as_array().unwrap().len(),
+            2,
+            "{:#}",
+            request.body
+        );
+    }
+
+    // `tools: [read_file]` alone grants that file tool (and `load`, which every subagent
+    // with tools keeps).
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    openai(&server)
+        .write_raw("p.yaml", &fan_out("    tools: [read_file]\n"))
+        .args(["run", "p.yaml", "--quiet"])
+        .run();
+    for request in chats(&server) {
+        assert_eq!(request.tool_names(), ["read_file", "load"]);
+        assert!(system_of(&request.body).contains("Your tools: read_file, load."));
+    }
+
+    // `extensions: [developer]` grants every built-in tool, `shell` included.
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    openai(&server)
+        .write_raw(
+            "p.yaml",
+            &fan_out("").replace(
+                "      instructions:",
+                "      extensions: [developer]\n      instructions:",
+            ),
+        )
+        .args(["run", "p.yaml", "--quiet"])
+        .run();
+    for request in chats(&server) {
+        assert_eq!(request.tool_names(), ALL_TOOLS);
+    }
+}
+
+/// Every built-in tool and `load`, in the order they are sent.
+const ALL_TOOLS: [&str; 7] = [
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_files",
+    "search",
+    "shell",
+    "load",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_step_and_delegate_keep_what_they_declare() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let project = || {
+        openai(&server)
+            .write(
+                "recipes/dev.yaml",
+                "
+                title: Dev
+                description: d
+                instructions: Look around.
+                extensions:
+                  - type: builtin
+                    name: developer
+                ",
+            )
+            .write(
+                "recipes/plain.yaml",
+                "
+                title: Plain
+                description: without extensions, the file tools
+                instructions: Look.
+                ",
+            )
+    };
+    for source in ["dev", "plain"] {
+        project()
+            .write_raw(
+                "p.yaml",
+                &fan_out("").replace(
+                    "      instructions:",
+                    &format!("      source: {source}\n      instructions:"),
+                ),
+            )
+            .args(["run", "p.yaml", "--quiet"])
+            .run();
+    }
+    // `summon delegate --instructions` keeps its documented default: the file tools.
+    project()
+        .args(["delegate", "--instructions", "Say ok."])
+        .stdout("ok\n")
+        .run();
+    let requests = chats(&server);
+    assert_eq!(requests.len(), 5);
+    let file_tools: Vec<&str> = ALL_TOOLS.into_iter().filter(|t| *t != "shell").collect();
+    for request in &requests[..2] {
+        assert_eq!(request.tool_names(), ALL_TOOLS, "recipe `dev`");
+    }
+    for request in &requests[2..] {
+        assert_eq!(request.tool_names(), file_tools, "{:#}", request.body);
     }
 }
 
@@ -542,4 +650,192 @@ async fn an_empty_list_of_extensions_sends_no_tools() {
         );
     }
     assert!(tool_bytes(&requests[4].body) > 0);
+}
+
+/// A fan-out whose inline step names `read_file` on the second line of its instructions
+/// (line 12 of the file); `step_keys` are more of the step's keys.
+fn naming_read_file(step_keys: &str) -> String {
+    format!(
+        "version: 1\nname: p\nsteps:\n  - id: rows\n    decompose:\n      items: [a.md]\n  \
+         - id: each\n    fan_out:\n      over: rows\n      instructions: |\n        Review {{{{ item }}}}.\n        \
+         Read it with read_file first.\n{step_keys}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_the_instructions_name_but_the_step_lacks_is_warned_at_its_line() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let pipeline = naming_read_file("");
+    assert_eq!(
+        pipeline.lines().nth(11),
+        Some("        Read it with read_file first.")
+    );
+    let warning = "p.yaml:12:22: warning: step `each`: the instructions name `read_file`, a tool \
+                   this step's tasks do not have";
+    let hint = "add `tools: [read_file]` to the step";
+    let out = openai(&server)
+        .write_raw("p.yaml", &pipeline)
+        .args(["validate", "p.yaml"])
+        .run();
+    assert!(out.stderr.contains(warning), "{}", out.stderr);
+    assert!(out.stderr.contains(hint), "{}", out.stderr);
+    assert_eq!(server.request_count(), 0);
+    // `summon run` shows it too, and runs: it is a warning.
+    let out = openai(&server)
+        .write_raw("p.yaml", &pipeline)
+        .args(["run", "p.yaml", "--quiet"])
+        .run();
+    assert_eq!(out.stderr.matches(warning).count(), 1, "{}", out.stderr);
+    assert_eq!(chats(&server).len(), 1);
+    assert!(chats(&server)[0].tool_names().is_empty());
+
+    // `extensions: []` takes the tools away: the hint says what grants it instead.
+    let out = openai(&server)
+        .write_raw("p.yaml", &naming_read_file("      extensions: []\n"))
+        .args(["validate", "p.yaml"])
+        .run();
+    assert!(out.stderr.contains(warning), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "`extensions: []` gives the step no tools: replace it with `tools: [read_file]`"
+        ),
+        "{}",
+        out.stderr
+    );
+
+    // Granted, by `tools:` or by the developer extension, it is not warned of.
+    for keys in [
+        "    tools: [read_file]\n",
+        "      extensions: [developer]\n",
+    ] {
+        let out = openai(&server)
+            .write_raw("p.yaml", &naming_read_file(keys))
+            .args(["validate", "p.yaml"])
+            .run();
+        assert!(!out.stderr.contains("warning:"), "{keys}: {}", out.stderr);
+    }
+    // `shell` needs the developer extension.
+    let out = openai(&server)
+        .write_raw(
+            "p.yaml",
+            &naming_read_file("    tools: [read_file]\n")
+                .replace("first.", "first, then `shell` to count its lines."),
+        )
+        .args(["validate", "p.yaml"])
+        .run();
+    assert!(
+        out.stderr.contains("p.yaml:12:") && out.stderr.contains("name `shell`"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("extensions: [developer]"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// A classifier recipe as `recipes/classify-ticket.yaml` has it: instructions, a prompt per
+/// row, a JSON Schema answer and no tools.
+const CLASSIFY: &str = "
+    title: Classify Ticket
+    description: Label one support ticket
+    instructions: |
+      You triage support tickets. Pick the single best category and a priority, and give a
+      one-line reason. Answer with JSON only.
+    prompt: |
+      Ticket title: {{ title }}
+      Ticket body:
+      {{ body }}
+    extensions: []
+    parameters:
+      - {key: title, input_type: string, requirement: required, description: t}
+      - {key: body, input_type: string, requirement: required, description: b}
+    response:
+      json_schema:
+        type: object
+        required: [category, priority, reason]
+        additionalProperties: false
+        properties:
+          category: {type: string, enum: [bug, billing, account, feature-request, question]}
+          priority: {type: string, enum: [low, normal, high, urgent]}
+          reason: {type: string}
+    ";
+
+const CLASSIFY_PIPELINE: &str = "version: 1\nname: p\nsteps:\n  - id: rows\n    decompose:\n      \
+    items: [{title: Charged twice, body: I was billed twice for March, please refund one charge.}]\n  \
+    - id: labels\n    fan_out:\n      over: rows\n      source: classify-ticket\n      \
+    parameters: {title: '{{ item.title }}', body: '{{ item.body }}'}\n";
+
+const LABEL: &str = r#"{"category":"billing","priority":"normal","reason":"double charge"}"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_structured_task_sends_its_schema_once_and_little_else() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text(LABEL))).await;
+    openai(&server)
+        .write("recipes/classify-ticket.yaml", CLASSIFY)
+        .write_raw("p.yaml", CLASSIFY_PIPELINE)
+        .args(["run", "p.yaml", "--quiet"])
+        .run();
+    let requests = chats(&server);
+    assert_eq!(requests.len(), 1);
+    let body = &requests[0].body;
+    assert_tool_free(body);
+    assert_eq!(body["response_format"]["type"], "json_schema", "{body:#}");
+    // The schema goes natively, not again in the system prompt.
+    let system = system_of(body);
+    assert!(
+        !system.contains("JSON Schema") && !system.contains("\"enum\""),
+        "{system}"
+    );
+    let instructions = "You triage support tickets. Pick the single best category and a \
+        priority, and give a\none-line reason. Answer with JSON only.";
+    let user = first_user(body);
+    assert!(system.contains(instructions), "{system}");
+    // What summon adds to the row's own text: at most 20 tokens at four bytes a token.
+    let own = system.len() - instructions.len();
+    assert!(own <= OWN_TEXT_BOUND, "{own} bytes: {system}");
+    // The whole request, against an SDK's bare one for the same row (one user message with
+    // the same text, the same response_format), as the mock counts the tokens it bills.
+    let bare = json!({
+        "model": body["model"],
+        "messages": [{"role": "user", "content": format!("{instructions}\n\n{user}")}],
+        "response_format": body["response_format"],
+    });
+    let sent = summon_mock_llm::prompt_tokens(body);
+    let sdk = summon_mock_llm::prompt_tokens(&bare);
+    assert!(
+        sent <= sdk + 25,
+        "summon {sent} tokens, a bare request {sdk}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_without_json_schema_gets_the_schema_in_the_prompt() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .refuse_formats(["json_schema"])
+            .default_reply(Reply::text(LABEL)),
+    )
+    .await;
+    let out = openai(&server)
+        .write("recipes/classify-ticket.yaml", CLASSIFY)
+        .write_raw("p.yaml", CLASSIFY_PIPELINE)
+        .args(["run", "p.yaml", "--out", "out", "--quiet"])
+        .run();
+    let requests = chats(&server);
+    assert_eq!(requests.len(), 2, "{}", out.stderr);
+    let (refused, sent) = (&requests[0].body, &requests[1].body);
+    assert_eq!(refused["response_format"]["type"], "json_schema");
+    assert!(!system_of(refused).contains("JSON Schema"));
+    // Stepped down to json_object, the request cannot carry the schema: the prompt does.
+    assert_eq!(sent["response_format"]["type"], "json_object", "{sent:#}");
+    let system = system_of(sent);
+    assert!(
+        system.contains("validates against this JSON Schema:")
+            && system.contains("\"enum\":[\"low\",\"normal\",\"high\",\"urgent\"]"),
+        "{system}"
+    );
+    let results = std::fs::read_to_string(out.dir.join("out/results.jsonl")).unwrap();
+    assert!(results.contains("\"status\":\"completed\""), "{results}");
 }

@@ -144,12 +144,29 @@ async fn decompose_by_model_on_anthropic_gets_its_items_from_the_answer_tool() {
         .env("ANTHROPIC_API_KEY", KEY)
         .env("SUMMON_PROVIDER", "anthropic")
         .env("SUMMON_MODEL", "claude-test")
-        .write_raw("p.yaml", DECOMPOSE_THEN_FAN_OUT)
+        .write_raw(
+            "p.yaml",
+            &DECOMPOSE_THEN_FAN_OUT.replace(
+                "List the areas.\n",
+                "List the areas.\n    tools: [list_files]\n",
+            ),
+        )
         .args(["run", "p.yaml", "--out", "out", "--quiet"])
         .run();
     let requests = server.requests();
     assert_eq!(requests.len(), 3, "{}", out.stderr);
     let first = &requests[0].body;
+    // Not forced, the answer tool is named in the system prompt (its schema is in the tool).
+    let system: String = first["system"]
+        .as_array()
+        .map(|blocks| blocks.iter().filter_map(|b| b["text"].as_str()).collect())
+        .or_else(|| first["system"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    assert!(
+        system.contains("Give your final answer with the `structured_answer` tool."),
+        "{system}"
+    );
+    assert!(!system.contains("JSON Schema"), "{system}");
     let answer = first["tools"]
         .as_array()
         .unwrap()

@@ -15,7 +15,7 @@ fn project(server: &MockServer) -> Test {
         .env("SUMMON_MODEL", "mock-model")
         .write(
             "p.yaml",
-            "version: 1\nname: tools\nsteps:\n  - id: list\n    decompose:\n      items: [a, b, c]\n  - id: each\n    fan_out:\n      over: list\n      instructions: 'Look at {{ item }}.'\n",
+            "version: 1\nname: tools\nsteps:\n  - id: list\n    decompose:\n      items: [a, b, c]\n  - id: each\n    fan_out:\n      over: list\n      instructions: 'Look at {{ item }}.'\n    tools: [read_file, list_files]\n",
         )
         .args(["run", "p.yaml"])
 }

@@ -95,6 +95,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
     ctx.report(
         &catalog.shadow_warnings_for(used_sources(&compiled.pipeline).as_deref(), &ctx.env.cwd),
     );
+    ctx.report(&compiled.warnings());
     if args.dry_run {
         return dry_run(&compiled, &catalog, &params, args, ctx);
     }

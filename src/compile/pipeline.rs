@@ -7,6 +7,8 @@
 //! - a `source:` the catalog lacks or cannot use: a literal one, or a templated one rendered
 //!   with the parameters and the items of literal `items:` lists ([`super::sources`]);
 //! - a `tools:` entry the task cannot have ([`super::tools`]);
+//! - a tool the instructions name that the task does not have: a warning, at its line
+//!   ([`super::tools::check_mentions`]);
 //! - the `parameters:` of a task with a literal source: a required recipe parameter not
 //!   given, a key the recipe does not declare, parameters or no instructions for an agent
 //!   ([`super::params`]);
@@ -121,6 +123,8 @@ pub(crate) enum Check {
     Items,
     /// A template that fails to render with everything it reads known.
     Render,
+    /// Instructions that name a tool the task does not have: a warning, not an error.
+    Mentions,
 }
 
 /// A problem of one step, certain before the run.
@@ -175,6 +179,17 @@ pub(crate) fn compile_pipeline(mut pipeline: Pipeline, inputs: &Inputs<'_>) -> C
                 pos,
                 message,
                 hint: None,
+            });
+        }
+        if let Some((pos, message, hint)) =
+            super::tools::check_mentions(&pipeline.file, step, settings.max_turns, catalog)
+        {
+            findings.push(Finding {
+                step: index,
+                check: Check::Mentions,
+                pos,
+                message,
+                hint: Some(hint),
             });
         }
         let task = step_task(step);
@@ -250,8 +265,13 @@ impl CompiledPipeline {
     pub(crate) fn diagnostics(&self, keep: impl Fn(usize) -> bool) -> Diagnostics {
         let mut diags = Diagnostics::default();
         for finding in self.findings.iter().filter(|f| keep(f.step)) {
-            let mut diagnostic = Diagnostic::error(self.message(finding))
-                .at(Span::new(&self.pipeline.file, finding.pos));
+            let message = self.message(finding);
+            let diagnostic = if finding.check == Check::Mentions {
+                Diagnostic::warning(message)
+            } else {
+                Diagnostic::error(message)
+            };
+            let mut diagnostic = diagnostic.at(Span::new(&self.pipeline.file, finding.pos));
             if let Some(hint) = &finding.hint {
                 diagnostic = diagnostic.with_hint(hint.clone());
             }
@@ -260,9 +280,19 @@ impl CompiledPipeline {
         diags
     }
 
+    /// The warnings among the findings, at their positions (shown by `summon run` and its
+    /// dry run, as `summon validate` shows them).
+    pub(crate) fn warnings(&self) -> Vec<Diagnostic> {
+        let mut diags = self.diagnostics(|_| true);
+        diags.items.retain(|d| !d.is_error());
+        diags.items
+    }
+
     /// `Err` with the findings of the steps `keep` takes, when there are any.
+    /// Warnings are left out: [`Self::warnings`] has them.
     pub(crate) fn check(&self, keep: impl Fn(usize) -> bool) -> Result<(), Diagnostics> {
-        let diags = self.diagnostics(keep);
+        let mut diags = self.diagnostics(keep);
+        diags.items.retain(Diagnostic::is_error);
         if diags.items.is_empty() {
             Ok(())
         } else {

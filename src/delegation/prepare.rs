@@ -48,6 +48,9 @@ pub(crate) struct Request {
     pub(crate) context_window: Option<u64>,
     /// A pipeline step's `tools:`: the subset of the task's tools it sends (`None`: all).
     pub(crate) tools: Option<Vec<String>>,
+    /// A pipeline task: written inline (no source), it gets only the tools its step names
+    /// (`extensions:`, `tools:`), not the file tools `summon delegate --instructions` has.
+    pub(crate) named_tools_only: bool,
 }
 
 /// A delegation ready to run.
@@ -546,7 +549,12 @@ pub(crate) fn draft(
         Some(listed) => listed.is_empty(),
         None => plan.no_extensions,
     };
-    if no_extensions || max_turns <= 1 {
+    // A pipeline step written inline names the tools it wants; naming none, it has none.
+    let unnamed = request.named_tools_only
+        && source.is_none()
+        && request.extensions.is_none()
+        && request.tools.is_none();
+    if no_extensions || unnamed || max_turns <= 1 {
         tools = tools.keep_only(|_| false);
         servers.clear();
     }
@@ -575,7 +583,6 @@ pub(crate) fn draft(
         plan.instructions.as_deref(),
         request.context.as_deref(),
         &names,
-        schema.as_ref(),
     );
     let content_len = crate::subagent::prompt_content_len(
         plan.instructions.as_deref(),

@@ -87,6 +87,7 @@ impl DelegationRequest {
             sandbox: (self.sandbox, self.network),
             context_window: None,
             tools: None,
+            named_tools_only: false,
         }
     }
 }

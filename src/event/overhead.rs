@@ -1,8 +1,7 @@
 //! Per-task overhead: the input tokens a task's first request carries beyond the task's own
 //! text (its rendered instructions, context, prompt and role text). That is the tool
 //! definitions, summon's standard system prompt and the labels around the task's text (the
-//! `# Instructions` heading, the role label, the sentence introducing a response schema and
-//! the schema itself), counted with the estimator of the rest of summon
+//! `# Reference Context` heading, the role label), counted with the estimator of the rest of summon
 //! ([`crate::provider::estimate_tokens`]: about four bytes per token, the model name
 //! included). Every task of a fan-out pays it, so it is what `--dry-run` and `report.json`
 //! show per task.

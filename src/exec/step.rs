@@ -851,6 +851,7 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         sandbox: step.sandbox(),
         context_window: step.context_window,
         tools: step.tools.clone(),
+        named_tools_only: true,
     }
 }
 

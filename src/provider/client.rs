@@ -810,6 +810,7 @@ impl Client {
         tier: Option<&str>,
         ticket: &super::admission::Ticket,
     ) -> Result<ChatResponse, ProviderError> {
+        let req = &*super::structured::prompted(req, self.endpoint.kind, format, native);
         let body = match self.endpoint.kind {
             ProviderKind::OpenAi => openai::request_bytes_tier(req, format, completion, tier),
             ProviderKind::Anthropic => {

@@ -252,6 +252,66 @@ pub(crate) fn mechanism(
     }
 }
 
+/// `req` as it is sent at OpenAI support level `level` (Anthropic: `native`, the provider has
+/// not refused `output_config`): a request that carries its schema itself (`json_schema`,
+/// `output_config`, a forced answer tool) goes as it is; where the mechanism cannot (a server
+/// that stepped down to `json_object` or none), the schema is said in the system prompt; an
+/// answer tool offered beside the task's tools is named there.
+pub(crate) fn prompted(
+    req: &super::ChatRequest,
+    kind: super::ProviderKind,
+    level: OpenAiFormat,
+    native: bool,
+) -> std::borrow::Cow<'_, super::ChatRequest> {
+    let Some(format) = &req.response_format else {
+        return std::borrow::Cow::Borrowed(req);
+    };
+    let text = match kind {
+        super::ProviderKind::OpenAi if level == OpenAiFormat::JsonSchema => None,
+        super::ProviderKind::OpenAi => Some(schema_prompt(format)),
+        super::ProviderKind::Anthropic if (native && format.anthropic_native()) || format.force => {
+            None
+        }
+        super::ProviderKind::Anthropic => Some(format!(
+            "Give your final answer with the `{ANSWER_TOOL}` tool.\n"
+        )),
+    };
+    match text {
+        None => std::borrow::Cow::Borrowed(req),
+        Some(text) => {
+            let mut req = req.clone();
+            if !req.system.is_empty() && !req.system.ends_with('\n') {
+                req.system.push('\n');
+            }
+            req.system.push_str(&text);
+            std::borrow::Cow::Owned(req)
+        }
+    }
+}
+
+/// The system prompt's words for a schema the request cannot carry: the schema as the task
+/// gave it (unwrapped), since the prompt asks for the bare value.
+fn schema_prompt(format: &ResponseFormat) -> String {
+    let schema = match wrapper_key_of_wrapped(format) {
+        Some(inner) => inner,
+        None => &format.schema,
+    };
+    format!(
+        "Your final answer must be one JSON value, with no other text, that validates against \
+         this JSON Schema:\n{}\n",
+        serde_json::to_string(schema).unwrap_or_default()
+    )
+}
+
+/// The original schema inside a wrapped one.
+fn wrapper_key_of_wrapped(format: &ResponseFormat) -> Option<&Value> {
+    if !format.wrapped {
+        return None;
+    }
+    let properties = format.schema.get("properties")?.as_object()?;
+    properties.get("items").or_else(|| properties.get("answer"))
+}
+
 /// OpenAI's `response_format` for `format` at the support level `level`.
 pub(crate) fn openai_response_format(
     format: &ResponseFormat,

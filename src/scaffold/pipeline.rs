@@ -67,6 +67,12 @@ pub(crate) fn pipeline_text(spec: &PipelineSpec<'_>) -> String {
     for p in spec.params {
         text.push_str(&format!("        {}: {{{{ {} }}}}\n", p.key, p.key));
     }
+    text.push_str(if spec.source.is_some() {
+        "\x20   # tools: [read_file]        # only narrows the tools its source declares\n"
+    } else {
+        "\x20   # tools: [read_file, list_files]  # written inline, a step gets only the tools it\n\
+         \x20   #                                 # names (`extensions: [developer]`: shell too)\n"
+    });
     text.push_str(
         "\x20   on_error: continue        # a failed item does not stop the others\n\
          \x20 # One task that merges the results, in item order.\n\

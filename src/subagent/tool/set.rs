@@ -1,7 +1,8 @@
 //! The set of tools one subagent is offered, and the dispatch of the model's calls.
 //!
-//! A subagent gets the file tools always and `shell` when its invocation grants goose's
-//! `developer` extension; an agent's `tools` list only narrows that: listing `Bash` / `shell`
+//! A subagent gets the file tools (unless its delegation takes them away: an empty list of
+//! extensions, one turn, a pipeline step written inline that names no tools) and `shell`
+//! when its invocation grants goose's `developer` extension; an agent's `tools` list only narrows that: listing `Bash` / `shell`
 //! without the grant does not offer the shell. Listed entries summon cannot offer are handed
 //! back so the run can say they were left out. A call to a tool outside the set runs nothing and returns an
 //! `unknown_tool` error that lists the tools the model does have.
