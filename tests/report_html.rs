@@ -503,6 +503,16 @@ async fn report_html_in_headless_chromium_counts_filters_and_shows_errors() {
         &group[..group.len().min(800)]
     );
 
+    // The output limit each step's requests carried, and why.
+    let limits = all.find("id=\"limit-list\"").expect("the limits section");
+    let limits = &all[limits..];
+    assert!(
+        limits.contains("<b>output limit of each: </b>") && limits.contains("tokens ("),
+        "{}",
+        &limits[..limits.len().min(800)]
+    );
+    assert!(!all.contains("<section id=\"limits\" hidden"), "shown");
+
     // The status filter, from the URL.
     let failed = dom(profile.path(), &format!("{url}#status=failed"));
     assert_eq!(row_statuses(&failed), vec!["failed"; FAILED]);
