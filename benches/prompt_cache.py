@@ -10,7 +10,8 @@ Cases, each run once per format (Anthropic Messages, OpenAI Chat Completions):
   (breakpoints / `prompt_cache_key`, and the warm-up: the first task alone, then the rest)
   and with `cache: false` on the step (no breakpoints, no warm-up), each on a fresh mock.
 - loop: one task of 10 turns, the mock calling `list_files` 9 times (`--tool-turns 9`) and
-  then answering, with the same context and the default tools.
+  then answering, with the same context and the file tools (named in the step's `tools:`:
+  a step written inline gets only the tools it names).
 
 Billed input is in input-price units: Anthropic uncached + 1.25 x writes + 0.1 x reads;
 OpenAI uncached + (cached_input / input, from the prices below) x reads. `billed / plain` is
@@ -80,6 +81,7 @@ steps:
 {ctx}
     concurrency: {CONCURRENCY}
     max_turns: {max_turns}
+{"    tools: [read_file, write_file, edit_file, list_files, search]" if max_turns > 1 else ""}
 {"    cache: false" if not cache else ""}
 """
 

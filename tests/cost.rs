@@ -209,6 +209,7 @@ async fn a_task_whose_input_grew_past_the_cap_stops_before_its_next_request() {
               - id: read
                 delegate:
                   instructions: Read big.txt and summarise it.
+                tools: [read_file]
             ",
         )
         .args([

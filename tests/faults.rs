@@ -193,7 +193,12 @@ async fn a_thousand_tasks_survive_20_percent_faults() {
 /// A permanent error: the first tasks fail at once, no request is retried, the step stops
 /// sending and the message says what to do; the run exits `code`.
 async fn fails_fast(reply: Reply, expected: &[&str], code: i32) -> u64 {
-    let server = MockServer::start(MockConfig::new().default_reply(reply)).await;
+    fails_fast_with(MockConfig::new().default_reply(reply), expected, code).await
+}
+
+/// [`fails_fast`] against a server configured as `config`; the chat requests it was sent.
+async fn fails_fast_with(config: MockConfig, expected: &[&str], code: i32) -> u64 {
+    let server = MockServer::start(config).await;
     let t = project(&server).write_raw("p.yaml", &fan_out(200, 4, ""));
     let output = t
         .command()
@@ -206,13 +211,13 @@ async fn fails_fast(reply: Reply, expected: &[&str], code: i32) -> u64 {
         assert!(stderr.contains(text), "`{text}` missing from:\n{stderr}");
     }
     assert!(!stderr.contains(KEY), "the key leaked: {stderr}");
-    let requests = server.request_count();
+    let requests = support::chat_count(&server);
     assert!(
         requests <= 8,
         "{requests} requests for a permanent error (4 in flight at most)"
     );
     let mut per_item: BTreeMap<String, usize> = BTreeMap::new();
-    for request in server.requests() {
+    for request in support::chats(&server) {
         *per_item
             .entry(request.last_user_text().unwrap_or_default())
             .or_default() += 1;
@@ -248,11 +253,9 @@ async fn quota_exhausted_429_fails_fast_with_a_clear_message() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unauthorized_401_fails_fast_with_a_clear_message() {
-    let requests = fails_fast(
-        Reply::status(
-            401,
-            r#"{"error":{"message":"Incorrect API key provided: sk-test-*********cdef.","type":"invalid_request_error","code":"invalid_api_key"}}"#,
-        ),
+    // A key the provider refuses, for its model list as for its chats.
+    let requests = fails_fast_with(
+        MockConfig::new().api_key("sk-not-the-key-0123456789abcdef"),
         &["authentication failed (HTTP 401)", "OPENAI_API_KEY"],
         1,
     )

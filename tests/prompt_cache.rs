@@ -239,7 +239,7 @@ async fn agent_loop_reads_its_conversation(step_keys: &str) {
         .write(
             "p.yaml",
             &format!(
-                "version: 1\nname: loop\nsteps:\n  - id: work\n    delegate:\n      instructions: Read the notes.\n      context: {}\n{step_keys}",
+                "version: 1\nname: loop\nsteps:\n  - id: work\n    delegate:\n      instructions: Read the notes.\n      context: {}\n    tools: [list_files, read_file]\n{step_keys}",
                 serde_json::to_string(&shared_context()).unwrap()
             ),
         )

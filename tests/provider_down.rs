@@ -217,7 +217,7 @@ async fn stopped_then_resumed() -> Resumed {
         .spawn()
         .expect("start summon");
     wait_for(Duration::from_secs(30), "6 answers", || {
-        server.request_count() >= 6
+        support::chat_count(&server) >= 6
     });
     server.shutdown().await;
     let out = tokio::task::spawn_blocking(move || child.wait_with_output())
@@ -418,7 +418,7 @@ async fn a_wave_of_rate_limits_pauses_and_halves_the_fan_out_and_it_finishes() {
     let done: BTreeSet<String> = completed(&lines, "each").into_iter().collect();
     assert_eq!(done.len(), 120, "{}", out.stderr);
     assert_eq!(asked_items(&server).len(), 120 + 16, "{}", out.stderr);
-    let requests = server.requests();
+    let requests = crate::support::chats(&server);
     // Requests 1..=16 are the wave (the first went alone), answered 60 ms after they came.
     let wave_answered = requests[16].received_at + slow;
     let after: Vec<_> = requests[17..]

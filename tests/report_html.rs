@@ -79,6 +79,7 @@ steps:
     fan_out:
       over: list
       instructions: \"Check {{{{ item }}}} </script> <b>carefully</b>\"
+    tools: [list_files]
     on_error: {on_error}
   - id: sum
     synthesize:

@@ -210,7 +210,7 @@ async fn the_global_cap_is_never_exceeded() {
         .write_raw("p.yaml", &pipeline)
         .args(["run", "p.yaml", "--concurrency", "4", "--quiet"])
         .run();
-    assert_eq!(server.request_count(), 30, "{}", out.stderr);
+    assert_eq!(support::chat_count(&server), 30, "{}", out.stderr);
     let peak = server.peak_in_flight();
     assert!(peak <= 4, "peak {peak} > --concurrency 4");
     assert!(peak >= 2, "peak {peak}: the tasks did not run in parallel");
@@ -266,7 +266,7 @@ async fn a_step_cap_below_the_global_cap_holds() {
         .write_raw("p.yaml", &pipeline)
         .args(["run", "p.yaml", "--concurrency", "8", "--quiet"])
         .run();
-    assert_eq!(server.request_count(), 10);
+    assert_eq!(support::chat_count(&server), 10);
     assert_eq!(server.peak_in_flight(), 2, "per-step concurrency: 2");
 }
 
@@ -488,10 +488,10 @@ async fn resume_after_kill_9_requests_no_finished_task_again() {
     // Kill between two waves of requests, once no task has finished for a while, so that
     // every finished task has had time to reach the journal: then exactly the tasks in
     // flight may be requested again.
-    let mut seen = server.request_count();
+    let mut seen = support::chat_count(&server);
     let mut since = Instant::now();
     wait_for(Duration::from_secs(10), "a quiet moment", || {
-        let now = server.request_count();
+        let now = support::chat_count(&server);
         if now != seen {
             seen = now;
             since = Instant::now();
@@ -500,7 +500,7 @@ async fn resume_after_kill_9_requests_no_finished_task_again() {
     });
     child.kill().expect("kill -9");
     child.wait().expect("wait");
-    let first_run = server.request_count();
+    let first_run = support::chat_count(&server);
     assert!(
         first_run < 60,
         "the run was killed before it finished ({first_run} requests)"
@@ -550,7 +550,7 @@ async fn resume_after_kill_9_requests_no_finished_task_again() {
     }
 
     // Editing one item re-runs that item only.
-    let before = server.request_count();
+    let before = support::chat_count(&server);
     let mut edited = items.clone();
     edited[7] = "item-07-edited".to_owned();
     std::fs::write(
@@ -559,7 +559,11 @@ async fn resume_after_kill_9_requests_no_finished_task_again() {
     )
     .unwrap();
     summon(&t, &[&args[..], &["--resume"][..]].concat()).expect(0);
-    assert_eq!(server.request_count(), before + 1, "only the edited item");
+    assert_eq!(
+        support::chat_count(&server),
+        before + 1,
+        "only the edited item"
+    );
     assert_eq!(requests_per_item(&server).get("item-07-edited"), Some(&1));
 }
 
@@ -586,11 +590,15 @@ async fn resume_replaces_the_results_line_of_a_task_that_ran_again() {
     let t = project(&server).write_raw("p.yaml", &pipeline);
     let args = ["run", "p.yaml", "--out", "out", "--quiet"];
     summon(&t, &args).expect(2);
-    assert_eq!(server.request_count(), 3);
+    assert_eq!(support::chat_count(&server), 3);
 
     fixed.store(true, Ordering::SeqCst);
     summon(&t, &[&args[..], &["--resume"][..]].concat()).expect(0);
-    assert_eq!(server.request_count(), 4, "only the failed task ran again");
+    assert_eq!(
+        support::chat_count(&server),
+        4,
+        "only the failed task ran again"
+    );
     let lines = results(&t.path().join("out"));
     assert_eq!(lines.len(), 3, "every task exactly once: {lines:#?}");
     let bad = lines.iter().find(|l| l["index"] == 1).unwrap();
@@ -610,7 +618,7 @@ async fn resume_replaces_the_results_line_of_a_task_that_ran_again() {
     )
     .unwrap();
     summon(&t, &[&args[..], &["--resume"][..]].concat()).expect(0);
-    assert_eq!(server.request_count(), 5);
+    assert_eq!(support::chat_count(&server), 5);
     let lines = results(&t.path().join("out"));
     assert_eq!(lines.len(), 3, "{lines:#?}");
     let third = lines.iter().find(|l| l["index"] == 2).unwrap();
@@ -625,15 +633,15 @@ async fn resume_refuses_other_parameters_and_a_missing_run() {
     let t = project(&server).write_raw("p.yaml", pipeline);
     let none = summon(&t, &["run", "p.yaml", "--resume"]).expect(1);
     assert!(none.stderr.contains("resume"), "{}", none.stderr);
-    assert_eq!(server.request_count(), 0);
+    assert_eq!(support::chat_count(&server), 0);
     summon(&t, &["run", "p.yaml", "--param", "who=you"]).expect(0);
     let other = summon(&t, &["run", "p.yaml", "--resume", "--param", "who=them"]).expect(1);
     assert!(other.stderr.contains("parameters"), "{}", other.stderr);
-    assert_eq!(server.request_count(), 1);
+    assert_eq!(support::chat_count(&server), 1);
     // Same parameters: nothing to do again.
     let same = summon(&t, &["run", "p.yaml", "--resume", "--param", "who=you"]).expect(0);
     assert_eq!(same.stdout, "echo: Hi you\n");
-    assert_eq!(server.request_count(), 1);
+    assert_eq!(support::chat_count(&server), 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -661,7 +669,7 @@ async fn dry_run_sends_nothing_and_prints_the_widths() {
     assert_eq!(steps[1]["id"], "each");
     assert_eq!(steps[1]["width"], 3);
     assert_eq!(steps[1]["needs"], json!(["list"]));
-    assert_eq!(server.request_count(), 0, "--dry-run sent a request");
+    assert_eq!(support::chat_count(&server), 0, "--dry-run sent a request");
     assert!(!t.path().join("out").exists(), "--dry-run wrote --out");
     // With a price for the model, the estimate has a cost.
     assert_eq!(json["unpriced_models"], json!(["mock-model"]));
@@ -677,7 +685,7 @@ async fn dry_run_sends_nothing_and_prints_the_widths() {
     assert!(tokens > 0.0);
     assert_eq!(priced["estimated_input_cost_usd"].as_f64().unwrap(), tokens);
     assert_eq!(priced["unpriced_models"], json!([]));
-    assert_eq!(server.request_count(), 0);
+    assert_eq!(support::chat_count(&server), 0);
 }
 
 /// What the token estimate counts of a recorded first request: system prompt, first user
@@ -741,7 +749,7 @@ steps:
     let plan = summon(&t, &["run", "p.yaml", "--dry-run", "--json"])
         .expect(0)
         .json();
-    assert_eq!(server.request_count(), 0, "--dry-run sent a request");
+    assert_eq!(support::chat_count(&server), 0, "--dry-run sent a request");
     assert!(
         !t.path().join(".summon").exists(),
         "--dry-run wrote the store"
@@ -792,7 +800,7 @@ async fn dry_run_reports_a_template_the_run_would_fail_on_at_its_step() {
         "{}",
         ran.stdout
     );
-    assert_eq!(server.request_count(), 0);
+    assert_eq!(support::chat_count(&server), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -848,7 +856,7 @@ async fn cycles_and_unknown_references_are_rejected_before_anything_runs() {
     );
     assert!(unknown.stderr.contains("`nope`"), "{}", unknown.stderr);
     assert!(unknown.stderr.contains("`ghost`"), "{}", unknown.stderr);
-    assert_eq!(server.request_count(), 0, "a request was sent");
+    assert_eq!(support::chat_count(&server), 0, "a request was sent");
     assert!(!t.path().join("out").exists());
 }
 
@@ -933,7 +941,7 @@ async fn an_unknown_role_fails_the_step_and_sends_nothing() {
         out.stderr
     );
     assert!(out.stderr.contains("step `work` failed"), "{}", out.stderr);
-    assert_eq!(server.request_count(), 0);
+    assert_eq!(support::chat_count(&server), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -967,7 +975,7 @@ async fn an_unknown_role_after_known_ones_still_sends_nothing() {
         out.stderr
     );
     assert_eq!(
-        server.request_count(),
+        support::chat_count(&server),
         0,
         "every source name is checked before any task of the step is sent"
     );
@@ -1345,7 +1353,7 @@ async fn first_interrupt_drains_and_resume_finishes_without_repeats() {
         .spawn()
         .expect("spawn summon run");
     wait_for(Duration::from_secs(20), "the first requests", || {
-        server.request_count() >= 4
+        support::chat_count(&server) >= 4
     });
     let status = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -1355,7 +1363,7 @@ async fn first_interrupt_drains_and_resume_finishes_without_repeats() {
     let output = child.wait_with_output().expect("wait");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(130), "{stderr}");
-    let first = server.request_count();
+    let first = support::chat_count(&server);
     assert!(
         first < 16,
         "drained: no new task after Ctrl-C ({first} requests)"
@@ -1365,7 +1373,7 @@ async fn first_interrupt_drains_and_resume_finishes_without_repeats() {
     assert_eq!(lines.len() as u64, first, "{lines:#?}");
 
     summon(&t, &[&args[..], &["--resume"][..]].concat()).expect(0);
-    assert_eq!(server.request_count(), 16, "a drained task ran again");
+    assert_eq!(support::chat_count(&server), 16, "a drained task ran again");
     let lines = results(&t.path().join("out"));
     let indexes: BTreeSet<u64> = lines.iter().map(|l| l["index"].as_u64().unwrap()).collect();
     assert_eq!(lines.len(), 16);
@@ -1398,18 +1406,18 @@ async fn kill_9_right_after_a_wave_finishes_repeats_only_the_tasks_in_flight() {
     // Third wave in flight; kill as soon as the fourth starts: the third has finished (its
     // tasks gave their slots to the fourth) and only the fourth is in flight.
     wait_for(Duration::from_secs(30), "the third wave", || {
-        server.request_count() >= 12
+        support::chat_count(&server) >= 12
     });
     wait_for(Duration::from_secs(30), "the fourth wave", || {
-        server.request_count() > 12
+        support::chat_count(&server) > 12
     });
     std::thread::sleep(Duration::from_millis(2));
     child.kill().expect("kill -9");
     child.wait().expect("wait");
-    let first = server.request_count();
+    let first = support::chat_count(&server);
     assert!(first <= 16, "{first}");
     summon(&t, &[&args[..], &["--resume"][..]].concat()).expect(0);
-    let total = server.request_count();
+    let total = support::chat_count(&server);
     assert!(
         total <= 40 + 4,
         "{total} requests for 40 tasks: finished tasks ran again (killed with {first} sent)"
@@ -1459,10 +1467,10 @@ async fn resume_uses_the_run_s_frozen_catalog() {
         "{}",
         resumed.stderr
     );
-    assert_eq!(server.request_count(), 0);
+    assert_eq!(support::chat_count(&server), 0);
     // ...but a new run sees it.
     summon(&t, &["run", "p.yaml", "--quiet"]).expect(0);
-    assert_eq!(server.request_count(), 2);
+    assert_eq!(support::chat_count(&server), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1500,7 +1508,7 @@ async fn a_closed_stderr_does_not_end_the_run() {
         Some(0),
         "no panic (101) on the closed stream"
     );
-    assert_eq!(server.request_count(), 3);
+    assert_eq!(support::chat_count(&server), 3);
     let results = std::fs::read_to_string(t.path().join("out/results.jsonl")).unwrap();
     assert_eq!(results.lines().count(), 3);
 }

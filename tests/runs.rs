@@ -222,7 +222,7 @@ async fn reuse_sends_only_the_new_rows() {
     let server = MockServer::start(MockConfig::new()).await;
     let t = project(&server);
     ok(summon(&t, &["run", "p.yaml", "--out", "a"]));
-    assert_eq!(server.request_count(), 3);
+    assert_eq!(support::chat_count(&server), 3);
     rewrite(&t, "tickets.csv", &csv(0..5));
     let ran = ok(summon(
         &t,
@@ -236,7 +236,11 @@ async fn reuse_sends_only_the_new_rows() {
             "b/junit.xml",
         ],
     ));
-    assert_eq!(server.request_count(), 5, "only the two new rows are sent");
+    assert_eq!(
+        support::chat_count(&server),
+        5,
+        "only the two new rows are sent"
+    );
     let lines = results(&t, "b");
     assert_eq!(lines.len(), 5);
     let reused: Vec<bool> = lines
@@ -271,13 +275,13 @@ async fn reuse_sends_only_the_new_rows() {
         &PIPELINE.replace("    fan_out:", "    reuse: true\n    fan_out:"),
     );
     ok(summon(&t, &["run", "p.yaml"]));
-    assert_eq!(server.request_count(), 5);
+    assert_eq!(support::chat_count(&server), 5);
     let mut other = t.command();
     other
         .args(["run", "p.yaml"])
         .env("SUMMON_MODEL", "other-model");
     assert!(other.status().unwrap().success());
-    assert_eq!(server.request_count(), 10);
+    assert_eq!(support::chat_count(&server), 10);
 }
 
 fn spawn_run(t: &Test, extra: &[&str]) -> Child {
@@ -299,7 +303,7 @@ async fn an_overlapping_run_is_refused_waited_for_or_takes_over_a_dead_one() {
     let t = project(&server).write_raw("tickets.csv", &csv(0..1));
     let mut first = spawn_run(&t, &[]);
     wait_for(Duration::from_secs(30), "the first run's request", || {
-        server.request_count() >= 1
+        support::chat_count(&server) >= 1
     });
     let refused = summon(&t, &["run", "p.yaml"]);
     assert_eq!(refused.code, 75, "{}", refused.stderr);
@@ -310,7 +314,11 @@ async fn an_overlapping_run_is_refused_waited_for_or_takes_over_a_dead_one() {
         "{}",
         refused.stderr
     );
-    assert_eq!(server.request_count(), 1, "the refused run sent nothing");
+    assert_eq!(
+        support::chat_count(&server),
+        1,
+        "the refused run sent nothing"
+    );
     let listed = ok(summon(&t, &["runs", "--json"])).json();
     assert_eq!(listed["runs"].as_array().unwrap().len(), 1, "{listed:#}");
 
@@ -343,7 +351,7 @@ async fn wait_starts_when_the_live_run_ends() {
     let t = project(&server).write_raw("tickets.csv", &csv(0..1));
     let first = spawn_run(&t, &[]);
     wait_for(Duration::from_secs(30), "the first run's request", || {
-        server.request_count() >= 1
+        support::chat_count(&server) >= 1
     });
     let second = ok(summon(&t, &["run", "p.yaml", "--wait"]));
     assert!(
@@ -451,7 +459,7 @@ async fn a_second_run_into_the_same_out_directory_is_refused() {
         .write_raw("q.yaml", &PIPELINE.replace("name: tickets", "name: other"));
     let mut first = spawn_run(&t, &["--out", "shared"]);
     wait_for(Duration::from_secs(30), "the first run's request", || {
-        server.request_count() >= 1
+        support::chat_count(&server) >= 1
     });
     let refused = summon(&t, &["run", "q.yaml", "--out", "./shared/"]);
     assert_eq!(refused.code, 75, "{}", refused.stderr);
@@ -463,7 +471,11 @@ async fn a_second_run_into_the_same_out_directory_is_refused() {
         "{}",
         refused.stderr
     );
-    assert_eq!(server.request_count(), 1, "the refused run sent nothing");
+    assert_eq!(
+        support::chat_count(&server),
+        1,
+        "the refused run sent nothing"
+    );
     Command::new("kill")
         .args(["-KILL", &first.id().to_string()])
         .status()
@@ -479,7 +491,7 @@ async fn reuse_takes_no_answer_written_into_the_store_by_something_else() {
     let server = MockServer::start(MockConfig::new()).await;
     let t = project(&server);
     ok(summon(&t, &["run", "p.yaml", "--out", "a"]));
-    assert_eq!(server.request_count(), 3);
+    assert_eq!(support::chat_count(&server), 3);
     // Anything that can write the workspace can write the store: forge every answer.
     let db = rusqlite::Connection::open(t.path().join(".summon/state.db")).unwrap();
     // Short answers are kept in their rows, longer ones once per content in `outputs`.
@@ -495,7 +507,7 @@ async fn reuse_takes_no_answer_written_into_the_store_by_something_else() {
     drop(db);
     let ran = ok(summon(&t, &["run", "p.yaml", "--out", "b", "--reuse"]));
     assert_eq!(
-        server.request_count(),
+        support::chat_count(&server),
         6,
         "every forged answer is asked again"
     );
@@ -513,7 +525,7 @@ async fn reuse_takes_no_answer_written_into_the_store_by_something_else() {
     );
     // What summon itself wrote is reused.
     ok(summon(&t, &["run", "p.yaml", "--out", "c", "--reuse"]));
-    assert_eq!(server.request_count(), 6);
+    assert_eq!(support::chat_count(&server), 6);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -521,7 +533,7 @@ async fn resume_takes_no_task_written_into_the_store_by_something_else() {
     let server = MockServer::start(MockConfig::new()).await;
     let t = project(&server).write_raw("tickets.csv", &csv(0..4));
     ok(summon(&t, &["run", "p.yaml", "--out", "a"]));
-    assert_eq!(server.request_count(), 4);
+    assert_eq!(support::chat_count(&server), 4);
     // Forge two finished answers, as anything that can write the workspace could.
     let db = rusqlite::Connection::open(t.path().join(".summon/state.db")).unwrap();
     // Short answers are kept in their rows, longer ones once per content in `outputs`.
@@ -542,7 +554,7 @@ async fn resume_takes_no_task_written_into_the_store_by_something_else() {
     drop(db);
     let ran = ok(summon(&t, &["run", "p.yaml", "--resume", "--out", "a"]));
     assert_eq!(
-        server.request_count(),
+        support::chat_count(&server),
         6,
         "the two forged tasks run again, the two signed ones do not"
     );

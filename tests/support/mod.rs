@@ -85,6 +85,12 @@ pub(crate) fn chats(server: &summon_mock_llm::MockServer) -> Vec<summon_mock_llm
     requests
 }
 
+/// How many chat requests the mock received (a task waiting for the provider's first answer
+/// may also ask its model list: that is not counted).
+pub(crate) fn chat_count(server: &summon_mock_llm::MockServer) -> u64 {
+    chats(server).len() as u64
+}
+
 /// Polls `cond` until it holds; the test fails naming `what` when `limit` passes first.
 pub(crate) fn wait_for(limit: std::time::Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + limit;
