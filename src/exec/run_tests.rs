@@ -70,7 +70,12 @@ impl Consumer for Tap {
                 error,
             } => Seen::StepFinished(*step, *status, error.clone()),
             // What tasks do inside is not what these tests follow.
-            RunEvent::Activity(_) | RunEvent::Decomposed { .. } | RunEvent::Slot { .. } => return,
+            RunEvent::Activity(_)
+            | RunEvent::Decomposed { .. }
+            | RunEvent::Slot { .. }
+            | RunEvent::Held { .. }
+            | RunEvent::OutputLimit { .. }
+            | RunEvent::RateLimits { .. } => return,
             RunEvent::LevelStarted { .. }
             | RunEvent::Notice { .. }
             | RunEvent::Interrupted { .. } => Seen::Other,
