@@ -43,7 +43,7 @@ per task is lower (compare the tokens a task).
     CLIENTS=summon,sdk benches/ceiling.py   # some clients (summon, lean, sdk, litellm)
 
 The Python clients are installed on first use into a venv, target/bench-venv (pinned below).
-SUMMON=path runs another summon binary; NO_BUILD=1 builds nothing (the release binaries are
+SUMMON=path runs another summon binary, MOCK=path another summon-mock-llm; NO_BUILD=1 builds nothing (the release binaries are
 there). Every run has a timeout (RUN_TIMEOUT seconds, default 900) and the mock stops by itself
 (`--max-seconds`).
 """
@@ -240,6 +240,7 @@ def main():
     accountings = [a for a in sys.argv[1:] if a in ACCOUNTINGS] or list(ACCOUNTINGS)
     clients = os.environ.get("CLIENTS", "summon,lean,sdk,litellm").split(",")
     summon, mock, _ = build()
+    summon, mock = os.path.abspath(summon), os.path.abspath(os.environ.get("MOCK", mock))
     python = venv_python() if {"sdk", "litellm"} & set(clients) else None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
