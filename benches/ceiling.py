@@ -20,8 +20,9 @@ Each client gets a fresh mock (full buckets) started with `--cache`, and runs:
   4. LiteLLM's `acompletion` in the same loop, with max_tokens 1024 for Anthropic as the SDK
      (given none, LiteLLM sends the model's largest output, 64,000 for claude-sonnet-4-5: more
      than a minute of this key's output tokens, so every request is refused).
-The SDK loops and LiteLLM retry a 429 up to 8 times (the SDKs' default is 2, which can lose
-tasks at the ceiling); a task still failing is counted in "lost".
+The SDK loops ask for up to 8 retries of a 429 (the SDKs' default is 2), LiteLLM too
+(`num_retries=8`, which in the version pinned did not retry Anthropic's 429s); a task still
+failing is counted in "lost", as is a summon task that did not complete.
 
 For each: wall time (summon: the whole process; the Python loops: from the first request to
 the last answer, imports excluded), tasks a minute (600 / wall), requests sent and 429s (the
