@@ -20,8 +20,9 @@ Each client gets a fresh mock (full buckets) started with `--cache`, and runs:
   4. LiteLLM's `acompletion` in the same loop, with max_tokens 1024 for Anthropic as the SDK
      (given none, LiteLLM sends the model's largest output, 64,000 for claude-sonnet-4-5: more
      than a minute of this key's output tokens, so every request is refused).
-The SDK loops and LiteLLM retry a 429 up to 8 times (the SDKs' default is 2, which can lose
-tasks at the ceiling); a task still failing is counted in "lost".
+The SDK loops ask for up to 8 retries of a 429 (the SDKs' default is 2), LiteLLM too
+(`num_retries=8`, which in the version pinned did not retry Anthropic's 429s); a task still
+failing is counted in "lost", as is a summon task that did not complete.
 
 For each: wall time (summon: the whole process; the Python loops: from the first request to
 the last answer, imports excluded), tasks a minute (600 / wall), requests sent and 429s (the
@@ -43,7 +44,7 @@ per task is lower (compare the tokens a task).
     CLIENTS=summon,sdk benches/ceiling.py   # some clients (summon, lean, sdk, litellm)
 
 The Python clients are installed on first use into a venv, target/bench-venv (pinned below).
-SUMMON=path runs another summon binary; NO_BUILD=1 builds nothing (the release binaries are
+SUMMON=path runs another summon binary, MOCK=path another summon-mock-llm; NO_BUILD=1 builds nothing (the release binaries are
 there). Every run has a timeout (RUN_TIMEOUT seconds, default 900) and the mock stops by itself
 (`--max-seconds`).
 """
@@ -240,6 +241,7 @@ def main():
     accountings = [a for a in sys.argv[1:] if a in ACCOUNTINGS] or list(ACCOUNTINGS)
     clients = os.environ.get("CLIENTS", "summon,lean,sdk,litellm").split(",")
     summon, mock, _ = build()
+    summon, mock = os.path.abspath(summon), os.path.abspath(os.environ.get("MOCK", mock))
     python = venv_python() if {"sdk", "litellm"} & set(clients) else None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
