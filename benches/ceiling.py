@@ -12,7 +12,9 @@ each request it admits and rationing its one key (the mock's `ration` module):
   - Anthropic: `--ration-anthropic 4000,200000,40000` (4,000 requests, 200,000 input and 40,000
                output tokens a minute; max_tokens is held until the answer ends).
 Each client gets a fresh mock (full buckets) started with `--cache`, and runs:
-  1. `summon`, its defaults: `summon run fan.yaml --concurrency 64 --out DIR`;
+  1. `summon`, its defaults: `summon run fan.yaml --concurrency 64 --out DIR` (with
+     `local: false` on the provider in summon.yaml: the mock on 127.0.0.1 stands for the
+     hosted API, whose URL says so by itself);
   2. `summon lean`: `extensions: []` in the step and `--max-output-tokens 64`;
   3. the provider's SDK in a 20-line asyncio loop (a semaphore of 64, the same prompt as the
      user message, no system prompt): OpenAI's `AsyncOpenAI` without max_tokens; Anthropic's
@@ -184,6 +186,11 @@ def run_summon(summon, accounting, port, lean):
     """One summon run; returns (wall, tasks completed)."""
     with tempfile.TemporaryDirectory() as work:
         write_pipeline(work, lean)
+        # The mock stands for the hosted API; on 127.0.0.1 summon would take it for a local
+        # server and send its runaway guard (4,096 output tokens) on a fan-out's first wave.
+        # `local: false` says what the hosted API's URL says by itself.
+        with open(os.path.join(work, "summon.yaml"), "w") as f:
+            f.write(f"providers:\n  {accounting}:\n    local: false\n")
         env = dict(os.environ, CI="1", SUMMON_MODEL=MODELS[accounting])
         if accounting == "openai":
             env.update(SUMMON_PROVIDER="openai", OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1",

@@ -60,20 +60,20 @@ async fn a_fan_out_learns_its_output_limit_from_its_first_answer() {
         .run();
     let requests = chats(&server);
     assert_eq!(requests.len(), 12);
-    // The first goes alone with summon's runaway guard for a local server; the others wait
-    // for its answer and carry what it needed, twice over plus 64, in steps of 64.
+    // The first goes with summon's runaway guard for a local server; the others carry what
+    // it needed (one token), twice over plus 32, in steps of 16.
     assert_eq!(limit_of(&requests[0].body), Some(4096));
     for request in &requests[1..] {
-        assert_eq!(limit_of(&request.body), Some(128), "{:#}", request.body);
+        assert_eq!(limit_of(&request.body), Some(48), "{:#}", request.body);
     }
     let caps = &report(&out.dir)["output_limits"]["labels"];
     assert_eq!(caps["source"], "learned", "{caps:#}");
-    assert_eq!(caps["smallest"], 128);
+    assert_eq!(caps["smallest"], 48);
     assert_eq!(caps["largest"], 4096);
     assert_eq!(caps["resent"], 0);
     assert!(
         out.stderr
-            .contains("output limits: labels 128–4,096 tokens (learned"),
+            .contains("output limits: labels 48–4,096 tokens (learned"),
         "{}",
         out.stderr
     );
@@ -159,18 +159,28 @@ async fn requests_wait_for_the_providers_request_limit_instead_of_429s() {
     // bucket a hair late may still meet one).
     assert!(stats.limited <= 6, "{stats:?}");
     let limits = &report(&out.dir)["rate_limits"]["openai"];
-    assert!(limits["held"].as_u64().unwrap_or(0) >= 1, "{limits:#}");
-    assert_eq!(
-        limits["binding"], "the provider's requests per minute (600)",
-        "{limits:#}"
-    );
     assert_eq!(limits["rate_limited"], json!(stats.limited));
-    assert!(
-        out.stderr
-            .contains("held by the provider's requests per minute (600) for"),
-        "{}",
-        out.stderr
+    assert_eq!(
+        limits["provider_limits"],
+        json!([
+            ["requests_per_minute", 600],
+            ["tokens_per_minute", 100_000_000]
+        ])
     );
+    // Whether the tail waits depends on how fast the machine runs the fan-out (the bucket
+    // refills 10 a second meanwhile); when it does, the limit is named.
+    if limits["held"].as_u64().unwrap_or(0) > 0 {
+        assert_eq!(
+            limits["binding"], "the provider's requests per minute (600)",
+            "{limits:#}"
+        );
+        assert!(
+            out.stderr
+                .contains("held by the provider's requests per minute (600) for"),
+            "{}",
+            out.stderr
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -193,14 +203,14 @@ async fn anthropic_output_tokens_are_not_held_at_summons_default() {
     let requests = chats(&server);
     assert_eq!(limit_of(&requests[0].body), Some(8192));
     assert!(
-        requests[1..].iter().all(|r| limit_of(&r.body) == Some(128)),
+        requests[1..].iter().all(|r| limit_of(&r.body) == Some(48)),
         "{:?}",
         requests
             .iter()
             .map(|r| limit_of(&r.body))
             .collect::<Vec<_>>()
     );
-    assert!(stats.output_held <= 8192 + 19 * 128, "{stats:?}");
+    assert!(stats.output_held <= 8192 + 19 * 48, "{stats:?}");
     assert_eq!(
         report(&out.dir)["output_limits"]["labels"]["source"],
         "learned"
@@ -233,14 +243,16 @@ async fn an_answer_cut_off_at_a_learned_limit_is_sent_again_and_kept_whole() {
     // The first answer is one token; the others run to 1,500 tokens (6,000 characters), far
     // past the limit the first one taught. The mock cuts an answer at the request's limit.
     let long = "x".repeat(6000);
-    let server = MockServer::start(MockConfig::new().rule(move |request| {
-        let text = request.last_user_text().unwrap_or_default();
-        if text.contains("ticket 0.") {
-            Reply::text("ok")
-        } else {
-            Reply::text(long.clone())
-        }
-    }))
+    let server = MockServer::start(MockConfig::new().cut_at_max_tokens(true).rule(
+        move |request| {
+            let text = request.last_user_text().unwrap_or_default();
+            if text.contains("ticket 0.") {
+                Reply::text("ok")
+            } else {
+                Reply::text(long.clone())
+            }
+        },
+    ))
     .await;
     let out = openai(&server)
         .write_raw("p.yaml", &fan_out(5, ""))
@@ -257,15 +269,15 @@ async fn an_answer_cut_off_at_a_learned_limit_is_sent_again_and_kept_whole() {
         let output = row["output"].as_str().unwrap_or_default();
         assert!(output == "ok" || output.len() == 6000, "{}", output.len());
     }
-    // The second task is cut at 128 and sent again with 4,096; by then the step knows its
+    // The second task is cut at 48 and sent again with 4,096; by then the step knows its
     // answers need more, and the later tasks go with a limit that fits them whole.
     let limits: Vec<Option<u64>> = chats(&server).iter().map(|r| limit_of(&r.body)).collect();
     assert_eq!(
         limits[..3],
-        [Some(4096), Some(128), Some(4096)],
+        [Some(4096), Some(48), Some(4096)],
         "{limits:?}"
     );
-    assert!(limits[3..].iter().all(|l| *l == Some(3072)), "{limits:?}");
+    assert!(limits[3..].iter().all(|l| *l == Some(3040)), "{limits:?}");
     let caps = &report(&out.dir)["output_limits"]["labels"];
     assert_eq!(caps["resent"], 1, "{caps:#}");
     assert_eq!(caps["longest_answer"], 1500, "{caps:#}");

@@ -204,7 +204,7 @@ steps:
         .map(|r| r.body["max_completion_tokens"].as_u64().expect("the limit"))
         .collect();
     assert!(limits.contains(&4096), "{limits:?}");
-    assert!(limits.iter().all(|l| [4096, 128].contains(l)), "{limits:?}");
+    assert!(limits.iter().all(|l| [4096, 48].contains(l)), "{limits:?}");
     // At most the tasks in flight at the first refusal were refused.
     assert!(sent.len() <= 8, "{}", sent.len());
 }

@@ -84,7 +84,7 @@ pub(crate) struct DryCap {
 
 impl DryCap {
     /// `4,096 tokens for the first answer (summon's runaway guard for a local server), then
-    /// learned from the step's answers (twice the longest plus 64)`
+    /// learned from the step's answers (twice the longest plus 32)`
     pub(crate) fn describe(&self) -> String {
         use crate::subagent::output_cap::CapSource;
         let tokens = match self.tokens {
@@ -110,7 +110,7 @@ impl DryCap {
                 if self.learned {
                     format!(
                         "{tokens} for the first answer ({why}), then learned from the step's \
-                         answers (twice the longest plus 64; one cut off is sent again with the \
+                         answers (twice the longest plus 32; one cut off is sent again with the \
                          full limit); max_output_tokens sets one"
                     )
                 } else {

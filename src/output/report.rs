@@ -27,7 +27,7 @@
 //!
 //! `output_limits` (by step id, for the steps that sent requests) says which output limit
 //! (`max_tokens`) the step's requests carried and why: `{"source": "learned", "smallest":
-//! 128, "largest": 4096, "longest_answer": 12, "resent": 0}` — `source` is `explicit`
+//! 64, "largest": 4096, "longest_answer": 12, "resent": 0}` — `source` is `explicit`
 //! (`max_output_tokens`), `schema` (bounded by the answer's schema), `learned` (from the
 //! step's answers) or `full`; `smallest`/`largest` are `null` when no limit was sent;
 //! `resent` counts answers cut off at a learned or schema bound and sent again with the full
@@ -396,7 +396,7 @@ impl Report {
         self.rate_limits = providers.into_iter().collect();
     }
 
-    /// The summary's lines about output limits and rate limits: `output limits: labels 128
+    /// The summary's lines about output limits and rate limits: `output limits: labels 64
     /// tokens (learned ...)`, and per provider that held requests back or answered 429,
     /// `provider `openai`: 412 requests held by the provider's tokens per minute (300k) for
     /// 33.1s in all, 3 answered 429; 1.2M tokens reserved at admission for 310k used`.

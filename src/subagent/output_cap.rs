@@ -6,7 +6,7 @@
 //!
 //! 1. an explicit `max_output_tokens` (flag, step, pipeline, config) is sent as given;
 //! 2. a task without tools whose answer schema bounds its size gets that bound;
-//! 3. the tasks of a fan-out learn from the step's answers: the first goes with the full limit,
+//! 3. the tasks of a fan-out learn from the step's answers: the first go with the full limit,
 //!    the rest with twice the longest answer so far plus a margin ([`learned_limit`]);
 //! 4. otherwise the full limit: none for a hosted OpenAI-compatible provider (the model's
 //!    own), summon's runaway guard for a local server (4,096, less where the context window
@@ -60,13 +60,14 @@ pub(crate) fn full_limit(
 }
 
 /// The limit that fits answers of up to `needed` tokens, with a generous margin: twice that
-/// plus 64, in steps of 64.
+/// plus 32, in steps of 16. (OpenAI counts a request as the larger of its limit and its
+/// input: a limit of a short answer's size costs a one-line task nothing more.)
 pub(crate) fn learned_limit(needed: u32) -> u32 {
     needed
         .saturating_mul(2)
-        .saturating_add(64)
-        .div_ceil(64)
-        .saturating_mul(64)
+        .saturating_add(32)
+        .div_ceil(16)
+        .saturating_mul(16)
 }
 
 /// The step's learning, shared by its tasks.
@@ -358,7 +359,7 @@ mod tests {
         assert_eq!(summary.resent, 1);
         assert_eq!(summary.smallest, Some(50));
         assert_eq!(summary.largest, Some(4096));
-        assert_eq!(summary.longest_answer, Some(3072));
+        assert_eq!(summary.longest_answer, Some(3040));
     }
 
     #[test]

@@ -305,7 +305,12 @@ pub(crate) fn report(api: Api, body: &mut Value, outcome: &Outcome, total: u64) 
 
 /// The whole input of a request as the mock counts it: at least its blocks' tokens.
 pub(crate) fn total_tokens(api: Api, body_len: usize, body: &Value) -> u64 {
-    let whole = tokens(body_len).max(1);
+    // The output limit is a parameter, not input: a request's input does not change with it.
+    let limit_bytes: usize = ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .filter_map(|key| body.get(key).map(|v| key.len() + 4 + v.to_string().len()))
+        .sum();
+    let whole = tokens(body_len.saturating_sub(limit_bytes)).max(1);
     match api {
         Api::Anthropic => whole.max(anthropic_blocks(body).last().map_or(0, |b| b.prefix_tokens)),
         _ => whole,

@@ -234,6 +234,10 @@ pub struct MockConfig {
     /// Per-minute limits of the server's key, at most one per API (none by default); see
     /// the `ration` module.
     pub rations: Vec<Ration>,
+    /// An answer longer than the request's `max_tokens` (four characters a token) is cut
+    /// there and ends with `length` / `max_tokens`, as the real APIs cut it. Off by default:
+    /// the tests of very large answers script answers past any limit summon sends.
+    pub cut_at_max_tokens: bool,
 }
 
 impl Default for MockConfig {
@@ -260,6 +264,7 @@ impl Default for MockConfig {
             props: None,
             api_key: None,
             rations: Vec::new(),
+            cut_at_max_tokens: false,
         }
     }
 }
@@ -364,6 +369,12 @@ impl MockConfig {
 
     pub fn strict(mut self, strict: bool) -> Self {
         self.strict = strict;
+        self
+    }
+
+    /// Whether an answer longer than the request's output limit is cut there (default: no).
+    pub fn cut_at_max_tokens(mut self, cut: bool) -> Self {
+        self.cut_at_max_tokens = cut;
         self
     }
 
@@ -504,6 +515,7 @@ struct Shared {
     models: Vec<String>,
     faults: Option<FaultPlan>,
     strict: bool,
+    cut_at_max_tokens: bool,
     refused_formats: Vec<String>,
     context_windows: Vec<(String, u64)>,
     /// The prompt cache, when caching is on.
@@ -577,6 +589,7 @@ impl MockServer {
             models: config.models,
             faults: config.faults,
             strict: config.strict,
+            cut_at_max_tokens: config.cut_at_max_tokens,
             refused_formats: config.refused_formats.clone(),
             context_windows: config.context_windows.clone(),
             flex_unavailable: AtomicU64::new(config.flex_unavailable),
@@ -995,7 +1008,8 @@ async fn handle_chat(
         .body
         .get("max_tokens")
         .or_else(|| request.body.get("max_completion_tokens"))
-        .and_then(Value::as_u64);
+        .and_then(Value::as_u64)
+        .filter(|_| shared.cut_at_max_tokens);
     let (verdict, hold) = match &shared.ledger {
         Some(ledger) => admit(
             ledger,
