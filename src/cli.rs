@@ -274,6 +274,7 @@ pub(crate) struct DelegateArgs {
     #[arg(long, value_name = "TEXT", value_parser = non_empty_stop)]
     pub(crate) stop: Vec<String>,
     /// Reference material for the system prompt: TEXT, or @FILE to read it from a file.
+    /// Without it, what is piped to stdin (`git diff | summon delegate ...`) is the context.
     #[arg(long, value_name = "TEXT|@FILE")]
     pub(crate) context: Option<String>,
     /// The subagent's working directory; must be inside the current directory.

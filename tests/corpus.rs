@@ -1,5 +1,5 @@
-//! Compatibility with real files: `../shared/corpus` (goose recipes, goose agents, Claude Code
-//! agents). Corpus files are only ever read in place or copied into temp dirs, never into the
+//! Compatibility with real files: the corpus in `SUMMON_CORPUS`, else `../shared/corpus`
+//! beside the checkout (goose recipes, goose agents, Claude Code agents). Corpus files are only ever read in place or copied into temp dirs, never into the
 //! repository. Every test is ignored unless asked for (`cargo test --test suite -- --ignored`, as CI does); asked
 //! for without the corpus, it fails.
 
@@ -10,9 +10,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Output as ProcessOutput;
 
-/// The corpus; the test fails when it is not beside the checkout.
+/// The corpus; the test fails, saying where it is looked for, when it is not there.
 fn corpus() -> PathBuf {
-    corpus_dir().expect("../shared/corpus is not beside the checkout")
+    corpus_dir().expect(
+        "the corpus is not here: set SUMMON_CORPUS to its folder, or check it out as \
+         ../shared/corpus beside the checkout",
+    )
 }
 
 /// Runs summon with `args` in `cwd` (clean environment, HOME = a temp dir).
@@ -88,7 +91,7 @@ fn errors_by_file(report: &serde_json::Value) -> BTreeMap<String, Vec<String>> {
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+#[ignore = "needs the corpus: SUMMON_CORPUS or ../shared/corpus (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn corpus_folders_validate_without_panics() {
     let corpus = corpus();
     for folder in [
@@ -112,7 +115,7 @@ fn corpus_folders_validate_without_panics() {
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+#[ignore = "needs the corpus: SUMMON_CORPUS or ../shared/corpus (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn only_the_defective_goose_recipe_has_errors() {
     let corpus = corpus();
     let report = validate_json(&corpus, "goose-recipes");
@@ -143,7 +146,7 @@ fn only_the_defective_goose_recipe_has_errors() {
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+#[ignore = "needs the corpus: SUMMON_CORPUS or ../shared/corpus (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn goose_subrecipes_have_no_errors() {
     let corpus = corpus();
     let report = validate_json(&corpus, "goose-recipes/subrecipes");
@@ -152,7 +155,7 @@ fn goose_subrecipes_have_no_errors() {
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+#[ignore = "needs the corpus: SUMMON_CORPUS or ../shared/corpus (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn goose_recipes_load_through_the_recipe_path() {
     let corpus = corpus();
     let dir = corpus.join("goose-recipes");
@@ -265,7 +268,7 @@ fn assert_agents_load(source: &Path, agents: &[(String, String)], dir_in_project
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+#[ignore = "needs the corpus: SUMMON_CORPUS or ../shared/corpus (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn every_claude_agent_with_frontmatter_loads() {
     let corpus = corpus();
     let agents = manifest_agents(&corpus);
@@ -274,7 +277,7 @@ fn every_claude_agent_with_frontmatter_loads() {
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+#[ignore = "needs the corpus: SUMMON_CORPUS or ../shared/corpus (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn agent_files_without_frontmatter_are_not_agents() {
     let corpus = corpus();
     let with: BTreeSet<String> = manifest_agents(&corpus)
@@ -301,7 +304,7 @@ fn agent_files_without_frontmatter_are_not_agents() {
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+#[ignore = "needs the corpus: SUMMON_CORPUS or ../shared/corpus (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn every_goose_agent_loads() {
     let corpus = corpus();
     let dir = corpus.join("goose-agents");
@@ -403,7 +406,7 @@ fn mutations(bytes: &[u8], rng: &mut Rng) -> Vec<(String, Vec<u8>)> {
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+#[ignore = "needs the corpus: SUMMON_CORPUS or ../shared/corpus (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn mutated_corpus_files_never_panic() {
     let corpus = corpus();
     let mut sources: Vec<PathBuf> = Vec::new();

@@ -101,6 +101,8 @@ steps:
 ",
         )
         .args(["run", "p.yaml", "--out", "out"])
+        // Every task failed: the step fails.
+        .code(2)
         .run();
     assert_clean(&out.stderr, "pwned-run");
 }

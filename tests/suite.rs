@@ -27,6 +27,7 @@ mod examples;
 mod exit_codes;
 mod faults;
 mod first_hour;
+mod first_run;
 mod fuzz_regressions;
 mod hostile;
 mod json_outputs;

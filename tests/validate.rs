@@ -173,6 +173,8 @@ struct Report {
     errors: usize,
     warnings: usize,
     diagnostics: Vec<Diag>,
+    /// The files of a walked directory that are not recipes, agents or pipelines.
+    skipped: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -243,6 +245,7 @@ fn json_report_of_a_clean_run() {
     let report: Report = serde_json::from_str(&out.stdout).expect("report shape");
     assert_eq!((report.checked, report.errors, report.warnings), (1, 0, 0));
     assert!(report.diagnostics.is_empty());
+    assert!(report.skipped.is_empty());
 }
 
 // ---- one case per rule ----
@@ -699,7 +702,13 @@ fn rule_directory_argument_validates_every_recipe_and_agent_file() {
         )
         .write("d/README.md", "# About\n")
         .write("d/notes.txt", "not a source")
+        .write(
+            "d/action.yml",
+            "name: a\ndescription: d\nruns: {using: composite, steps: []}\n",
+        )
         .write("d/deeper/z.yaml", "title: t")
+        .write("d/deeper/ignored/w.yaml", "title: t")
+        .write("d/.summonignore", "deeper/ignored/\n")
         .args(["--color", "never", "validate", "d"])
         .code(1)
         .run();
@@ -709,9 +718,29 @@ fn rule_directory_argument_validates_every_recipe_and_agent_file() {
         .filter(|l| l.contains(": error: ") || l.contains(": warning: "))
         .map(|l| l.split(':').next().unwrap())
         .collect();
-    assert_eq!(located, ["d/b.yml", "d/e.md", "d/j.json"], "{}", out.stderr);
+    // Subdirectories too; what `.summonignore` names is left out.
+    assert_eq!(
+        located,
+        [
+            "d/b.yml",
+            "d/deeper/z.yaml",
+            "d/deeper/z.yaml",
+            "d/e.md",
+            "d/j.json"
+        ],
+        "{}",
+        out.stderr
+    );
     assert!(
-        out.stderr.ends_with("3 error(s), 0 warning(s)\n"),
+        out.stderr.contains(
+            "summon: skipped 2 file(s) that are not recipes, agents or pipelines: d/README.md, d/action.yml\n"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .ends_with("summon: checked 6 file(s): 5 error(s), 0 warning(s)\n"),
         "{}",
         out.stderr
     );

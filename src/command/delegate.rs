@@ -300,7 +300,7 @@ fn request_from_args(args: &DelegateArgs, ctx: &Ctx) -> Result<DelegationRequest
     )?;
     let context = match args.context.as_deref() {
         Some(text) => Some(read_context(text, ctx)?),
-        None => None,
+        None => piped_context()?,
     };
     Ok(DelegationRequest {
         source: args.source.clone(),
@@ -330,6 +330,31 @@ fn request_from_args(args: &DelegateArgs, ctx: &Ctx) -> Result<DelegationRequest
         sandbox: args.sandbox.sandbox,
         network: args.sandbox.network.then_some(true),
     })
+}
+
+/// What is piped in (`git diff | summon delegate --instructions "review this"`), as the
+/// context, when stdin is not a terminal and gives some text; `/dev/null` or a closed stdin
+/// (CI) gives none.
+fn piped_context() -> Result<Option<String>> {
+    use std::io::{IsTerminal as _, Read as _};
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Ok(None);
+    }
+    let mut bytes = Vec::new();
+    if let Err(e) = stdin.lock().read_to_end(&mut bytes) {
+        // A closed descriptor is no input; anything else is said.
+        if e.raw_os_error() == Some(libc::EBADF) {
+            return Ok(None);
+        }
+        return Err(Error::usage(format!(
+            "cannot read stdin as the context: {e}"
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| {
+        Error::usage("stdin is not UTF-8 text; pass the context with --context @FILE")
+    })?;
+    Ok((!text.trim().is_empty()).then_some(text))
 }
 
 /// `--context TEXT`, or `@FILE` read relative to the working directory.

@@ -182,7 +182,14 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         }
         if let Some(stopped) = &summary.provider {
             let (id, path) = (&summary.run_id, args.pipeline.display());
-            if stopped.refused {
+            if stopped.no_server {
+                eprintln!(
+                    "summon: error: run {id} stopped: {}\n  fix: once the provider answers \
+                     (`summon doctor` tries it), continue the run with `summon run \
+                     {path}{part} --resume`",
+                    stopped.text
+                );
+            } else if stopped.refused {
                 eprintln!(
                     "summon: error: run {id} stopped: {}\n  fix: check the key (`summon doctor` \
                      tries it), then continue the run with `summon run {path}{part} --resume`",
@@ -196,7 +203,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
                 );
             }
             return Err(Error::ProviderStopped {
-                refused: stopped.refused,
+                refused: stopped.refused || stopped.no_server,
             });
         }
         eprintln!(
@@ -212,7 +219,19 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
                 .as_deref()
                 .is_some_and(crate::compile::is_catalog_error)
         });
-        if catalog {
+        let items_file = summary.steps.iter().any(|(_, _, error)| {
+            error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("cannot read items file"))
+        });
+        if items_file {
+            // `--resume` keeps the run's parameters: a corrected `--param` is a new run.
+            eprintln!(
+                "summon: run {} failed; put the file in place and continue with `--resume`, or \
+                 start a new run with a corrected --param (`--resume` keeps this run's parameters)",
+                summary.run_id
+            );
+        } else if catalog {
             // `--resume` reuses the catalog frozen when the run started and would fail again.
             eprintln!(
                 "summon: run {} failed; a new run picks up new or changed definitions (`--resume` keeps the catalog the run started with)",
@@ -748,9 +767,10 @@ pub(super) fn print_outcome(
         ctx.out.stream(|out| output.write_line(out))?;
     }
     for (id, _, error) in &failed {
+        // A task's error can quote what a provider or a model wrote.
         eprintln!(
             "summon: step `{id}` failed: {}",
-            error.as_deref().unwrap_or("")
+            crate::text::printable(error.as_deref().unwrap_or(""))
         );
     }
     Ok(!failed.is_empty())

@@ -1,7 +1,10 @@
 //! `summon validate [PATH...]`: every problem as `path:line:col`, exit 1 on any error.
+//! Without a path: the catalog's recipes and agents and the pipelines under the project's
+//! `pipelines/`; a directory is walked recursively, and its files that are not recipes,
+//! agents or pipelines are skipped and named.
 //!
-//! JSON (`--json`): `{"checked": N, "errors": N, "warnings": N, "diagnostics": [DIAG]}`
-//! where DIAG is `{"severity": "error"|"warning", "message", "path", "line", "column",
+//! JSON (`--json`): `{"checked": N, "errors": N, "warnings": N, "diagnostics": [DIAG],
+//! "skipped": [PATH]}` where DIAG is `{"severity": "error"|"warning", "message", "path", "line", "column",
 //! "hint"}` (`path`, `line`, `column` and `hint` may be null).
 
 use std::cell::OnceCell;
@@ -23,33 +26,66 @@ use crate::source::{Catalog, SourceDef, read_source_text};
 
 pub(crate) fn run(args: &ValidateArgs, ctx: &mut Ctx) -> Result<()> {
     let mut diags = Diagnostics::default();
+    let mut skipped = Vec::new();
     let checked = if args.paths.is_empty() {
-        validate_catalog(ctx, &mut diags)
+        // The catalog's recipes and agents, and the project's pipelines.
+        let mut checked = validate_catalog(ctx, &mut diags);
+        let home = ctx.env.home();
+        let root = crate::store::project_root(&ctx.env.cwd, home.as_deref()).0;
+        let pipelines = root.join("pipelines");
+        if pipelines.is_dir() {
+            let mut seen = BTreeSet::new();
+            let catalog = LazyCatalog::of(ctx);
+            validate_path(&pipelines, &catalog, &mut seen, &mut diags, &mut skipped);
+            checked += seen.len() - skipped.len();
+        }
+        checked
     } else {
         let mut seen = BTreeSet::new();
         let catalog = LazyCatalog::of(ctx);
         for path in &args.paths {
             let path = ctx.env.cwd.join(path);
-            validate_path(&path, &catalog, &mut seen, &mut diags);
+            validate_path(&path, &catalog, &mut seen, &mut diags, &mut skipped);
         }
-        seen.len()
+        seen.len() - skipped.len()
     };
     sort_by_position(&mut diags);
     let errors = diags.error_count();
     let warnings = diags.warning_count();
+    let shown = |p: &PathBuf| {
+        p.strip_prefix(&ctx.env.cwd)
+            .unwrap_or(p)
+            .display()
+            .to_string()
+    };
     if args.output.json {
         let items: Vec<_> = diags.items.iter().map(diagnostic_json).collect();
+        let skipped: Vec<String> = skipped.iter().map(shown).collect();
         ctx.out.json(&json!({
             "checked": checked,
             "errors": errors,
             "warnings": warnings,
             "diagnostics": items,
+            "skipped": skipped,
         }))?;
     } else {
         ctx.report(&diags.items);
-        // A closed stderr (`2>&1 | head`) is not an error.
+        let mut stderr = std::io::stderr();
+        if !skipped.is_empty() {
+            // A closed stderr (`2>&1 | head`) is not an error.
+            let mut names: Vec<String> = skipped.iter().take(SKIPPED_SHOWN).map(shown).collect();
+            if skipped.len() > SKIPPED_SHOWN {
+                names.push("...".to_owned());
+            }
+            let _ = writeln!(
+                stderr,
+                "summon: skipped {} file(s) that are not recipes, agents or pipelines: {}",
+                skipped.len(),
+                names.join(", ")
+            );
+        }
         let _ = writeln!(
-            std::io::stderr(),
+            stderr,
             "summon: checked {checked} file(s): {errors} error(s), {warnings} warning(s)"
         );
     }
@@ -59,6 +95,9 @@ pub(crate) fn run(args: &ValidateArgs, ctx: &mut Ctx) -> Result<()> {
     }
     Ok(())
 }
+
+/// How many skipped files the note names.
+const SKIPPED_SHOWN: usize = 8;
 
 fn validate_catalog(ctx: &Ctx, diags: &mut Diagnostics) -> usize {
     let catalog = ctx.catalog();
@@ -147,28 +186,120 @@ impl<'a> LazyCatalog<'a> {
     }
 }
 
-/// A file, or every recipe and agent file directly inside a directory.
+/// A file, or every recipe, agent and pipeline in a directory and its subdirectories
+/// (`.gitignore` and `.summonignore` respected); files of a candidate extension that are none
+/// of those go to `skipped`.
 fn validate_path(
     path: &Path,
     catalog: &LazyCatalog<'_>,
     seen: &mut BTreeSet<PathBuf>,
     diags: &mut Diagnostics,
+    skipped: &mut Vec<PathBuf>,
 ) {
     if path.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .map(|entries| entries.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        files.sort();
-        for file in files {
-            let extension = file.extension().and_then(|e| e.to_str()).unwrap_or("");
-            if file.is_file() && matches!(extension, "yaml" | "yml" | "json" | "md") {
-                validate_file(&file, false, catalog, seen, diags);
+        for file in candidate_files(path) {
+            if seen.contains(&file) {
+                continue;
+            }
+            match read_source_text(&file) {
+                Ok(text) if kind_of(&file, &text, false) == Kind::Other => {
+                    seen.insert(file.clone());
+                    skipped.push(file);
+                }
+                Ok(_) => validate_file(&file, false, catalog, seen, diags),
+                Err(message) => {
+                    seen.insert(file.clone());
+                    diags.push(Diagnostic::error(message).in_file(&file));
+                }
             }
         }
     } else if path.exists() {
         validate_file(path, true, catalog, seen, diags);
     } else {
         diags.push(Diagnostic::error("no such file or directory").in_file(path));
+    }
+}
+
+/// The `.yaml`, `.yml`, `.json` and `.md` files under `dir`, sorted; `.git` and `.summon`
+/// are left out, and what `.gitignore` or `.summonignore` files ignore.
+fn candidate_files(dir: &Path) -> Vec<PathBuf> {
+    let walker = ignore::WalkBuilder::new(dir)
+        .standard_filters(false)
+        .git_ignore(true)
+        .git_exclude(true)
+        .parents(true)
+        .require_git(false)
+        .add_custom_ignore_filename(".summonignore")
+        .follow_links(false)
+        .filter_entry(|entry| !matches!(entry.file_name().to_str(), Some(".git" | ".summon")))
+        .build();
+    let mut files: Vec<PathBuf> = walker
+        .flatten()
+        .filter(|entry| entry.file_type().is_some_and(|t| t.is_file()))
+        .map(ignore::DirEntry::into_path)
+        .filter(|file| {
+            let extension = file.extension().and_then(|e| e.to_str()).unwrap_or("");
+            matches!(extension, "yaml" | "yml" | "json" | "md")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// What a file is, judged by its extension and top-level keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A recipe, an agent or a pipeline (or a file given by name, checked as one).
+    Source,
+    /// Something else (`action.yml`, a workflow, a JSON Schema, a README): skipped.
+    Other,
+}
+
+/// Whether `text` is a recipe, an agent or a pipeline: a pipeline has `steps` (and no
+/// `title`), a recipe `title`, `instructions`, `prompt` or goose's `recipe` wrapper, an agent
+/// frontmatter with a `name`. A file given by `named` that is not a mapping is checked as a
+/// recipe (which says what is wrong with it).
+fn kind_of(path: &Path, text: &str, named: bool) -> Kind {
+    const RECIPE_KEYS: [&str; 4] = ["title", "instructions", "prompt", "recipe"];
+    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if extension == "md" {
+        let front = text
+            .strip_prefix("---")
+            .and_then(|rest| rest.split("\n---").next());
+        let named_agent = front.is_some_and(|front| {
+            front
+                .lines()
+                .any(|line| line.trim_start_matches('\u{feff}').starts_with("name:"))
+        });
+        return if named_agent || named {
+            Kind::Source
+        } else {
+            Kind::Other
+        };
+    }
+    match crate::yaml::parse(text) {
+        Ok(Some(root)) => match root.as_map() {
+            Some(_) if crate::pipeline::parse::looks_like_pipeline(&root) => Kind::Source,
+            Some(_) if root.get("$schema").is_some() => Kind::Other,
+            Some(_) if RECIPE_KEYS.iter().any(|key| root.get(key).is_some()) => Kind::Source,
+            Some(_) => Kind::Other,
+            None if named => Kind::Source,
+            None => Kind::Other,
+        },
+        Ok(None) if named => Kind::Source,
+        Ok(None) => Kind::Other,
+        // Broken YAML: judged by its top-level keys, so that its error is said.
+        Err(_) => {
+            let top = |key: &str| {
+                text.lines()
+                    .any(|line| line.strip_prefix(key).is_some_and(|r| r.starts_with(':')))
+            };
+            if named || top("steps") || RECIPE_KEYS.iter().any(|key| top(key)) {
+                Kind::Source
+            } else {
+                Kind::Other
+            }
+        }
     }
 }
 
@@ -217,6 +348,16 @@ fn validate_source_file(
     seen: &mut BTreeSet<PathBuf>,
     diags: &mut Diagnostics,
 ) {
+    if named && kind_of(path, &text, true) == Kind::Other {
+        diags.push(
+            Diagnostic::warning(
+                "not a recipe, agent or pipeline (no `title`, `instructions`, `prompt` or \
+                 `steps`): skipped",
+            )
+            .in_file(path),
+        );
+        return;
+    }
     let file = SourceFile::new(path, text);
     let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     if extension == "md" {
@@ -243,6 +384,9 @@ fn validate_source_file(
     if matches!(extension, "yaml" | "yml")
         && let Some(pipeline) = crate::pipeline::parse::validate_if_pipeline(&file, diags)
     {
+        if let Some(pipeline) = &pipeline {
+            check_items_files(pipeline, catalog, diags);
+        }
         if let (Some(pipeline), Some(catalog)) = (pipeline, catalog.get()) {
             check_compiled(pipeline, catalog, diags);
         }
@@ -263,6 +407,56 @@ fn check_compiled(pipeline: Pipeline, catalog: &Catalog, diags: &mut Diagnostics
         catalog,
     };
     diags.extend(compile_pipeline(pipeline, &inputs).diagnostics(|_| true));
+}
+
+/// Every `decompose: {file: ...}` whose path is known before the run (literal, or made of
+/// parameters with defaults) names a file that exists, relative to the project folder.
+fn check_items_files(pipeline: &Pipeline, catalog: &LazyCatalog<'_>, diags: &mut Diagnostics) {
+    use crate::pipeline::items::StaticForm;
+    use crate::pipeline::model::{Decompose, StepKind};
+    let root = match catalog.ctx {
+        Some(ctx) => {
+            let home = ctx.env.home();
+            crate::store::project_root(&ctx.env.cwd, home.as_deref()).0
+        }
+        None => return,
+    };
+    let mut tenv = minijinja::Environment::new();
+    tenv.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    let defaults: std::collections::BTreeMap<String, String> = pipeline
+        .parameters
+        .iter()
+        .filter_map(|p| Some((p.key.clone(), p.default.clone()?)))
+        .collect();
+    for step in &pipeline.steps {
+        let StepKind::Decompose(Decompose::Static(StaticForm::File, template)) = &step.kind else {
+            continue;
+        };
+        // A path made of parameters without defaults is known only to the run.
+        let Ok(rendered) = tenv.render_str(&template.text, &defaults) else {
+            continue;
+        };
+        let rendered = rendered.trim();
+        if rendered.is_empty() || root.join(rendered).exists() {
+            continue;
+        }
+        let from_param = template.text.contains("{{");
+        diags.push(
+            Diagnostic::error(format!(
+                "items file `{rendered}` of step `{}` does not exist (relative to the project \
+                 folder {})",
+                step.id,
+                root.display()
+            ))
+            .at(Span::new(&pipeline.file, template.pos))
+            .with_hint(if from_param {
+                "create it, or give the parameter another path with `--param KEY=PATH` when \
+                 you run the pipeline"
+            } else {
+                "create it, or correct the path"
+            }),
+        );
+    }
 }
 
 /// Template checks, and the sub-recipes a recipe refers to.

@@ -7,7 +7,6 @@ mod source_file;
 mod span;
 mod suggest;
 
-#[cfg(test)]
 pub(crate) use diagnostic::Severity;
 pub(crate) use diagnostic::{Diagnostic, Diagnostics, FileDiags};
 pub(crate) use render::render_all;

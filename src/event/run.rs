@@ -47,6 +47,9 @@ pub(crate) struct RunSummary {
 pub(crate) struct ProviderStopped {
     /// It refused the key (else it could not be reached).
     pub(crate) refused: bool,
+    /// Nothing answered at its URL from the start (no server, or plain HTTP at an
+    /// `https://` URL): its configuration is to be fixed, not waited out.
+    pub(crate) no_server: bool,
     /// What happened, naming the provider.
     pub(crate) text: String,
 }

@@ -192,6 +192,8 @@ impl<'a> Dispatcher<'a> {
                         .to_owned(),
                 });
                 shared.drain.cancel();
+                // A task waiting for a provider (starting, unreachable, a retry) stops now.
+                crate::provider::end_waits();
                 if tokio::signal::ctrl_c().await.is_ok() {
                     shared.kill.cancel();
                 }

@@ -108,9 +108,24 @@ impl Finish<'_> {
         }
         // One clock for report.json and the report kept in the run history.
         sink.out.report.finish();
-        sink.out
-            .report
-            .set_pipeline(pipeline_graph(pipeline, self.graph, &ends, run_id));
+        // The run's status in the words `summon runs`, report.html and the job summary share.
+        let ended_ok = ends.iter().all(|end| {
+            end.as_ref().is_some_and(|end| {
+                matches!(end.status, StepStatus::Succeeded | StepStatus::Deferred)
+            })
+        });
+        let run_status = if interrupted {
+            RunStatus::Interrupted
+        } else if ended_ok {
+            RunStatus::Completed
+        } else {
+            RunStatus::Failed
+        };
+        let mut graph = pipeline_graph(pipeline, self.graph, &ends, run_id);
+        if let Some(object) = graph.as_object_mut() {
+            object.insert("status".to_owned(), run_status.as_str().into());
+        }
+        sink.out.report.set_pipeline(graph);
         let mut page = None;
         if let Some(dir) = &out_dir {
             sink.out.report.write_json(&dir.join("report.json"))?;
@@ -136,9 +151,6 @@ impl Finish<'_> {
             .collect();
         // A shard leaves steps for the merge, `--until` the steps after it: the run can
         // succeed, but the pipeline's outputs need every step.
-        let all_ok = steps
-            .iter()
-            .all(|(_, s, _)| matches!(s, StepStatus::Succeeded | StepStatus::Deferred));
         let whole = steps.iter().all(|(_, s, _)| *s == StepStatus::Succeeded);
         // A part of a run (a shard, `--until`) has only some of the rows: the merge writes them.
         if whole && !interrupted && self.plan.prints_output() {
@@ -163,13 +175,6 @@ impl Finish<'_> {
             };
             super::plan::write_manifest(dir, &finished)?;
         }
-        let run_status = if interrupted {
-            RunStatus::Interrupted
-        } else if all_ok {
-            RunStatus::Completed
-        } else {
-            RunStatus::Failed
-        };
         store.set_run_status(run_id, run_status)?;
         if let Err(e) = store.set_run_report(run_id, &sink.out.report.to_json()) {
             eprintln!("summon: warning: cannot record the run's report: {e}");

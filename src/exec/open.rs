@@ -211,7 +211,8 @@ fn resume(
     };
     if run.params_json != params_json {
         return Err(Error::usage(format!(
-            "run {} used other parameters ({}); resume it with the same --param values",
+            "run {} used other parameters ({}); resume it with the same --param values, or \
+             leave out --resume to start a new run with these",
             run.run_id, run.params_json
         )));
     }

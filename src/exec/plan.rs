@@ -812,7 +812,8 @@ fn fan_out_outcome(step: &Step, records: &[GivenTask]) -> (StepStatus, Option<St
     let failures = total - successes;
     let needed = match (step.min_success, step.on_error) {
         (Some(min), _) => min.required(total),
-        (None, OnError::Continue) => 0,
+        // At least one (`min_success: 0` says that none may).
+        (None, OnError::Continue) => total.min(1),
         (None, OnError::FailFast) => total,
     };
     let ok = successes >= needed

@@ -120,6 +120,7 @@ impl Shared {
         let Some((name, stop)) = stop else { return };
         let stopped = crate::event::ProviderStopped {
             refused: matches!(stop, crate::provider::ProviderStop::Refused(_)),
+            no_server: matches!(stop, crate::provider::ProviderStop::NoServer { .. }),
             text: stop.describe(&name),
         };
         let text = format!(

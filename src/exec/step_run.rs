@@ -319,7 +319,9 @@ impl StepRun {
             // A shard has only part of the tasks: `summon merge` counts them all.
             (Some(_), _) if self.shard.is_some() => 0,
             (Some(min), _) => min.required(total),
-            (None, OnError::Continue) => 0,
+            // At least one: a step whose every task failed did not do its work
+            // (`min_success: 0` says that it may).
+            (None, OnError::Continue) => total.min(1),
             (None, OnError::FailFast) => total,
         };
         let ok = successes >= needed

@@ -29,17 +29,19 @@ pub(crate) fn append_step_summary(
     file.write_all(markdown(command, name, summary).as_bytes())
 }
 
+/// The run's status in the words of `summon runs` and report.html: `completed`, `failed`
+/// or `interrupted`.
 fn status(summary: &RunSummary) -> &'static str {
     if summary.interrupted {
         "interrupted"
     } else if summary
         .steps
         .iter()
-        .any(|(_, s, _)| *s == StepStatus::Failed)
+        .all(|(_, s, _)| matches!(s, StepStatus::Succeeded | StepStatus::Deferred))
     {
-        "failed"
+        "completed"
     } else {
-        "succeeded"
+        "failed"
     }
 }
 

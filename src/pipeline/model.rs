@@ -123,7 +123,7 @@ pub(crate) struct Step {
     pub(crate) concurrency: Option<usize>,
     pub(crate) on_error: OnError,
     /// For fan_out: how many tasks must succeed for the step to succeed (default: all, or
-    /// none under `on_error: continue`).
+    /// at least one under `on_error: continue`).
     pub(crate) min_success: Option<MinSuccess>,
     /// Extra attempts for a failed task.
     pub(crate) retries: u32,

@@ -63,6 +63,14 @@ pub(crate) fn validate_if_pipeline(
 pub(crate) fn parse_pipeline(file: &Arc<SourceFile>, diags: &mut Diagnostics) -> Option<Pipeline> {
     let mut local = Diagnostics::default();
     let pipeline = read_file(file, &mut local.for_file(file));
+    // A misspelt key (`on_eror`) would silently change what runs: in a pipeline, summon's
+    // own format, an unknown key is an error (recipes and agents, shared with other tools,
+    // keep it a warning).
+    for d in &mut local.items {
+        if d.message.starts_with("unknown key ") {
+            d.severity = crate::diag::Severity::Error;
+        }
+    }
     let ok = !local.has_errors();
     diags.extend(local);
     pipeline.filter(|_| ok)
@@ -938,11 +946,11 @@ fn warn_kind_keys(r: &mut MapReader<'_>, path: &str, kind: &str, d: &mut FileDia
     ];
     for key in TASK_KEYS.into_iter().chain(DECOMPOSE_FORMS) {
         if let Some(node) = r.misplaced(key) {
-            d.warning(
+            d.error(
                 node.pos,
                 format!(
-                    "`{path}.{key}` is not a step key and is ignored; it goes under the step's \
-                     kind: `{path}.{kind}.{key}`"
+                    "`{path}.{key}` is not a step key; it goes under the step's kind: \
+                     `{path}.{kind}.{key}`"
                 ),
             );
         }
@@ -2556,9 +2564,6 @@ outputs:
             steps:
               - id: a
                 decompose: {command: ls, context: c}
-                extra: 1
-              - id: b
-                fan_out: {over: a, instructions: "{{ item }}", colour: red}
             "#);
         assert!(pipeline.is_some(), "{found:#?}");
         let warnings: Vec<(u32, &str)> = found
@@ -2573,11 +2578,40 @@ outputs:
                     6,
                     "`steps[0].decompose.context` only applies to a subagent decompose (`source`/`instructions`); it is ignored"
                 ),
-                (7, "unknown key `steps[0].extra`"),
-                (9, "unknown key `steps[1].fan_out.colour`"),
                 (
                     3,
                     "parameter `unused` is declared but never used in a template"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_is_an_error_with_the_key_it_may_mean() {
+        let (pipeline, found) = run(r#"
+            version: 1
+            steps:
+              - id: a
+                decompose: {items: [x]}
+                extra: 1
+              - id: b
+                fan_out: {over: a, instructions: "{{ item }}", colour: red}
+                on_eror: continue
+            "#);
+        assert!(pipeline.is_none(), "{found:#?}");
+        let errors: Vec<(u32, &str)> = found
+            .iter()
+            .inspect(|d| assert_eq!(d.0, Severity::Error, "{d:?}"))
+            .map(|d| (d.1, d.3.as_str()))
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                (5, "unknown key `steps[0].extra`"),
+                (7, "unknown key `steps[1].fan_out.colour`"),
+                (
+                    8,
+                    "unknown key `steps[1].on_eror`; did you mean `on_error`?"
                 ),
             ]
         );
@@ -2620,8 +2654,13 @@ outputs:
             let unknown_over = kind == "synthesize";
             match error {
                 None => {
-                    // synthesize has no `over`: that key alone is a warning
-                    assert!(errors.is_empty(), "{template}: {errors:?}");
+                    // synthesize has no `over`: that unknown key is the only error
+                    let expected: &[&str] = if unknown_over {
+                        &["unknown key `steps[1].synthesize.over`"]
+                    } else {
+                        &[]
+                    };
+                    assert_eq!(errors, expected, "{template}");
                     assert!(pipeline.is_some() || unknown_over);
                 }
                 Some(message) => assert!(

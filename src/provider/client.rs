@@ -199,6 +199,10 @@ pub(crate) enum ProviderStop {
     Unreachable { window: Duration, error: String },
     /// It answered every request with HTTP 429 for `window`; `error` is the last one.
     RateLimited { window: Duration, error: String },
+    /// Nothing answered at its URL before it ever answered, and no server was said to be
+    /// starting there (`SUMMON_STARTUP_WAIT_MS`), or an `https://` URL was answered in plain
+    /// HTTP; `error` is the failed connection.
+    NoServer { error: String },
 }
 
 impl ProviderStop {
@@ -214,6 +218,7 @@ impl ProviderStop {
                 "provider `{name}` answered every request with a rate limit for {} ({error})",
                 seconds(*window)
             ),
+            Self::NoServer { error } => format!("provider `{name}` did not answer: {error}"),
         }
     }
 }
@@ -540,6 +545,16 @@ impl Client {
                     window,
                     error: err.to_string(),
                 });
+        }
+    }
+
+    /// Stops the provider, which has never answered: nothing listens at its URL, or it
+    /// speaks plain HTTP to an `https://` URL (`err`).
+    pub(crate) fn stop_no_server(&self, err: &ProviderError) {
+        if let Ok(mut health) = self.health.lock() {
+            health.stop.get_or_insert_with(|| ProviderStop::NoServer {
+                error: err.to_string(),
+            });
         }
     }
 
@@ -1010,6 +1025,7 @@ impl Client {
             self.admission
                 .observe(response.headers(), ticket, status.as_u16() != 429);
         }
+        let url = response.url().clone();
         let first = !self
             .opening
             .replied
@@ -1037,6 +1053,7 @@ impl Client {
                 &String::from_utf8_lossy(&body),
                 &ctx,
             );
+            let err = self.not_found_here(err, &url);
             self.note_answer(Some(&err));
             if first
                 && matches!(err, ProviderError::Auth { .. })
@@ -1050,6 +1067,47 @@ impl Client {
         }
         self.note_answer(None);
         Ok(body.into())
+    }
+}
+
+impl Client {
+    /// A 404 that is not about a model (`model ... not found`) means the base URL leads
+    /// nowhere: the error names the URL and, for an OpenAI-compatible base URL without
+    /// `/v1`, suggests it.
+    fn not_found_here(&self, err: ProviderError, url: &reqwest::Url) -> ProviderError {
+        let ProviderError::BadRequest {
+            status: 404,
+            message,
+        } = err
+        else {
+            return err;
+        };
+        if message.to_lowercase().contains("model") {
+            return ProviderError::BadRequest {
+                status: 404,
+                message,
+            };
+        }
+        let mut shown = url.clone();
+        let _ = shown.set_password(None);
+        let _ = shown.set_username("");
+        let base = self.base_url();
+        let hint = if self.endpoint.kind == ProviderKind::OpenAi && !base.ends_with("/v1") {
+            format!(
+                "; is the base URL right? OpenAI-compatible servers answer under `/v1`: try {base}/v1"
+            )
+        } else {
+            format!("; is the base URL ({base}) right?")
+        };
+        let message = if message.is_empty() {
+            "not found".to_owned()
+        } else {
+            message
+        };
+        ProviderError::BadRequest {
+            status: 404,
+            message: format!("{message} at {shown}{hint}"),
+        }
     }
 }
 
@@ -1189,6 +1247,8 @@ mod tests {
             max_retries: 5,
             max_total_wait: Duration::from_secs(10),
             startup_wait: Duration::from_millis(20),
+            // A server said to be starting (`SUMMON_STARTUP_WAIT_MS` set).
+            wait_for_server: true,
             ..RetryPolicy::default()
         }
     }
@@ -1570,6 +1630,35 @@ mod tests {
         assert_eq!(retries, 0);
         assert!(
             matches!(client.stop(), Some(ProviderStop::Unreachable { .. })),
+            "{:?}",
+            client.stop()
+        );
+        let again = client.chat(&tool_request()).await.expect_err("not sent");
+        assert!(matches!(again, ProviderError::NotSent { .. }), "{again:?}");
+    }
+
+    #[tokio::test]
+    async fn connection_refused_where_no_server_was_said_to_start_stops_the_provider_at_once() {
+        let client = down(refused_port());
+        let tries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let policy = RetryPolicy {
+            wait_for_server: false,
+            ..fast_policy()
+        };
+        let err = send_with_retry(
+            &client,
+            &tool_request(),
+            &policy,
+            &mut Tries(Arc::clone(&tries)),
+        )
+        .await
+        .expect_err("refused");
+        assert!(err.is_connect(), "{err:?}");
+        assert!(err.to_string().contains("nothing answers there"), "{err}");
+        // Not waited for as a server starting.
+        assert_eq!(tries.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert!(
+            matches!(client.stop(), Some(ProviderStop::NoServer { .. })),
             "{:?}",
             client.stop()
         );

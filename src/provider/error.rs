@@ -79,6 +79,9 @@ pub(crate) enum NetworkKind {
     InvalidResponse,
     /// Any other transport failure, or the provider's own HTTP 408.
     Other,
+    /// An `https://` URL whose server answered the TLS handshake in plain HTTP: never
+    /// retried, nor taken for a server still starting.
+    PlainHttp,
 }
 
 impl NetworkKind {
@@ -89,6 +92,7 @@ impl NetworkKind {
             Self::Connect => "cannot connect",
             Self::Body => "cannot read the response",
             Self::InvalidResponse | Self::Other => "request failed",
+            Self::PlainHttp => "TLS handshake failed: the server speaks plain HTTP",
         }
     }
 }
@@ -134,9 +138,21 @@ pub(crate) enum ProviderError {
 impl ProviderError {
     /// True for the errors worth retrying: rate limits, overload and network trouble.
     pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            Self::Network { kind, .. } => *kind != NetworkKind::PlainHttp,
+            Self::RateLimited { .. } | Self::Overloaded { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// An `https://` URL pointed at a server that speaks plain HTTP.
+    pub(crate) fn is_plain_http(&self) -> bool {
         matches!(
             self,
-            Self::RateLimited { .. } | Self::Overloaded { .. } | Self::Network { .. }
+            Self::Network {
+                kind: NetworkKind::PlainHttp,
+                ..
+            }
         )
     }
 
@@ -220,7 +236,10 @@ impl ProviderError {
             Self::Network { kind, .. } => Some(match kind {
                 NetworkKind::Timeout => "timeout",
                 NetworkKind::InvalidResponse => "invalid_response",
-                NetworkKind::Connect | NetworkKind::Body | NetworkKind::Other => "connection",
+                NetworkKind::Connect
+                | NetworkKind::Body
+                | NetworkKind::Other
+                | NetworkKind::PlainHttp => "connection",
             }),
             _ => None,
         }
@@ -242,6 +261,8 @@ impl ProviderError {
     pub(crate) fn from_transport(err: reqwest::Error, key: Option<&Secret>) -> Self {
         let kind = if err.is_timeout() {
             NetworkKind::Timeout
+        } else if plain_http_answer(&err) {
+            NetworkKind::PlainHttp
         } else if err.is_connect() {
             NetworkKind::Connect
         } else if err.is_body() || err.is_decode() {
@@ -270,9 +291,44 @@ impl ProviderError {
         }
         if let Some(url) = url {
             text.push_str(&format!(" ({url})"));
+            if kind == NetworkKind::PlainHttp {
+                text.push_str(&format!(
+                    "; the URL starts with https:// but the server answers in plain HTTP: \
+                     use {}",
+                    url.replacen("https://", "http://", 1)
+                ));
+            }
         }
         Self::network(kind, text, key)
     }
+}
+
+/// Whether a failed connection is a TLS handshake answered in plain HTTP: rustls finds a
+/// record of an unknown content type (`HTTP/1.1 400 ...` read as a TLS record).
+fn plain_http_answer(err: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        let tls = cause.downcast_ref::<rustls::Error>().or_else(|| {
+            cause
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        // Through hyper's connector the rustls error may reach here as text only.
+        if matches!(
+            tls,
+            Some(rustls::Error::InvalidMessage(
+                rustls::InvalidMessage::InvalidContentType
+            ))
+        ) || cause
+            .to_string()
+            .ends_with("received corrupt message of type InvalidContentType")
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 impl fmt::Display for ProviderError {

@@ -27,7 +27,7 @@ pub(crate) use error::{MIN_KEY_CHARS, ProviderError, Secret, redact};
 #[cfg(test)]
 pub(crate) use message::ToolCall;
 pub(crate) use message::{ChatRequest, ChatResponse, Message, ToolOutput, ToolSpec, Usage};
-pub(crate) use retry::{RetryHook, RetryPolicy, retry_transient, send_with_retry};
+pub(crate) use retry::{RetryHook, RetryPolicy, end_waits, retry_transient, send_with_retry};
 pub(crate) use structured::{
     OpenAiFormat, ResponseFormat, anthropic_native_structured, mechanism as structured_mechanism,
     unwrap_answer,

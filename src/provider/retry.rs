@@ -24,8 +24,9 @@ pub(crate) enum Jitter {
 }
 
 /// Retry limits. Defaults: base 1 s, cap 30 s, 5 retries, 120 s total wait, full jitter,
-/// 180 s for a provider that is still starting, 30 s of failed connections for one that
-/// answered before, and 300 s of nothing but 429s.
+/// 180 s for a provider that is still starting (and, when `SUMMON_STARTUP_WAIT_MS` is set,
+/// for one that gives no connection before it ever answered), 30 s of failed connections for
+/// one that answered before, and 300 s of nothing but 429s.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RetryPolicy {
     pub(crate) base: Duration,
@@ -39,6 +40,10 @@ pub(crate) struct RetryPolicy {
     /// How long a provider still starting (503 "Loading model", or no connection before it
     /// ever answered) is waited for, apart from the retries above.
     pub(crate) startup_wait: Duration,
+    /// Whether a provider that gives no connection before it ever answered is waited for
+    /// (`SUMMON_STARTUP_WAIT_MS` is set: a server is being started). Without it, such a
+    /// provider fails at once: nothing listens there.
+    pub(crate) wait_for_server: bool,
     /// How long a provider that answered before may fail every connection before it is
     /// taken for dead: then nothing more is sent to it.
     pub(crate) unreachable_window: Duration,
@@ -59,6 +64,7 @@ impl Default for RetryPolicy {
             max_total_wait: Duration::from_secs(120),
             jitter: Jitter::Full,
             startup_wait: Duration::from_secs(180),
+            wait_for_server: false,
             unreachable_window: Duration::from_secs(30),
             rate_limited_window: Duration::from_secs(300),
         }
@@ -82,6 +88,7 @@ impl RetryPolicy {
                 *field = value;
             }
         }
+        policy.wait_for_server = env.millis("SUMMON_STARTUP_WAIT_MS")?.is_some();
         Ok(policy)
     }
 
@@ -92,6 +99,37 @@ impl RetryPolicy {
             max_retries: 0,
             ..Self::default()
         }
+    }
+}
+
+/// What a provider that never answered is told with: nothing listens at its URL.
+const NO_SERVER: &str = "nothing answers there: start the server, or set OPENAI_BASE_URL \
+    (or the config's `base_url`) to one that runs, or OPENAI_API_KEY or ANTHROPIC_API_KEY for \
+    a hosted provider (`summon doctor` checks it); for a server still starting, set \
+    SUMMON_STARTUP_WAIT_MS (e.g. 180000) to wait for it";
+
+/// Ended by the first Ctrl-C: every wait for a provider (a retry's, a start-up wait, a
+/// provider unreachable) ends, and its request fails unsent.
+static WAITS_ENDED: std::sync::OnceLock<tokio_util::sync::CancellationToken> =
+    std::sync::OnceLock::new();
+
+fn waits_ended() -> &'static tokio_util::sync::CancellationToken {
+    WAITS_ENDED.get_or_init(tokio_util::sync::CancellationToken::new)
+}
+
+/// Ends every wait for a provider in this process, now and later (the first Ctrl-C).
+pub(crate) fn end_waits() {
+    waits_ended().cancel();
+}
+
+/// `wait`, unless the waits end first: then the error a request fails with.
+async fn or_interrupted(wait: impl Future<Output = ()>) -> Result<(), ProviderError> {
+    tokio::select! {
+        biased;
+        () = waits_ended().cancelled() => Err(ProviderError::NotSent {
+            message: "interrupted (Ctrl-C) while waiting for the provider".to_owned(),
+        }),
+        () = wait => Ok(()),
     }
 }
 
@@ -246,7 +284,7 @@ where
             return Err(err);
         };
         hook.on_retry(&err, backoff.retries(), delay);
-        hook.wait(delay).await;
+        or_interrupted(hook.wait(delay)).await?;
     }
 }
 
@@ -283,12 +321,27 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
             return Err(stopped);
         }
         let never_answered = err.is_connect() && !client.has_answered();
+        // Nothing listens where no server was said to be starting, or an https:// URL is
+        // answered in plain HTTP: no wait would help; nothing more is sent to it.
+        if (never_answered && !policy.wait_for_server) || err.is_plain_http() {
+            let err = match err {
+                ProviderError::Network { kind, message } if never_answered => {
+                    ProviderError::Network {
+                        kind,
+                        message: format!("{message}; {NO_SERVER}"),
+                    }
+                }
+                other => other,
+            };
+            client.stop_no_server(&err);
+            return Err(err);
+        }
         if err.is_loading() || never_answered {
             if let Some(delay) = client.startup_pause(policy.startup_wait) {
                 let first = client.first_startup_wait();
                 hook.on_startup_wait(&err, policy.startup_wait, delay, first);
                 // The slot is kept: a task started in its place would only wait too.
-                hook.pause(delay).await;
+                or_interrupted(hook.pause(delay)).await?;
                 continue;
             }
             // No connection through the start-up wait: the provider is taken for dead, and no
@@ -303,13 +356,13 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
             // reached now waits for the end of the window: the provider is back or taken for
             // dead by then.
             if let Some(left) = client.unreachable_left(&err, policy.unreachable_window) {
-                hook.wait(left.min(UNREACHABLE_POLL_CAP)).await;
+                or_interrupted(hook.wait(left.min(UNREACHABLE_POLL_CAP))).await?;
                 continue;
             }
             return Err(err);
         };
         hook.on_retry(&err, backoff.retries(), delay);
-        hook.wait(delay).await;
+        or_interrupted(hook.wait(delay)).await?;
     }
 }
 

@@ -157,11 +157,11 @@ fn step() -> Value {
             },
             "concurrency": whole("At most this many of the step's tasks at a time.", 1),
             "on_error": {
-                "description": "fail_fast (default): the first failed task stops the run; continue: the others go on.",
+                "description": "fail_fast (default): the first failed task stops the run; continue: the others go on, and the step fails only when none succeeded (unless min_success: 0).",
                 "enum": ["fail_fast", "continue"]
             },
             "min_success": {
-                "description": "fan_out: the step succeeds when at least this many tasks do: a count (`8`) or a percentage (`\"80%\"`).",
+                "description": "fan_out: the step succeeds when at least this many tasks do: a count (`8`) or a percentage (`\"80%\"`); 0 lets every task fail.",
                 "anyOf": [
                     {"type": "integer", "minimum": 0},
                     {"type": "string", "pattern": "^\\s*([0-9]+|[0-9]+(\\.[0-9]+)?\\s*%)\\s*$"}

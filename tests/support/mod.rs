@@ -45,9 +45,13 @@ pub(crate) fn target_dir() -> std::path::PathBuf {
     tmp.parent().unwrap_or(tmp).to_path_buf()
 }
 
-/// The directory of real third-party files, when present next to the checkout.
+/// The directory of real third-party files: `SUMMON_CORPUS` when set, else
+/// `../shared/corpus` beside the checkout, when present.
 pub(crate) fn corpus_dir() -> Option<std::path::PathBuf> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+    let dir = match std::env::var_os("SUMMON_CORPUS") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"),
+    };
     dir.is_dir().then_some(dir)
 }
 
