@@ -306,8 +306,17 @@ async fn an_async_delegation_is_collected_by_a_later_session_and_by_the_cli() {
         .unwrap()
         .to_owned();
     assert!(client.close().success());
-    // A later session collects it.
-    let mut client = Client::start(&test);
+    // Another session neither sees it nor collects it...
+    let mut other = Client::start(&test);
+    let (listed, _) = other.call("load", json!({}));
+    assert!(!listed.contains(&id), "{listed}");
+    let (refused, error) = other.call("load", json!({"source": id}));
+    assert!(error, "{refused}");
+    let (refused, error) = other.call("load", json!({"source": id, "cancel": true}));
+    assert!(error && refused.contains(&id), "{refused}");
+    drop(other);
+    // ...unless the server shares the project's tasks: a later session collects it.
+    let mut client = Client::start_with(&test, &["--share-tasks"]);
     let (result, error) = client.call("load", json!({"source": id}));
     assert!(!error, "{result}");
     assert!(result.contains("Status: completed"), "{result}");
@@ -331,7 +340,7 @@ async fn load_of_a_running_task_waits_a_bounded_time() {
         .unwrap()
         .to_owned();
     drop(client);
-    let mut short = Client::start_with(&test, &["--load-wait", "1"]);
+    let mut short = Client::start_with(&test, &["--load-wait", "1", "--share-tasks"]);
     let (waited, error) = short.call("load", json!({"source": id}));
     assert!(!error, "{waited}");
     assert!(waited.contains("is still running"), "{waited}");
@@ -1165,4 +1174,123 @@ async fn each_call_is_a_span_under_the_clients_context_and_its_worker_joins_it()
     assert_ne!(load.trace_id, call.trace_id);
     assert!(load.parent_span_id.is_empty());
     assert_eq!(attr(load, "error.type"), Some(json!("tool_error")));
+}
+
+/// The processes whose command line is `summon __worker ID`.
+fn worker_pids(id: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                let words: Vec<&[u8]> = line.split(|b| *b == 0).collect();
+                words.len() >= 3 && words[1] == b"__worker" && words[2] == id.as_bytes()
+            })
+        })
+        .collect()
+}
+
+/// A process that exists and is not a zombie (a zombie means no one reaped it).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// A host that stops the server mid-call (closes stdin, sends SIGTERM or SIGINT) leaves no
+/// subagent behind: the worker of the foreground task is gone, reaped, within a second, and
+/// the task is not `running`; an `async` task keeps running.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_server_leaves_no_foreground_work_within_a_second() {
+    for how in ["stdin", "SIGTERM", "SIGINT"] {
+        let server = MockServer::start(
+            MockConfig::new().default_reply(Reply::text("late").delayed(Duration::from_secs(60))),
+        )
+        .await;
+        let test = project(&server);
+        let mut client = Client::start(&test);
+        let (text, error) = client.call(
+            "delegate",
+            json!({"instructions": "background", "async": true}),
+        );
+        assert!(!error, "{text}");
+        client.next += 1;
+        let id = client.next;
+        client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "delegate", "arguments": {"instructions": "foreground"}}}));
+        support::wait_for(
+            Duration::from_secs(30),
+            "both tasks to ask the model",
+            || server.in_flight() == 2,
+        );
+        let tasks = tasks_json(&test);
+        let id_of = |description: &str| {
+            tasks
+                .iter()
+                .find(|t| t["description"] == description)
+                .and_then(|t| t["id"].as_str())
+                .unwrap()
+                .to_owned()
+        };
+        let (foreground, background) = (id_of("foreground"), id_of("background"));
+        let workers = worker_pids(&foreground);
+        assert_eq!(workers.len(), 1, "{how}: no worker of {foreground}");
+        let server_pid = client.child.id();
+        let stopped = std::time::Instant::now();
+        match how {
+            "stdin" => drop(client.stdin.take()),
+            signal => {
+                let status = std::process::Command::new("kill")
+                    .args([&format!("-{}", &signal[3..]), &server_pid.to_string()])
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+            }
+        }
+        // Polled, not slept: the worker is gone (reaped, not a zombie) within the bound.
+        let gone = loop {
+            let alive: Vec<u32> = workers
+                .iter()
+                .copied()
+                .filter(|pid| process_state(*pid).is_some())
+                .collect();
+            if alive.is_empty() {
+                break stopped.elapsed();
+            }
+            assert!(
+                stopped.elapsed() < Duration::from_secs(10),
+                "{how}: the worker is still there after 10 s: {:?}",
+                alive
+                    .iter()
+                    .map(|p| (p, process_state(*p)))
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(
+            gone < Duration::from_secs(1),
+            "{how}: the worker lived {gone:?} after the host stopped"
+        );
+        let status = client.child.wait().unwrap();
+        match how {
+            "stdin" => assert!(status.success(), "{status}"),
+            _ => assert!(!status.success(), "{status}"),
+        }
+        let tasks = tasks_json(&test);
+        let status = |id: &str| {
+            tasks
+                .iter()
+                .find(|t| t["id"] == id)
+                .map(|t| t["status"].as_str().unwrap().to_owned())
+        };
+        assert_eq!(status(&foreground).as_deref(), Some("cancelled"), "{how}");
+        assert_eq!(status(&background).as_deref(), Some("running"), "{how}");
+        assert_eq!(worker_pids(&background).len(), 1, "{how}");
+        // The background task is the test's to end.
+        test.command()
+            .args(["load", &background, "--cancel"])
+            .output()
+            .unwrap();
+        assert!(worker_pids(&background).is_empty(), "{how}");
+    }
 }

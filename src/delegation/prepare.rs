@@ -48,6 +48,9 @@ pub(crate) struct Request {
     pub(crate) context_window: Option<u64>,
     /// A pipeline step's `tools:`: the subset of the task's tools it sends (`None`: all).
     pub(crate) tools: Option<Vec<String>>,
+    /// An agent source's `tools` as a `summon mcp` session's catalog froze them, over the
+    /// file's own (`Some(None)`: the role lists none, so it has every tool).
+    pub(crate) role_tools: Option<Option<Vec<crate::agent::ToolRef>>>,
 }
 
 /// A delegation ready to run.
@@ -405,7 +408,10 @@ pub(crate) fn draft(
                         extensions: Vec::new(),
                         no_extensions: false,
                         file: None,
-                        narrow: agent.tools.clone(),
+                        narrow: request
+                            .role_tools
+                            .clone()
+                            .unwrap_or_else(|| agent.tools.clone()),
                     },
                 )
             }

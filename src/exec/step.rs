@@ -822,6 +822,7 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         sandbox: step.sandbox(),
         context_window: step.context_window,
         tools: step.tools.clone(),
+        role_tools: None,
     }
 }
 
