@@ -315,6 +315,7 @@ fn twenty_thousand_initializations_do_not_grow_the_server() {
     let before = served.rss_kb();
     start(19_000);
     let after = served.rss_kb();
+    eprintln!("RSS after 1,000 sessions: {before} kB; after 20,000: {after} kB");
     // Unbounded, each session kept about 75 kB: 19,000 more would be over 1 GB.
     assert!(
         after < before + 32 * 1024,

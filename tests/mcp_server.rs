@@ -1294,3 +1294,123 @@ async fn a_stopped_server_leaves_no_foreground_work_within_a_second() {
         assert!(worker_pids(&background).is_empty(), "{how}");
     }
 }
+
+/// `run_pipeline` runs a pipeline only when the user trusts it, and never one written after
+/// the server started (a subagent of the session may have written it), trusted or not.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_pipeline_refuses_untrusted_pipelines_and_ones_written_during_the_session() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ran"))).await;
+    let pipe =
+        "version: 1\nname: one\nsteps:\n  - id: only\n    delegate:\n      instructions: say it\n";
+    let untrusted = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-key")
+        .env("SUMMON_MODEL", "mock-model")
+        .write("pipe.yaml", pipe);
+    let mut client = Client::start(&untrusted);
+    let (text, error) = client.call("run_pipeline", json!({"path": "pipe.yaml"}));
+    assert!(error, "{text}");
+    assert_eq!(
+        text,
+        "run_pipeline: pipe.yaml is not run: this project is not trusted. A pipeline can start commands, so run_pipeline runs only pipelines the user trusts. Ask the user to read it and trust it (`summon trust`, or start summon mcp with --trust)."
+    );
+    drop(client);
+    let trusted = project(&server).write("pipe.yaml", pipe);
+    let mut client = Client::start(&trusted);
+    let (text, error) = client.call("run_pipeline", json!({"path": "pipe.yaml"}));
+    assert!(!error, "{text}");
+    assert!(text.trim_end().ends_with("ran"), "{text}");
+    // Written during the session, as a subagent's write_file would.
+    std::fs::write(trusted.path().join("evil.yaml"), pipe).unwrap();
+    let (text, error) = client.call("run_pipeline", json!({"path": "evil.yaml"}));
+    assert!(error, "{text}");
+    assert!(
+        text.starts_with("run_pipeline: evil.yaml was written or changed after this MCP server started, so it is not run"),
+        "{text}"
+    );
+    // Renamed over a file that was there: its change time is new too.
+    std::fs::rename(
+        trusted.path().join("evil.yaml"),
+        trusted.path().join("pipe.yaml"),
+    )
+    .unwrap();
+    let (text, error) = client.call("run_pipeline", json!({"path": "pipe.yaml"}));
+    assert!(error && text.contains("written or changed after"), "{text}");
+}
+
+/// `max_cost` holds for a whole `spawn_agent` call: its tasks share the cap, so four tasks
+/// whose worst case fits the cap one at a time do not start together; and a running task
+/// holds the session's cap until it ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn max_cost_holds_for_a_whole_spawn_agent_call_and_for_the_session() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("done"))).await;
+    // $0.001 a token: a task's worst case (25 turns of its input and 1,000 output tokens)
+    // is $40-60, within the $120 cap, but not within a quarter of it.
+    let test = project(&server).write(
+        "summon.yaml",
+        "prices:\n  mock-model: {input: 1000, output: 1000}\nmax_output_tokens: 1000\nmax_cost: 120\n",
+    );
+    let mut client = Client::start(&test);
+    let four: Vec<Value> = (0..4)
+        .map(|i| json!({"agent": null, "task": format!("part {i}")}))
+        .collect();
+    let (text, _) = client.call("spawn_agent", json!({"tasks": four}));
+    assert!(
+        text.starts_with("Subagent results: 4 tasks, 0 completed, 4 failed, 0 cancelled."),
+        "{text}"
+    );
+    assert!(text.contains("budget reached"), "{text}");
+    assert_eq!(server.request_count(), 0, "a request was sent past the cap");
+    let (text, error) = client.call(
+        "spawn_agent",
+        json!({"tasks": [{"agent": null, "task": "whole"}]}),
+    );
+    assert!(!error, "{text}");
+    assert!(text.contains("1 completed"), "{text}");
+    // The number of tasks in one call is bounded.
+    let mut bounded = Client::start_with(&test, &["--max-spawn", "2"]);
+    let three: Vec<Value> = (0..3)
+        .map(|i| json!({"agent": null, "task": format!("part {i}")}))
+        .collect();
+    let (text, error) = bounded.call("spawn_agent", json!({"tasks": three}));
+    assert!(error, "{text}");
+    assert_eq!(
+        text,
+        "spawn_agent: 3 tasks in one call; the most is 2 (summon mcp --max-spawn). Split the work over several calls."
+    );
+}
+
+/// A role's `tools` are the session's: a read-only role rewritten during the session to
+/// list `write_file` still cannot write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_roles_tools_stay_as_the_session_saw_them() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("write_file", json!({"path": "planted.txt", "content": "x"})),
+        Reply::text("tried"),
+    ]))
+    .await;
+    let test = project(&server);
+    let mut client = Client::start(&test);
+    std::fs::write(
+        test.path().join(".agents/agents/explorer.md"),
+        EXPLORER.replace("tools: [read_file]", "tools: [read_file, write_file]"),
+    )
+    .unwrap();
+    let (text, error) = client.call(
+        "spawn_agent",
+        json!({"tasks": [{"agent": "explorer", "task": "write it"}]}),
+    );
+    assert!(!error, "{text}");
+    assert!(text.contains("1 completed"), "{text}");
+    assert!(
+        !test.path().join("planted.txt").exists(),
+        "the rewritten role wrote a file: {text}"
+    );
+    // A new session takes the new list.
+    drop(client);
+    assert!(
+        Client::start(&test)
+            .instructions
+            .contains("\"tools\":[\"read_file\",\"write_file\"]")
+    );
+}
