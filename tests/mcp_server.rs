@@ -241,7 +241,7 @@ async fn the_catalog_is_in_the_instructions_and_load_lists_and_loads() {
     assert!(error);
     assert_eq!(
         spawned,
-        "Subagent \"reviewer\" is not in this session's catalog. Use a name from it, or null for a general subagent."
+        "Subagent \"reviewer\" is not in this session's catalog. Use a name from it, or null for a general subagent. The names: explorer."
     );
     assert!(server.requests().is_empty(), "nothing was started");
     assert!(client.close().success());
@@ -649,7 +649,7 @@ fn the_python_sdk_client_lists_and_calls_every_tool() {
     assert_eq!(steps[5]["is_error"], true);
     assert_eq!(
         steps[5]["text"],
-        "Subagent \"nobody\" is not in this session's catalog. Use a name from it, or null for a general subagent."
+        "Subagent \"nobody\" is not in this session's catalog. Use a name from it, or null for a general subagent. The names: explorer."
     );
 }
 
@@ -1285,7 +1285,7 @@ async fn a_stopped_server_leaves_no_foreground_work_within_a_second() {
         };
         assert_eq!(status(&foreground).as_deref(), Some("cancelled"), "{how}");
         assert_eq!(status(&background).as_deref(), Some("running"), "{how}");
-        assert_eq!(worker_pids(&background).len(), 1, "{how}");
+        assert!(!worker_pids(&background).is_empty(), "{how}");
         // The background task is the test's to end.
         test.command()
             .args(["load", &background, "--cancel"])
@@ -1412,5 +1412,36 @@ async fn a_roles_tools_stay_as_the_session_saw_them() {
         Client::start(&test)
             .instructions
             .contains("\"tools\":[\"read_file\",\"write_file\"]")
+    );
+}
+
+/// An async result carries its task id where hosts read data, not only in its text; a
+/// `spawn_agent` call whose every task failed is an error.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_async_result_carries_its_task_id_and_an_all_failed_spawn_is_an_error() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("done"))).await;
+    let test = project(&server);
+    let mut client = Client::start(&test);
+    let response = client.request(
+        "tools/call",
+        json!({"name": "delegate", "arguments": {"instructions": "later", "async": true}}),
+    );
+    let result = &response["result"];
+    let text = result["content"][0]["text"].as_str().unwrap();
+    let id = result["structuredContent"]["task_id"].as_str().unwrap();
+    assert!(
+        text.starts_with(&format!("Task started in background: {id} ")),
+        "{text}"
+    );
+    assert_eq!(result["_meta"]["summon/task_id"], id);
+    std::fs::remove_file(test.path().join(".agents/agents/explorer.md")).unwrap();
+    let (text, error) = client.call(
+        "spawn_agent",
+        json!({"tasks": [{"agent": "explorer", "task": "a"}, {"agent": "explorer", "task": "b"}]}),
+    );
+    assert!(error, "{text}");
+    assert!(
+        text.starts_with("Subagent results: 2 tasks, 0 completed, 2 failed, 0 cancelled."),
+        "{text}"
     );
 }

@@ -276,7 +276,9 @@ impl crate::subagent::Loader for ProjectLoader {
             interrupted: &|| false,
             answer: &|_, answer| answer.to_owned(),
             tool: "load",
-            owned: None,
+            // A subagent starts no task (delegations cannot nest): it may not read, collect
+            // or cancel another caller's.
+            owned: Some(&|_| false),
         }
         .load(source, peek, cancel)
     }

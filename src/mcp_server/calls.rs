@@ -31,6 +31,8 @@ pub(super) const NESTED: &str = "Delegated tasks cannot spawn further delegation
 pub(super) struct Reply {
     pub(super) text: String,
     pub(super) error: bool,
+    /// The background task it started, for `structuredContent` and `_meta`.
+    pub(super) task: Option<TaskId>,
 }
 
 impl Reply {
@@ -38,6 +40,7 @@ impl Reply {
         Self {
             text: text.into(),
             error: false,
+            task: None,
         }
     }
 
@@ -45,6 +48,7 @@ impl Reply {
         Self {
             text: text.into(),
             error: true,
+            task: None,
         }
     }
 }
@@ -301,6 +305,7 @@ pub(super) fn task_state(
     let done = view.task.status.is_terminal().then(|| Reply {
         text: result_text(shared, &view),
         error: view.task.status != TaskStatus::Completed,
+        task: None,
     });
     Ok((view.task, done))
 }
@@ -337,12 +342,14 @@ fn delegate(call: &Call<'_>, map: &Object) -> Result<Reply, String> {
         } else {
             ""
         };
-        return Ok(Reply::ok(format!(
+        let mut reply = Reply::ok(format!(
             "Task started in background: {id} (\"{description}\"){queued}\n\
 Continue with other work. When you need the result, use load(source: \"{id}\").",
             id = started.id,
             description = started.description,
-        )));
+        ));
+        reply.task = Some(started.id);
+        return Ok(reply);
     }
     let label = request.source.clone().unwrap_or_else(|| "task".into());
     let held = allowance(shared, call.session, &config)?;
@@ -353,6 +360,7 @@ Continue with other work. When you need the result, use load(source: \"{id}\")."
     Ok(Reply {
         text,
         error: failed,
+        task: None,
     })
 }
 
@@ -522,8 +530,18 @@ fn spawn_agent(call: &Call<'_>, map: &Object) -> Result<Reply, String> {
                 .get(name)
                 .is_some_and(|s| s.kind == SourceKind::Agent);
             if !known {
+                let names: Vec<&str> = shared
+                    .listing
+                    .of_kind(SourceKind::Agent)
+                    .map(|s| s.name.as_str())
+                    .collect();
+                let names = if names.is_empty() {
+                    "The catalog is empty.".to_owned()
+                } else {
+                    format!("The names: {}.", names.join(", "))
+                };
                 return Err(format!(
-                    "Subagent \"{}\" is not in this session's catalog. Use a name from it, or null for a general subagent.",
+                    "Subagent \"{}\" is not in this session's catalog. Use a name from it, or null for a general subagent. {names}",
                     crate::text::printable(name)
                 ));
             }
@@ -597,6 +615,10 @@ fn spawn_agent(call: &Call<'_>, map: &Object) -> Result<Reply, String> {
             text.push_str(&body);
             text.push('\n');
         }
+    }
+    // Every task failed or was cancelled: the call failed.
+    if count("completed") == 0 {
+        return Ok(Reply::error(text));
     }
     Ok(Reply::ok(text))
 }

@@ -291,13 +291,23 @@ fn traced_env<'a>(shared: &'a Shared, trace: Option<&str>) -> std::borrow::Cow<'
 }
 
 /// A reply as the protocol's tool result.
+/// A background task's id also goes in `structuredContent` and `_meta`, for hosts that read
+/// them rather than the text.
 fn tool_result(reply: calls::Reply) -> CallToolResult {
     let content = vec![ContentBlock::text(reply.text)];
-    if reply.error {
+    let mut result = if reply.error {
         CallToolResult::error(content)
     } else {
         CallToolResult::success(content)
+    };
+    if let Some(id) = reply.task {
+        let id = id.to_string();
+        result.structured_content = Some(serde_json::json!({"task_id": id}));
+        let mut meta = serde_json::Map::new();
+        meta.insert("summon/task_id".to_owned(), serde_json::Value::String(id));
+        result.meta = Some(rmcp::model::MetaObject(meta));
     }
+    result
 }
 
 /// A task of the store as the tasks extension shows it: its id, status and last change.

@@ -198,5 +198,6 @@ fn render(shared: &Shared, result: &Value, out: Option<&str>, errors: &[String])
     Reply {
         text,
         error: failed,
+        task: None,
     }
 }
