@@ -229,7 +229,9 @@ pub(crate) struct McpArgs {
     /// answers that the task is still running (hosts abort tool calls that stay quiet).
     #[arg(long, value_name = "SECS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub(crate) load_wait: u64,
-    /// Serve streamable HTTP at `http://ADDR/mcp` instead of stdio (ADDR: `127.0.0.1:8765`).
+    /// Serve streamable HTTP at `http://ADDR/mcp` instead of stdio (ADDR: `127.0.0.1:8765`);
+    /// every request needs `Authorization: Bearer TOKEN`, the token written at start to a file
+    /// only the user can read, whose path is printed.
     #[arg(long, value_name = "ADDR")]
     pub(crate) http: Option<std::net::SocketAddr>,
     /// With --http: allow an address that is not loopback. Anyone who reaches it can run

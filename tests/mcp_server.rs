@@ -725,6 +725,14 @@ fn the_python_sdk_client_reaches_the_http_server() {
         .strip_prefix("summon: serving MCP at ")
         .unwrap_or_else(|| panic!("no address: {line}"))
         .to_owned();
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let token_file = line
+        .trim()
+        .rsplit_once(" the token in ")
+        .unwrap_or_else(|| panic!("no token file: {line}"))
+        .1
+        .to_owned();
     let script = json!([
         {"list": true},
         {"call": "delegate", "arguments": {"instructions": "read notes.md"}, "progress": true},
@@ -737,6 +745,7 @@ fn the_python_sdk_client_reaches_the_http_server() {
         .arg(script.to_string())
         .current_dir(test.path())
         .env("PYTHONPATH", &packages)
+        .env("SUMMON_MCP_TOKEN_FILE", &token_file)
         .output()
         .expect("run python3");
     let _ = child.kill();
