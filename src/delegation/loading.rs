@@ -276,9 +276,7 @@ impl crate::subagent::Loader for ProjectLoader {
             interrupted: &|| false,
             answer: &|_, answer| answer.to_owned(),
             tool: "load",
-            // A subagent starts no task (delegations cannot nest): it may not read, collect
-            // or cancel another caller's.
-            owned: Some(&|_| false),
+            owned: None,
         }
         .load(source, peek, cancel)
     }
