@@ -231,13 +231,36 @@ pub(crate) struct McpArgs {
     /// answers that the task is still running (hosts abort tool calls that stay quiet).
     #[arg(long, value_name = "SECS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub(crate) load_wait: u64,
-    /// Serve streamable HTTP at `http://ADDR/mcp` instead of stdio (ADDR: `127.0.0.1:8765`).
+    /// Serve streamable HTTP at `http://ADDR/mcp` instead of stdio (ADDR: `127.0.0.1:8765`);
+    /// every request needs `Authorization: Bearer TOKEN`, the token written at start to a file
+    /// only the user can read, whose path is printed.
     #[arg(long, value_name = "ADDR")]
     pub(crate) http: Option<std::net::SocketAddr>,
     /// With --http: allow an address that is not loopback. Anyone who reaches it can run
     /// subagents with this project's credentials.
     #[arg(long, requires = "http")]
     pub(crate) allow_remote: bool,
+    /// Serve streamable HTTP on a UNIX socket at PATH (made readable and writable by its owner
+    /// only) instead of stdio; no token is needed there.
+    #[arg(long, value_name = "PATH", conflicts_with = "http")]
+    pub(crate) socket: Option<std::path::PathBuf>,
+    /// Let every session see, collect and cancel all of the project's background tasks, not
+    /// only the ones it started.
+    #[arg(long)]
+    pub(crate) share_tasks: bool,
+    /// The most tasks one `spawn_agent` call may run.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) max_spawn: u32,
+    /// The spend cap in USD of each session, every call's tasks together (default: the config
+    /// file's `max_cost`).
+    #[arg(long, value_name = "USD", value_parser = usd)]
+    pub(crate) max_cost: Option<f64>,
+    /// With --http or --socket: the most sessions alive at once.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub(crate) max_sessions: u32,
+    /// With --http or --socket: a session that has called no tool ends after this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub(crate) idle_session_secs: u64,
 }
 
 #[derive(Debug, Clone, Args)]

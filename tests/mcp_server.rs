@@ -241,7 +241,7 @@ async fn the_catalog_is_in_the_instructions_and_load_lists_and_loads() {
     assert!(error);
     assert_eq!(
         spawned,
-        "Subagent \"reviewer\" is not in this session's catalog. Use a name from it, or null for a general subagent."
+        "Subagent \"reviewer\" is not in this session's catalog. Use a name from it, or null for a general subagent. The names: explorer."
     );
     assert!(server.requests().is_empty(), "nothing was started");
     assert!(client.close().success());
@@ -306,8 +306,17 @@ async fn an_async_delegation_is_collected_by_a_later_session_and_by_the_cli() {
         .unwrap()
         .to_owned();
     assert!(client.close().success());
-    // A later session collects it.
-    let mut client = Client::start(&test);
+    // Another session neither sees it nor collects it...
+    let mut other = Client::start(&test);
+    let (listed, _) = other.call("load", json!({}));
+    assert!(!listed.contains(&id), "{listed}");
+    let (refused, error) = other.call("load", json!({"source": id}));
+    assert!(error, "{refused}");
+    let (refused, error) = other.call("load", json!({"source": id, "cancel": true}));
+    assert!(error && refused.contains(&id), "{refused}");
+    drop(other);
+    // ...unless the server shares the project's tasks: a later session collects it.
+    let mut client = Client::start_with(&test, &["--share-tasks"]);
     let (result, error) = client.call("load", json!({"source": id}));
     assert!(!error, "{result}");
     assert!(result.contains("Status: completed"), "{result}");
@@ -331,7 +340,7 @@ async fn load_of_a_running_task_waits_a_bounded_time() {
         .unwrap()
         .to_owned();
     drop(client);
-    let mut short = Client::start_with(&test, &["--load-wait", "1"]);
+    let mut short = Client::start_with(&test, &["--load-wait", "1", "--share-tasks"]);
     let (waited, error) = short.call("load", json!({"source": id}));
     assert!(!error, "{waited}");
     assert!(waited.contains("is still running"), "{waited}");
@@ -640,7 +649,7 @@ fn the_python_sdk_client_lists_and_calls_every_tool() {
     assert_eq!(steps[5]["is_error"], true);
     assert_eq!(
         steps[5]["text"],
-        "Subagent \"nobody\" is not in this session's catalog. Use a name from it, or null for a general subagent."
+        "Subagent \"nobody\" is not in this session's catalog. Use a name from it, or null for a general subagent. The names: explorer."
     );
 }
 
@@ -716,6 +725,14 @@ fn the_python_sdk_client_reaches_the_http_server() {
         .strip_prefix("summon: serving MCP at ")
         .unwrap_or_else(|| panic!("no address: {line}"))
         .to_owned();
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let token_file = line
+        .trim()
+        .rsplit_once(" the token in ")
+        .unwrap_or_else(|| panic!("no token file: {line}"))
+        .1
+        .to_owned();
     let script = json!([
         {"list": true},
         {"call": "delegate", "arguments": {"instructions": "read notes.md"}, "progress": true},
@@ -728,6 +745,7 @@ fn the_python_sdk_client_reaches_the_http_server() {
         .arg(script.to_string())
         .current_dir(test.path())
         .env("PYTHONPATH", &packages)
+        .env("SUMMON_MCP_TOKEN_FILE", &token_file)
         .output()
         .expect("run python3");
     let _ = child.kill();
@@ -1165,4 +1183,274 @@ async fn each_call_is_a_span_under_the_clients_context_and_its_worker_joins_it()
     assert_ne!(load.trace_id, call.trace_id);
     assert!(load.parent_span_id.is_empty());
     assert_eq!(attr(load, "error.type"), Some(json!("tool_error")));
+}
+
+/// The processes whose command line is `summon __worker ID`.
+fn worker_pids(id: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                let words: Vec<&[u8]> = line.split(|b| *b == 0).collect();
+                words.len() >= 3 && words[1] == b"__worker" && words[2] == id.as_bytes()
+            })
+        })
+        .collect()
+}
+
+/// A process that exists and is not a zombie (a zombie means no one reaped it).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// A host that stops the server mid-call (closes stdin, sends SIGTERM or SIGINT) leaves no
+/// subagent behind: the worker of the foreground task is gone, reaped, within a second, and
+/// the task is not `running`; an `async` task keeps running.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_server_leaves_no_foreground_work_within_a_second() {
+    for how in ["stdin", "SIGTERM", "SIGINT"] {
+        let server = MockServer::start(
+            MockConfig::new().default_reply(Reply::text("late").delayed(Duration::from_secs(60))),
+        )
+        .await;
+        let test = project(&server);
+        let mut client = Client::start(&test);
+        let (text, error) = client.call(
+            "delegate",
+            json!({"instructions": "background", "async": true}),
+        );
+        assert!(!error, "{text}");
+        client.next += 1;
+        let id = client.next;
+        client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "delegate", "arguments": {"instructions": "foreground"}}}));
+        support::wait_for(
+            Duration::from_secs(30),
+            "both tasks to ask the model",
+            || server.in_flight() == 2,
+        );
+        let tasks = tasks_json(&test);
+        let id_of = |description: &str| {
+            tasks
+                .iter()
+                .find(|t| t["description"] == description)
+                .and_then(|t| t["id"].as_str())
+                .unwrap()
+                .to_owned()
+        };
+        let (foreground, background) = (id_of("foreground"), id_of("background"));
+        let workers = worker_pids(&foreground);
+        assert_eq!(workers.len(), 1, "{how}: no worker of {foreground}");
+        let server_pid = client.child.id();
+        let stopped = std::time::Instant::now();
+        match how {
+            "stdin" => drop(client.stdin.take()),
+            signal => {
+                let status = std::process::Command::new("kill")
+                    .args([&format!("-{}", &signal[3..]), &server_pid.to_string()])
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+            }
+        }
+        // Polled, not slept: the worker is gone (reaped, not a zombie) within the bound.
+        let gone = loop {
+            let alive: Vec<u32> = workers
+                .iter()
+                .copied()
+                .filter(|pid| process_state(*pid).is_some())
+                .collect();
+            if alive.is_empty() {
+                break stopped.elapsed();
+            }
+            assert!(
+                stopped.elapsed() < Duration::from_secs(10),
+                "{how}: the worker is still there after 10 s: {:?}",
+                alive
+                    .iter()
+                    .map(|p| (p, process_state(*p)))
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(
+            gone < Duration::from_secs(1),
+            "{how}: the worker lived {gone:?} after the host stopped"
+        );
+        let status = client.child.wait().unwrap();
+        match how {
+            "stdin" => assert!(status.success(), "{status}"),
+            _ => assert!(!status.success(), "{status}"),
+        }
+        let tasks = tasks_json(&test);
+        let status = |id: &str| {
+            tasks
+                .iter()
+                .find(|t| t["id"] == id)
+                .map(|t| t["status"].as_str().unwrap().to_owned())
+        };
+        assert_eq!(status(&foreground).as_deref(), Some("cancelled"), "{how}");
+        assert_eq!(status(&background).as_deref(), Some("running"), "{how}");
+        assert!(!worker_pids(&background).is_empty(), "{how}");
+        // The background task is the test's to end.
+        test.command()
+            .args(["load", &background, "--cancel"])
+            .output()
+            .unwrap();
+        assert!(worker_pids(&background).is_empty(), "{how}");
+    }
+}
+
+/// `run_pipeline` runs a pipeline only when the user trusts it, and never one written after
+/// the server started (a subagent of the session may have written it), trusted or not.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_pipeline_refuses_untrusted_pipelines_and_ones_written_during_the_session() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ran"))).await;
+    let pipe =
+        "version: 1\nname: one\nsteps:\n  - id: only\n    delegate:\n      instructions: say it\n";
+    let untrusted = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-key")
+        .env("SUMMON_MODEL", "mock-model")
+        .write("pipe.yaml", pipe);
+    let mut client = Client::start(&untrusted);
+    let (text, error) = client.call("run_pipeline", json!({"path": "pipe.yaml"}));
+    assert!(error, "{text}");
+    assert_eq!(
+        text,
+        "run_pipeline: pipe.yaml is not run: this project is not trusted. A pipeline can start commands, so run_pipeline runs only pipelines the user trusts. Ask the user to read it and trust it (`summon trust`, or start summon mcp with --trust)."
+    );
+    drop(client);
+    let trusted = project(&server).write("pipe.yaml", pipe);
+    let mut client = Client::start(&trusted);
+    let (text, error) = client.call("run_pipeline", json!({"path": "pipe.yaml"}));
+    assert!(!error, "{text}");
+    assert!(text.trim_end().ends_with("ran"), "{text}");
+    // Written during the session, as a subagent's write_file would.
+    std::fs::write(trusted.path().join("evil.yaml"), pipe).unwrap();
+    let (text, error) = client.call("run_pipeline", json!({"path": "evil.yaml"}));
+    assert!(error, "{text}");
+    assert!(
+        text.starts_with("run_pipeline: evil.yaml was written or changed after this MCP server started, so it is not run"),
+        "{text}"
+    );
+    // Renamed over a file that was there: its change time is new too.
+    std::fs::rename(
+        trusted.path().join("evil.yaml"),
+        trusted.path().join("pipe.yaml"),
+    )
+    .unwrap();
+    let (text, error) = client.call("run_pipeline", json!({"path": "pipe.yaml"}));
+    assert!(error && text.contains("written or changed after"), "{text}");
+}
+
+/// `max_cost` holds for a whole `spawn_agent` call: its tasks share the cap, so four tasks
+/// whose worst case fits the cap one at a time do not start together; and a running task
+/// holds the session's cap until it ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn max_cost_holds_for_a_whole_spawn_agent_call_and_for_the_session() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("done"))).await;
+    // $0.001 a token: a task's worst case (25 turns of its input and 1,000 output tokens)
+    // is $40-60, within the $120 cap, but not within a quarter of it.
+    let test = project(&server).write(
+        "summon.yaml",
+        "prices:\n  mock-model: {input: 1000, output: 1000}\nmax_output_tokens: 1000\nmax_cost: 120\n",
+    );
+    let mut client = Client::start(&test);
+    let four: Vec<Value> = (0..4)
+        .map(|i| json!({"agent": null, "task": format!("part {i}")}))
+        .collect();
+    let (text, _) = client.call("spawn_agent", json!({"tasks": four}));
+    assert!(
+        text.starts_with("Subagent results: 4 tasks, 0 completed, 4 failed, 0 cancelled."),
+        "{text}"
+    );
+    assert!(text.contains("budget reached"), "{text}");
+    assert_eq!(server.request_count(), 0, "a request was sent past the cap");
+    let (text, error) = client.call(
+        "spawn_agent",
+        json!({"tasks": [{"agent": null, "task": "whole"}]}),
+    );
+    assert!(!error, "{text}");
+    assert!(text.contains("1 completed"), "{text}");
+    // The number of tasks in one call is bounded.
+    let mut bounded = Client::start_with(&test, &["--max-spawn", "2"]);
+    let three: Vec<Value> = (0..3)
+        .map(|i| json!({"agent": null, "task": format!("part {i}")}))
+        .collect();
+    let (text, error) = bounded.call("spawn_agent", json!({"tasks": three}));
+    assert!(error, "{text}");
+    assert_eq!(
+        text,
+        "spawn_agent: 3 tasks in one call; the most is 2 (summon mcp --max-spawn). Split the work over several calls."
+    );
+}
+
+/// A role's `tools` are the session's: a read-only role rewritten during the session to
+/// list `write_file` still cannot write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_roles_tools_stay_as_the_session_saw_them() {
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_call("write_file", json!({"path": "planted.txt", "content": "x"})),
+        Reply::text("tried"),
+    ]))
+    .await;
+    let test = project(&server);
+    let mut client = Client::start(&test);
+    std::fs::write(
+        test.path().join(".agents/agents/explorer.md"),
+        EXPLORER.replace("tools: [read_file]", "tools: [read_file, write_file]"),
+    )
+    .unwrap();
+    let (text, error) = client.call(
+        "spawn_agent",
+        json!({"tasks": [{"agent": "explorer", "task": "write it"}]}),
+    );
+    assert!(!error, "{text}");
+    assert!(text.contains("1 completed"), "{text}");
+    assert!(
+        !test.path().join("planted.txt").exists(),
+        "the rewritten role wrote a file: {text}"
+    );
+    // A new session takes the new list.
+    drop(client);
+    assert!(
+        Client::start(&test)
+            .instructions
+            .contains("\"tools\":[\"read_file\",\"write_file\"]")
+    );
+}
+
+/// An async result carries its task id where hosts read data, not only in its text; a
+/// `spawn_agent` call whose every task failed is an error.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_async_result_carries_its_task_id_and_an_all_failed_spawn_is_an_error() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("done"))).await;
+    let test = project(&server);
+    let mut client = Client::start(&test);
+    let response = client.request(
+        "tools/call",
+        json!({"name": "delegate", "arguments": {"instructions": "later", "async": true}}),
+    );
+    let result = &response["result"];
+    let text = result["content"][0]["text"].as_str().unwrap();
+    let id = result["structuredContent"]["task_id"].as_str().unwrap();
+    assert!(
+        text.starts_with(&format!("Task started in background: {id} ")),
+        "{text}"
+    );
+    assert_eq!(result["_meta"]["summon/task_id"], id);
+    std::fs::remove_file(test.path().join(".agents/agents/explorer.md")).unwrap();
+    let (text, error) = client.call(
+        "spawn_agent",
+        json!({"tasks": [{"agent": "explorer", "task": "a"}, {"agent": "explorer", "task": "b"}]}),
+    );
+    assert!(error, "{text}");
+    assert!(
+        text.starts_with("Subagent results: 2 tasks, 0 completed, 2 failed, 0 cancelled."),
+        "{text}"
+    );
 }

@@ -38,6 +38,7 @@ mod load;
 mod mcp;
 mod mcp_conditions;
 mod mcp_names;
+mod mcp_owner;
 mod mcp_server;
 mod new;
 mod pipeline_edges;

@@ -448,7 +448,7 @@ async fn peek_says_initialising_before_the_first_reply() {
     let peek = p.ok(&["load", &id, "--peek"]);
     assert!(
         peek.stdout
-            .contains("Task is initialising (no activity yet)."),
+            .contains("Task is initialising (no tool activity yet)."),
         "{}",
         peek.stdout
     );

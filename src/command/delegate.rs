@@ -329,6 +329,7 @@ fn request_from_args(args: &DelegateArgs, ctx: &Ctx) -> Result<DelegationRequest
         working_dir: args.working_dir.clone(),
         sandbox: args.sandbox.sandbox,
         network: args.sandbox.network.then_some(true),
+        role_tools: None,
     })
 }
 

@@ -137,8 +137,14 @@ fn spawn_worker(store: &Store, id: &TaskId, env: &Env) -> std::io::Result<u32> {
     }
     let mut wrapped = CommandWrap::from(command);
     wrapped.wrap(ProcessSession);
-    let child = wrapped.spawn()?;
-    Ok(child.id())
+    let mut child = wrapped.spawn()?;
+    let pid = child.id();
+    // Waited for on a thread of its own, so a long-lived starter (`summon mcp`) keeps no
+    // zombie per task; a starter that exits first leaves the worker to init.
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
+    Ok(pid)
 }
 
 /// The work of a background task's worker process: waits for a slot when the task is

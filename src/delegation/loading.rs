@@ -27,6 +27,9 @@ pub(crate) struct Loading<'a> {
     pub(crate) answer: &'a (dyn Fn(&str, &str) -> String + Sync),
     /// How the reader calls `load` again (`load`, or `load` of the tool's own name).
     pub(crate) tool: &'a str,
+    /// The tasks the reader may see, collect and cancel (`None`: every task of the project);
+    /// any other task id reads as unknown.
+    pub(crate) owned: Option<&'a (dyn Fn(&TaskId) -> bool + Sync)>,
 }
 
 impl Loading<'_> {
@@ -117,7 +120,14 @@ Call {tool}(source: \"{id}\") again to keep waiting, with peek: true to check on
         TaskStore::open(self.env).map_err(|e| self.error_text(&e))
     }
 
+    fn may_see(&self, id: &TaskId) -> bool {
+        self.owned.is_none_or(|owned| owned(id))
+    }
+
     fn task_exists(&self, id: &TaskId) -> Result<bool, String> {
+        if !self.may_see(id) {
+            return Ok(false);
+        }
         let Some(tasks) = TaskStore::open_existing(self.env).map_err(|e| self.error_text(&e))?
         else {
             return Ok(false);
@@ -137,6 +147,10 @@ Call {tool}(source: \"{id}\") again to keep waiting, with peek: true to check on
             let done = tasks
                 .list(crate::store::TaskFilter::Finished)
                 .map_err(|e| e.to_string())?;
+            let done: Vec<_> = done
+                .into_iter()
+                .filter(|view| self.may_see(&view.task.id))
+                .collect();
             if !done.is_empty() {
                 text.push_str("Completed tasks awaiting retrieval:\n");
                 text.push_str(&awaiting_lines(done.iter().map(|view| &view.task)));
@@ -262,6 +276,7 @@ impl crate::subagent::Loader for ProjectLoader {
             interrupted: &|| false,
             answer: &|_, answer| answer.to_owned(),
             tool: "load",
+            owned: None,
         }
         .load(source, peek, cancel)
     }

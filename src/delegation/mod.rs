@@ -17,7 +17,7 @@ mod test_support;
 pub(crate) use background::{Started, run_worker, start};
 pub(crate) use collect::{CollectError, cancel, cancel_grace, peek, wait};
 pub(crate) use prepare::{Draft, PrepareError, Prepared, Request, Resolver, draft, prepare_with};
-pub(crate) use request::DelegationRequest;
+pub(crate) use request::{DelegationRequest, RoleTools};
 pub(crate) use run::{DelegationOutcome, Observer, run};
 pub(crate) use sources::{
     LoadedSource, SourceList, list as list_sources, load as load_source, tools_line,

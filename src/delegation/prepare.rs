@@ -51,6 +51,9 @@ pub(crate) struct Request {
     /// A pipeline task: written inline (no source), it gets only the tools its step names
     /// (`extensions:`, `tools:`), not the file tools `summon delegate --instructions` has.
     pub(crate) named_tools_only: bool,
+    /// An agent source's `tools` as a `summon mcp` session's catalog froze them, over the
+    /// file's own (`Some(None)`: the role lists none, so it has every tool).
+    pub(crate) role_tools: Option<Option<Vec<crate::agent::ToolRef>>>,
 }
 
 /// A delegation ready to run.
@@ -409,7 +412,10 @@ pub(crate) fn draft(
                         extensions: Vec::new(),
                         no_extensions: false,
                         file: None,
-                        narrow: agent.tools.clone(),
+                        narrow: request
+                            .role_tools
+                            .clone()
+                            .unwrap_or_else(|| agent.tools.clone()),
                     },
                 )
             }

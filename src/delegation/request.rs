@@ -38,6 +38,17 @@ pub(crate) struct DelegationRequest {
     /// `--flex-fallback standard`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) flex_fallback: bool,
+    /// An agent source's `tools` frozen by a `summon mcp` session's catalog, over what its
+    /// file lists when the task starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) role_tools: Option<RoleTools>,
+}
+
+/// A role's tool list as a session's catalog froze it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RoleTools {
+    /// `None`: the role lists no tools (it has every tool).
+    pub(crate) tools: Option<Vec<String>>,
 }
 
 impl DelegationRequest {
@@ -88,6 +99,14 @@ impl DelegationRequest {
             context_window: None,
             tools: None,
             named_tools_only: false,
+            role_tools: self.role_tools.as_ref().map(|frozen| {
+                frozen.tools.as_ref().map(|listed| {
+                    listed
+                        .iter()
+                        .map(|raw| crate::agent::ToolRef::new(raw.clone(), Default::default()))
+                        .collect()
+                })
+            }),
         }
     }
 }

@@ -148,7 +148,7 @@ impl TaskView {
         if task.status.is_terminal() {
             text.push_str(&format!("Finished: collect it with {collect}.\n"));
         } else if self.initialising() {
-            text.push_str("Task is initialising (no activity yet).\n");
+            text.push_str("Task is initialising (no tool activity yet).\n");
         }
         if !task.recent_tool_calls.is_empty() {
             text.push_str(&format!(

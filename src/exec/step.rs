@@ -853,6 +853,7 @@ pub(super) fn task_request(step: &StepConfig, rendered: &Rendered) -> Request {
         context_window: step.context_window,
         tools: step.tools.clone(),
         named_tools_only: true,
+        role_tools: None,
     }
 }
 

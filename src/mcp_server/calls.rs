@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::args::{Args, Object};
+use super::session::Session;
 use super::tools::{DELEGATE, LOAD, RUN_PIPELINE, SPAWN_AGENT};
 use super::{Progress, Shared};
 use crate::config::load_config;
@@ -30,6 +31,8 @@ pub(super) const NESTED: &str = "Delegated tasks cannot spawn further delegation
 pub(super) struct Reply {
     pub(super) text: String,
     pub(super) error: bool,
+    /// The background task it started, for `structuredContent` and `_meta`.
+    pub(super) task: Option<TaskId>,
 }
 
 impl Reply {
@@ -37,6 +40,7 @@ impl Reply {
         Self {
             text: text.into(),
             error: false,
+            task: None,
         }
     }
 
@@ -44,29 +48,74 @@ impl Reply {
         Self {
             text: text.into(),
             error: true,
+            task: None,
         }
     }
 }
 
-/// Runs the tool `name`; argument errors and refusals are error replies naming the key.
-pub(super) fn call(
-    shared: &Shared,
-    name: &str,
-    args: &Object,
-    progress: &Progress,
-    cancel: &CancellationToken,
-) -> Reply {
-    if shared.nested && [DELEGATE, SPAWN_AGENT, RUN_PIPELINE].contains(&name) {
-        return Reply::error(NESTED);
+/// One tool call: the server, the client's session, where its progress goes and whether
+/// the client cancelled it.
+pub(super) struct Call<'a> {
+    pub(super) shared: &'a Shared,
+    pub(super) session: &'a Session,
+    pub(super) progress: &'a Progress,
+    pub(super) cancel: &'a CancellationToken,
+}
+
+impl Call<'_> {
+    /// Runs the tool `name`; argument errors and refusals are error replies naming the key.
+    pub(super) fn run(&self, name: &str, args: &Object) -> Reply {
+        let shared = self.shared;
+        if shared.nested && [DELEGATE, SPAWN_AGENT, RUN_PIPELINE].contains(&name) {
+            return Reply::error(NESTED);
+        }
+        let result = match name {
+            LOAD => load(shared, self.session, args, self.cancel),
+            DELEGATE => delegate(self, args),
+            SPAWN_AGENT => spawn_agent(self, args),
+            RUN_PIPELINE => super::pipeline::run(shared, args, self.progress, self.cancel),
+            _ => Err(format!("Unknown tool `{}`", crate::text::printable(name))),
+        };
+        result.unwrap_or_else(Reply::error)
     }
-    let result = match name {
-        LOAD => load(shared, args, cancel),
-        DELEGATE => delegate(shared, args, progress, cancel),
-        SPAWN_AGENT => spawn_agent(shared, args, progress, cancel),
-        RUN_PIPELINE => super::pipeline::run(shared, args, progress, cancel),
-        _ => Err(format!("unknown tool `{}`", crate::text::printable(name))),
+}
+
+/// The spend a new call may have: the session's cap (`--max-cost`, else the config file's
+/// `max_cost`) less what the session's tasks spent or may still spend, held for the call
+/// until its tasks are started; `None` without a cap.
+fn allowance<'a>(
+    shared: &Shared,
+    session: &'a Session,
+    config: &crate::config::Config,
+) -> Result<Option<super::session::Held<'a>>, String> {
+    let Some(cap) = shared.options.max_cost.or(config.max_cost) else {
+        return Ok(None);
     };
-    result.unwrap_or_else(Reply::error)
+    let tasks = open_tasks(shared)?;
+    session
+        .hold(cap, &tasks, config)
+        .map(Some)
+        .map_err(|committed| {
+            format!(
+                "This session's spend cap of {} is reached: its tasks spent or may still spend {}. \
+A running task holds what it may spend until it ends. Start a new session, or raise the cap (summon mcp --max-cost, or max_cost in the config file).",
+                crate::output::fmt_cost(cap),
+                crate::output::fmt_cost(committed),
+            )
+        })
+}
+
+/// An agent's `tools` as the session's catalog froze them; `None` for any other source.
+fn frozen_tools(shared: &Shared, source: Option<&str>) -> Option<delegation::RoleTools> {
+    let name = source?;
+    shared
+        .listing
+        .sources
+        .iter()
+        .find(|s| s.name == name && s.kind == SourceKind::Agent)
+        .map(|s| delegation::RoleTools {
+            tools: s.tools.clone(),
+        })
 }
 
 /// An error as the model reads it: diagnostics rendered without colour.
@@ -74,20 +123,27 @@ pub(super) fn error_text(error: &Error, shared: &Shared) -> String {
     delegation::loading::error_text(error, &shared.env)
 }
 
-fn load(shared: &Shared, map: &Object, cancel: &CancellationToken) -> Result<Reply, String> {
+fn load(
+    shared: &Shared,
+    session: &Session,
+    map: &Object,
+    cancel: &CancellationToken,
+) -> Result<Reply, String> {
     let args = Args::new(LOAD, map, &["source", "peek", "cancel"])?;
     let source = args.string("source")?;
     let (peek, stop) = (args.boolean("peek")?, args.boolean("cancel")?);
     let interrupted = || cancel.is_cancelled() || shared.shutdown.is_cancelled();
     let answer = |id: &str, answer: &str| sized(shared, id, answer, ANSWER_LIMIT);
+    let owns = |id: &TaskId| session.owns(id);
     let mut text = delegation::loading::Loading {
         env: &shared.env,
         catalog: &shared.catalog,
         listing: &shared.listing,
-        wait: shared.load_wait,
+        wait: shared.options.load_wait,
         interrupted: &interrupted,
         answer: &answer,
         tool: LOAD,
+        owned: Some(&owns),
     }
     .load(source.as_deref(), peek, stop)?;
     if source.is_none() && !shared.nested && !shared.listing.sources.is_empty() {
@@ -107,10 +163,11 @@ fn result_text(shared: &Shared, view: &TaskView) -> String {
         env: &shared.env,
         catalog: &shared.catalog,
         listing: &shared.listing,
-        wait: shared.load_wait,
+        wait: shared.options.load_wait,
         interrupted: &|| false,
         answer: &answer,
         tool: LOAD,
+        owned: None,
     }
     .result_text(view)
 }
@@ -203,112 +260,129 @@ fn delegate_request(map: &Object) -> Result<(DelegationRequest, bool), String> {
 /// the store at once (queued when every slot is taken); its id is the protocol task's id.
 pub(super) fn start_task(
     shared: &Shared,
+    session: &Session,
     map: &Object,
     trace: Option<&str>,
 ) -> Result<crate::store::TaskRecord, String> {
-    let (request, _) = delegate_request(map)?;
+    let (mut request, _) = delegate_request(map)?;
     let (config, _) = load_config(&shared.env).map_err(|d| error_text(&Error::Input(d), shared))?;
+    request.role_tools = frozen_tools(shared, request.source.as_deref());
+    let held = allowance(shared, session, &config)?;
+    request.max_cost = held.as_ref().map(super::session::Held::amount);
     let env = super::traced_env(shared, trace);
     let started = delegation::start(&env, &config, &shared.catalog, &request, true)
         .map_err(|e| error_text(&e, shared))?;
+    session.started(started.id, request.max_cost);
+    drop(held);
     let tasks = open_tasks(shared)?;
     delegation::peek(&tasks, &started.id)
         .map(|view| view.task)
         .map_err(|e| e.to_string())
 }
 
+/// A task id of the session: another session's task, or one that does not exist, is
+/// unknown.
+fn own_task(session: &Session, id: &str) -> Result<TaskId, String> {
+    let unknown = || format!("unknown task `{}`", crate::text::printable(id));
+    let id: TaskId = id.parse().map_err(|_| unknown())?;
+    if session.owns(&id) {
+        Ok(id)
+    } else {
+        Err(unknown())
+    }
+}
+
 /// A task of the tasks extension as it is now: its record and, once it ended, the text a
 /// `delegate` call would have returned and whether that is an error.
 pub(super) fn task_state(
     shared: &Shared,
+    session: &Session,
     id: &str,
 ) -> Result<(crate::store::TaskRecord, Option<Reply>), String> {
-    let id: TaskId = id
-        .parse()
-        .map_err(|_| format!("unknown task `{}`", crate::text::printable(id)))?;
+    let id = own_task(session, id)?;
     let tasks = open_tasks(shared)?;
     let view = delegation::peek(&tasks, &id).map_err(|e| e.to_string())?;
     let done = view.task.status.is_terminal().then(|| Reply {
         text: result_text(shared, &view),
         error: view.task.status != TaskStatus::Completed,
+        task: None,
     });
     Ok((view.task, done))
 }
 
 /// `tasks/cancel`: the task's worker is asked to stop, then killed with its process group.
-pub(super) fn cancel_task(shared: &Shared, id: &str) -> Result<(), String> {
-    let id: TaskId = id
-        .parse()
-        .map_err(|_| format!("unknown task `{}`", crate::text::printable(id)))?;
+pub(super) fn cancel_task(shared: &Shared, session: &Session, id: &str) -> Result<(), String> {
+    let id = own_task(session, id)?;
     let tasks = open_tasks(shared)?;
     let grace = delegation::cancel_grace(&shared.env).map_err(|e| error_text(&e, shared))?;
     delegation::cancel(&tasks, &id, grace).map_err(|e| e.to_string())?;
     Ok(())
 }
 
-fn delegate(
-    shared: &Shared,
-    map: &Object,
-    progress: &Progress,
-    cancel: &CancellationToken,
-) -> Result<Reply, String> {
-    let (request, background) = delegate_request(map)?;
+fn delegate(call: &Call<'_>, map: &Object) -> Result<Reply, String> {
+    let shared = call.shared;
+    let (mut request, background) = delegate_request(map)?;
     let (config, _) = load_config(&shared.env).map_err(|d| error_text(&Error::Input(d), shared))?;
+    request.role_tools = frozen_tools(shared, request.source.as_deref());
     if background {
+        let held = allowance(shared, call.session, &config)?;
+        request.max_cost = held.as_ref().map(super::session::Held::amount);
         let started = delegation::start(
-            &progress.env(shared),
+            &call.progress.env(shared),
             &config,
             &shared.catalog,
             &request,
             false,
         )
         .map_err(|e| error_text(&e, shared))?;
+        call.session.started(started.id, request.max_cost);
+        drop(held);
         let queued = if started.status == TaskStatus::Queued {
             " (queued until a slot is free)"
         } else {
             ""
         };
-        return Ok(Reply::ok(format!(
+        let mut reply = Reply::ok(format!(
             "Task started in background: {id} (\"{description}\"){queued}\n\
 Continue with other work. When you need the result, use load(source: \"{id}\").",
             id = started.id,
             description = started.description,
-        )));
+        ));
+        reply.task = Some(started.id);
+        return Ok(reply);
     }
     let label = request.source.clone().unwrap_or_else(|| "task".into());
-    let view = foreground(
-        shared,
-        &config,
-        &shared.catalog,
-        &request,
-        &label,
-        progress,
-        cancel,
-    )?;
+    let held = allowance(shared, call.session, &config)?;
+    request.max_cost = held.as_ref().map(super::session::Held::amount);
+    let view = foreground(call, &config, &shared.catalog, &request, &label, held)?;
     let failed = view.task.status != TaskStatus::Completed;
     let text = result_text(shared, &view);
     Ok(Reply {
         text,
         error: failed,
+        task: None,
     })
 }
 
 /// Runs a delegation as a task of the store and waits for it, its tool calls sent as
-/// progress lines; a cancelled call (or a closed client) cancels the task.
+/// progress lines; a cancelled call (or a closed client) cancels the task. `held` is the
+/// session's spend held for it, given up once the task is recorded as the session's.
 fn foreground(
-    shared: &Shared,
+    call: &Call<'_>,
     config: &crate::config::Config,
     catalog: &Catalog,
     request: &DelegationRequest,
     label: &str,
-    progress: &Progress,
-    cancel: &CancellationToken,
+    held: Option<super::session::Held<'_>>,
 ) -> Result<TaskView, String> {
-    let started = delegation::start(&progress.env(shared), config, catalog, request, true)
+    let shared = call.shared;
+    let started = delegation::start(&call.progress.env(shared), config, catalog, request, true)
         .map_err(|e| error_text(&e, shared))?;
     let id = started.id;
+    call.session.started(id, request.max_cost);
+    drop(held);
     shared.track(id, true);
-    let outcome = watch(shared, id, label, progress, cancel);
+    let outcome = watch(shared, id, label, call.progress, call.cancel);
     shared.track(id, false);
     outcome
 }
@@ -351,7 +425,9 @@ fn watch(
         if !collected.still_running {
             return Ok(collected.view);
         }
-        if cancel.is_cancelled() || shared.shutdown.is_cancelled() {
+        // When the server stops, its own stop ends the task at once (the task stays
+        // tracked until then).
+        if cancel.is_cancelled() && !shared.shutdown.is_cancelled() {
             let grace =
                 delegation::cancel_grace(&shared.env).map_err(|e| error_text(&e, shared))?;
             let cancelled = delegation::cancel(&tasks, &id, grace).map_err(|e| e.to_string())?;
@@ -360,7 +436,6 @@ fn watch(
     }
 }
 
-/// One task of a `spawn_agent` call.
 struct SpawnTask {
     agent: Option<String>,
     task: String,
@@ -437,13 +512,16 @@ struct Spawned {
     text: String,
 }
 
-fn spawn_agent(
-    shared: &Shared,
-    map: &Object,
-    progress: &Progress,
-    cancel: &CancellationToken,
-) -> Result<Reply, String> {
+fn spawn_agent(call: &Call<'_>, map: &Object) -> Result<Reply, String> {
+    let shared = call.shared;
     let tasks = spawn_tasks(map)?;
+    let most = shared.options.max_spawn;
+    if tasks.len() > most {
+        return Err(format!(
+            "spawn_agent: {} tasks in one call; the most is {most} (summon mcp --max-spawn). Split the work over several calls.",
+            tasks.len()
+        ));
+    }
     // Every name is checked against the session's catalog before anything runs.
     for task in &tasks {
         if let Some(name) = &task.agent {
@@ -452,15 +530,29 @@ fn spawn_agent(
                 .get(name)
                 .is_some_and(|s| s.kind == SourceKind::Agent);
             if !known {
+                let names: Vec<&str> = shared
+                    .listing
+                    .of_kind(SourceKind::Agent)
+                    .map(|s| s.name.as_str())
+                    .collect();
+                let names = if names.is_empty() {
+                    "The catalog is empty.".to_owned()
+                } else {
+                    format!("The names: {}.", names.join(", "))
+                };
                 return Err(format!(
-                    "Subagent \"{}\" is not in this session's catalog. Use a name from it, or null for a general subagent.",
+                    "Subagent \"{}\" is not in this session's catalog. Use a name from it, or null for a general subagent. {names}",
                     crate::text::printable(name)
                 ));
             }
         }
     }
     let (config, _) = load_config(&shared.env).map_err(|d| error_text(&Error::Input(d), shared))?;
-    // The role text is read as each subagent starts: the definitions as they are now.
+    // The call's tasks share what the session may still spend, in equal parts: together
+    // they stay within it.
+    let held = allowance(shared, call.session, &config)?;
+    let share = held.as_ref().map(|held| held.amount() / tasks.len() as f64);
+    // The role text is read as each subagent starts; its tools are the session's.
     let current = crate::source::discover(crate::source::search_dirs(&shared.env));
     let total = tasks.len();
     let results: Vec<Spawned> = std::thread::scope(|scope| {
@@ -474,7 +566,7 @@ fn spawn_agent(
                         Some(name) => format!("{}/{total} {name}", i + 1),
                         None => format!("{}/{total}", i + 1),
                     };
-                    spawn_one(shared, config, current, task, &label, progress, cancel)
+                    spawn_one(call, config, current, task, &label, share)
                 })
             })
             .collect();
@@ -491,6 +583,7 @@ fn spawn_agent(
             })
             .collect()
     });
+    drop(held);
     let count = |status: &str| results.iter().filter(|r| r.status == status).count();
     let mut text = format!(
         "Subagent results: {total} tasks, {} completed, {} failed, {} cancelled.\n",
@@ -523,18 +616,22 @@ fn spawn_agent(
             text.push('\n');
         }
     }
+    // Every task failed or was cancelled: the call failed.
+    if count("completed") == 0 {
+        return Ok(Reply::error(text));
+    }
     Ok(Reply::ok(text))
 }
 
 fn spawn_one(
-    shared: &Shared,
+    call: &Call<'_>,
     config: &crate::config::Config,
     current: &Catalog,
     task: &SpawnTask,
     label: &str,
-    progress: &Progress,
-    cancel: &CancellationToken,
+    share: Option<f64>,
 ) -> Spawned {
+    let shared = call.shared;
     let not_started = |text: String| Spawned {
         status: "failed".into(),
         started: "not started".into(),
@@ -566,9 +663,11 @@ fn spawn_one(
     let request = DelegationRequest {
         source: task.agent.clone(),
         instructions: Some(task.task.clone()),
+        role_tools: frozen_tools(shared, task.agent.as_deref()),
+        max_cost: share,
         ..DelegationRequest::default()
     };
-    match foreground(shared, config, current, &request, label, progress, cancel) {
+    match foreground(call, config, current, &request, label, None) {
         Err(message) => not_started(message),
         Ok(view) => {
             let task = &view.task;

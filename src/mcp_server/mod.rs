@@ -10,8 +10,14 @@
 
 mod args;
 mod calls;
+mod http;
 mod pipeline;
+mod session;
+mod stop;
 mod tools;
+mod trust;
+
+pub(crate) use http::{Listen, serve_http};
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -33,21 +39,44 @@ use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::source::Catalog;
 use crate::store::TaskId;
+use session::Session;
 
-/// What the server holds for the whole session.
+/// How `summon mcp` serves (its flags).
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    /// The longest wait of one `load` of a running task.
+    pub(crate) load_wait: Duration,
+    /// Every session sees, collects and cancels all of the project's tasks.
+    pub(crate) share_tasks: bool,
+    /// The most tasks of one `spawn_agent` call.
+    pub(crate) max_spawn: usize,
+    /// Each session's spend cap in USD (over the config file's `max_cost`).
+    pub(crate) max_cost: Option<f64>,
+    /// Over HTTP: the most sessions alive at once.
+    pub(crate) max_sessions: usize,
+    /// Over HTTP: how long a session that called no tool lives.
+    pub(crate) idle_session: Duration,
+}
+
+/// What the server holds for as long as it runs.
 pub(crate) struct Shared {
     env: Env,
+    options: Options,
+    /// When the server started: a pipeline file written or changed since is not run.
+    started: std::time::SystemTime,
     /// The catalog read when the session started.
     catalog: Catalog,
     listing: SourceList,
     /// Started inside a subagent: `load` only.
     nested: bool,
-    /// The longest wait of one `load` of a running task.
-    load_wait: Duration,
     /// Cancelled when the client goes away: foreground work stops.
     shutdown: CancellationToken,
     /// The foreground tasks running now.
     foreground: Mutex<HashSet<TaskId>>,
+    /// The process groups of the `run_pipeline` runs going on now.
+    runs: Mutex<HashSet<u32>>,
+    /// Over HTTP: the sessions (their ids) that called a tool.
+    used_sessions: Mutex<HashSet<String>>,
     instructions: String,
     /// The session's traces, when the `OTEL_*` variables or the config file turn them on.
     traces: Option<crate::telemetry::SessionTraces>,
@@ -96,6 +125,8 @@ impl Progress {
 #[derive(Clone)]
 struct Server {
     shared: std::sync::Arc<Shared>,
+    /// This client's session.
+    session: std::sync::Arc<Session>,
 }
 
 impl ServerHandler for Server {
@@ -136,6 +167,16 @@ impl ServerHandler for Server {
             ));
         }
         let arguments = request.arguments.unwrap_or_default();
+        // Over HTTP, a session that calls a tool is no longer ended as idle.
+        if let Some(id) = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            && let Ok(mut used) = self.shared.used_sessions.lock()
+        {
+            used.insert(id.to_owned());
+        }
         let span = self.shared.traces.as_ref().map(|traces| {
             traces.call(
                 &name,
@@ -155,8 +196,11 @@ impl ServerHandler for Server {
             && arguments.get("async") != Some(&serde_json::Value::Bool(true))
         {
             let shared = std::sync::Arc::clone(&self.shared);
-            let started =
-                blocking(move || calls::start_task(&shared, &arguments, trace.as_deref())).await?;
+            let session = std::sync::Arc::clone(&self.session);
+            let started = blocking(move || {
+                calls::start_task(&shared, &session, &arguments, trace.as_deref())
+            })
+            .await?;
             if let Some(span) = span {
                 span.end(started.as_ref().err().map(String::as_str));
             }
@@ -174,10 +218,17 @@ impl ServerHandler for Server {
         };
         let cancel = context.ct.clone();
         let shared = std::sync::Arc::clone(&self.shared);
+        let session = std::sync::Arc::clone(&self.session);
         let (send, receive) = tokio::sync::oneshot::channel();
         // The work blocks (the store, worker processes): a thread of its own per call.
         std::thread::spawn(move || {
-            let reply = calls::call(&shared, &name, &arguments, &progress, &cancel);
+            let call = calls::Call {
+                shared: &shared,
+                session: &session,
+                progress: &progress,
+                cancel: &cancel,
+            };
+            let reply = call.run(&name, &arguments);
             let _ = send.send(reply);
         });
         let reply = receive
@@ -195,8 +246,9 @@ impl ServerHandler for Server {
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<GetTaskResult, ErrorData> {
         let shared = std::sync::Arc::clone(&self.shared);
+        let session = std::sync::Arc::clone(&self.session);
         let id = request.task_id;
-        let (task, done) = blocking(move || calls::task_state(&shared, &id))
+        let (task, done) = blocking(move || calls::task_state(&shared, &session, &id))
             .await?
             .map_err(|message| ErrorData::invalid_params(message, None))?;
         let payload = match (&task.status, done) {
@@ -222,8 +274,9 @@ impl ServerHandler for Server {
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<(), ErrorData> {
         let shared = std::sync::Arc::clone(&self.shared);
+        let session = std::sync::Arc::clone(&self.session);
         let id = request.task_id;
-        blocking(move || calls::cancel_task(&shared, &id))
+        blocking(move || calls::cancel_task(&shared, &session, &id))
             .await?
             .map_err(|message| ErrorData::invalid_params(message, None))
     }
@@ -238,13 +291,23 @@ fn traced_env<'a>(shared: &'a Shared, trace: Option<&str>) -> std::borrow::Cow<'
 }
 
 /// A reply as the protocol's tool result.
+/// A background task's id also goes in `structuredContent` and `_meta`, for hosts that read
+/// them rather than the text.
 fn tool_result(reply: calls::Reply) -> CallToolResult {
     let content = vec![ContentBlock::text(reply.text)];
-    if reply.error {
+    let mut result = if reply.error {
         CallToolResult::error(content)
     } else {
         CallToolResult::success(content)
+    };
+    if let Some(id) = reply.task {
+        let id = id.to_string();
+        result.structured_content = Some(serde_json::json!({"task_id": id}));
+        let mut meta = serde_json::Map::new();
+        meta.insert("summon/task_id".to_owned(), serde_json::Value::String(id));
+        result.meta = Some(rmcp::model::MetaObject(meta));
     }
+    result
 }
 
 /// A task of the store as the tasks extension shows it: its id, status and last change.
@@ -288,7 +351,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// The session's state: the catalog read now, whether this runs inside a subagent.
-fn shared(env: Env, load_wait: Duration) -> std::sync::Arc<Shared> {
+fn shared(env: Env, options: Options) -> std::sync::Arc<Shared> {
     let catalog = crate::source::discover(crate::source::search_dirs(&env));
     let listing = delegation::list_sources(&catalog);
     let nested = crate::subagent::inside_subagent(&env);
@@ -296,12 +359,15 @@ fn shared(env: Env, load_wait: Duration) -> std::sync::Arc<Shared> {
     let traces = session_traces(&env);
     std::sync::Arc::new(Shared {
         env,
+        options,
+        started: std::time::SystemTime::now(),
         catalog,
         listing,
         nested,
-        load_wait,
         shutdown: CancellationToken::new(),
         foreground: Mutex::new(HashSet::new()),
+        runs: Mutex::new(HashSet::new()),
+        used_sessions: Mutex::new(HashSet::new()),
         instructions,
         traces,
     })
@@ -341,87 +407,39 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Serves the project of `env.cwd` over stdio until the client closes stdin; then the
-/// foreground tasks are cancelled (background tasks keep running).
-pub(crate) fn serve(env: Env, load_wait: Duration) -> Result<()> {
-    let shared = shared(env, load_wait);
+/// Serves the project of `env.cwd` over stdio until the client closes stdin or a signal
+/// (SIGTERM, SIGINT, SIGHUP) arrives; then the foreground tasks are stopped, their workers
+/// killed with every process they started (background tasks keep running).
+pub(crate) fn serve(env: Env, options: Options) -> Result<()> {
+    let shared = shared(env, options);
     let runtime = runtime()?;
     let server = Server {
         shared: std::sync::Arc::clone(&shared),
+        session: std::sync::Arc::new(Session::new(shared.options.share_tasks)),
     };
-    let served = runtime.block_on(async move {
-        let service = server
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| Error::Failed(format!("the MCP session did not start: {e}")))?;
-        service
-            .waiting()
-            .await
-            .map_err(|e| Error::internal(format!("the MCP session ended badly: {e}")))?;
-        Ok::<(), Error>(())
-    });
-    // The client is gone: stop the foreground work, whose calls now end by themselves.
-    shared.shutdown.cancel();
-    stop_foreground(&shared);
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    finish_traces(&shared);
-    served
-}
-
-/// Cancels the foreground tasks still running, and waits for them to end.
-fn stop_foreground(shared: &Shared) {
-    let ids: Vec<TaskId> = shared
-        .foreground
-        .lock()
-        .map(|set| set.iter().copied().collect())
-        .unwrap_or_default();
-    if ids.is_empty() {
-        return;
-    }
-    let Ok(Some(tasks)) = delegation::TaskStore::open_existing(&shared.env) else {
-        return;
-    };
-    let grace = delegation::cancel_grace(&shared.env).unwrap_or(Duration::from_secs(5));
-    for id in ids {
-        let _ = delegation::cancel(&tasks, &id, grace);
-    }
-}
-
-/// Serves the project over streamable HTTP at `http://ADDR/mcp` until summon is stopped
-/// (SIGTERM, Ctrl-C), which also ends the foreground tasks' workers' waits; each client
-/// session shares the catalog read when the server started.
-pub(crate) fn serve_http(env: Env, load_wait: Duration, addr: std::net::SocketAddr) -> Result<()> {
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-    let shared = shared(env, load_wait);
-    let runtime = runtime()?;
-    let handler = Server {
-        shared: std::sync::Arc::clone(&shared),
-    };
-    let mut config = StreamableHttpServerConfig::default();
-    if !addr.ip().is_loopback() {
-        // Allowed with --allow-remote: the address itself is a valid Host.
-        config = config.with_allowed_hosts([addr.ip().to_string(), addr.to_string()]);
-    }
-    config.cancellation_token = shared.shutdown.clone();
-    let served = runtime.block_on(async move {
-        let service = StreamableHttpService::new(
-            move || Ok(handler.clone()),
-            std::sync::Arc::new(LocalSessionManager::default()),
-            config,
-        );
-        let router = axum::Router::new().nest_service("/mcp", service);
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| Error::usage(format!("--http {addr}: cannot listen: {e}")))?;
-        let local = listener.local_addr()?;
-        eprintln!("summon: serving MCP at http://{local}/mcp");
-        axum::serve(listener, router).await?;
-        Ok::<(), Error>(())
-    });
-    shared.shutdown.cancel();
-    stop_foreground(&shared);
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    finish_traces(&shared);
+    let (served, signal) = runtime
+        .block_on(async move {
+            let signals = stop::Signals::new()?;
+            // The end of stdin is seen as it is read: the session's own end waits for the calls
+            // in flight, which stop only once the server stops them.
+            let closed = CancellationToken::new();
+            let stdin = stop::EndOfInput::new(tokio::io::stdin(), closed.clone());
+            let service = server
+                .serve((stdin, tokio::io::stdout()))
+                .await
+                .map_err(|e| Error::Failed(format!("the MCP session did not start: {e}")))?;
+            tokio::select! {
+                ended = service.waiting() => {
+                    let ended = ended
+                        .map(|_| ())
+                        .map_err(|e| Error::internal(format!("the MCP session ended badly: {e}")));
+                    Ok::<_, Error>((ended, None))
+                }
+                () = closed.cancelled() => Ok((Ok(()), None)),
+                signal = signals.next() => Ok((Ok(()), Some(signal))),
+            }
+        })
+        .unwrap_or_else(|e| (Err(e), None));
+    stop::finish(&shared, runtime, signal);
     served
 }

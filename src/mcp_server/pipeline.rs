@@ -34,6 +34,8 @@ pub(super) fn run(
     };
     let pipeline = within("path", &path)?;
     let out_dir = out.as_deref().map(|out| within("out", out)).transpose()?;
+    // Only a pipeline the user trusts runs, and none written while this server runs.
+    super::trust::trusted_pipeline(shared, &pipeline, &path)?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find summon itself: {e}"))?;
     let mut command = std::process::Command::new(exe);
     command
@@ -63,6 +65,9 @@ pub(super) fn run(
         .spawn()
         .map_err(|e| format!("cannot start `summon run`: {e}"))?;
     let pgid = child.id();
+    if let Ok(mut runs) = shared.runs.lock() {
+        runs.insert(pgid);
+    }
     let mut stdout = child.stdout().take().expect("piped stdout");
     let stderr = child.stderr().take().expect("piped stderr");
     let reader = std::thread::spawn(move || {
@@ -99,9 +104,11 @@ pub(super) fn run(
         }
         lines.join().unwrap_or_default()
     });
-    let status = child
-        .wait()
-        .map_err(|e| format!("waiting for `summon run`: {e}"))?;
+    let status = child.wait();
+    if let Ok(mut runs) = shared.runs.lock() {
+        runs.remove(&pgid);
+    }
+    let status = status.map_err(|e| format!("waiting for `summon run`: {e}"))?;
     let stdout = reader.join().unwrap_or_default();
     let Ok(result) = serde_json::from_str::<Value>(&stdout) else {
         let mut text = format!("run_pipeline: `summon run {path}` failed ({status})");
@@ -191,5 +198,6 @@ fn render(shared: &Shared, result: &Value, out: Option<&str>, errors: &[String])
     Reply {
         text,
         error: failed,
+        task: None,
     }
 }
