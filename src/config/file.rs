@@ -99,9 +99,12 @@ pub(crate) fn global_path(env: &Env) -> Option<PathBuf> {
         .map(|dir| dir.join("summon").join("config.yaml"))
 }
 
-/// The project config file, `summon.yaml` in the working directory.
+/// The project config file, `summon.yaml` in the project folder that holds the working
+/// directory (found from any subfolder, as the project's sources are).
 pub(crate) fn project_path(env: &Env) -> PathBuf {
-    env.cwd.join("summon.yaml")
+    crate::store::project_root(&env.cwd, env.home().as_deref())
+        .0
+        .join("summon.yaml")
 }
 
 /// Which of the two config files.
@@ -436,6 +439,8 @@ pub(crate) struct Loaded {
 /// Reads the global, then the project config file. Missing files are fine.
 pub(crate) fn load(env: &Env) -> Loaded {
     let mut loaded = Loaded::default();
+    // The project file's bytes as parsed: its trust is judged by them, not by a second read.
+    let mut project_bytes: Option<Option<Arc<SourceFile>>> = None;
     let files = global_path(env)
         .map(|p| (Scope::Global, p))
         .into_iter()
@@ -448,6 +453,9 @@ pub(crate) fn load(env: &Env) -> Loaded {
                 None
             }
         };
+        if scope == Scope::Project {
+            project_bytes = Some(file.clone());
+        }
         loaded.config.files.push(ConfigFileInfo {
             scope,
             path,
@@ -470,7 +478,12 @@ pub(crate) fn load(env: &Env) -> Loaded {
             loaded.config.merge(layer);
         }
     }
-    loaded.config.trust = super::trust::project_trust(env);
+    loaded.config.trust = super::trust::project_trust_as_read(
+        env,
+        project_bytes
+            .as_ref()
+            .map(|file| file.as_ref().map(|f| f.text.as_bytes())),
+    );
     refuse_listed_keys(&mut loaded, env);
     loaded
 }
