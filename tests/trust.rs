@@ -444,3 +444,45 @@ async fn trust_is_judged_from_the_project_root_in_a_subfolder() {
     );
     assert!(server.requests().is_empty());
 }
+
+/// A cloned project's `prices` cannot lower a price to turn the spend cap off: a model
+/// priced at 0 is counted at its list price (with a warning at the line), so `--max-cost`
+/// still stops the run; trusted, the project's price applies.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_untrusted_project_cannot_lower_a_price_under_the_cap() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = Test::new()
+        .env("OPENAI_API_KEY", KEY)
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .write(
+            "summon.yaml",
+            "default_model: gpt-4o\nprices:\n  gpt-4o: {input: 0, output: 0}\n",
+        )
+        .write(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: one\n    delegate:\n      instructions: hi\n",
+        );
+    let out = summon(&t, &["run", "p.yaml", "--out", "out"], &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`prices.gpt-4o` of this untrusted project is lower than the price of summon's built-in table"),
+        "{}",
+        out.stderr
+    );
+    let cost = |t: &Test| {
+        let report: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(t.path().join("out/report.json")).expect("report"),
+        )
+        .expect("json");
+        report["total"]["cost_usd"].as_f64().expect("cost")
+    };
+    assert!(cost(&t) > 0.0, "counted at the list price");
+    let out = summon(&t, &["run", "p.yaml", "--out", "out", "--trust"], &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("lower than the price"),
+        "{}",
+        out.stderr
+    );
+    assert!(cost(&t) == 0.0, "the trusted project's price");
+}
