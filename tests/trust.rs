@@ -486,3 +486,28 @@ async fn an_untrusted_project_cannot_lower_a_price_under_the_cap() {
     );
     assert!(cost(&t) == 0.0, "the trusted project's price");
 }
+
+/// A password written in a URL is never printed: not in the error at the line that holds it,
+/// nor in what `summon trust` and `summon doctor` say the project would do.
+#[test]
+fn a_password_in_a_url_is_never_printed() {
+    let t = Test::new()
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .write(
+            "summon.yaml",
+            "default_provider: p\nproviders:\n  p: {kind: openai, base_url: 'http://me:s3cretpw@127.0.0.1:9/v1', api_key_env: OPENAI_API_KEY}\n",
+        );
+    for args in [
+        &["delegate", "--instructions", "hi"][..],
+        &["doctor"],
+        &["trust"],
+    ] {
+        let ran = summon(&t, args, &[]);
+        let all = format!("{}{}", ran.stdout, ran.stderr);
+        assert!(!all.contains("s3cretpw"), "{args:?}: {all}");
+        assert!(!all.contains("me:"), "{args:?}: {all}");
+    }
+    let ran = summon(&t, &["trust"], &[]);
+    assert!(ran.stdout.contains("http://***@127.0.0.1:9/v1"), "{}", ran.stdout);
+}

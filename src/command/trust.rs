@@ -172,7 +172,8 @@ pub(crate) fn enabled_by_trust(env: &Env) -> Vec<String> {
         };
         out.push(format!(
             "provider `{}` (summon.yaml) sends {key} to {}",
-            def.name, def.base_url
+            def.name,
+            crate::text::without_url_credentials(&def.base_url)
         ));
     }
     match crate::mcp::project_servers(&trust::project_dir(env), env) {
