@@ -509,5 +509,9 @@ fn a_password_in_a_url_is_never_printed() {
         assert!(!all.contains("me:"), "{args:?}: {all}");
     }
     let ran = summon(&t, &["trust"], &[]);
-    assert!(ran.stdout.contains("http://***@127.0.0.1:9/v1"), "{}", ran.stdout);
+    assert!(
+        ran.stdout.contains("http://***@127.0.0.1:9/v1"),
+        "{}",
+        ran.stdout
+    );
 }

@@ -377,7 +377,7 @@ mod tests {
             "{}",
             refused.hint()
         );
-        trust(&from_sub, &[recipe.clone()]).unwrap();
+        trust(&from_sub, std::slice::from_ref(&recipe)).unwrap();
         assert_eq!(project_dir(&from_sub), root.canonicalize().unwrap());
         check_file(&from_sub, &recipe, b"trusted\n").unwrap();
         // The same path, other bytes (a file swapped after trust, or between read and check).
