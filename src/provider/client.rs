@@ -893,7 +893,10 @@ impl Client {
             .replied
             .swap(true, std::sync::atomic::Ordering::Relaxed);
         let error_headers = (!status.is_success()).then(|| response.headers().clone());
-        let body = read_bounded(&mut response, max_response_bytes(), key).await;
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| ProviderError::from_transport(e, key));
         let body = match body {
             Ok(body) => body,
             Err(err) => {
@@ -924,60 +927,8 @@ impl Client {
             return Err(err);
         }
         self.note_answer(None);
-        Ok(body)
+        Ok(body.into())
     }
-}
-
-/// The variable that sets the largest answer summon reads from a provider, in MiB.
-pub(crate) const MAX_RESPONSE_VAR: &str = "SUMMON_MAX_RESPONSE_MB";
-/// Its default: far above any model's answer, far below what would exhaust memory.
-const DEFAULT_MAX_RESPONSE_MB: u64 = 64;
-
-/// The largest answer body summon reads, in bytes (`SUMMON_MAX_RESPONSE_MB`, else 64 MiB).
-fn max_response_bytes() -> u64 {
-    static MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var(MAX_RESPONSE_VAR)
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|mb| *mb > 0)
-            .unwrap_or(DEFAULT_MAX_RESPONSE_MB)
-            .saturating_mul(1024 * 1024)
-    })
-}
-
-/// The response's body, read a chunk at a time and refused once it passes `max` bytes (by its
-/// `Content-Length`, before reading, or as it comes): an answer of hundreds of megabytes
-/// fails the request instead of taking summon's memory.
-async fn read_bounded(
-    response: &mut reqwest::Response,
-    max: u64,
-    key: Option<&crate::provider::Secret>,
-) -> Result<Vec<u8>, ProviderError> {
-    let status = response.status().as_u16();
-    let too_large = || ProviderError::Other {
-        status: Some(status),
-        message: format!(
-            "the provider's answer is larger than {} MiB, the most summon reads ({MAX_RESPONSE_VAR} \
-             sets it); nothing of it was used",
-            max / (1024 * 1024)
-        ),
-    };
-    if response.content_length().is_some_and(|length| length > max) {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| ProviderError::from_transport(e, key))?
-    {
-        if (body.len() + chunk.len()) as u64 > max {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 /// The base URL without a trailing `/` (and, for Anthropic, without a mistaken `/v1`).
