@@ -102,6 +102,12 @@ pub(crate) struct SandboxHelperArgs {
     /// A path that stays read-only inside those directories (when it exists).
     #[arg(long, value_name = "PATH")]
     pub(crate) protect: Vec<PathBuf>,
+    /// A path the command may neither read nor write under any policy.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) hide: Vec<PathBuf>,
+    /// The command's resource limits: PROCESSES:MEMORY_MB:FILE_MB.
+    #[arg(long, value_name = "LIMITS", value_parser = |s: &str| crate::sandbox::Limits::from_arg(s).ok_or("expected PROCESSES:MEMORY_MB:FILE_MB"))]
+    pub(crate) limits: Option<crate::sandbox::Limits>,
     /// Run the command in a PID namespace of its own, whose processes all end with it.
     #[arg(long)]
     pub(crate) own_pids: bool,

@@ -247,6 +247,19 @@ pub(crate) fn render_command(
     }
     let rendered = env.render_str(text, context)?;
     let values = values.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(construct) = arithmetic_construct(&rendered)
+        && let Some(value) = values.iter().find(|v| runs_in_arithmetic(v))
+    {
+        return Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!(
+                "the value {:?} would run as a command where bash evaluates arithmetic, and this \
+                 command has {construct}: bash expands an array subscript in a value it \
+                 computes with, whatever quotes it had; values stay data, so it is refused",
+                value.chars().take(80).collect::<String>()
+            ),
+        ));
+    }
     shell_substitute(&rendered, &mark, &values).map_err(|why| {
         minijinja::Error::new(
             minijinja::ErrorKind::InvalidOperation,
@@ -257,6 +270,49 @@ pub(crate) fn render_command(
             ),
         )
     })
+}
+
+/// A construct of `command` where bash evaluates a value as arithmetic, directly or through a
+/// variable holding it (`(( ))`, `$(( ))`, `$[ ]`, `let`, `declare`/`typeset`/`local` (`-i`),
+/// `[[ ]]` (`-eq`, `-gt`, ...), `${s:offset}`, an array subscript `a[...]`), named for the
+/// error; `None` when it has none.
+fn arithmetic_construct(command: &str) -> Option<&'static str> {
+    let words = [
+        ("((", "`(( ))`"),
+        ("$[", "`$[ ]`"),
+        ("[[", "`[[ ]]`"),
+        ("let ", "`let`"),
+        ("declare ", "`declare`"),
+        ("typeset ", "`typeset`"),
+        ("local ", "`local`"),
+    ];
+    if let Some((_, name)) = words.iter().find(|(word, _)| command.contains(word)) {
+        return Some(name);
+    }
+    // `${name:offset}` and `${name[subscript]}`.
+    let mut rest = command;
+    while let Some(at) = rest.find("${") {
+        let inside = &rest[at + 2..];
+        let end = inside.find('}').unwrap_or(inside.len());
+        if inside[..end].contains([':', '[']) {
+            return Some("`${...}` with an offset or a subscript");
+        }
+        rest = &inside[end..];
+    }
+    // An array element assigned or read: `name[`.
+    let bytes = command.as_bytes();
+    let subscript = bytes.iter().enumerate().any(|(i, b)| {
+        *b == b'[' && i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_')
+    });
+    subscript.then_some("an array subscript (`name[...]`)")
+}
+
+/// Whether bash arithmetic would run part of `value` as a command: a subscript (`[`) followed
+/// by an expansion (`$`) or a backtick.
+fn runs_in_arithmetic(value: &str) -> bool {
+    value
+        .find('[')
+        .is_some_and(|at| value[at..].contains(['$', '`']))
 }
 
 /// `text` with every placeholder of `mark` replaced by its value, unquoted.
@@ -669,5 +725,51 @@ mod command_tests {
             render_command(&env, "git diff {{ v }}..HEAD | sort", &ctx).unwrap(),
             "git diff 'x'..HEAD | sort"
         );
+    }
+
+    /// bash arithmetic expands an array subscript in a value it computes with, quoted or not,
+    /// directly or through a variable: every such construct is tried with a value that would
+    /// run a command there; none renders, and a plain number still does.
+    #[test]
+    fn a_value_never_runs_in_bash_arithmetic() {
+        let templates = [
+            "[[ {{ v }} -gt 1 ]] && echo big",
+            "[[ '{{ v }}' -eq 1 ]]",
+            "(( {{ v }} > 1 )) && echo big",
+            "(( \"{{ v }}\" ))",
+            "let x={{ v }}",
+            "declare -i x={{ v }}",
+            "typeset -i x='{{ v }}'",
+            "f() { local -i x={{ v }}; }; f",
+            "x={{ v }}; (( x > 1 ))",
+            "x={{ v }}; [[ $x -gt 1 ]]",
+            "x={{ v }}; echo $((x + 1))",
+            "x={{ v }}; s=abc; echo ${s:x}",
+            "x={{ v }}; a[x]=1",
+            "x={{ v }}; a=(1 2); echo ${a[x]}",
+            "x={{ v }}; echo $[x]",
+            "for (( i = 0; i < {{ v }}; i++ )); do :; done",
+        ];
+        for v in ["a[$(touch pwned)]", "a[`touch pwned`]", "x[${HOME}]"] {
+            for template in templates {
+                let env = environment(None);
+                let ctx = minijinja::context! { v => v };
+                let err = render_command(&env, template, &ctx)
+                    .expect_err(&format!("{template:?} with {v:?} rendered"));
+                assert!(
+                    err.to_string()
+                        .contains("would run as a command where bash evaluates arithmetic"),
+                    "{template:?}: {err}"
+                );
+            }
+        }
+        // Numbers, and text with brackets but nothing to expand, are data as before.
+        let (out, pwned) = run("x={{ v }}; (( x > 1 )) && echo big", "5");
+        assert_eq!((out.as_str(), pwned), ("big\n", false));
+        let (out, _) = run("[[ -n {{ v }} ]] && printf %s {{ v }}", "$HOME and a[1]");
+        assert_eq!(out, "$HOME and a[1]");
+        // Without arithmetic in the command, such a value is plain data.
+        let (out, pwned) = run("printf %s {{ v }}", "a[$(touch pwned)]");
+        assert_eq!((out.as_str(), pwned), ("a[$(touch pwned)]", false));
     }
 }

@@ -25,12 +25,51 @@ pub(crate) fn truncate_at_boundary(text: &mut String, max: usize) -> bool {
     text.truncate(end);
     true
 }
+/// `text` with the user and password of every URL in it (`https://user:secret@host`) shown
+/// as `***`: a credential written in a URL is never printed.
+pub(crate) fn without_url_credentials(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("://") || !text.contains('@') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (before, after) = rest.split_at(at + 3);
+        out.push_str(before);
+        let end = after
+            .find(|c: char| {
+                matches!(c, '/' | '?' | '#') || c.is_whitespace() || "'\"`<>)]}".contains(c)
+            })
+            .unwrap_or(after.len());
+        let authority = &after[..end];
+        match authority.rfind('@') {
+            Some(user_end) if user_end > 0 => {
+                out.push_str("***");
+                out.push_str(&authority[user_end..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
 /// `text` without the control characters and escape sequences a terminal would act on: a
 /// provider's error body, a path or name the model chose, an MCP server's stderr could set the
 /// window title, move the cursor or erase lines. `ESC` sequences (CSI, OSC, DCS and the
 /// rest) and C1 controls go whole; other control characters (`\r`, `\x07`, ...) go, except a
 /// line break and a tab.
 pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    match without_url_credentials(text) {
+        std::borrow::Cow::Borrowed(text) => printable_as_is(text),
+        std::borrow::Cow::Owned(text) => {
+            std::borrow::Cow::Owned(printable_as_is(&text).into_owned())
+        }
+    }
+}
+
+fn printable_as_is(text: &str) -> std::borrow::Cow<'_, str> {
     let safe = |c: char| c == '\n' || c == '\t' || !c.is_control();
     if text.chars().all(safe) {
         return std::borrow::Cow::Borrowed(text);
@@ -84,6 +123,17 @@ fn skip_string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_urls_are_never_shown() {
+        assert_eq!(
+            without_url_credentials("to http://user:s3cret@host:8080/v1, and https://t@x.io"),
+            "to http://***@host:8080/v1, and https://***@x.io"
+        );
+        let plain = "mail me@example.com at https://host/a@b";
+        assert_eq!(without_url_credentials(plain), plain);
+        assert_eq!(printable("`https://a:b@h`\u{1b}[2J"), "`https://***@h`");
+    }
 
     #[test]
     fn printable_drops_what_a_terminal_acts_on() {

@@ -266,7 +266,9 @@ async fn a_model_without_a_price_says_no_price_once_with_how_to_add_one() {
 
 #[test]
 fn doctor_shows_the_built_in_price_table_under_the_config_file() {
+    // Trusted: an untrusted project's file may not lower gpt-5's price.
     let out = Test::new()
+        .env("SUMMON_TRUST_PROJECT", "1")
         .write(
             "summon.yaml",
             "prices:\n  gpt-5: {input: 1, output: 2}\n  local: {input: 0.5, output: 0.5}\n",

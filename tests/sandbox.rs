@@ -1373,3 +1373,180 @@ async fn nothing_outlives_a_summon_killed_outright() {
         "process {pid}, started with setsid, outlived a killed summon"
     );
 }
+
+/// The signing key's folder under `home`, made as summon makes it, holding a key whose bytes
+/// are text that shows if a command prints it.
+fn plant_signing_key(home: &Path) -> &'static str {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    const SIGNING_KEY: &str = "SIGNINGKEY-0123456789-abcdefghij";
+    let dir = home.join(".local/state/summon");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .expect("key folder");
+    std::io::Write::write_all(
+        &mut std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(dir.join("key"))
+            .expect("key"),
+        SIGNING_KEY.as_bytes(),
+    )
+    .expect("write key");
+    SIGNING_KEY
+}
+
+/// What the commands of the secrets test try: read or replace the signing key, and reach the
+/// kernel's keyrings (keyctl, add_key, request_key by number, through perl).
+const KEY_ATTACKS: [&str; 3] = [
+    "cat \"$HOME/.local/state/summon/key\"; ls -a \"$HOME/.local/state/summon\"; \
+     cat \"$HOME\"/.local/state/*/key",
+    "mv \"$HOME/.local/state/summon\" \"$HOME/stolen\" || true; cat \"$HOME/stolen/key\"; \
+     echo forged > \"$HOME/.local/state/summon/key\"; echo done",
+    "perl -e 'for my $n (250, 248, 249) { my $r = syscall($n, 0, -3, 0, 0); \
+     print \"call $n: $r $!\\n\" }'",
+];
+
+/// Checks what the [`KEY_ATTACKS`] got: nothing of the key, the key unchanged, and every
+/// keyring call refused.
+fn assert_key_attacks_failed(results: &[String], home: &Path, key: &str, case: &str) {
+    for result in results {
+        assert!(!result.contains(key), "{case}: the key was read: {result}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(home.join(".local/state/summon/key")).expect("key"),
+        key,
+        "{case}: the key was changed: {}",
+        results[1]
+    );
+    for call in [250, 248, 249] {
+        assert!(
+            results[2].contains(&format!("call {call}: -1 Operation not permitted")),
+            "{case}: keyring call {call}: {}",
+            results[2]
+        );
+    }
+}
+
+/// A model's commands neither read nor replace the key summon signs its store with, under
+/// every policy (`off` included), and reach no kernel keyring: as root, and as `nobody`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_signing_key_and_the_keyrings_are_out_of_reach() {
+    use std::os::unix::process::CommandExt;
+    require_landlock();
+    let users: &[Option<u32>] = if nix_is_root() {
+        &[None, Some(65534)]
+    } else {
+        &[None]
+    };
+    for user in users {
+        for policy in ["workspace-write", "read-only", "off"] {
+            let case = format!("{policy} as uid {user:?}");
+            let calls = KEY_ATTACKS
+                .iter()
+                .map(|c| ("shell", json!({ "command": c })))
+                .collect();
+            let key = std::sync::OnceLock::new();
+            let (results, project) = tool_results(
+                calls,
+                &["--sandbox", policy],
+                |p| {
+                    key.set(plant_signing_key(p._home.path())).expect("once");
+                    if let Some(uid) = user {
+                        give(p.test.path(), *uid);
+                        give(p._home.path(), *uid);
+                    }
+                },
+                |command| {
+                    if let Some(uid) = user {
+                        command.uid(*uid).gid(*uid);
+                    }
+                },
+            )
+            .await;
+            let key = key.get().expect("planted");
+            assert_key_attacks_failed(&results, project._home.path(), key, &case);
+        }
+    }
+}
+
+/// A command's processes, memory and file sizes are bounded (rlimits), under every policy,
+/// with the limits the variables set: past them, forks, allocations and writes fail.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_runs_within_process_memory_and_file_limits() {
+    require_landlock();
+    let commands = [
+        // 60 processes at once against a limit of 20.
+        "i=0; while [ $i -lt 60 ]; do sleep 1 & i=$((i+1)); done; wait; echo forked".to_owned(),
+        // 300 MiB against 100.
+        "perl -e '$x = q(a) x (300 * 1024 * 1024); print length($x), qq(\\n)'; echo perl=$?"
+            .to_owned(),
+        // 3 MiB against 1.
+        "head -c 3000000 /dev/zero > big; wc -c < big".to_owned(),
+        "ulimit -d; ulimit -f".to_owned(),
+    ];
+    for policy in ["workspace-write", "off"] {
+        let results = {
+            let calls = commands
+                .iter()
+                .map(|c| ("shell", json!({ "command": c })))
+                .collect();
+            tool_results(
+                calls,
+                &["--sandbox", policy],
+                |_| {},
+                |command| {
+                    command
+                        .env("SUMMON_SHELL_MAX_PROCESSES", "20")
+                        .env("SUMMON_SHELL_MAX_MEMORY_MB", "100")
+                        .env("SUMMON_SHELL_MAX_FILE_MB", "1");
+                },
+            )
+            .await
+            .0
+        };
+        assert!(
+            results[0].contains("fork") || results[0].contains("Resource temporarily"),
+            "{policy}: {}",
+            results[0]
+        );
+        assert!(
+            results[1].contains("Out of memory") && !results[1].contains("314572800"),
+            "{policy}: {}",
+            results[1]
+        );
+        assert!(results[2].contains("1048576"), "{policy}: {}", results[2]);
+        // dash's ulimit speaks in KiB for data and 512-byte blocks for files.
+        assert!(
+            results[3].contains("102400") && results[3].contains("2048"),
+            "{policy}: {}",
+            results[3]
+        );
+    }
+    // The defaults, when nothing is set.
+    let results = shell_results(&["ulimit -d; ulimit -f".to_owned()], &[], |_| {}).await;
+    assert!(
+        results[0].contains("2097152") && results[0].contains("2097152"),
+        "{}",
+        results[0]
+    );
+    // A limit that is not a number is named.
+    let results = tool_results(
+        vec![("shell", json!({"command": "true"}))],
+        &[],
+        |_| {},
+        |command| {
+            command.env("SUMMON_SHELL_MAX_FILE_MB", "1G");
+        },
+    )
+    .await
+    .0;
+    assert!(
+        results[0].contains("SUMMON_SHELL_MAX_FILE_MB=1G is not a whole number"),
+        "{}",
+        results[0]
+    );
+}

@@ -567,6 +567,23 @@ async fn the_config_file_turns_traces_on_and_a_projects_needs_trust() {
         .args(["run", "p.yaml", "--quiet", "--trust"])
         .run();
     assert_eq!(named(&collector.spans(), "run traced").len(), 2);
+    // Where the user sends the spans (the variable), a cloned project may not turn on the
+    // prompts' and answers' text on them.
+    let before = collector.spans().len();
+    Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)
+        .write_raw("p.yaml", PIPELINE)
+        .write_raw("summon.yaml", "traces:\n  capture_content: true\n")
+        .args(["run", "p.yaml"])
+        .code(1)
+        .stderr_has("summon.yaml:2:3:")
+        .stderr_has("`traces.capture_content` in this project's summon.yaml would put every prompt")
+        .stderr_has("this project is not trusted")
+        .run();
+    assert_eq!(collector.spans().len(), before, "nothing was sent");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -66,6 +66,7 @@ impl Ctx {
 
     /// A one-line note on stderr, prefixed with the program name.
     pub(crate) fn note(&self, message: &str) {
+        let message = crate::text::without_url_credentials(message);
         let _ = writeln!(std::io::stderr(), "summon: {message}");
     }
 }

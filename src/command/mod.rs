@@ -64,6 +64,8 @@ pub(crate) fn execute(command: Command, ctx: &mut Ctx) -> Result<()> {
             &crate::sandbox::helper::Paths {
                 writable: args.write.clone(),
                 protect: args.protect.clone(),
+                hide: args.hide.clone(),
+                limits: args.limits,
                 own_pids: args.own_pids,
             },
             &args.command,

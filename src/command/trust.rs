@@ -35,10 +35,9 @@ pub(crate) fn run(args: &TrustArgs, ctx: &mut Ctx) -> Result<()> {
         })?;
         return Ok(());
     }
-    let mut enables = enabled_by_trust(&ctx.env);
+    let enables = enabled_by_trust(&ctx.env);
     let catalog = ctx.catalog();
     let starters = stdio_sources(&ctx.env, &catalog);
-    enables.extend(starters.iter().map(|(_, line)| line.clone()));
     let paths: Vec<std::path::PathBuf> = starters.into_iter().map(|(p, _)| p).collect();
     let (project, record) =
         trust::trust(&ctx.env, &paths).map_err(|e| cannot_record(&ctx.env, &e))?;
@@ -121,17 +120,32 @@ fn stdio_sources(env: &Env, catalog: &crate::source::Catalog) -> Vec<(std::path:
         let Some(relative) = trust::project_relative(env, &source.path) else {
             continue;
         };
-        let commands: Vec<String> = recipe
+        let mut commands: Vec<String> = recipe
             .extensions
             .iter()
             .filter(|e| matches!(e.kind, crate::recipe::ExtensionKind::Stdio))
-            .map(|e| format!("`{}` ({})", e.name, e.cmd.as_deref().unwrap_or("?")))
+            .map(|e| {
+                format!(
+                    "the extension `{}` ({})",
+                    e.name,
+                    e.cmd.as_deref().unwrap_or("?")
+                )
+            })
             .collect();
+        if let Some(retry) = &recipe.retry {
+            commands.extend(
+                retry
+                    .checks
+                    .iter()
+                    .chain(&retry.on_failure)
+                    .map(|c| format!("the `retry` command `{c}` (outside the sandbox)")),
+            );
+        }
         if !commands.is_empty() && !out.iter().any(|(p, _)| *p == source.path) {
             out.push((
                 source.path.clone(),
                 format!(
-                    "{relative} starts the extension {} (pinned to the file as it is now)",
+                    "{relative} starts {} (pinned to the file as it is now)",
                     commands.join(", ")
                 ),
             ));
@@ -158,10 +172,11 @@ pub(crate) fn enabled_by_trust(env: &Env) -> Vec<String> {
         };
         out.push(format!(
             "provider `{}` (summon.yaml) sends {key} to {}",
-            def.name, def.base_url
+            def.name,
+            crate::text::without_url_credentials(&def.base_url)
         ));
     }
-    match crate::mcp::project_servers(&env.cwd, env) {
+    match crate::mcp::project_servers(&trust::project_dir(env), env) {
         Ok(servers) => {
             for server in servers {
                 out.push(format!(
@@ -176,5 +191,11 @@ pub(crate) fn enabled_by_trust(env: &Env) -> Vec<String> {
             diagnostic.message
         )),
     }
+    let catalog = crate::source::discover(crate::source::search_dirs(env));
+    out.extend(
+        stdio_sources(env, &catalog)
+            .into_iter()
+            .map(|(_, line)| line),
+    );
     out
 }

@@ -105,9 +105,12 @@ pub(crate) fn global_path(env: &Env) -> Option<PathBuf> {
         .map(|dir| dir.join("summon").join("config.yaml"))
 }
 
-/// The project config file, `summon.yaml` in the working directory.
+/// The project config file, `summon.yaml` in the project folder that holds the working
+/// directory (found from any subfolder, as the project's sources are).
 pub(crate) fn project_path(env: &Env) -> PathBuf {
-    env.cwd.join("summon.yaml")
+    crate::store::project_root(&env.cwd, env.home().as_deref())
+        .0
+        .join("summon.yaml")
 }
 
 /// Which of the two config files.
@@ -448,6 +451,11 @@ pub(crate) struct Loaded {
 /// Reads the global, then the project config file. Missing files are fine.
 pub(crate) fn load(env: &Env) -> Loaded {
     let mut loaded = Loaded::default();
+    // The project file's bytes as parsed: its trust is judged by them, not by a second read.
+    let mut project_bytes: Option<Option<Arc<SourceFile>>> = None;
+    // The project's own prices, and those under them (the user's file), until trust decides.
+    let mut project_prices = IndexMap::new();
+    let mut under_project = IndexMap::new();
     let files = global_path(env)
         .map(|p| (Scope::Global, p))
         .into_iter()
@@ -460,6 +468,9 @@ pub(crate) fn load(env: &Env) -> Loaded {
                 None
             }
         };
+        if scope == Scope::Project {
+            project_bytes = Some(file.clone());
+        }
         loaded.config.files.push(ConfigFileInfo {
             scope,
             path,
@@ -479,12 +490,68 @@ pub(crate) fn load(env: &Env) -> Loaded {
             if let Some(traces) = &mut layer.traces {
                 traces.value.scope = Some(scope);
             }
+            if scope == Scope::Project {
+                project_prices = layer.prices.clone();
+                under_project = loaded.config.prices.clone();
+            }
             loaded.config.merge(layer);
         }
     }
-    loaded.config.trust = super::trust::project_trust(env);
+    loaded.config.trust = super::trust::project_trust_as_read(
+        env,
+        project_bytes
+            .as_ref()
+            .map(|file| file.as_ref().map(|f| f.text.as_bytes())),
+    );
+    if !loaded.config.trust.is_trusted() {
+        keep_prices_up(&mut loaded, &project_prices, &under_project);
+    }
     refuse_listed_keys(&mut loaded, env);
     loaded
+}
+
+/// An untrusted project's `prices` may raise a price, or price a model that has none, but
+/// never lower one: the spend cap counts with them, and a cloned repository must not turn it
+/// off by pricing a model at 0. Each part of such an entry that is lower than the price under
+/// it (the user's config file's, else the built-in table's) is kept at that price, with a
+/// warning at the line.
+fn keep_prices_up(
+    loaded: &mut Loaded,
+    project: &IndexMap<String, Located<Price>>,
+    under: &IndexMap<String, Located<Price>>,
+) {
+    for (model, entry) in project {
+        let (floor, origin) = match under.get(model) {
+            Some(user) => (user.value, "the user's config file".to_owned()),
+            None => match super::prices::listed(model) {
+                Some(listed) => (listed.standard, "summon's built-in table".to_owned()),
+                None => continue,
+            },
+        };
+        let asked = entry.value;
+        let kept = Price {
+            input: asked.input.max(floor.input),
+            output: asked.output.max(floor.output),
+            cached_input: asked.cached_input.max(floor.cached_input),
+            cache_write: asked.cache_write.max(floor.cache_write),
+        };
+        if kept == asked {
+            continue;
+        }
+        loaded.diagnostics.push(
+            Diagnostic::warning(format!(
+                "`prices.{model}` of this untrusted project is lower than the price of \
+                 {origin} (input {}, output {} USD per million tokens): the cost and \
+                 `--max-cost` count with that price",
+                floor.input, floor.output
+            ))
+            .with_hint(loaded.config.trust.how_to_trust())
+            .at(entry.span()),
+        );
+        if let Some(merged) = loaded.config.prices.get_mut(model) {
+            merged.value = kept;
+        }
+    }
 }
 
 /// Refuses a `shell_env` name that a provider takes its key from: the model's commands

@@ -98,23 +98,125 @@ pub(crate) fn store_path(env: &Env) -> Option<PathBuf> {
         .map(|dir| dir.join("summon").join("trusted-projects.json"))
 }
 
-/// The project folder as recorded: the working directory, canonical when it can be.
+/// The project folder as recorded: the project root that holds the working directory
+/// ([`crate::store::project_root`], as sources and `summon run` find it from any subfolder),
+/// canonical when it can be.
 pub(crate) fn project_dir(env: &Env) -> PathBuf {
-    std::fs::canonicalize(&env.cwd).unwrap_or_else(|_| env.cwd.clone())
+    let (root, _) = crate::store::project_root(&env.cwd, env.home().as_deref());
+    std::fs::canonicalize(&root).unwrap_or(root)
 }
 
-/// The trust of the project in the working directory.
-pub(crate) fn project_trust(env: &Env) -> Trust {
-    if env
-        .var(TRUST_ENV)
+/// SHA-256 (hex) of the bytes of a file as read.
+pub(crate) fn hash_bytes(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Why a project file may not start a command or send a credential: the file (relative to
+/// the project folder), what is wrong, and how to trust it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Untrusted {
+    /// The file, relative to the project folder.
+    pub(crate) file: String,
+    /// The project folder whose trust was asked.
+    pub(crate) project: PathBuf,
+    /// "this project is not trusted", "… changed since …", "… was not among …".
+    pub(crate) why: String,
+}
+
+impl Untrusted {
+    /// The hint of an error: the command that trusts the file as it is now.
+    pub(crate) fn hint(&self) -> String {
+        format!(
+            "read {}, then run `summon trust` in {} to allow it (for one run, as in CI: \
+             --trust or {TRUST_ENV}=1)",
+            self.file,
+            self.project.display()
+        )
+    }
+}
+
+impl std::fmt::Display for Untrusted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+/// The one rule for a project file that can start a command or send a credential
+/// (`summon.yaml`, `.mcp.json`, a recipe with `stdio` extensions or `retry` commands, a
+/// pipeline with `decompose.command`s): whether `bytes`, the content of `path` exactly as it
+/// was read and parsed, may do so. Always for a file outside the project folder (the user's
+/// own); for one inside it, when the project is trusted for this run or `summon trust` pinned
+/// the file with these very bytes (so a file swapped after it was parsed, or changed since it
+/// was trusted, is refused). The project folder is the root that holds the working
+/// directory, from any subfolder.
+pub(crate) fn check_file(env: &Env, path: &Path, bytes: &[u8]) -> Result<(), Untrusted> {
+    let project = project_dir(env);
+    let Some(relative) = relative_to(&project, path) else {
+        return Ok(());
+    };
+    if trusted_for_this_run(env) {
+        return Ok(());
+    }
+    let untrusted = |why: String| Untrusted {
+        file: relative.clone(),
+        project: project.clone(),
+        why,
+    };
+    let Some(record) = read_store(env).projects.remove(&project) else {
+        return Err(untrusted("this project is not trusted".to_owned()));
+    };
+    let pinned = if PROJECT_FILES.contains(&relative.as_str()) {
+        record.files.get(&relative).cloned().flatten()
+    } else {
+        record.sources.get(&relative).cloned()
+    };
+    match pinned {
+        Some(hash) if hash == hash_bytes(bytes) => Ok(()),
+        Some(_) => Err(untrusted(format!(
+            "{relative} changed since this project was trusted ({})",
+            record.trusted_at
+        ))),
+        None => Err(untrusted(format!(
+            "{relative} was not among the files trusted ({})",
+            record.trusted_at
+        ))),
+    }
+}
+
+/// The trust rule for a pipeline file that `run_pipeline` (or anything started by someone
+/// other than the user at a terminal) would run: its `decompose.command`s start commands, so
+/// the file must be pinned by `summon trust` with exactly these `bytes` (the ones parsed).
+#[allow(dead_code, reason = "called by `summon mcp`'s run_pipeline")]
+pub(crate) fn check_pipeline(env: &Env, path: &Path, bytes: &[u8]) -> Result<(), Untrusted> {
+    check_file(env, path, bytes)
+}
+
+fn trusted_for_this_run(env: &Env) -> bool {
+    env.var(TRUST_ENV)
         .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
-    {
+}
+
+/// `path` relative to `project`, when it is inside it (judged by where it really is).
+fn relative_to(project: &Path, path: &Path) -> Option<String> {
+    let real = std::fs::canonicalize(path).ok()?;
+    real.strip_prefix(project)
+        .ok()
+        .map(|r| r.to_string_lossy().into_owned())
+}
+
+/// The trust of the project, its `summon.yaml` judged by `config`, the bytes parsed (`Some(None)`:
+/// it was absent when read), not by a second read that could find another file.
+pub(crate) fn project_trust_as_read(env: &Env, config: Option<Option<&[u8]>>) -> Trust {
+    if trusted_for_this_run(env) {
         return Trust::ForThisRun;
     }
     let Some(record) = read_store(env).projects.remove(&project_dir(env)) else {
         return Trust::Never;
     };
-    let now = fingerprint(&env.cwd);
+    let mut now = fingerprint(&project_dir(env));
+    if let Some(config) = config {
+        now.insert(PROJECT_FILES[0].to_owned(), config.map(hash_bytes));
+    }
     let changed: Vec<String> = PROJECT_FILES
         .iter()
         .filter(|name| now.get(**name) != record.files.get(**name))
@@ -144,7 +246,7 @@ pub(crate) fn trust(env: &Env, sources: &[PathBuf]) -> std::io::Result<(PathBuf,
     }
     let record = Record {
         sources: pinned,
-        files: fingerprint(&env.cwd),
+        files: fingerprint(&dir),
         trusted_at: jiff::Timestamp::now()
             .round(jiff::Unit::Second)
             .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string()),
@@ -157,45 +259,11 @@ pub(crate) fn trust(env: &Env, sources: &[PathBuf]) -> std::io::Result<(PathBuf,
 
 /// `path` relative to the project folder, when it is inside it.
 pub(crate) fn project_relative(env: &Env, path: &Path) -> Option<String> {
-    let real = std::fs::canonicalize(path).ok()?;
-    real.strip_prefix(project_dir(env))
-        .ok()
-        .map(|r| r.to_string_lossy().into_owned())
+    relative_to(&project_dir(env), path)
 }
 
 fn file_hash(path: &Path) -> Option<String> {
-    std::fs::read(path)
-        .ok()
-        .map(|bytes| hex::encode(Sha256::digest(&bytes)))
-}
-
-/// Whether a `stdio` extension of the recipe or agent file at `path` may start: always for
-/// a file outside the project (the user's own); for one inside it, when the project is
-/// trusted for this run or `summon trust` pinned the file as it is now. `Err`: why not.
-pub(crate) fn source_trust(env: &Env, path: &Path) -> Result<(), String> {
-    let Some(relative) = project_relative(env, path) else {
-        return Ok(());
-    };
-    if env
-        .var(TRUST_ENV)
-        .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
-    {
-        return Ok(());
-    }
-    let Some(record) = read_store(env).projects.remove(&project_dir(env)) else {
-        return Err("this project is not trusted".to_owned());
-    };
-    match record.sources.get(&relative) {
-        Some(hash) if file_hash(path).as_ref() == Some(hash) => Ok(()),
-        Some(_) => Err(format!(
-            "{relative} changed since this project was trusted ({})",
-            record.trusted_at
-        )),
-        None => Err(format!(
-            "{relative} was not among the files trusted ({})",
-            record.trusted_at
-        )),
-    }
+    std::fs::read(path).ok().map(|bytes| hash_bytes(&bytes))
 }
 
 /// Forgets the project in the working directory; whether it was trusted.
@@ -220,7 +288,7 @@ fn fingerprint(dir: &Path) -> BTreeMap<String, Option<String>> {
         .map(|name| {
             let hash = std::fs::read(dir.join(name))
                 .ok()
-                .map(|bytes| hex::encode(Sha256::digest(&bytes)));
+                .map(|bytes| hash_bytes(&bytes));
             ((*name).to_owned(), hash)
         })
         .collect()
@@ -264,6 +332,7 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let project = tempfile::tempdir().unwrap();
         let env = env(project.path(), home.path(), &[]);
+        let project_trust = |env: &Env| project_trust_as_read(env, None);
         assert_eq!(project_trust(&env), Trust::Never);
         std::fs::write(project.path().join("summon.yaml"), "default_model: m\n").unwrap();
         trust(&env, &[]).unwrap();
@@ -281,9 +350,47 @@ mod tests {
             Trust::Changed { files, .. } if files == [".mcp.json"]
         ));
         assert!(revoke(&env).unwrap());
+        let project_trust = |env: &Env| project_trust_as_read(env, None);
         assert_eq!(project_trust(&env), Trust::Never);
         assert!(!revoke(&env).unwrap());
         let forced = super::tests::env(project.path(), home.path(), &[(TRUST_ENV, "1")]);
         assert_eq!(project_trust(&forced), Trust::ForThisRun);
+    }
+
+    /// The file is judged by the bytes that were parsed, from any subfolder of the project:
+    /// a file swapped after it was read is refused, one outside the project is the user's.
+    #[test]
+    fn a_file_is_judged_by_the_bytes_parsed_from_any_subfolder() {
+        let home = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path();
+        std::fs::create_dir_all(root.join("recipes")).unwrap();
+        std::fs::create_dir_all(root.join("src/deep")).unwrap();
+        let recipe = root.join("recipes/x.yaml");
+        std::fs::write(&recipe, "trusted\n").unwrap();
+        let from_sub = env(&root.join("src/deep"), home.path(), &[]);
+        let refused = check_pipeline(&from_sub, &recipe, b"trusted\n").unwrap_err();
+        assert_eq!(refused.why, "this project is not trusted");
+        assert_eq!(refused.file, "recipes/x.yaml");
+        assert!(
+            refused.hint().contains("summon trust"),
+            "{}",
+            refused.hint()
+        );
+        trust(&from_sub, std::slice::from_ref(&recipe)).unwrap();
+        assert_eq!(project_dir(&from_sub), root.canonicalize().unwrap());
+        check_file(&from_sub, &recipe, b"trusted\n").unwrap();
+        // The same path, other bytes (a file swapped after trust, or between read and check).
+        let swapped = check_file(&from_sub, &recipe, b"evil\n").unwrap_err();
+        assert!(
+            swapped.why.contains("recipes/x.yaml changed since"),
+            "{}",
+            swapped.why
+        );
+        // A file outside the project is the user's own.
+        let outside = tempfile::tempdir().unwrap();
+        let own = outside.path().join("y.yaml");
+        std::fs::write(&own, "x").unwrap();
+        check_file(&from_sub, &own, b"anything").unwrap();
     }
 }

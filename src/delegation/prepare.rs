@@ -445,6 +445,20 @@ pub(crate) fn draft(
             chosen
         }
     };
+    // The recipe's `retry` commands run outside the sandbox: a project's need its trust.
+    if let Some(retry) = plan.retry.as_ref()
+        && let Some(file) = plan.file.as_ref()
+        && let Some(command) = retry.checks.first().or(retry.on_failure.as_ref())
+        && let Err(why) = crate::config::trust::check_file(env, file.path(), file.text.as_bytes())
+    {
+        return Err(Diagnostic::error(format!(
+            "`retry` of {} would run `{command}` outside the sandbox, and {why}",
+            plan.origin
+        ))
+        .in_file(file.path())
+        .with_hint(why.hint())
+        .into());
+    }
     let mut shell_enabled = false;
     let mut servers = Vec::new();
     for ext in &chosen {
@@ -461,7 +475,8 @@ pub(crate) fn draft(
                 // to the file's content, as `.mcp.json` servers are.
                 if matches!(ext.kind, ExtensionKind::Stdio)
                     && let Some(file) = plan.file.as_ref()
-                    && let Err(why) = crate::config::trust::source_trust(env, file.path())
+                    && let Err(why) =
+                        crate::config::trust::check_file(env, file.path(), file.text.as_bytes())
                 {
                     return Err(Diagnostic::error(format!(
                         "extension `{name}` of {} would start a command ({}), and {why}",
@@ -469,10 +484,7 @@ pub(crate) fn draft(
                         ext.cmd.as_deref().unwrap_or("?"),
                     ))
                     .in_file(file.path())
-                    .with_hint(
-                        "read the file, then run `summon trust` to allow it (for one run, as \
-                         in CI: --trust or SUMMON_TRUST_PROJECT=1)",
-                    )
+                    .with_hint(why.hint())
                     .into());
                 }
                 if let Some(server) = ServerSpec::from_extension(ext, plan.file.as_ref(), env)? {
@@ -493,14 +505,13 @@ pub(crate) fn draft(
             .iter()
             .map(|(name, _, _)| name.as_str())
             .collect();
-        let project = crate::mcp::named_project_servers(&env.cwd, env, &names)?;
-        let trust = crate::config::trust::project_trust(env);
-        if !trust.is_trusted()
+        let (project, trust) = crate::mcp::named_project_servers_as_read(env, &names)?;
+        if let Err(why) = trust
             && let Some(server) = wanted_mcp
                 .iter()
                 .find_map(|(name, _, _)| project.iter().find(|s| &s.name == name))
         {
-            return Err(crate::mcp::untrusted_server(server, &env.cwd, &trust).into());
+            return Err(crate::mcp::untrusted_server(server, &why).into());
         }
         for (server, tool, raw) in wanted_mcp {
             let Some(found) = project.iter().find(|s| s.name == server) else {

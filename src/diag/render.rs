@@ -16,6 +16,11 @@ use crate::color::Palette;
 
 /// Renders one diagnostic; paths are shown relative to `cwd` when they are inside it.
 pub(crate) fn render(diagnostic: &Diagnostic, cwd: &Path, palette: Palette) -> String {
+    let out = render_as_is(diagnostic, cwd, palette);
+    crate::text::without_url_credentials(&out).into_owned()
+}
+
+fn render_as_is(diagnostic: &Diagnostic, cwd: &Path, palette: Palette) -> String {
     let mut out = String::new();
     let severity = diagnostic.severity.as_str();
     let severity = if diagnostic.is_error() {

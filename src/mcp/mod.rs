@@ -17,7 +17,7 @@ mod spawn;
 mod stderr;
 mod stdio;
 
-pub(crate) use project::{named_project_servers, project_servers, untrusted_server};
+pub(crate) use project::{named_project_servers_as_read, project_servers, untrusted_server};
 pub(crate) use record::{ServerChange, on_server_change, stop_recorded};
 pub(crate) use server::ServerSpec;
 pub(crate) use session::Session;

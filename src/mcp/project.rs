@@ -26,23 +26,35 @@ pub(crate) const FILE_NAME: &str = ".mcp.json";
 
 /// The servers of `<dir>/.mcp.json`; none when there is no such file.
 pub(crate) fn project_servers(dir: &Path, env: &Env) -> Result<Vec<ServerSpec>, Diagnostic> {
-    servers_of(dir, env, |_| true)
+    servers_of(dir, env, |_| true, |_| {})
 }
 
-/// The servers of `<dir>/.mcp.json` named in `names`, the only ones a task starts: what the
-/// others need (an unset `${VAR}`, say) is not this task's concern.
-pub(crate) fn named_project_servers(
-    dir: &Path,
+/// The servers of the project's `.mcp.json` (in the project folder that holds the working
+/// directory) named in `names`, the only ones a task starts (what the others need, an unset
+/// `${VAR}` say, is not this task's concern), with the trust of the file judged by the very
+/// bytes they were parsed from.
+pub(crate) fn named_project_servers_as_read(
     env: &Env,
     names: &[&str],
-) -> Result<Vec<ServerSpec>, Diagnostic> {
-    servers_of(dir, env, |name| names.contains(&name))
+) -> Result<(Vec<ServerSpec>, Result<(), crate::config::trust::Untrusted>), Diagnostic> {
+    let dir = crate::store::project_root(&env.cwd, env.home().as_deref()).0;
+    let mut trust = Ok(());
+    let servers = servers_of(
+        &dir,
+        env,
+        |name| names.contains(&name),
+        |file| {
+            trust = crate::config::trust::check_file(env, &file.path, file.text.as_bytes());
+        },
+    )?;
+    Ok((servers, trust))
 }
 
 fn servers_of(
     dir: &Path,
     env: &Env,
     wanted: impl Fn(&str) -> bool,
+    read: impl FnOnce(&Arc<SourceFile>),
 ) -> Result<Vec<ServerSpec>, Diagnostic> {
     let path = dir.join(FILE_NAME);
     let text = match std::fs::read_to_string(&path) {
@@ -53,6 +65,7 @@ fn servers_of(
         }
     };
     let file = SourceFile::new(&path, text);
+    read(&file);
     let err = |pos: Pos, message: String| Diagnostic::error(message).at(Span::new(&file, pos));
     let root = match crate::yaml::parse(&file.text) {
         Ok(Some(root)) => root,
@@ -85,16 +98,15 @@ fn servers_of(
 /// that is not trusted: the server is not started.
 pub(crate) fn untrusted_server(
     server: &ServerSpec,
-    dir: &Path,
-    trust: &crate::config::trust::Trust,
+    why: &crate::config::trust::Untrusted,
 ) -> Diagnostic {
-    let path = dir.join(FILE_NAME);
+    let path = why.project.join(FILE_NAME);
     let diagnostic = Diagnostic::error(format!(
-        "server `{}` of this project's {FILE_NAME} {}, and this project is not trusted",
+        "server `{}` of this project's {FILE_NAME} {}, and {why}",
         server.name,
         server.action()
     ))
-    .with_hint(trust.how_to_trust());
+    .with_hint(why.hint());
     // Point at the server's name in the file when it can be found again.
     let located = std::fs::read_to_string(&path).ok().and_then(|text| {
         let file = SourceFile::new(&path, text);

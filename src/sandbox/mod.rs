@@ -11,10 +11,12 @@
 
 pub(crate) mod environment;
 pub(crate) mod helper;
+mod limits;
 mod policy;
 pub(crate) mod support;
 
 pub(crate) use environment::{CommandEnv, is_secret_name};
+pub(crate) use limits::Limits;
 pub(crate) use policy::{Policy, Sandbox};
 
 /// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): its memory and its

@@ -65,7 +65,7 @@ pub(crate) use journal::{
     WriterOptions, micro_usd,
 };
 pub(crate) use schema::SCHEMA_VERSION;
-pub(crate) use sign::load_key;
+pub(crate) use sign::{key_path, load_key};
 pub(crate) use task::{Claim, Control, TaskFilter, TaskLookup, TaskRecord, TaskStatus};
 pub(crate) use task_id::TaskId;
 

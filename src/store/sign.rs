@@ -53,9 +53,43 @@ pub(crate) fn load_key(state_dir: &Path) -> std::io::Result<[u8; 32]> {
         }
     }
     let mut file = std::fs::File::open(&path)?;
+    if let Some(dir) = path.parent() {
+        private(dir, &std::fs::metadata(dir)?)?;
+    }
+    private(&path, &file.metadata()?)?;
     file.read_exact(&mut key)
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     Ok(key)
+}
+
+/// Refuses, as ssh refuses such a key, a key file or folder that another user owns or that
+/// others may read or write: whoever could read it could sign answers, whoever could write
+/// it could choose the key.
+fn private(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let refuse = |why: String| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} {why}: summon does not use a signing key others could read or replace",
+                path.display()
+            ),
+        ))
+    };
+    if meta.uid() != me {
+        return refuse(format!("is owned by uid {}, not by uid {me}", meta.uid()));
+    }
+    let open = meta.mode() & 0o077;
+    if open != 0 {
+        let fix = if meta.is_dir() { "700" } else { "600" };
+        return refuse(format!(
+            "is open to others (mode {:o}; run `chmod {fix} {}`)",
+            meta.mode() & 0o777,
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 /// HMAC-SHA256 of `parts` (each length-prefixed, so no two lists sign alike), as hex.
@@ -137,6 +171,31 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(load_key(dir.path()).unwrap(), key);
+    }
+
+    #[test]
+    fn a_key_open_to_others_or_owned_by_another_user_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        load_key(dir.path()).unwrap();
+        let path = key_path(dir.path());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let error = load_key(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("open to others (mode 644"), "{error}");
+        assert!(error.contains("chmod 600"), "{error}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let folder = path.parent().unwrap();
+        std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let error = load_key(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("chmod 700"), "{error}");
+        std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o700)).unwrap();
+        load_key(dir.path()).unwrap();
+        // Another owner (only root can give the file away).
+        if nix::unistd::geteuid().is_root() {
+            nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+            let error = load_key(dir.path()).unwrap_err().to_string();
+            assert!(error.contains("owned by uid 65534"), "{error}");
+        }
     }
 
     #[test]

@@ -35,9 +35,12 @@ pub(crate) async fn run_on_failure(retry: &RetryConfig, workdir: &Path) -> Optio
 }
 
 async fn run_shell(command: &str, workdir: &Path, timeout: Duration) -> Result<(), String> {
+    // The author's command gets the environment the model's commands get: no credential.
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(command)
+        .env_clear()
+        .envs(crate::sandbox::CommandEnv::default().select(std::env::vars_os()))
         .current_dir(workdir)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

@@ -82,6 +82,19 @@ impl Settings {
             .with_hint(config.trust.how_to_trust())
             .at(f.span()));
         }
+        if let (Some(_), Some(f)) = (&settings, file)
+            && f.value.scope == Some(crate::config::Scope::Project)
+            && f.value.capture_content == Some(true)
+            && !env_set(env, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+            && !config.trust.is_trusted()
+        {
+            return Err(Diagnostic::error(
+                "`traces.capture_content` in this project's summon.yaml would put every prompt \
+                 and answer on the spans sent to the collector, and this project is not trusted",
+            )
+            .with_hint(config.trust.how_to_trust())
+            .at(f.span()));
+        }
         Ok(settings)
     }
 

@@ -202,7 +202,7 @@ async fn run(command: &str, context: &Context<'_>, timeout: Duration) -> Result<
         .path()
         .map_err(|e| ToolError::Failed(format!("cannot make the task's TMPDIR: {e}")))?;
     let mut cmd = helper::command(context.sandbox, &[wd, tmp], "sh", &["-c", command])
-        .map_err(|e| ToolError::Failed(format!("cannot find summon to start the sandbox: {e}")))?;
+        .map_err(|e| ToolError::Failed(format!("cannot start the sandbox: {e}")))?;
     cmd.current_dir(wd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
