@@ -34,6 +34,7 @@ mod keys;
 mod lean_requests;
 mod llama;
 mod load;
+mod local;
 mod mcp;
 mod mcp_conditions;
 mod mcp_names;

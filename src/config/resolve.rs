@@ -150,7 +150,53 @@ pub(crate) async fn resolve(
         Err(diagnostic) if diagnostic.message.starts_with(NO_MODEL) => {
             Err(with_offered_models(env, config, overrides, diagnostic).await)
         }
+        Ok(resolved) if presets::is_builtin_local(&resolved.provider) => {
+            start_local(env, config, resolved)
+        }
         other => other,
+    }
+}
+
+/// The resolution of the built-in local model with the endpoint it answers at, once it is
+/// started (downloaded first if need be). Chosen because nothing else was configured, it says
+/// so in one line; when it cannot start then, the error lists the ways to configure a
+/// provider, with why the built-in one failed.
+fn start_local(env: &Env, config: &Config, mut resolved: Resolved) -> Result<Resolved, Diagnostic> {
+    let fallback = match &resolved.provider_origin {
+        Origin::AutoDetected(why) => Some(why.clone()),
+        _ => None,
+    };
+    match crate::local::base_url(env) {
+        Ok(url) => {
+            if let Some(why) = fallback {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "summon: {why}: using the built-in local model {} (to use another \
+                         provider, see `summon doctor` or docs/providers.md)",
+                        resolved.model
+                    );
+                });
+            }
+            resolved.provider.base_url = url;
+            resolved.endpoint = endpoint(env, &resolved.provider)?;
+            Ok(resolved)
+        }
+        Err(e) if fallback.is_some() => Err(nothing_configured(
+            env,
+            config,
+            &ollama_root(env, config),
+            Some(&e),
+        )),
+        Err(e) => Err(Diagnostic::error(format!(
+            "the built-in local model (provider `local`, from {}) cannot start: {e}",
+            resolved.provider_origin.source("--provider")
+        ))
+        .with_hint(format!(
+            "set {} to a GGUF file or one of: {}; or choose another provider",
+            crate::local::model::MODEL_VAR,
+            crate::local::model::known_names()
+        ))),
     }
 }
 
@@ -327,7 +373,13 @@ pub(crate) fn choose_provider(
             format!("a local Ollama answered at {root}"),
         ));
     }
-    Err(nothing_configured(env, config, &root))
+    if cfg!(feature = "local") {
+        return Ok(detected(
+            crate::local::PROVIDER,
+            format!("no provider is configured and no local Ollama answered at {root}"),
+        ));
+    }
+    Err(nothing_configured(env, config, &root, None))
 }
 
 /// The root URL (without `/v1`) of the `ollama` provider, config entry included.
@@ -348,7 +400,19 @@ fn config_path_text(env: &Env) -> String {
     )
 }
 
-fn nothing_configured(env: &Env, config: &Config, ollama_root: &str) -> Diagnostic {
+/// The error for no usable provider; `local_failed`: why the built-in local model, tried
+/// last, could not start.
+fn nothing_configured(
+    env: &Env,
+    config: &Config,
+    ollama_root: &str,
+    local_failed: Option<&str>,
+) -> Diagnostic {
+    let local = match local_failed {
+        Some(why) => format!("the built-in local model could not start: {why}"),
+        None if cfg!(feature = "local") => "pass --provider local".to_owned(),
+        None => "install summon with `--features local`, then pass --provider local".to_owned(),
+    };
     let mut diagnostic = Diagnostic::error(format!(
         "no LLM provider is configured, and no local Ollama answered at {ollama_root}; \
          configure one of:\n\
@@ -358,7 +422,8 @@ fn nothing_configured(env: &Env, config: &Config, ollama_root: &str) -> Diagnost
          \x20 - Ollama: start it (`ollama serve`), or set SUMMON_PROVIDER=ollama and \
          OLLAMA_HOST=HOST:PORT\n\
          \x20 - a config file at {} (or summon.yaml in the working directory) with \
-         `providers:` and `default_provider:`",
+         `providers:` and `default_provider:`\n\
+         \x20 - the built-in local model: {local}",
         config_path_text(env),
     ));
     if let Some(first) = config.providers.keys().next() {
