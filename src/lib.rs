@@ -26,6 +26,7 @@ mod event;
 mod exec;
 #[doc(hidden)]
 pub mod fuzzing;
+mod local;
 mod mcp;
 mod mcp_server;
 mod output;

@@ -35,6 +35,9 @@ mod keys;
 mod lean_requests;
 mod llama;
 mod load;
+// The built-in model's tests exist only in a summon built with `--features local`.
+#[cfg(feature = "local")]
+mod local;
 mod mcp;
 mod mcp_conditions;
 mod mcp_names;

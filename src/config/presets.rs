@@ -9,6 +9,8 @@
 //! - `ollama`: kind openai at `{OLLAMA_HOST}/v1`, `OLLAMA_HOST` defaulting to
 //!   `http://localhost:11434` and accepted with or without scheme and port, as Ollama reads it;
 //!   no key.
+//! - `local`: the built-in local model ([`crate::local`]), kind openai at an endpoint inside
+//!   summon's process, known only once the model is started; no key.
 
 use std::time::Duration;
 
@@ -20,7 +22,7 @@ use crate::env::Env;
 use crate::provider::{ProviderKind, RateLimits};
 
 /// The built-in provider names.
-pub(crate) const PRESET_NAMES: [&str; 3] = ["openai", "anthropic", "ollama"];
+pub(crate) const PRESET_NAMES: [&str; 4] = ["openai", "anthropic", "ollama", "local"];
 
 pub(crate) const OPENAI_URL: &str = "https://api.openai.com/v1";
 pub(crate) const ANTHROPIC_URL: &str = "https://api.anthropic.com";
@@ -119,6 +121,12 @@ pub(crate) fn preset(name: &str, env: &Env) -> Option<ProviderDef> {
             let (root, origin) = ollama_root(env);
             (ProviderKind::OpenAi, format!("{root}/v1"), origin, None)
         }
+        crate::local::PROVIDER => (
+            ProviderKind::OpenAi,
+            crate::local::NOT_STARTED_URL.to_owned(),
+            Origin::Preset,
+            None,
+        ),
         _ => return None,
     };
     Some(ProviderDef {
@@ -128,7 +136,8 @@ pub(crate) fn preset(name: &str, env: &Env) -> Option<ProviderDef> {
         base_url,
         base_url_origin,
         api_key_env: api_key_env.map(str::to_owned),
-        default_model: None,
+        default_model: (name == crate::local::PROVIDER)
+            .then(|| (crate::local::model_name(env), Origin::Preset)),
         aliases: builtin_aliases(kind),
         limits: RateLimits::default(),
         limits_per_shard: false,
@@ -199,6 +208,12 @@ fn from_config(entry: &ProviderConfig, preset: Option<ProviderDef>) -> ProviderD
             .filter(|_| entry.scope == super::file::Scope::Project)
             .map(|pos| crate::diag::Span::new(&entry.file, pos)),
     }
+}
+
+/// Whether `def` is the built-in local model (the `local` preset, its base URL not replaced
+/// by a config entry).
+pub(crate) fn is_builtin_local(def: &ProviderDef) -> bool {
+    def.base_url == crate::local::NOT_STARTED_URL
 }
 
 fn official_url(kind: ProviderKind) -> &'static str {

@@ -150,7 +150,53 @@ pub(crate) async fn resolve(
         Err(diagnostic) if diagnostic.message.starts_with(NO_MODEL) => {
             Err(with_offered_models(env, config, overrides, diagnostic).await)
         }
+        Ok(resolved) if presets::is_builtin_local(&resolved.provider) => {
+            start_local(env, config, resolved)
+        }
         other => other,
+    }
+}
+
+/// The resolution of the built-in local model with the endpoint it answers at, once it is
+/// started (downloaded first if need be). Chosen because nothing else was configured, it says
+/// so in one line; when it cannot start then, the error lists the ways to configure a
+/// provider, with why the built-in one failed.
+fn start_local(env: &Env, config: &Config, mut resolved: Resolved) -> Result<Resolved, Diagnostic> {
+    let fallback = match &resolved.provider_origin {
+        Origin::AutoDetected(why) => Some(why.clone()),
+        _ => None,
+    };
+    match crate::local::base_url(env) {
+        Ok(url) => {
+            if let Some(why) = fallback {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "summon: {why}: using the built-in local model {} (to use another \
+                         provider, see `summon doctor` or docs/providers.md)",
+                        resolved.model
+                    );
+                });
+            }
+            resolved.provider.base_url = url;
+            resolved.endpoint = endpoint(env, &resolved.provider)?;
+            Ok(resolved)
+        }
+        Err(e) if fallback.is_some() => Err(nothing_configured(
+            env,
+            config,
+            &ollama_root(env, config),
+            Some(&e),
+        )),
+        Err(e) => Err(Diagnostic::error(format!(
+            "the built-in local model (provider `local`, from {}) cannot start: {e}",
+            resolved.provider_origin.source("--provider")
+        ))
+        .with_hint(format!(
+            "set {} to a GGUF file or one of: {}; or choose another provider",
+            crate::local::model::MODEL_VAR,
+            crate::local::model::known_names()
+        ))),
     }
 }
 
@@ -327,7 +373,14 @@ pub(crate) fn choose_provider(
             format!("a local Ollama answered at {root}"),
         ));
     }
-    Err(nothing_configured(env, config, &root))
+    // Configured providers without a default get the error's hint instead.
+    if cfg!(feature = "local") && config.providers.is_empty() {
+        return Ok(detected(
+            crate::local::PROVIDER,
+            format!("no provider is configured and no local Ollama answered at {root}"),
+        ));
+    }
+    Err(nothing_configured(env, config, &root, None))
 }
 
 /// The root URL (without `/v1`) of the `ollama` provider, config entry included.
@@ -348,7 +401,19 @@ fn config_path_text(env: &Env) -> String {
     )
 }
 
-fn nothing_configured(env: &Env, config: &Config, ollama_root: &str) -> Diagnostic {
+/// The error for no usable provider; `local_failed`: why the built-in local model, tried
+/// last, could not start.
+fn nothing_configured(
+    env: &Env,
+    config: &Config,
+    ollama_root: &str,
+    local_failed: Option<&str>,
+) -> Diagnostic {
+    let local = match local_failed {
+        Some(why) => format!("the built-in local model could not start: {why}"),
+        None if cfg!(feature = "local") => "set SUMMON_PROVIDER=local".to_owned(),
+        None => "install summon with `--features local`, then set SUMMON_PROVIDER=local".to_owned(),
+    };
     let mut diagnostic = Diagnostic::error(format!(
         "no LLM provider is configured, and no local Ollama answered at {ollama_root}; \
          configure one of:\n\
@@ -358,7 +423,8 @@ fn nothing_configured(env: &Env, config: &Config, ollama_root: &str) -> Diagnost
          \x20 - Ollama: start it (`ollama serve`), or set SUMMON_PROVIDER=ollama and \
          OLLAMA_HOST=HOST:PORT\n\
          \x20 - a config file at {} (or summon.yaml in the working directory) with \
-         `providers:` and `default_provider:`",
+         `providers:` and `default_provider:`\n\
+         \x20 - the built-in local model: {local}",
         config_path_text(env),
     ));
     if let Some(first) = config.providers.keys().next() {
@@ -771,6 +837,45 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "local")]
+    fn with_nothing_configured_the_built_in_model_is_chosen() {
+        let e = env(&[("OLLAMA_HOST", "127.0.0.1:9")]);
+        let r = resolve_with(&e, &Config::default(), &Overrides::default(), |_| false)
+            .expect("the built-in model");
+        assert_eq!(r.provider_name, "local");
+        assert_eq!(
+            r.provider_origin,
+            Origin::AutoDetected(
+                "no provider is configured and no local Ollama answered at http://127.0.0.1:9"
+                    .into()
+            )
+        );
+        assert_eq!(r.model, "smollm2-135m-instruct");
+        assert!(presets::is_builtin_local(&r.provider));
+    }
+
+    #[test]
+    fn a_built_in_model_that_cannot_start_is_listed_with_the_reason() {
+        let e = env(&[]);
+        let err = nothing_configured(&e, &Config::default(), "http://h:1", Some("no file"));
+        assert!(
+            err.message.starts_with(
+                "no LLM provider is configured, and no local Ollama answered at http://h:1"
+            ),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.message.ends_with(
+                "\n  - the built-in local model: the built-in local model could not start: no file"
+            ),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    #[cfg(not(feature = "local"))]
     fn nothing_configured_lists_the_ways() {
         let e = env(&[("OLLAMA_HOST", "127.0.0.1:9")]);
         let err = resolve_with(&e, &Config::default(), &Overrides::default(), |root| {
@@ -1207,6 +1312,11 @@ mod tests {
         assert!(r.endpoint.api_key.is_none());
         server.shutdown().await;
 
+        // Built with the local model, it is tried last: here it cannot start.
+        let e = env(&[
+            ("OLLAMA_HOST", host.as_str()),
+            ("SUMMON_LOCAL_MODEL", "/nowhere/model.gguf"),
+        ]);
         let err = resolve(
             &e,
             &Config::default(),

@@ -1,7 +1,8 @@
 //! `Test::new().write("recipes/a.yaml", "...").args(["load", "a"]).stdout_has("...").run()`
 //!
 //! Each test gets a fresh temp directory as its working directory and as `HOME`, and a
-//! clean environment: only the variables the test sets are visible to summon.
+//! clean environment: only the variables the test sets are visible to summon (and
+//! `SUMMON_LOCAL_MODEL_URL`, pointing nowhere, unless the test sets it).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -198,7 +199,13 @@ impl Test {
             .current_dir(&self.cwd)
             .env_clear()
             .env("HOME", self.dir.path())
-            .env("PATH", std::env::var("PATH").unwrap_or_default());
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            // With nothing configured, a summon built with the local model fetches it: never
+            // from outside in a test (a test that wants the download serves it itself).
+            .env(
+                "SUMMON_LOCAL_MODEL_URL",
+                "http://127.0.0.1:9/no-downloads-in-tests",
+            );
         for (k, v) in &self.env {
             command.env(k, v);
         }
