@@ -335,16 +335,16 @@ mod tests {
         assert!(!cap.waits_for_first_answer());
         assert_eq!(
             cap.choose(None, None, Some(4096)),
-            (Some(128), CapSource::Learned)
+            (Some(64), CapSource::Learned)
         );
         // A hosted provider's full limit is none: the learned one still bounds answers.
         assert_eq!(
             cap.choose(None, None, None),
-            (Some(128), CapSource::Learned)
+            (Some(64), CapSource::Learned)
         );
         cap.answered(1500);
-        assert_eq!(cap.choose(None, None, Some(4096)).0, Some(3072));
-        cap.resend(3072);
+        assert_eq!(cap.choose(None, None, Some(4096)).0, Some(3040));
+        cap.resend(3040);
         assert_eq!(cap.choose(None, None, Some(4096)).0, Some(4096));
         // An explicit limit always wins, a schema bound before learning.
         assert_eq!(
