@@ -157,13 +157,16 @@ fn short_number(n: u64) -> String {
 }
 
 /// A request's reservation, from [`Admission::reserve`] to its answer.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Ticket {
     cost: Cost,
     /// This run's net charges of each limit just after this reservation.
     net_at: [f64; 4],
     /// When the request goes (the reservation, plus its wait).
     at: Instant,
+    /// Once sent ([`Admission::mark_sent`]): the charges of every request sent so far, this
+    /// one included, and when it went.
+    sent: std::sync::Mutex<Option<([f64; 4], Instant)>>,
     /// How long the request must wait before it goes, and the limit that holds it.
     pub(crate) wait: Option<(Duration, Binding)>,
 }
@@ -175,6 +178,8 @@ struct Bucket {
     balance: f64,
     /// Everything this run charged the limit, less what it gave back.
     net: f64,
+    /// The part of `net` of requests already sent.
+    sent: f64,
 }
 
 impl Bucket {
@@ -363,6 +368,7 @@ impl Admission {
             cost,
             net_at,
             at,
+            sent: std::sync::Mutex::new(None),
             wait: binding,
         }
     }
@@ -377,13 +383,40 @@ impl Admission {
         }
     }
 
+    /// The request of `ticket` goes now. The provider counts requests in the order they
+    /// arrive, not the order they were reserved in: what it says of one counts those sent
+    /// before it ([`Admission::observe`]).
+    pub(crate) fn mark_sent(&self, ticket: &Ticket) {
+        let mut sent = ticket.sent.lock().unwrap_or_else(|p| p.into_inner());
+        if sent.is_some() {
+            return;
+        }
+        let mut state = self.lock();
+        for dim in DIMS {
+            state.buckets[dim as usize].sent += ticket.cost.get(dim);
+        }
+        *sent = Some((state.buckets.map(|b| b.sent), Instant::now()));
+    }
+
+    fn was_sent(ticket: &Ticket) -> bool {
+        ticket
+            .sent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
     /// Gives a reservation back: the request was not admitted (a 429) or never sent.
     pub(crate) fn cancel(&self, ticket: &Ticket) {
+        let sent = Self::was_sent(ticket);
         let mut state = self.refilled();
         for dim in DIMS {
             let bucket = &mut state.buckets[dim as usize];
             let charge = ticket.cost.get(dim);
             bucket.net -= charge;
+            if sent {
+                bucket.sent -= charge;
+            }
             if let Some(limit) = bucket.limit() {
                 bucket.balance = (bucket.balance + charge.min(limit)).min(limit);
             }
@@ -415,6 +448,7 @@ impl Admission {
             let bucket = &mut state.buckets[dim as usize];
             let back = ticket.cost.get(dim) - actual;
             bucket.net -= back;
+            bucket.sent -= back;
             if let Some(limit) = bucket.limit() {
                 bucket.balance = (bucket.balance + back).min(limit);
             }
@@ -430,9 +464,13 @@ impl Admission {
         if seen.iter().all(Option::is_none) {
             return;
         }
+        let sent = *ticket.sent.lock().unwrap_or_else(|p| p.into_inner());
         let mut state = self.refilled();
         let now = Instant::now();
-        let elapsed = now.saturating_duration_since(ticket.at).as_secs_f64();
+        // As of when the request went: the charges of the requests sent before it are in
+        // what the provider said; those sent after it, and those not sent yet, are not.
+        let (before, at) = sent.unwrap_or((ticket.net_at, ticket.at));
+        let elapsed = now.saturating_duration_since(at).as_secs_f64();
         for dim in DIMS {
             let Some((limit, remaining)) = seen[dim as usize] else {
                 continue;
@@ -445,8 +483,8 @@ impl Admission {
             };
             let charged = if admitted { 0.0 } else { ticket.cost.get(dim) };
             // What the provider has left now: what it said, refilled since, less what this
-            // run charged after this request.
-            let since = bucket.net - ticket.net_at[dim as usize];
+            // run charged that it had not counted then.
+            let since = bucket.net - before[dim as usize];
             let server =
                 ((remaining - charged) + elapsed * limit / 60.0).min(limit) - since.max(0.0);
             let configured_binds = bucket.configured.is_some_and(|c| c < limit);
@@ -749,6 +787,38 @@ mod tests {
             true,
         );
         // 3,990 left: a request of 3,990 goes, one more token waits.
+        assert!(admission.reserve(openai(3990.0)).wait.is_none());
+        assert!(admission.reserve(openai(1.0)).wait.is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_reserved_earlier_but_sent_later_is_not_counted_as_seen() {
+        let admission = Admission::new(ProviderKind::OpenAi, RateLimits::default());
+        let learn = admission.reserve(openai(10.0));
+        admission.mark_sent(&learn);
+        admission.observe(
+            &headers(&[
+                ("x-ratelimit-limit-tokens", "6000"),
+                ("x-ratelimit-remaining-tokens", "5990"),
+            ]),
+            &learn,
+            true,
+        );
+        // `late` is reserved first but goes after `early` (it waited for a slot): the
+        // provider's word on `early` does not count it.
+        let late = admission.reserve(openai(1000.0));
+        let early = admission.reserve(openai(1000.0));
+        admission.mark_sent(&early);
+        admission.observe(
+            &headers(&[
+                ("x-ratelimit-limit-tokens", "6000"),
+                ("x-ratelimit-remaining-tokens", "4990"),
+            ]),
+            &early,
+            true,
+        );
+        admission.mark_sent(&late);
+        // 3,990 left once `late` is counted.
         assert!(admission.reserve(openai(3990.0)).wait.is_none());
         assert!(admission.reserve(openai(1.0)).wait.is_some());
     }

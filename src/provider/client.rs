@@ -990,6 +990,9 @@ impl Client {
         if let Some(err) = self.not_sent() {
             return Err(err);
         }
+        if let Some(ticket) = ticket {
+            self.admission.mark_sent(ticket);
+        }
         let sent = request.send().await;
         let mut response = match sent {
             Ok(response) => response,

@@ -338,10 +338,7 @@ mod tests {
             (Some(64), CapSource::Learned)
         );
         // A hosted provider's full limit is none: the learned one still bounds answers.
-        assert_eq!(
-            cap.choose(None, None, None),
-            (Some(64), CapSource::Learned)
-        );
+        assert_eq!(cap.choose(None, None, None), (Some(64), CapSource::Learned));
         cap.answered(1500);
         assert_eq!(cap.choose(None, None, Some(4096)).0, Some(3040));
         cap.resend(3040);
