@@ -897,6 +897,9 @@ fn inspect(test: &Test, server: &MockServer, args: &[&str]) -> Value {
             "OPENAI_API_KEY=sk-test-key",
             "-e",
             "SUMMON_MODEL=mock-model",
+            // The user trusts the project's pipelines, which run_pipeline runs only then.
+            "-e",
+            "SUMMON_TRUST_PROJECT=1",
         ])
         .args([env!("CARGO_BIN_EXE_summon"), "mcp"])
         .args(args)
