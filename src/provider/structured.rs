@@ -262,12 +262,15 @@ pub(crate) fn prompted(
     kind: super::ProviderKind,
     level: OpenAiFormat,
     native: bool,
+    local: bool,
 ) -> std::borrow::Cow<'_, super::ChatRequest> {
     let Some(format) = &req.response_format else {
         return std::borrow::Cow::Borrowed(req);
     };
     let text = match kind {
-        super::ProviderKind::OpenAi if level == OpenAiFormat::JsonSchema => None,
+        // A small local model held to a grammar still needs to read what the schema asks,
+        // or it fills the grammar's whitespace until its limit.
+        super::ProviderKind::OpenAi if level == OpenAiFormat::JsonSchema && !local => None,
         super::ProviderKind::OpenAi => Some(schema_prompt(format)),
         super::ProviderKind::Anthropic if (native && format.anthropic_native()) || format.force => {
             None
@@ -279,11 +282,17 @@ pub(crate) fn prompted(
     match text {
         None => std::borrow::Cow::Borrowed(req),
         Some(text) => {
+            // Right after the standard line, before the task's own instructions: a small model
+            // reads what its answer must be before what to do.
             let mut req = req.clone();
-            if !req.system.is_empty() && !req.system.ends_with('\n') {
-                req.system.push('\n');
+            match req.system.find('\n') {
+                Some(end) => req.system.insert_str(end + 1, &format!("\n{text}")),
+                None if req.system.is_empty() => req.system = text,
+                None => {
+                    req.system.push('\n');
+                    req.system.push_str(&text);
+                }
             }
-            req.system.push_str(&text);
             std::borrow::Cow::Owned(req)
         }
     }
@@ -299,7 +308,7 @@ fn schema_prompt(format: &ResponseFormat) -> String {
     format!(
         "Your final answer must be one JSON value, with no other text, that validates against \
          this JSON Schema:\n{}\n",
-        serde_json::to_string(schema).unwrap_or_default()
+        serde_json::to_string_pretty(schema).unwrap_or_default()
     )
 }
 
