@@ -105,7 +105,7 @@ pub(crate) enum RunEvent {
     /// The output limits a step's requests were sent with, once its tasks have run.
     OutputLimit {
         step: usize,
-        summary: crate::subagent::output_cap::CapSummary,
+        summary: super::CapSummary,
     },
     /// What each provider's rate limits held back and charged over the run, once every step
     /// has ended (by provider name).

@@ -25,19 +25,7 @@ pub(crate) const LOCAL_GUARD: u32 = 4096;
 /// Anthropic requires a limit: the one sent when nothing narrower is known.
 pub(crate) const ANTHROPIC_FULL: u32 = 8192;
 
-/// Where a task's output limit comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum CapSource {
-    /// `max_output_tokens` was set.
-    Explicit,
-    /// The answer's JSON schema bounds it.
-    Schema,
-    /// Learned from the step's own answers.
-    Learned,
-    /// The full limit (see the module documentation).
-    Full,
-}
+pub(crate) use crate::event::{CapSource, CapSummary};
 
 /// The output limit for a request, before any learning: `None` sends none.
 pub(crate) fn full_limit(
@@ -175,49 +163,6 @@ impl OutputCap {
             longest_answer: self.answered.load(Ordering::Relaxed).then_some(needed),
             resent: self.resent.load(Ordering::Relaxed),
         })
-    }
-}
-
-/// A step's output limits, as report.json and the summary give them.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub(crate) struct CapSummary {
-    /// Where the limit of the step's later requests came from.
-    pub(crate) source: CapSource,
-    /// The smallest and largest limit a request was sent with (none: no limit sent).
-    pub(crate) smallest: Option<u32>,
-    pub(crate) largest: Option<u32>,
-    /// The longest answer that was not cut off, in output tokens.
-    pub(crate) longest_answer: Option<u32>,
-    /// Answers cut off at a learned or schema bound and sent again with the full limit.
-    pub(crate) resent: u64,
-}
-
-impl CapSummary {
-    /// `learned: 128 tokens (the longest answer 12; the first request 4,096), 0 re-sent`
-    pub(crate) fn describe(&self) -> String {
-        let tokens = |n: u32| crate::text::thousands(u64::from(n));
-        let limits = match (self.smallest, self.largest) {
-            (Some(low), Some(high)) if low == high => format!("{} tokens", tokens(high)),
-            (Some(low), Some(high)) => format!("{}–{} tokens", tokens(low), tokens(high)),
-            _ => "none sent".to_owned(),
-        };
-        let why = match self.source {
-            CapSource::Explicit => "max_output_tokens".to_owned(),
-            CapSource::Schema => "bounded by the answer's JSON schema".to_owned(),
-            CapSource::Learned => format!(
-                "learned from the step's answers, the longest {} tokens",
-                self.longest_answer.map_or(0, u64::from)
-            ),
-            CapSource::Full => "the full limit".to_owned(),
-        };
-        let mut text = format!("{limits} ({why})");
-        if self.resent > 0 {
-            text.push_str(&format!(
-                ", {} cut off and sent again with the full limit",
-                self.resent
-            ));
-        }
-        text
     }
 }
 
