@@ -457,6 +457,36 @@ fn requests_per_item(server: &MockServer) -> BTreeMap<String, usize> {
     counts
 }
 
+/// The items `results.jsonl` lines show as completed.
+fn completed_items(lines: &[Value]) -> BTreeSet<String> {
+    lines
+        .iter()
+        .filter(|l| l["status"] == "completed")
+        .map(|l| l["item"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The items the project's journal holds as completed (committed rows only).
+fn journaled_items(project: &std::path::Path) -> BTreeSet<String> {
+    let path = project.join(".summon/state.db");
+    let Ok(conn) =
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    else {
+        return BTreeSet::new();
+    };
+    let Ok(mut stmt) = conn.prepare("SELECT item FROM run_tasks WHERE status = 'completed'") else {
+        return BTreeSet::new();
+    };
+    let rows = stmt.query_map([], |r| r.get::<_, Option<String>>(0));
+    rows.map(|rows| {
+        rows.filter_map(|r| r.ok().flatten())
+            .filter_map(|item| serde_json::from_str::<Value>(&item).ok())
+            .filter_map(|item| item.as_str().map(str::to_owned))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn resume_after_kill_9_requests_no_finished_task_again() {
     let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(300))).await;
@@ -485,18 +515,22 @@ async fn resume_after_kill_9_requests_no_finished_task_again() {
     wait_for(Duration::from_secs(30), "12 finished tasks", || {
         results(&out_dir).len() >= 12
     });
-    // Kill between two waves of requests, once no task has finished for a while, so that
-    // every finished task has had time to reach the journal: then exactly the tasks in
-    // flight may be requested again.
+    // Kill between two waves of requests, once no request has started for a while and the
+    // journal holds every task `results.jsonl` shows (the two are written by threads of
+    // their own, and a loaded machine commits late): then exactly the tasks in flight may be
+    // requested again.
     let mut seen = support::chat_count(&server);
     let mut since = Instant::now();
-    wait_for(Duration::from_secs(10), "a quiet moment", || {
+    wait_for(Duration::from_secs(30), "a quiet moment", || {
         let now = support::chat_count(&server);
         if now != seen {
             seen = now;
             since = Instant::now();
         }
-        since.elapsed() >= Duration::from_millis(100)
+        since.elapsed() >= Duration::from_millis(100) && {
+            let shown = completed_items(&results(&out_dir));
+            shown.is_subset(&journaled_items(t.path()))
+        }
     });
     child.kill().expect("kill -9");
     child.wait().expect("wait");
@@ -506,11 +540,7 @@ async fn resume_after_kill_9_requests_no_finished_task_again() {
         "the run was killed before it finished ({first_run} requests)"
     );
     let in_flight = server.in_flight().min(4);
-    let finished_before: BTreeSet<String> = results(&out_dir)
-        .iter()
-        .filter(|l| l["status"] == "completed")
-        .map(|l| l["item"].as_str().unwrap().to_owned())
-        .collect();
+    let finished_before = completed_items(&results(&out_dir));
     assert!(finished_before.len() >= 12);
 
     summon(&t, &[&args[..], &["--resume"][..]].concat()).expect(0);
