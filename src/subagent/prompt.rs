@@ -20,7 +20,8 @@ permissions.";
 
 /// The standard line every task is sent, kept short: it is paid for on every request of
 /// every task (docs/providers.md states its size).
-pub(crate) const PREAMBLE: &str = "You are a subagent started by summon for one delegated task. Nobody will answer questions, so ask none. Your final reply, as plain text, is all that is returned.";
+pub(crate) const PREAMBLE: &str =
+    "Do this task alone, asking nothing. Your reply, in plain text, is the result.";
 
 /// Builds the system prompt. `with_role` says whether the first message carries a project's
 /// role text, which is when the sentence about roles is needed. A task without tools is told
@@ -191,8 +192,8 @@ mod tests {
         assert!(!text.contains(ROLE_BOUNDARY));
         // No tools: nothing about tools or the working directory.
         assert_eq!(text, format!("{PREAMBLE}\n"));
-        // The standard line stays within 44 tokens at four bytes a token.
-        assert!(text.len().div_ceil(4) <= 44, "{}", text.len());
+        // The standard line stays within 20 tokens at four bytes a token.
+        assert!(text.len().div_ceil(4) <= 20, "{}", text.len());
     }
 
     #[test]
