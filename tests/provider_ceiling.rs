@@ -317,3 +317,60 @@ async fn a_shard_gets_its_share_of_a_configured_limit() {
         json!([["requests_per_minute", 600], ["tokens_per_minute", 10000]])
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_output_limit_above_the_keys_whole_minute_is_lowered_to_it() {
+    // 4,000 output tokens a minute, below Anthropic's default 8,192: a request asking for
+    // 8,192 is refused however long it waits. The first 429 names the limit; from then on
+    // every request asks for what the key admits, and the run finishes.
+    let server = MockServer::start(
+        MockConfig::new()
+            .default_reply(Reply::text("billing"))
+            .ration(Ration::anthropic(10_000, 10_000_000, 4_000)),
+    )
+    .await;
+    let out = anthropic(&server)
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .write_raw("p.yaml", &fan_out(10, ""))
+        .args(["run", "p.yaml", "--out", "out", "--concurrency", "10"])
+        .run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let stats = server.ration_stats();
+    assert_eq!(stats.admitted, 10, "{stats:?}");
+    assert_eq!(stats.limited, 1, "{stats:?}");
+    let limits: Vec<Option<u64>> = chats(&server).iter().map(|r| limit_of(&r.body)).collect();
+    assert_eq!(limits[0], Some(8192), "{limits:?}");
+    assert!(
+        limits[1..].iter().all(|l| l.is_some_and(|l| l <= 4000)),
+        "{limits:?}"
+    );
+    assert!(
+        out.stderr
+            .contains("output limit lowered from 8192 to 4000 tokens"),
+        "{}",
+        out.stderr
+    );
+
+    // OpenAI: an explicit limit above the tokens a minute, less the input.
+    let server = MockServer::start(
+        MockConfig::new()
+            .default_reply(Reply::text("billing"))
+            .ration(Ration::openai(10_000, 3_000)),
+    )
+    .await;
+    let out = openai(&server)
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .write_raw("p.yaml", &fan_out(3, ""))
+        .args(["run", "p.yaml", "--out", "out", "--concurrency", "1"])
+        .args(["--max-output-tokens", "5000"])
+        .run();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let requests = chats(&server);
+    let lowered = requests
+        .iter()
+        .filter_map(|r| limit_of(&r.body))
+        .filter(|l| *l < 3000)
+        .count();
+    assert_eq!(lowered, requests.len() - 1, "{requests:#?}");
+    assert_eq!(server.ration_stats().limited, 1);
+}

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use summon_mock_llm::{MockConfig, MockServer};
+use summon_mock_llm::{MockConfig, MockServer, Ration};
 use support::Test;
 
 const PIPELINE: &str = r#"version: 1
@@ -116,6 +116,43 @@ fn project() -> Test {
     Test::new()
         .write_raw("p.yaml", PIPELINE)
         .write_raw("rows.csv", &rows)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs tmux (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+async fn the_bar_says_how_many_requests_a_providers_limit_holds_and_which() {
+    require("tmux");
+    // 20 requests a minute: the first answer's headers say so, and the rest wait for it.
+    let server = MockServer::start(
+        MockConfig::new()
+            .latency(Duration::from_millis(100))
+            .ration(Ration::openai(20, 10_000_000)),
+    )
+    .await;
+    let t = project();
+    let pane = Pane::start(
+        &format!("summon-held-{}", std::process::id()),
+        t.path(),
+        &server,
+    );
+    let mut screen = String::new();
+    wait_for(Duration::from_secs(60), "the bar to name the limit", || {
+        screen = pane.screen();
+        screen.lines().any(|l| {
+            l.starts_with("labels [")
+                && l.contains(" held by the provider's requests per minute (20), ")
+        })
+    });
+    let bar = screen.lines().find(|l| l.contains(" held by ")).unwrap();
+    let held: u64 = bar
+        .split(" · ")
+        .nth(1)
+        .and_then(|m| m.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of held requests: {bar}"));
+    assert!((1..=60).contains(&held), "{bar}");
+    // Held, not sent into 429s.
+    assert_eq!(server.ration_stats().limited, 0, "{screen}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -281,6 +281,7 @@ fn progress_line(label: &str, palette: crate::color::Palette, event: SubagentEve
         SubagentEvent::Turn { .. }
         | SubagentEvent::StartupWait { .. }
         | SubagentEvent::Held { .. }
+        | SubagentEvent::HeldFor { .. }
         | SubagentEvent::Text { .. }
         | SubagentEvent::Tokens { .. }
         | SubagentEvent::Response { .. }

@@ -94,9 +94,10 @@ pub(crate) enum RunEvent {
         step: usize,
         wait: std::time::Duration,
     },
-    /// A request of a task of `step` waits `wait` for the provider's rate limits (`limit`
-    /// says which: `the provider's output tokens per minute (40k)`) before it is sent: not in
-    /// flight meanwhile, and not a retry.
+    /// A request of a task of `step` waits `wait` at most for the provider's rate limits
+    /// (`limit` says which: `the provider's output tokens per minute (40k)`) before it is
+    /// sent: not in flight meanwhile, and not a retry. A zero `wait` (and no `limit`): one
+    /// such hold is over.
     Held {
         step: usize,
         limit: String,

@@ -694,11 +694,19 @@ async fn attempt_task(
             });
         }
         crate::subagent::SubagentEvent::Held { limit, delay } => {
-            trace.waited(shared.run_started.elapsed(), delay);
             shared.events.emit(RunEvent::Held {
                 step: step.index,
                 limit,
                 wait: delay,
+            });
+        }
+        crate::subagent::SubagentEvent::HeldFor { waited } => {
+            let now = shared.run_started.elapsed();
+            trace.waited(now.saturating_sub(waited), waited);
+            shared.events.emit(RunEvent::Held {
+                step: step.index,
+                limit: String::new(),
+                wait: Duration::ZERO,
             });
         }
         crate::subagent::SubagentEvent::StartupWait { delay } => {

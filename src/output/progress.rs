@@ -107,16 +107,21 @@ impl StepState {
     }
 
     /// `16 in flight` and, while some tasks wait to retry, `2 waiting to retry (next in 1.5s)`;
-    /// while the provider's limits hold requests back, `held by the provider's output tokens
-    /// per minute (40k): 12 waiting`.
+    /// while the provider's limits hold requests back, first (a narrow terminal cuts the
+    /// line's end), `12 held by the provider's output tokens per minute (40k)`.
     fn flight(&self) -> String {
         let (waiting, next) = self.waiting();
-        let mut text = format!("{} in flight", self.in_flight.saturating_sub(self.parked));
         let now = Instant::now();
         let held = self.held_ends.iter().filter(|end| **end > now).count();
-        if held > 0 {
-            text.push_str(&format!(", held by {}: {held} waiting", self.held_by));
-        }
+        let mut text = if held > 0 {
+            format!("{held} held by {}, ", self.held_by)
+        } else {
+            String::new()
+        };
+        text.push_str(&format!(
+            "{} in flight",
+            self.in_flight.saturating_sub(self.parked)
+        ));
         if let Some(next) = next {
             text.push_str(&format!(
                 ", {waiting} waiting to retry (next in {:.1}s)",
@@ -446,11 +451,25 @@ impl Progress {
         }
     }
 
-    /// A request of a task of `step` waits `wait` for the provider's rate limit `limit`.
+    /// A request of a task of `step` waits `wait` at most for the provider's rate limit
+    /// `limit`; a zero `wait`: one such hold ended (early, as tokens came back).
     pub(crate) fn held(&self, step: &str, limit: &str, wait: Duration) {
         if let Some(state) = lock(&self.shared.steps).get_mut(step) {
             let now = Instant::now();
             state.held_ends.retain(|end| *end > now);
+            if wait.is_zero() {
+                if let Some(first) = state
+                    .held_ends
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, end)| **end)
+                    .map(|(i, _)| i)
+                {
+                    state.held_ends.swap_remove(first);
+                }
+                state.dirty = true;
+                return;
+            }
             state.held_ends.push(now + wait);
             if state.held_by != limit {
                 limit.clone_into(&mut state.held_by);
@@ -620,6 +639,31 @@ impl Drop for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tasks_held_by_a_rate_limit_are_said_first_with_the_limit() {
+        let mut state = StepState {
+            total: Some(3),
+            in_flight: 3,
+            parked: 2,
+            held_by: "the provider's output tokens per minute (40k)".to_owned(),
+            ..StepState::default()
+        };
+        let later = Instant::now() + Duration::from_secs(30);
+        state.held_ends = vec![later, later];
+        assert_eq!(
+            state.line("s"),
+            "[summon] s: 0/3 done, 2 held by the provider's output tokens per minute (40k), \
+             1 in flight, 0 failed, 0 tokens"
+        );
+        // Their waits over: nothing is said of them.
+        state.held_ends = vec![Instant::now() - Duration::from_millis(1)];
+        assert!(
+            state
+                .line("s")
+                .starts_with("[summon] s: 0/3 done, 1 in flight, 0 failed")
+        );
+    }
 
     #[test]
     fn a_task_waiting_to_retry_is_not_in_flight_and_its_wait_counts_down() {

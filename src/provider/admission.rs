@@ -156,6 +156,21 @@ fn short_number(n: u64) -> String {
     }
 }
 
+/// Counts the time a held request waited when its wait ends (or is dropped: a run stopped).
+struct Waited<'a> {
+    admission: &'a Admission,
+    binding: Option<&'a Binding>,
+    start: Instant,
+}
+
+impl Drop for Waited<'_> {
+    fn drop(&mut self) {
+        if let Some(binding) = self.binding {
+            self.admission.note_waited(self.start.elapsed(), binding);
+        }
+    }
+}
+
 /// A request's reservation, from [`Admission::reserve`] to its answer.
 #[derive(Debug)]
 pub(crate) struct Ticket {
@@ -169,6 +184,8 @@ pub(crate) struct Ticket {
     sent: std::sync::Mutex<Option<([f64; 4], Instant)>>,
     /// How long the request must wait before it goes, and the limit that holds it.
     pub(crate) wait: Option<(Duration, Binding)>,
+    /// Per limit it owed at reservation: the limit's credit at which the debt is paid.
+    targets: [Option<f64>; 4],
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -176,13 +193,25 @@ struct Bucket {
     configured: Option<f64>,
     learned: Option<f64>,
     balance: f64,
-    /// Everything this run charged the limit, less what it gave back.
+    /// Everything this run charged the limit, less the charges of requests never sent. Not
+    /// less the tokens answers gave back: the provider may have counted those before it
+    /// said what remained ([`Admission::observe`] counts them there, not twice).
     net: f64,
     /// The part of `net` of requests already sent.
     sent: f64,
+    /// Everything the balance has gained so far, other than by a reservation's charge
+    /// (refill, tokens given back, the provider's word): a waiting request goes once this
+    /// reaches its [`Ticket`]'s target, so tokens given back let it go early.
+    credit: f64,
 }
 
 impl Bucket {
+    /// Sets the balance, counting what it gained as credit.
+    fn set_balance(&mut self, balance: f64) {
+        self.credit += balance - self.balance;
+        self.balance = balance;
+    }
+
     fn limit(&self) -> Option<f64> {
         match (self.configured, self.learned) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -254,6 +283,8 @@ pub(crate) struct Admission {
     used: AtomicU64,
     /// The binding limit's last description, per limit.
     binding: Mutex<[Option<Binding>; 4]>,
+    /// Told when the balances gained more than their refill: waiting requests look again.
+    gained: tokio::sync::Notify,
 }
 
 impl Admission {
@@ -283,6 +314,7 @@ impl Admission {
             reserved: AtomicU64::new(0),
             used: AtomicU64::new(0),
             binding: Mutex::new(Default::default()),
+            gained: tokio::sync::Notify::new(),
         }
     }
 
@@ -307,6 +339,22 @@ impl Admission {
         Cost(cost)
     }
 
+    /// The largest output limit the key's limits can ever admit for `req`, where a limit is
+    /// known: Anthropic's output tokens per minute; on OpenAI the tokens per minute less the
+    /// request's input (a request counted above a whole minute's budget is refused, "Request
+    /// too large", however long it waits). `None` when no limit bounds it.
+    pub(crate) fn output_room(&self, req: &ChatRequest) -> Option<u32> {
+        let state = self.lock();
+        let room = match self.kind {
+            ProviderKind::Anthropic => state.buckets[Dim::Output as usize].limit()?,
+            ProviderKind::OpenAi => {
+                let input = (estimate_tokens(req) - u64::from(req.max_tokens.unwrap_or(0))) as f64;
+                state.buckets[Dim::Tokens as usize].limit()? - input
+            }
+        };
+        Some(room.clamp(1.0, f64::from(u32::MAX)) as u32)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // Plain numbers: consistent even if a holder panicked.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -320,7 +368,7 @@ impl Admission {
         state.updated = now;
         for bucket in &mut state.buckets {
             if let (Some(limit), Some(rate)) = (bucket.limit(), bucket.per_second()) {
-                bucket.balance = (bucket.balance + elapsed * rate).min(limit);
+                bucket.set_balance((bucket.balance + elapsed * rate).min(limit));
             }
         }
         state
@@ -332,6 +380,7 @@ impl Admission {
     pub(crate) fn reserve(&self, cost: Cost) -> Ticket {
         let mut state = self.refilled();
         let mut wait: Option<(Duration, Dim)> = None;
+        let mut targets = [None; 4];
         for dim in DIMS {
             let bucket = &mut state.buckets[dim as usize];
             let charge = cost.get(dim);
@@ -339,8 +388,11 @@ impl Admission {
             if let Some(limit) = bucket.limit() {
                 bucket.balance -= charge.min(limit);
                 let left = bucket.debt_wait();
-                if !left.is_zero() && wait.is_none_or(|(w, _)| left > w) {
-                    wait = Some((left, dim));
+                if !left.is_zero() {
+                    targets[dim as usize] = Some(bucket.credit - bucket.balance);
+                    if wait.is_none_or(|(w, _)| left > w) {
+                        wait = Some((left, dim));
+                    }
                 }
             }
         }
@@ -370,17 +422,65 @@ impl Admission {
             at,
             sent: std::sync::Mutex::new(None),
             wait: binding,
+            targets,
         }
     }
 
-    fn note_held(&self, wait: Duration, binding: &Binding) {
+    /// How long `ticket`'s request has still to wait: until every limit it owed has gained
+    /// its debt back, by refill or by tokens given back (an answer shorter than its output
+    /// limit, a cancelled request) or the provider's word.
+    pub(crate) fn left(&self, ticket: &Ticket) -> Duration {
+        let state = self.refilled();
+        DIMS.into_iter()
+            .filter_map(|dim| {
+                let target = ticket.targets[dim as usize]?;
+                let bucket = &state.buckets[dim as usize];
+                let rate = bucket.per_second()?;
+                let owed = target - bucket.credit;
+                (owed > 0.0).then(|| Duration::from_secs_f64((owed / rate).min(1e6)))
+            })
+            .max()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Waits until `ticket`'s request may go ([`Admission::left`]): woken early whenever the
+    /// balances gain more than their refill.
+    pub(crate) async fn ready(&self, ticket: &Ticket) {
+        let start = Instant::now();
+        let _counted = Waited {
+            admission: self,
+            binding: ticket.wait.as_ref().map(|(_, b)| b),
+            start,
+        };
+        loop {
+            let gained = self.gained.notified();
+            tokio::pin!(gained);
+            gained.as_mut().enable();
+            let left = self.left(ticket);
+            if left < Duration::from_millis(1) {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(left) => {}
+                () = gained => {}
+            }
+        }
+    }
+
+    /// A request is held by `binding` (for `wait` at most: [`Admission::ready`] counts the
+    /// time it really waited).
+    fn note_held(&self, _wait: Duration, binding: &Binding) {
         self.held.fetch_add(1, Ordering::Relaxed);
-        let us = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
-        self.held_us[binding.dim as usize].fetch_add(us, Ordering::Relaxed);
-        self.held_max_us.fetch_max(us, Ordering::Relaxed);
         if let Ok(mut last) = self.binding.lock() {
             last[binding.dim as usize] = Some(binding.clone());
         }
+    }
+
+    /// A request held by `binding` waited `waited`.
+    fn note_waited(&self, waited: Duration, binding: &Binding) {
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.held_us[binding.dim as usize].fetch_add(us, Ordering::Relaxed);
+        self.held_max_us.fetch_max(us, Ordering::Relaxed);
     }
 
     /// The request of `ticket` goes now. The provider counts requests in the order they
@@ -413,14 +513,17 @@ impl Admission {
         for dim in DIMS {
             let bucket = &mut state.buckets[dim as usize];
             let charge = ticket.cost.get(dim);
-            bucket.net -= charge;
-            if sent {
-                bucket.sent -= charge;
+            // A request sent and refused stays in `net` until the provider's next word
+            // (which may have counted it: the sooner is the safer).
+            if !sent {
+                bucket.net -= charge;
             }
             if let Some(limit) = bucket.limit() {
-                bucket.balance = (bucket.balance + charge.min(limit)).min(limit);
+                bucket.set_balance((bucket.balance + charge.min(limit)).min(limit));
             }
         }
+        drop(state);
+        self.gained.notify_waiters();
     }
 
     /// The request of `ticket` was answered with `usage`: the provider counts what the answer
@@ -447,12 +550,12 @@ impl Admission {
         ] {
             let bucket = &mut state.buckets[dim as usize];
             let back = ticket.cost.get(dim) - actual;
-            bucket.net -= back;
-            bucket.sent -= back;
             if let Some(limit) = bucket.limit() {
-                bucket.balance = (bucket.balance + back).min(limit);
+                bucket.set_balance((bucket.balance + back).min(limit));
             }
         }
+        drop(state);
+        self.gained.notify_waiters();
     }
 
     /// Brings the limits and balances to what the answer to `ticket`'s request says in its
@@ -481,21 +584,30 @@ impl Admission {
             let Some(effective) = bucket.limit() else {
                 continue;
             };
-            let charged = if admitted { 0.0 } else { ticket.cost.get(dim) };
+            // A refused request is charged here until its cancellation gives back what its
+            // reservation took: at most the whole limit (a request above a minute's budget
+            // is refused with nothing taken).
+            let charged = if admitted {
+                0.0
+            } else {
+                ticket.cost.get(dim).min(effective)
+            };
             // What the provider has left now: what it said, refilled since, less what this
             // run charged that it had not counted then.
             let since = bucket.net - before[dim as usize];
             let server =
                 ((remaining - charged) + elapsed * limit / 60.0).min(limit) - since.max(0.0);
             let configured_binds = bucket.configured.is_some_and(|c| c < limit);
-            bucket.balance = if first {
+            bucket.set_balance(if first {
                 server.min(effective)
             } else if configured_binds {
                 bucket.balance.min(server)
             } else {
                 server
-            };
+            });
         }
+        drop(state);
+        self.gained.notify_waiters();
     }
 
     /// A 429: counts it, and where its message says which limit was hit, how much the request
@@ -517,16 +629,18 @@ impl Admission {
         // In `wait` the provider has the request's share again: the balance is that far in
         // debt once the request's own share (still charged here) is given back by its
         // cancellation.
-        bucket.balance = bucket.balance.min(-wait.as_secs_f64() * rate);
+        bucket.set_balance(bucket.balance.min(-wait.as_secs_f64() * rate));
     }
 
     /// The totals so far.
     pub(crate) fn stats(&self) -> AdmissionStats {
         let held_us = self.held_us.each_ref().map(|a| a.load(Ordering::Relaxed));
         let binding = self.binding.lock().ok().and_then(|last| {
+            // The limit that held longest; while the first holds are still waiting, the one
+            // that held last.
             let longest = DIMS
                 .into_iter()
-                .filter(|d| held_us[*d as usize] > 0)
+                .filter(|d| last[*d as usize].is_some())
                 .max_by_key(|d| held_us[*d as usize])?;
             last[longest as usize].as_ref().map(Binding::describe)
         });
@@ -886,6 +1000,103 @@ mod tests {
             },
         );
         assert_eq!(admission.cost(&req, Some(10)).get(Dim::Input), 11.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_above_the_whole_minute_is_refused_and_nothing_stays_owed() {
+        let admission = Admission::new(ProviderKind::Anthropic, RateLimits::default());
+        let req = ChatRequest {
+            model: "m".into(),
+            messages: vec![super::super::Message::user("u".repeat(80))],
+            ..ChatRequest::default()
+        };
+        assert_eq!(admission.output_room(&req), None);
+        // 8,192 output tokens asked of a key that allows 3,000 a minute: refused, nothing
+        // taken, and no retry-after (no wait admits it).
+        let big = admission.reserve(admission.cost(&req, Some(8192)));
+        admission.mark_sent(&big);
+        let limits = |remaining: &str| {
+            headers(&[
+                ("anthropic-ratelimit-output-tokens-limit", "3000"),
+                ("anthropic-ratelimit-output-tokens-remaining", remaining),
+                ("anthropic-ratelimit-input-tokens-limit", "200000"),
+                ("anthropic-ratelimit-input-tokens-remaining", "200000"),
+                ("anthropic-ratelimit-requests-limit", "4000"),
+                ("anthropic-ratelimit-requests-remaining", "4000"),
+            ])
+        };
+        admission.observe(&limits("3000"), &big, false);
+        admission.rate_limited(
+            "This request would exceed your organization's rate limit of 3,000 output tokens \
+             per minute (org: x, model: m).",
+            None,
+        );
+        admission.cancel(&big);
+        assert_eq!(admission.output_room(&req), Some(3000));
+        // The whole minute is still there: the request fitted to it goes at once.
+        let fitted = admission.reserve(admission.cost(&req, Some(3000)));
+        assert_eq!(wait_of(&fitted), Duration::ZERO);
+        admission.mark_sent(&fitted);
+        admission.observe(&limits("0"), &fitted, true);
+        admission.settle(
+            &fitted,
+            &Usage {
+                input_tokens: 20,
+                output_tokens: 5,
+                ..Usage::default()
+            },
+        );
+        // 2,995 came back: small requests go at once.
+        for _ in 0..10 {
+            assert_eq!(
+                wait_of(&admission.reserve(admission.cost(&req, Some(48)))),
+                Duration::ZERO
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokens_an_answer_gives_back_let_a_held_request_go_early() {
+        let admission = Admission::new(
+            ProviderKind::Anthropic,
+            RateLimits {
+                output_tokens_per_minute: Some(600),
+                ..RateLimits::default()
+            },
+        );
+        let req = ChatRequest {
+            model: "m".into(),
+            messages: vec![super::super::Message::user("u".repeat(40))],
+            ..ChatRequest::default()
+        };
+        let first = admission.reserve(admission.cost(&req, Some(600)));
+        assert!(first.wait.is_none());
+        let second = admission.reserve(admission.cost(&req, Some(300)));
+        let third = admission.reserve(admission.cost(&req, Some(300)));
+        assert_eq!(wait_of(&second), Duration::from_secs(30));
+        assert_eq!(wait_of(&third), Duration::from_secs(60));
+        // The first answer wrote 300 of its 600: the second may go now, the third in 30 s.
+        admission.settle(
+            &first,
+            &Usage {
+                input_tokens: 10,
+                output_tokens: 300,
+                ..Usage::default()
+            },
+        );
+        assert_eq!(admission.left(&second), Duration::ZERO);
+        let started = Instant::now();
+        admission.ready(&second).await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        let left = admission.left(&third);
+        assert!(
+            left > Duration::from_secs(29) && left <= Duration::from_secs(30),
+            "{left:?}"
+        );
+        // The time the held requests waited is what the report says.
+        admission.ready(&third).await;
+        let stats = admission.stats();
+        assert!((stats.held_total_s - 30.0).abs() < 0.1, "{stats:?}");
     }
 
     #[tokio::test(start_paused = true)]

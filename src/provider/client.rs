@@ -341,6 +341,8 @@ pub(crate) struct Client {
     /// Anthropic refused `output_config` once: structured answers go through the answer tool
     /// from then on.
     native_refused: Arc<std::sync::atomic::AtomicBool>,
+    /// An output limit was lowered to what the key's limits admit (said once).
+    output_lowered: Arc<std::sync::atomic::AtomicBool>,
     /// Held by the request in flight until the provider's first answer: one at a time.
     first: Arc<tokio::sync::Mutex<()>>,
     /// The provider's model list, asked while the first request is in flight: see
@@ -423,6 +425,7 @@ impl Client {
             startup_said: Arc::default(),
             completion_tokens: Arc::default(),
             native_refused: Arc::default(),
+            output_lowered: Arc::default(),
             first: Arc::default(),
             opening: Arc::default(),
             health: Arc::default(),
@@ -661,6 +664,33 @@ impl Client {
             tokio::time::sleep(*wait).await;
         }
         self.chat_reserved(req, &ticket).await
+    }
+
+    /// `req` with an output limit the key can admit: one above the key's whole minute of
+    /// output (Anthropic's output tokens per minute, OpenAI's tokens per minute less the
+    /// input) would be refused however long it waited, so it is lowered to that, and said
+    /// once.
+    pub(crate) fn fitted<'a>(&self, req: &'a ChatRequest) -> std::borrow::Cow<'a, ChatRequest> {
+        let wanted = self.endpoint.kind.output_limit(req.max_tokens);
+        match (wanted, self.admission.output_room(req)) {
+            (Some(wanted), Some(room)) if wanted > room => {
+                if !self
+                    .output_lowered
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                    && let Ok(mut notice) = self.notice.lock()
+                {
+                    *notice = Some(format!(
+                        "provider `{}`: output limit lowered from {wanted} to {room} tokens: \
+                         the key's rate limits admit no more in one request",
+                        self.endpoint.name
+                    ));
+                }
+                let mut req = req.clone();
+                req.max_tokens = Some(room);
+                std::borrow::Cow::Owned(req)
+            }
+            _ => std::borrow::Cow::Borrowed(req),
+        }
     }
 
     /// Charges `req` to the provider's limits ([`super::admission::Admission::reserve`]): the

@@ -246,6 +246,12 @@ pub(crate) trait RetryHook {
         tokio::time::sleep(delay)
     }
 
+    /// Waits until `ready` (the provider's limits admit the request), giving back what
+    /// [`RetryHook::wait`] gives back.
+    fn hold<R: Future<Output = ()> + Send>(&mut self, ready: R) -> impl Future<Output = ()> + Send {
+        ready
+    }
+
     /// Waits out `delay` for a provider still starting, keeping whatever [`RetryHook::wait`]
     /// would give back.
     fn pause(&mut self, delay: Duration) -> impl Future<Output = ()> + Send {
@@ -301,11 +307,15 @@ pub(crate) async fn send_with_retry<H: RetryHook>(
 ) -> Result<ChatResponse, ProviderError> {
     let mut backoff = Backoff::new(policy);
     loop {
-        // Each attempt goes when the provider's limits allow it, waiting without the slot.
+        // Each attempt goes when the provider's limits allow it, waiting without the slot,
+        // with an output limit they can admit (learned from the last answer's headers).
+        let req = &*client.fitted(req);
         let ticket = client.reserve(req);
         if let Some((delay, binding)) = &ticket.wait {
             hook.on_hold(binding, *delay);
-            hook.wait(*delay).await;
+            // Until the limits have the request's share: tokens given back (an answer
+            // shorter than its limit) let it go before `delay`.
+            hook.hold(client.admission().ready(&ticket)).await;
         }
         let err = match client.chat_reserved(req, &ticket).await {
             Ok(value) => return Ok(value),

@@ -18,8 +18,11 @@ pub(crate) enum SubagentEvent {
     /// The provider is still starting; the request is sent again after `delay` (not a retry).
     StartupWait { delay: Duration },
     /// The provider's rate limits (`limit`, as [`crate::provider::Binding::describe`] says
-    /// it) hold the request for `delay` before it is sent (not a retry).
+    /// it) hold the request, for `delay` at most, before it is sent (not a retry).
     Held { limit: String, delay: Duration },
+    /// The hold said by [`SubagentEvent::Held`] is over after `waited` (tokens given back
+    /// can end it early): the request goes.
+    HeldFor { waited: Duration },
     /// A tool call finished.
     ToolCall {
         name: String,

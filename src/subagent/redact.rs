@@ -99,6 +99,7 @@ impl Redactor {
             SubagentEvent::Turn { .. }
             | SubagentEvent::StartupWait { .. }
             | SubagentEvent::Held { .. }
+            | SubagentEvent::HeldFor { .. }
             | SubagentEvent::Tokens { .. }
             | SubagentEvent::Response { .. }
             | SubagentEvent::ToolStarted { .. }

@@ -351,13 +351,19 @@ struct SlotHook<'a> {
     /// The task's cache, whose warm-up a wait ends: the answer the step's other tasks would
     /// wait for is not coming soon, and they get the slot this task gives back.
     cache: &'a super::cache::TaskCache,
-    /// The next wait is for the provider's rate limits, not a retry: the request goes when
-    /// it ends, and the step's other tasks keep waiting for its answer.
+    /// The next wait is for the provider's rate limits (a hold, or a 429's retry): the
+    /// request goes when it ends, and the step's other tasks keep waiting for its answer.
     holding: bool,
 }
 
 impl crate::provider::RetryHook for SlotHook<'_> {
     fn on_retry(&mut self, err: &ProviderError, attempt: u32, delay: Duration) {
+        // A 429's wait is the provider's rationing, as a hold is: the answer comes after it,
+        // and the step's other tasks keep waiting for it (sent now, they would go with the
+        // full output limit, each holding a share of the key's minute).
+        if matches!(err, ProviderError::RateLimited { .. }) {
+            self.holding = true;
+        }
         (self.observer)(SubagentEvent::Retry {
             attempt,
             delay,
@@ -417,6 +423,29 @@ impl crate::provider::RetryHook for SlotHook<'_> {
     fn pause(&mut self, delay: Duration) -> impl std::future::Future<Output = ()> + Send {
         self.cache.fire_warm();
         tokio::time::sleep(delay)
+    }
+
+    fn hold<R: std::future::Future<Output = ()> + Send>(
+        &mut self,
+        ready: R,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        // A hold keeps the step's other tasks waiting for this one's answer.
+        self.holding = false;
+        let slot = self.slot.clone();
+        let observer = &mut *self.observer;
+        async move {
+            let start = std::time::Instant::now();
+            if let Some(slot) = &slot {
+                slot.release();
+            }
+            ready.await;
+            observer(SubagentEvent::HeldFor {
+                waited: start.elapsed(),
+            });
+            if let Some(slot) = &slot {
+                slot.reacquire().await;
+            }
+        }
     }
 }
 

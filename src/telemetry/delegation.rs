@@ -124,6 +124,7 @@ impl DelegationTraces {
             | SubagentEvent::Text { .. }
             | SubagentEvent::StartupWait { .. }
             | SubagentEvent::Held { .. }
+            | SubagentEvent::HeldFor { .. }
             | SubagentEvent::Warning { .. }
             | SubagentEvent::Framing { .. } => {}
         }
