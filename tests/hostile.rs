@@ -786,3 +786,67 @@ async fn a_template_whose_text_keeps_doubling_stops_naming_the_limit() {
     );
     assert!(server.requests().is_empty(), "a request was sent");
 }
+
+/// A `decompose.command` that computes with a value (`(( ))`, `[[ -gt ]]`, `let`, ...) never
+/// runs what a value holding `a[$(cmd)]` would make bash run: a parameter's default is refused
+/// by `summon validate`, a `--param` by the dry run and the run, each at the command's line
+/// and key, and nothing runs (no file made, no request sent).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_value_bash_arithmetic_would_run_is_refused_at_validate_dry_run_and_run() {
+    let _case = Case("arithmetic_value_refused_before_anything_runs");
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let pipeline = |default: &str| {
+        format!(
+            "version: 1
+name: arith
+parameters:
+  - key: n
+    input_type: string
+    requirement: optional
+    default: '{default}'
+steps:
+  - id: list
+    decompose:
+      command: '[[ {{{{ n }}}} -gt 1 ]] && echo big'
+  - id: each
+    fan_out:
+      over: list
+      instructions: 'x {{{{ item }}}}'
+"
+        )
+    };
+    let attack = "a[$(touch pwned)]";
+    let t = project(&server)
+        .write_raw("bad.yaml", &pipeline(attack))
+        .write_raw("ok.yaml", &pipeline("3"));
+    let at = |stderr: &str, file: &str| {
+        assert!(
+            stderr.contains(&format!("{file}:11:16"))
+                && stderr.contains("decompose.command")
+                && stderr.contains("would run as a command where bash evaluates arithmetic"),
+            "{stderr}"
+        );
+    };
+    let out = t.command().args(["validate", "bad.yaml"]).output().unwrap();
+    assert!(!out.status.success());
+    at(&String::from_utf8_lossy(&out.stderr), "bad.yaml");
+    let out = t.command().args(["validate", "ok.yaml"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for extra in [&["--dry-run"][..], &[]] {
+        let param = format!("n={attack}");
+        let out = t
+            .command()
+            .args(["run", "ok.yaml", "--param", &param])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        at(&String::from_utf8_lossy(&out.stderr), "ok.yaml");
+    }
+    assert!(!t.path().join("pwned").exists());
+    assert_eq!(support::chat_count(&server), 0);
+}

@@ -574,7 +574,7 @@ fn expand<'p>(
         Ok(items::Expanded::Items(items)) => Expanded::Known(Known::Items(items)),
         Ok(items::Expanded::File(path)) => Expanded::Known(Known::File(path)),
         // An items file the run could not read is an error now, as it would be then.
-        Err(e) if form == StaticForm::File => return Err(e.to_string()),
+        Err(e) if matches!(form, StaticForm::File { .. }) => return Err(e.to_string()),
         Err(e) => Expanded::Later(Later::Failed(e.to_string())),
     })
 }
