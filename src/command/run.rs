@@ -807,6 +807,16 @@ pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pip
         }
         Error::from(found)
     })?;
+    // Started by `summon mcp`'s run_pipeline: only bytes the user trusts run.
+    if ctx.env.var(crate::config::trust::PIPELINE_TRUST_ENV) == Some("1")
+        && let Err(why) = crate::config::trust::check_pipeline(&ctx.env, &path, text.as_bytes())
+    {
+        return Err(Error::from(
+            crate::diag::Diagnostic::error(format!("this pipeline is not run: {why}"))
+                .in_file(&path)
+                .with_hint(why.hint()),
+        ));
+    }
     if let Some(hint) = not_a_pipeline(&path, &text) {
         return Err(Error::from(
             crate::diag::Diagnostic::error(hint).in_file(&path),

@@ -42,6 +42,8 @@ pub(super) fn run(
         .arg("run")
         .arg("--json")
         .arg("--color=never")
+        // The run parses the file again: it runs only bytes the same rule allows.
+        .env(crate::config::trust::PIPELINE_TRUST_ENV, "1")
         .current_dir(&shared.env.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
