@@ -399,6 +399,9 @@ async fn spawn_agent_runs_roles_in_parallel_and_a_removed_role_fails_alone() {
 async fn bad_arguments_are_errors_that_name_the_key() {
     let server = MockServer::start(MockConfig::new()).await;
     let test = project(&server);
+    // A link planted at `out`'s name (a subagent's commands can write the project).
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), test.path().join("results")).unwrap();
     let mut client = Client::start(&test);
     for (tool, arguments, expected) in [
         (
@@ -472,6 +475,11 @@ async fn bad_arguments_are_errors_that_name_the_key() {
             json!({"path": "pipe.yaml", "out": "../elsewhere"}),
             "run_pipeline: `out` must be inside the project, found `../elsewhere`",
         ),
+        (
+            "run_pipeline",
+            json!({"path": "pipe.yaml", "out": "results"}),
+            "run_pipeline: `out` must be inside the project, found `results` (it goes through a symbolic link)",
+        ),
     ] {
         let (text, error) = client.call(tool, arguments.clone());
         assert!(error, "{tool} {arguments} was accepted: {text}");
@@ -479,6 +487,7 @@ async fn bad_arguments_are_errors_that_name_the_key() {
     }
     assert!(server.requests().is_empty(), "nothing ran");
     assert!(tasks_json(&test).is_empty(), "no task was recorded");
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     // The server is still there.
     assert_eq!(client.tool_names().len(), 4);
 }
