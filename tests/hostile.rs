@@ -850,3 +850,51 @@ steps:
     assert!(!t.path().join("pwned").exists());
     assert_eq!(support::chat_count(&server), 0);
 }
+
+/// The author's `decompose.command` gets summon's environment without a credential: no
+/// variable named like a key (`OPENAI_API_KEY`) and no provider's configured `api_key_env`
+/// (`MY_LLM_SECRET`), in the run as in the dry run; the rest (`PATH`, `LANG`) is there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decompose_command_gets_no_credential() {
+    let _case = Case("decompose_command_no_credential");
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let t = project(&server)
+        .env("MY_LLM_SECRET", "my-llm-secret-0123456789")
+        .env("LANG", "C.UTF-8")
+        .write(
+            "summon.yaml",
+            "providers:\n  other: {kind: openai, base_url: 'http://127.0.0.1:9/v1', api_key_env: MY_LLM_SECRET}\n",
+        )
+        .write(
+            "p.yaml",
+            r#"
+            version: 1
+            name: env
+            steps:
+              - id: list
+                decompose:
+                  command: 'echo "k=${OPENAI_API_KEY:-none} m=${MY_LLM_SECRET:-none} lang=${LANG:-none} path=${PATH:+set}"; env | grep -c -e sk-test-hostile -e my-llm-secret || true'
+              - id: each
+                fan_out:
+                  over: list
+                  instructions: "env: {{ item }}"
+            "#,
+        );
+    let out = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out", "--trust"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut firsts: Vec<String> = support::chats(&server).iter().map(first_user).collect();
+    firsts.sort();
+    assert_eq!(
+        firsts,
+        ["env: 0", "env: k=none m=none lang=C.UTF-8 path=set"],
+        "{firsts:#?}"
+    );
+}

@@ -182,7 +182,7 @@ pub(crate) fn expand_items(
     text: &str,
     cwd: &Path,
     keep_items: bool,
-    command_env: &[(String, String)],
+    command_env: &CommandVars,
 ) -> Result<Expanded, ItemError> {
     match form {
         StaticForm::Command => {
@@ -204,16 +204,26 @@ pub(crate) fn expand_items(
 // ---------------------------------------------------------------------------------------------
 // command
 
+/// What an items command's environment changes from summon's own: variables set on top (the
+/// run's `TRACEPARENT`), and the credentials withheld. Every variable named like a key
+/// (`*API_KEY`, `*_AUTH_TOKEN`) is withheld always; `withheld` adds the names the
+/// configuration gives keys (any provider's `api_key_env`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CommandVars {
+    pub(crate) set: Vec<(String, String)>,
+    pub(crate) withheld: Vec<String>,
+}
+
 /// Runs `sh -c COMMAND` in `cwd` with stdin closed; one string item per non-empty line of its
 /// stdout (a trailing `\r` is dropped). A non-zero exit is an error carrying the exit code and
 /// the last lines of stderr; so is running longer than `timeout` (the command's whole process
-/// group is killed then). `env` is set on top of summon's own environment (the run's
-/// `TRACEPARENT`).
+/// group is killed then). It runs with summon's environment without a credential, and with
+/// `env`'s variables set on top.
 pub(crate) fn command_items(
     command: &str,
     cwd: &Path,
     timeout: Duration,
-    env: &[(String, String)],
+    env: &CommandVars,
 ) -> Result<Vec<Value>, ItemError> {
     use std::os::unix::process::CommandExt;
 
@@ -221,12 +231,24 @@ pub(crate) fn command_items(
     // With pipefail, a failing stage of a pipe (`git diff ... | cut ... | sort`) fails the
     // command instead of passing an empty list on; bash has it everywhere summon runs, `sh`
     // stands in where it is missing.
+    let withheld: Vec<std::ffi::OsString> = std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| {
+            name.to_str().is_some_and(|name| {
+                crate::sandbox::is_secret_name(name) || env.withheld.iter().any(|w| w == name)
+            })
+        })
+        .collect();
     let spawn = |shell: &str, args: &[&str]| {
-        Command::new(shell)
+        let mut child = Command::new(shell);
+        for name in &withheld {
+            child.env_remove(name);
+        }
+        child
             .args(args)
             .arg(command)
             .current_dir(cwd)
-            .envs(env.iter().map(|(k, v)| (k, v)))
+            .envs(env.set.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -912,7 +934,7 @@ mod tests {
             " in.jsonl\n",
             dir.path(),
             true,
-            &[],
+            &CommandVars::default(),
         )
         .unwrap();
         assert!(
@@ -926,7 +948,7 @@ mod tests {
             "in.jsonl",
             dir.path(),
             false,
-            &[],
+            &CommandVars::default(),
         )
         .unwrap();
         assert!(
@@ -942,7 +964,7 @@ mod tests {
                 "no.jsonl",
                 dir.path(),
                 false,
-                &[]
+                &CommandVars::default()
             )
             .is_err()
         );
@@ -951,7 +973,7 @@ mod tests {
             "printf 'a\\n\\nb\\n'",
             dir.path(),
             false,
-            &[],
+            &CommandVars::default(),
         );
         assert!(
             matches!(&lines, Ok(Expanded::Items(items)) if *items == [json!("a"), json!("b")]),
@@ -1097,7 +1119,7 @@ mod tests {
             ),
             dir.path(),
             Duration::from_secs(60),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap_err()
         .to_string();
@@ -1115,7 +1137,7 @@ mod tests {
             "printf 'a\\r\\n\\n  \\nb c\\n'; ls; printf last",
             dir.path(),
             Duration::from_secs(10),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap();
         assert_eq!(
@@ -1131,7 +1153,7 @@ mod tests {
             "echo out; for i in $(seq 1 30); do echo err$i >&2; done; exit 3",
             dir.path(),
             Duration::from_secs(10),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap_err()
         .to_string();
@@ -1154,7 +1176,7 @@ mod tests {
             "echo one >&2; echo two >&2; exit 1",
             dir.path(),
             Duration::from_secs(10),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap_err()
         .to_string();
@@ -1169,7 +1191,7 @@ mod tests {
             "echo one; sleep 30; echo two",
             dir.path(),
             Duration::from_millis(300),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap_err();
         assert!(matches!(error, ItemError::CommandTimeout { .. }), "{error}");
@@ -1188,7 +1210,7 @@ mod tests {
             "sleep 30 & echo x",
             dir.path(),
             Duration::from_millis(300),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap_err();
         assert!(matches!(error, ItemError::CommandTimeout { .. }), "{error}");
@@ -1308,7 +1330,7 @@ mod tests {
             "items.jsonl",
             "up/secret.jsonl",
         ] {
-            let error = expand_items(file(false), text, &cwd, true, &[])
+            let error = expand_items(file(false), text, &cwd, true, &CommandVars::default())
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -1317,14 +1339,16 @@ mod tests {
                     && error.contains("outside_project: true"),
                 "{text}: {error}"
             );
-            let Expanded::Items(items) = expand_items(file(true), text, &cwd, true, &[]).unwrap()
+            let Expanded::Items(items) =
+                expand_items(file(true), text, &cwd, true, &CommandVars::default()).unwrap()
             else {
                 panic!("kept")
             };
             assert_eq!(items, [json!("key")], "{text}");
         }
         for text in ["near.jsonl", "./data/in.jsonl"] {
-            let Expanded::Items(items) = expand_items(file(false), text, &cwd, true, &[]).unwrap()
+            let Expanded::Items(items) =
+                expand_items(file(false), text, &cwd, true, &CommandVars::default()).unwrap()
             else {
                 panic!("kept")
             };
