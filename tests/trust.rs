@@ -555,6 +555,48 @@ async fn the_cap_names_the_prices_it_counts_and_where_they_came_from() {
     );
 }
 
+/// `summon doctor` and `summon trust` list every project file that would send something or
+/// start a command, with what: the project's traces endpoint and content capture, a recipe's
+/// retry command and a pipeline's `decompose.command`.
+#[test]
+fn doctor_and_trust_list_every_file_that_sends_or_starts_something() {
+    let t = Test::new()
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .write(
+            "summon.yaml",
+            "traces:\n  endpoint: http://collector.example:4318\n  capture_content: true\n",
+        )
+        .write(
+            "recipes/helper.yaml",
+            "version: 1.0.0\ntitle: Helper\ndescription: d\nprompt: p\nretry:\n  max_retries: 1\n  checks:\n    - type: shell\n      command: make check\n",
+        )
+        .write(
+            "pipelines/list.yaml",
+            "version: 1\nname: l\nsteps:\n  - id: files\n    decompose:\n      command: git ls-files\n",
+        );
+    let expected = [
+        "`traces` (summon.yaml) sends every run's spans to http://collector.example:4318",
+        "`traces.capture_content` (summon.yaml) puts every prompt and answer in those spans",
+        "recipes/helper.yaml starts the `retry` command `make check`",
+        "pipelines/list.yaml starts the `decompose.command` `git ls-files` of step `files`",
+    ];
+    let doctor = summon(&t, &["doctor"], &[]);
+    let trusted = summon(&t, &["trust"], &[]);
+    for line in expected {
+        assert!(
+            doctor.stdout.contains(line),
+            "doctor: {line}\n{}",
+            doctor.stdout
+        );
+        assert!(
+            trusted.stdout.contains(line),
+            "trust: {line}\n{}",
+            trusted.stdout
+        );
+    }
+}
+
 /// A password written in a URL is never printed: not in the error at the line that holds it,
 /// nor in what `summon trust` and `summon doctor` say the project would do.
 #[test]

@@ -226,7 +226,8 @@ fn pipeline_sources(env: &Env) -> Vec<(std::path::PathBuf, String)> {
 }
 
 /// What trusting the project would allow (or allows): each project provider that sets where
-/// a credential goes, and each `.mcp.json` server.
+/// a credential goes, the project's `traces` endpoint and content capture, each `.mcp.json`
+/// server, each recipe that starts a command and each pipeline.
 pub(crate) fn enabled_by_trust(env: &Env) -> Vec<String> {
     let mut out = Vec::new();
     let config = load(env).config;
@@ -246,6 +247,22 @@ pub(crate) fn enabled_by_trust(env: &Env) -> Vec<String> {
             def.name,
             crate::text::without_url_credentials(&def.base_url)
         ));
+    }
+    if let Some(traces) = &config.traces
+        && traces.value.scope == Some(Scope::Project)
+    {
+        if let Some(endpoint) = &traces.value.endpoint {
+            out.push(format!(
+                "`traces` (summon.yaml) sends every run's spans to {}",
+                crate::text::without_url_credentials(endpoint)
+            ));
+        }
+        if traces.value.capture_content == Some(true) {
+            out.push(
+                "`traces.capture_content` (summon.yaml) puts every prompt and answer in those spans"
+                    .to_owned(),
+            );
+        }
     }
     match crate::mcp::project_servers(&trust::project_dir(env), env) {
         Ok(servers) => {
