@@ -786,3 +786,115 @@ async fn a_template_whose_text_keeps_doubling_stops_naming_the_limit() {
     );
     assert!(server.requests().is_empty(), "a request was sent");
 }
+
+/// A `decompose.command` that computes with a value (`(( ))`, `[[ -gt ]]`, `let`, ...) never
+/// runs what a value holding `a[$(cmd)]` would make bash run: a parameter's default is refused
+/// by `summon validate`, a `--param` by the dry run and the run, each at the command's line
+/// and key, and nothing runs (no file made, no request sent).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_value_bash_arithmetic_would_run_is_refused_at_validate_dry_run_and_run() {
+    let _case = Case("arithmetic_value_refused_before_anything_runs");
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let pipeline = |default: &str| {
+        format!(
+            "version: 1
+name: arith
+parameters:
+  - key: n
+    input_type: string
+    requirement: optional
+    default: '{default}'
+steps:
+  - id: list
+    decompose:
+      command: '[[ {{{{ n }}}} -gt 1 ]] && echo big'
+  - id: each
+    fan_out:
+      over: list
+      instructions: 'x {{{{ item }}}}'
+"
+        )
+    };
+    let attack = "a[$(touch pwned)]";
+    let t = project(&server)
+        .write_raw("bad.yaml", &pipeline(attack))
+        .write_raw("ok.yaml", &pipeline("3"));
+    let at = |stderr: &str, file: &str| {
+        assert!(
+            stderr.contains(&format!("{file}:11:16"))
+                && stderr.contains("decompose.command")
+                && stderr.contains("would run as a command where bash evaluates arithmetic"),
+            "{stderr}"
+        );
+    };
+    let out = t.command().args(["validate", "bad.yaml"]).output().unwrap();
+    assert!(!out.status.success());
+    at(&String::from_utf8_lossy(&out.stderr), "bad.yaml");
+    let out = t.command().args(["validate", "ok.yaml"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for extra in [&["--dry-run"][..], &[]] {
+        let param = format!("n={attack}");
+        let out = t
+            .command()
+            .args(["run", "ok.yaml", "--param", &param])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        at(&String::from_utf8_lossy(&out.stderr), "ok.yaml");
+    }
+    assert!(!t.path().join("pwned").exists());
+    assert_eq!(support::chat_count(&server), 0);
+}
+
+/// The author's `decompose.command` gets summon's environment without a credential: no
+/// variable named like a key (`OPENAI_API_KEY`) and no provider's configured `api_key_env`
+/// (`MY_LLM_SECRET`), in the run as in the dry run; the rest (`PATH`, `LANG`) is there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decompose_command_gets_no_credential() {
+    let _case = Case("decompose_command_no_credential");
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let t = project(&server)
+        .env("MY_LLM_SECRET", "my-llm-secret-0123456789")
+        .env("LANG", "C.UTF-8")
+        .write(
+            "summon.yaml",
+            "providers:\n  other: {kind: openai, base_url: 'http://127.0.0.1:9/v1', api_key_env: MY_LLM_SECRET}\n",
+        )
+        .write(
+            "p.yaml",
+            r#"
+            version: 1
+            name: env
+            steps:
+              - id: list
+                decompose:
+                  command: 'echo "k=${OPENAI_API_KEY:-none} m=${MY_LLM_SECRET:-none} lang=${LANG:-none} path=${PATH:+set}"; env | grep -c -e sk-test-hostile -e my-llm-secret || true'
+              - id: each
+                fan_out:
+                  over: list
+                  instructions: "env: {{ item }}"
+            "#,
+        );
+    let out = t
+        .command()
+        .args(["run", "p.yaml", "--out", "out", "--trust"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut firsts: Vec<String> = support::chats(&server).iter().map(first_user).collect();
+    firsts.sort();
+    assert_eq!(
+        firsts,
+        ["env: 0", "env: k=none m=none lang=C.UTF-8 path=set"],
+        "{firsts:#?}"
+    );
+}

@@ -54,6 +54,8 @@ struct DryRunJson {
     estimated_input_cost_usd: f64,
     estimated_cost_usd: f64,
     max_cost_usd: Option<f64>,
+    /// Each model's price the cost counts with, and where it came from.
+    prices: Vec<String>,
     estimate_crosses_cap: Option<bool>,
     unpriced_models: Vec<String>,
     errors: Vec<DryRunError>,
@@ -237,6 +239,8 @@ fn dry_run_json_has_exactly_its_documented_keys() {
     assert_eq!(json.tasks, 4, "three checks and the synthesis: {json:?}");
     assert!(json.estimated_input_tokens > 0, "{json:?}");
     assert!(json.errors.is_empty(), "{json:?}");
+    // mock-model has no price to count with.
+    assert!(json.prices.is_empty(), "{json:?}");
     let each = &json.steps[1];
     assert_eq!(each.kind, "fan_out");
     assert_eq!(each.width, Some(3));

@@ -399,6 +399,9 @@ async fn spawn_agent_runs_roles_in_parallel_and_a_removed_role_fails_alone() {
 async fn bad_arguments_are_errors_that_name_the_key() {
     let server = MockServer::start(MockConfig::new()).await;
     let test = project(&server);
+    // A link planted at `out`'s name (a subagent's commands can write the project).
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), test.path().join("results")).unwrap();
     let mut client = Client::start(&test);
     for (tool, arguments, expected) in [
         (
@@ -472,6 +475,11 @@ async fn bad_arguments_are_errors_that_name_the_key() {
             json!({"path": "pipe.yaml", "out": "../elsewhere"}),
             "run_pipeline: `out` must be inside the project, found `../elsewhere`",
         ),
+        (
+            "run_pipeline",
+            json!({"path": "pipe.yaml", "out": "results"}),
+            "run_pipeline: `out` must be inside the project, found `results` (it goes through a symbolic link)",
+        ),
     ] {
         let (text, error) = client.call(tool, arguments.clone());
         assert!(error, "{tool} {arguments} was accepted: {text}");
@@ -479,6 +487,7 @@ async fn bad_arguments_are_errors_that_name_the_key() {
     }
     assert!(server.requests().is_empty(), "nothing ran");
     assert!(tasks_json(&test).is_empty(), "no task was recorded");
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     // The server is still there.
     assert_eq!(client.tool_names().len(), 4);
 }
@@ -1456,4 +1465,73 @@ async fn an_async_result_carries_its_task_id_and_an_all_failed_spawn_is_an_error
         text.starts_with("Subagent results: 2 tasks, 0 completed, 2 failed, 0 cancelled."),
         "{text}"
     );
+}
+
+/// `summon trust` pins the project's pipelines and says what each would start (as `summon
+/// doctor` does); `run_pipeline` runs a pinned one, refuses it once its bytes changed since
+/// (until it is trusted again), and the run it starts judges the bytes it parses by the same
+/// rule, so a file swapped between the server's check and the run's read does not run.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_pipeline_runs_a_pipeline_that_summon_trust_pinned() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ran"))).await;
+    let pipe = |word: &str| {
+        format!(
+            "version: 1\nname: one\nsteps:\n  - id: list\n    decompose:\n      command: echo {word}\n  - id: each\n    fan_out:\n      over: list\n      instructions: 'say {{{{ item }}}}'\n"
+        )
+    };
+    let t = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test-key")
+        .env("SUMMON_MODEL", "mock-model")
+        .write("pipelines/pipe.yaml", &pipe("a"));
+    let starts = "pipelines/pipe.yaml starts the `decompose.command` `echo a` of step `list` (outside the sandbox)";
+    let doctor = t.command().arg("doctor").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&doctor.stdout).contains(starts),
+        "{}",
+        String::from_utf8_lossy(&doctor.stdout)
+    );
+    let trust = |t: &Test| {
+        let out = t.command().arg("trust").output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let trusted = trust(&t);
+    assert!(trusted.contains(starts), "{trusted}");
+    let mut client = Client::start(&t);
+    let (text, error) = client.call("run_pipeline", json!({"path": "pipelines/pipe.yaml"}));
+    assert!(!error, "{text}");
+    assert!(text.contains("ran"), "{text}");
+    drop(client);
+
+    // Changed after it was trusted: refused, naming the file, until it is trusted again.
+    std::fs::write(t.path().join("pipelines/pipe.yaml"), pipe("b")).unwrap();
+    let mut client = Client::start(&t);
+    let (text, error) = client.call("run_pipeline", json!({"path": "pipelines/pipe.yaml"}));
+    assert!(
+        error && text.contains("pipelines/pipe.yaml changed since this project was trusted"),
+        "{text}"
+    );
+    drop(client);
+    let requests = support::chat_count(&server);
+    // The run run_pipeline starts refuses bytes the rule does not allow, whatever the server saw.
+    let run = t
+        .command()
+        .args(["run", "pipelines/pipe.yaml"])
+        .env("SUMMON_PIPELINE_NEEDS_TRUST", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "this pipeline is not run: pipelines/pipe.yaml changed since this project was trusted"
+        ) && stderr.contains("summon trust"),
+        "{stderr}"
+    );
+    assert_eq!(support::chat_count(&server), requests);
+    assert!(trust(&t).contains("`echo b`"));
+    let mut client = Client::start(&t);
+    let (text, error) = client.call("run_pipeline", json!({"path": "pipelines/pipe.yaml"}));
+    assert!(!error, "{text}");
 }

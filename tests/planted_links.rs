@@ -313,3 +313,91 @@ async fn resume_takes_no_forged_out_or_junit_from_the_store() {
         assert!(!t.path().join("../escaped").exists());
     }
 }
+
+/// `decompose.file` is confined as `glob` is: an items file reached with `..`, or through a
+/// link planted at its name (a model's commands can write the project) that leads to a file
+/// of the user's, is refused naming the file, before any request; `summon validate` refuses
+/// the `..` at its line; `outside_project: true` reads it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_items_file_outside_the_project_is_refused_as_glob_refuses_it() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ok"))).await;
+    let secret = tempfile::tempdir().unwrap();
+    std::fs::write(
+        secret.path().join("keys.jsonl"),
+        "{\"id\": \"sk-secret-of-the-user\"}\n",
+    )
+    .unwrap();
+    let t = project(&server)
+        .write("p.yaml", PIPELINE)
+        .mkdir("data")
+        .write_raw("data/keep.jsonl", &items());
+    std::os::unix::fs::symlink(
+        secret.path().join("keys.jsonl"),
+        t.path().join("items.jsonl"),
+    )
+    .unwrap();
+    let out = summon(&t, &["run", "p.yaml"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("items file `items.jsonl` is outside the working directory")
+            && stderr.contains("(through a symbolic link)")
+            && stderr.contains("outside_project: true"),
+        "{stderr}"
+    );
+    let out = summon(&t, &["run", "p.yaml", "--dry-run"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("(through a symbolic link)"));
+
+    // `..` out of the project: refused at its line by validate, the dry run and the run.
+    let climbing = PIPELINE.replace("file: items.jsonl", "file: ../keys.jsonl");
+    let t = t.write("up.yaml", &climbing);
+    for args in [
+        &["validate", "up.yaml"][..],
+        &["run", "up.yaml", "--dry-run"],
+        &["run", "up.yaml"],
+    ] {
+        let out = summon(&t, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("up.yaml:6:13")
+                && stderr
+                    .contains("items file `../keys.jsonl` climbs out of the working directory"),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_eq!(support::chat_count(&server), 0);
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| r.body.to_string().contains("sk-secret-of-the-user"))
+    );
+
+    // The author's opt-out reads it, and a link that stays inside needs none.
+    let opted = PIPELINE.replace(
+        "file: items.jsonl",
+        "file: items.jsonl\n      outside_project: true",
+    );
+    let t = t.write("opted.yaml", &opted);
+    let out = summon(&t, &["validate", "opted.yaml"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("the items file may be read outside the project")
+    );
+    let out = summon(&t, &["run", "opted.yaml"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_file(t.path().join("items.jsonl")).unwrap();
+    std::os::unix::fs::symlink("data/keep.jsonl", t.path().join("items.jsonl")).unwrap();
+    let out = summon(&t, &["run", "p.yaml"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

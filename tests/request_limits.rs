@@ -208,3 +208,59 @@ steps:
     // At most the tasks in flight at the first refusal were refused.
     assert!(sent.len() <= 8, "{}", sent.len());
 }
+
+/// An answer larger than summon reads fails the task with the provider and the limit named,
+/// is not asked again (the same request would bring the same answer), and nothing of it is
+/// printed: 3 MiB against `SUMMON_MAX_RESPONSE_MB=1`; the same answer under the default
+/// (64 MiB) is read whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_larger_than_the_limit_fails_naming_the_provider_and_the_limit() {
+    let big = "x".repeat(3 * 1024 * 1024);
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text(big.clone()))).await;
+    let t = project(&server);
+    // A limit that is not a whole number of MiB is refused before any request.
+    let output = t
+        .command()
+        .args(["delegate", "--instructions", "x"])
+        .env("SUMMON_MAX_RESPONSE_MB", "1G")
+        .output()
+        .expect("run summon");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("SUMMON_MAX_RESPONSE_MB must be a whole number of MiB above 0, found `1G`"),
+        "{stderr}"
+    );
+    assert_eq!(chats(&server).len(), 0);
+    let output = t
+        .command()
+        .args(["delegate", "--instructions", "x"])
+        .env("SUMMON_MAX_RESPONSE_MB", "1")
+        .output()
+        .expect("run summon");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("provider `openai`")
+            && stderr.contains("larger than 1 MiB")
+            && stderr.contains("SUMMON_MAX_RESPONSE_MB"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("xxxx"));
+    assert_eq!(
+        chats(&server).len(),
+        1,
+        "the refused answer was asked again"
+    );
+    let output = t
+        .command()
+        .args(["delegate", "--instructions", "x"])
+        .output()
+        .expect("run summon");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains(&big[..1000]));
+}

@@ -567,3 +567,57 @@ async fn resume_takes_no_task_written_into_the_store_by_something_else() {
     );
     assert!(ran.stderr.contains("not taken as done"), "{}", ran.stderr);
 }
+
+/// A signing key others may read, in a folder others may read, or owned by another user is
+/// not used, as ssh refuses such keys: the run says so with the path and the fix (`chmod 600`,
+/// `chmod 700`, `chown`), signs nothing and `--reuse` takes nothing; once it is private again
+/// the answers it signed are reused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signing_key_open_to_others_or_owned_by_another_user_is_not_used() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server);
+    ok(summon(&t, &["run", "p.yaml", "--out", "a"]));
+    assert_eq!(support::chat_count(&server), 3);
+    let key = t.path().join(".local/state/summon/key");
+    let folder = key.parent().unwrap().to_owned();
+    let mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let mut sent = 3;
+    let mut refused = |fix: String, out: &str| {
+        let ran = ok(summon(&t, &["run", "p.yaml", "--out", out, "--reuse"]));
+        assert!(
+            ran.stderr.contains("cannot read or create the signing key")
+                && ran.stderr.contains(&fix),
+            "{fix}: {}",
+            ran.stderr
+        );
+        sent += 3;
+        assert_eq!(
+            support::chat_count(&server),
+            sent,
+            "{fix}: an answer was reused"
+        );
+    };
+    mode(&key, 0o644);
+    refused(format!("run `chmod 600 {}`", key.display()), "b");
+    mode(&key, 0o600);
+    mode(&folder, 0o755);
+    refused(format!("run `chmod 700 {}`", folder.display()), "c");
+    mode(&folder, 0o700);
+    if nix::unistd::geteuid().is_root() {
+        nix::unistd::chown(&key, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        refused(
+            format!(
+                "is owned by uid 65534, not by uid 0 (run `chown 0 {}`",
+                key.display()
+            ),
+            "d",
+        );
+        nix::unistd::chown(&key, Some(nix::unistd::Uid::from_raw(0)), None).unwrap();
+    }
+    // Private again: what was signed with it is reused.
+    ok(summon(&t, &["run", "p.yaml", "--out", "e", "--reuse"]));
+    assert_eq!(support::chat_count(&server), sent);
+}

@@ -487,6 +487,116 @@ async fn an_untrusted_project_cannot_lower_a_price_under_the_cap() {
     assert!(cost(&t) == 0.0, "the trusted project's price");
 }
 
+/// `--max-cost` says which prices it counts with and where they came from, in the dry run and
+/// when the cap stops the run: an untrusted project's lower price is named as refused (the
+/// built-in table's counted), a trusted one's as the project's.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cap_names_the_prices_it_counts_and_where_they_came_from() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = Test::new()
+        .env("OPENAI_API_KEY", KEY)
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .write(
+            "summon.yaml",
+            "default_model: gpt-4o\nprices:\n  gpt-4o: {input: 0, output: 0}\n",
+        )
+        .write(
+            "p.yaml",
+            "version: 1\nname: p\nsteps:\n  - id: one\n    delegate:\n      instructions: hi\n",
+        );
+    let refused = "this untrusted project's summon.yaml asked less, and may only raise a price";
+    let dry = summon(
+        &t,
+        &["run", "p.yaml", "--dry-run", "--max-cost", "0.000001"],
+        &[],
+    );
+    assert!(
+        dry.stdout.contains("counted at gpt-4o at $2.5 input, $10 output per million tokens (summon's built-in table")
+            && dry.stdout.contains(refused),
+        "{}",
+        dry.stdout
+    );
+    let ran = summon(
+        &t,
+        &["run", "p.yaml", "--out", "out", "--max-cost", "0.000001"],
+        &[],
+    );
+    assert_ne!(ran.code, 0, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("budget reached")
+            && ran
+                .stderr
+                .contains("counted at gpt-4o at $2.5 input, $10 output")
+            && ran.stderr.contains(refused),
+        "{}",
+        ran.stderr
+    );
+    let delegated = summon(
+        &t,
+        &["delegate", "--instructions", "hi", "--max-cost", "0.000001"],
+        &[],
+    );
+    assert_ne!(delegated.code, 0, "{}", delegated.stderr);
+    assert!(
+        delegated.stderr.contains("budget reached") && delegated.stderr.contains(refused),
+        "{}",
+        delegated.stderr
+    );
+    assert_eq!(support::chat_count(&server), 0, "the cap let a request go");
+    let dry = summon(
+        &t,
+        &["run", "p.yaml", "--dry-run", "--max-cost", "1", "--trust"],
+        &[],
+    );
+    assert!(
+        dry.stdout.contains("counted at gpt-4o at $0 input, $0 output per million tokens (this project's summon.yaml, trusted)"),
+        "{}",
+        dry.stdout
+    );
+}
+
+/// `summon doctor` and `summon trust` list every project file that would send something or
+/// start a command, with what: the project's traces endpoint and content capture, a recipe's
+/// retry command and a pipeline's `decompose.command`.
+#[test]
+fn doctor_and_trust_list_every_file_that_sends_or_starts_something() {
+    let t = Test::new()
+        .env("OPENAI_API_KEY", KEY)
+        .env("SUMMON_MODEL", "mock-model")
+        .write(
+            "summon.yaml",
+            "traces:\n  endpoint: http://collector.example:4318\n  capture_content: true\n",
+        )
+        .write(
+            "recipes/helper.yaml",
+            "version: 1.0.0\ntitle: Helper\ndescription: d\nprompt: p\nretry:\n  max_retries: 1\n  checks:\n    - type: shell\n      command: make check\n",
+        )
+        .write(
+            "pipelines/list.yaml",
+            "version: 1\nname: l\nsteps:\n  - id: files\n    decompose:\n      command: git ls-files\n",
+        );
+    let expected = [
+        "`traces` (summon.yaml) sends every run's spans to http://collector.example:4318",
+        "`traces.capture_content` (summon.yaml) puts every prompt and answer in those spans",
+        "recipes/helper.yaml starts the `retry` command `make check`",
+        "pipelines/list.yaml starts the `decompose.command` `git ls-files` of step `files`",
+    ];
+    let doctor = summon(&t, &["doctor"], &[]);
+    let trusted = summon(&t, &["trust"], &[]);
+    for line in expected {
+        assert!(
+            doctor.stdout.contains(line),
+            "doctor: {line}\n{}",
+            doctor.stdout
+        );
+        assert!(
+            trusted.stdout.contains(line),
+            "trust: {line}\n{}",
+            trusted.stdout
+        );
+    }
+}
+
 /// A password written in a URL is never printed: not in the error at the line that holds it,
 /// nor in what `summon trust` and `summon doctor` say the project would do.
 #[test]

@@ -9,7 +9,8 @@
 //! (`null`: none sent), "source" (`explicit`, `schema` or `full`), "learned" (later tasks learn
 //! theirs from the step's answers), "default"}, "tier", "estimated_cost_usd": {"input", "output_max"}}], "tasks",
 //! "drafted_tasks", "estimated_input_tokens", "estimated_input_cost_usd",
-//! "estimated_cost_usd", "max_cost_usd", "estimate_crosses_cap", "unpriced_models",
+//! "estimated_cost_usd", "max_cost_usd", "prices" (each model's price counted and where it
+//! came from), "estimate_crosses_cap", "unpriced_models",
 //! "errors"}`; `overhead` is the drafted tasks' per-task overhead as in `report.json`
 //! (`null`: none drafted); a step's `estimated_cost_usd` prices its drafted first requests
 //! at its tier (`null`: none drafted, or no price), `output_max` at the output limit;
@@ -806,6 +807,16 @@ pub(super) fn load_pipeline(pipeline: &std::path::Path, ctx: &Ctx) -> Result<Pip
         }
         Error::from(found)
     })?;
+    // Started by `summon mcp`'s run_pipeline: only bytes the user trusts run.
+    if ctx.env.var(crate::config::trust::PIPELINE_TRUST_ENV) == Some("1")
+        && let Err(why) = crate::config::trust::check_pipeline(&ctx.env, &path, text.as_bytes())
+    {
+        return Err(Error::from(
+            crate::diag::Diagnostic::error(format!("this pipeline is not run: {why}"))
+                .in_file(&path)
+                .with_hint(why.hint()),
+        ));
+    }
     if let Some(hint) = not_a_pipeline(&path, &text) {
         return Err(Error::from(
             crate::diag::Diagnostic::error(hint).in_file(&path),
@@ -895,6 +906,19 @@ fn dry_run(
             .or(pipeline.settings.max_cost)
             .or(config.max_cost),
         estimate: costs.iter().flatten().map(|c| c.input + c.output_max).sum(),
+        prices: {
+            let mut models: Vec<&str> = plan
+                .steps
+                .iter()
+                .filter_map(|s| s.model.as_deref())
+                .collect();
+            models.sort_unstable();
+            models.dedup();
+            models
+                .into_iter()
+                .filter_map(|m| config.price_source(m))
+                .collect()
+        },
     };
     let mut cost = 0.0f64;
     let mut unpriced: Vec<String> = Vec::new();
@@ -954,6 +978,7 @@ fn dry_run(
             "estimated_input_cost_usd": cost,
             "estimated_cost_usd": budget.estimate,
             "max_cost_usd": budget.cap,
+            "prices": budget.prices,
             "estimate_crosses_cap": budget.crosses(),
             "unpriced_models": unpriced,
             "errors": plan.errors.iter().map(|(pos, message)| json!({
@@ -1038,6 +1063,8 @@ struct StepCost {
 struct DryBudget {
     cap: Option<f64>,
     estimate: f64,
+    /// Each model's price the cost counts with, and where it came from.
+    prices: Vec<String>,
 }
 
 impl DryBudget {
@@ -1205,6 +1232,9 @@ fn dry_run_text(
                 "Spend cap: {cap_text}; the estimate is within it (later turns, tool results \
                  and tasks that read model output come on top)\n"
             ));
+        }
+        for price in &budget.prices {
+            text.push_str(&format!("  counted at {price}\n"));
         }
     }
     text.push_str("No request was sent.\n");

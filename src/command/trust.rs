@@ -38,7 +38,8 @@ pub(crate) fn run(args: &TrustArgs, ctx: &mut Ctx) -> Result<()> {
     let enables = enabled_by_trust(&ctx.env);
     let catalog = ctx.catalog();
     let starters = stdio_sources(&ctx.env, &catalog);
-    let paths: Vec<std::path::PathBuf> = starters.into_iter().map(|(p, _)| p).collect();
+    let mut paths: Vec<std::path::PathBuf> = starters.into_iter().map(|(p, _)| p).collect();
+    paths.extend(pipeline_sources(&ctx.env).into_iter().map(|(p, _)| p));
     let (project, record) =
         trust::trust(&ctx.env, &paths).map_err(|e| cannot_record(&ctx.env, &e))?;
     if args.output.json {
@@ -154,8 +155,79 @@ fn stdio_sources(env: &Env, catalog: &crate::source::Catalog) -> Vec<(std::path:
     out
 }
 
+/// The deepest folder below the project folder where pipeline files are looked for.
+const PIPELINE_DEPTH: usize = 4;
+
+/// The project's pipeline files (below the project folder, at most [`PIPELINE_DEPTH`] deep,
+/// leaving out what `.gitignore` leaves out and hidden folders), with a line saying what each
+/// would start: `summon trust` pins them, so `summon mcp`'s `run_pipeline` runs them while
+/// their bytes stay as they were.
+fn pipeline_sources(env: &Env) -> Vec<(std::path::PathBuf, String)> {
+    use crate::pipeline::items::StaticForm;
+    use crate::pipeline::model::{Decompose, StepKind};
+    let project = trust::project_dir(env);
+    let walker = ignore::WalkBuilder::new(&project)
+        .max_depth(Some(PIPELINE_DEPTH))
+        .require_git(false)
+        .follow_links(false)
+        .build();
+    let mut out = Vec::new();
+    for entry in walker.flatten() {
+        let path = entry.path();
+        let is_yaml = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| matches!(e, "yaml" | "yml"));
+        if !is_yaml || !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let Ok(text) = crate::source::read_source_text(path) else {
+            continue;
+        };
+        let is_pipeline = matches!(crate::yaml::parse(&text), Ok(Some(root))
+            if crate::pipeline::parse::looks_like_pipeline(&root));
+        if !is_pipeline {
+            continue;
+        }
+        let file = crate::diag::SourceFile::new(path, text);
+        let mut diags = crate::diag::Diagnostics::default();
+        let Some(pipeline) = crate::pipeline::parse::parse_pipeline(&file, &mut diags) else {
+            continue;
+        };
+        let relative =
+            trust::project_relative(env, path).unwrap_or_else(|| path.display().to_string());
+        let commands: Vec<String> = pipeline
+            .steps
+            .iter()
+            .filter_map(|step| match &step.kind {
+                StepKind::Decompose(Decompose::Static(StaticForm::Command, t)) => Some(format!(
+                    "the `decompose.command` `{}` of step `{}` (outside the sandbox)",
+                    t.text.trim(),
+                    step.id
+                )),
+                _ => None,
+            })
+            .collect();
+        let line = if commands.is_empty() {
+            format!("{relative} (a pipeline that starts no command) for run_pipeline")
+        } else {
+            format!(
+                "{relative} starts {} when run_pipeline runs it",
+                commands.join(", ")
+            )
+        };
+        out.push((
+            path.to_owned(),
+            format!("{line} (pinned to the file as it is now)"),
+        ));
+    }
+    out.sort();
+    out
+}
+
 /// What trusting the project would allow (or allows): each project provider that sets where
-/// a credential goes, and each `.mcp.json` server.
+/// a credential goes, the project's `traces` endpoint and content capture, each `.mcp.json`
+/// server, each recipe that starts a command and each pipeline.
 pub(crate) fn enabled_by_trust(env: &Env) -> Vec<String> {
     let mut out = Vec::new();
     let config = load(env).config;
@@ -175,6 +247,22 @@ pub(crate) fn enabled_by_trust(env: &Env) -> Vec<String> {
             def.name,
             crate::text::without_url_credentials(&def.base_url)
         ));
+    }
+    if let Some(traces) = &config.traces
+        && traces.value.scope == Some(Scope::Project)
+    {
+        if let Some(endpoint) = &traces.value.endpoint {
+            out.push(format!(
+                "`traces` (summon.yaml) sends every run's spans to {}",
+                crate::text::without_url_credentials(endpoint)
+            ));
+        }
+        if traces.value.capture_content == Some(true) {
+            out.push(
+                "`traces.capture_content` (summon.yaml) puts every prompt and answer in those spans"
+                    .to_owned(),
+            );
+        }
     }
     match crate::mcp::project_servers(&trust::project_dir(env), env) {
         Ok(servers) => {
@@ -197,5 +285,6 @@ pub(crate) fn enabled_by_trust(env: &Env) -> Vec<String> {
             .into_iter()
             .map(|(_, line)| line),
     );
+    out.extend(pipeline_sources(env).into_iter().map(|(_, line)| line));
     out
 }

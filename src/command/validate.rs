@@ -386,6 +386,7 @@ fn validate_source_file(
     {
         if let Some(pipeline) = &pipeline {
             check_items_files(pipeline, catalog, diags);
+            check_command_defaults(pipeline, diags);
         }
         if let (Some(pipeline), Some(catalog)) = (pipeline, catalog.get()) {
             check_compiled(pipeline, catalog, diags);
@@ -409,6 +410,53 @@ fn check_compiled(pipeline: Pipeline, catalog: &Catalog, diags: &mut Diagnostics
     diags.extend(compile_pipeline(pipeline, &inputs).diagnostics(|_| true));
 }
 
+/// Every `decompose.command` that reads only parameters with defaults, rendered with them as
+/// the run renders it: a default that bash arithmetic in the command would run
+/// (`a[$(cmd)]` where the command has `(( ))`, `[[ -gt ]]`, `let`, ...) is refused at the
+/// command's line, as `--dry-run` and the run refuse it (`summon validate` takes no
+/// `--param`; the values given to the run are checked by its dry run and the run).
+fn check_command_defaults(pipeline: &Pipeline, diags: &mut Diagnostics) {
+    use crate::pipeline::items::StaticForm;
+    use crate::pipeline::model::{Decompose, StepKind};
+    let defaults: std::collections::BTreeMap<&str, &str> = pipeline
+        .parameters
+        .iter()
+        .filter_map(|p| Some((p.key.as_str(), p.default.as_deref()?)))
+        .collect();
+    let tenv = crate::template::environment(pipeline.file.path().parent());
+    for step in &pipeline.steps {
+        let StepKind::Decompose(Decompose::Static(StaticForm::Command, template)) = &step.kind
+        else {
+            continue;
+        };
+        let Ok(vars) = crate::template::variables(&template.text) else {
+            continue;
+        };
+        if vars.is_empty() || !vars.iter().all(|v| defaults.contains_key(v.as_str())) {
+            continue;
+        }
+        let context = minijinja::Value::from(minijinja::value::Serde(&defaults));
+        let Err(error) = crate::template::render_command(&tenv, &template.text, &context) else {
+            continue;
+        };
+        if !error.to_string().contains("bash evaluates arithmetic") {
+            continue;
+        }
+        diags.push(
+            Diagnostic::error(format!(
+                "`steps.{}.decompose.command`: {}",
+                step.id,
+                template.render_error(&error)
+            ))
+            .at(Span::new(&pipeline.file, template.pos))
+            .with_hint(
+                "compute with the value in a command that does not interpolate it, or give \
+                 the parameter a value without `[` followed by `$` or a backtick",
+            ),
+        );
+    }
+}
+
 /// Every `decompose: {file: ...}` whose path is known before the run (literal, or made of
 /// parameters with defaults) names a file that exists, relative to the project folder.
 fn check_items_files(pipeline: &Pipeline, catalog: &LazyCatalog<'_>, diags: &mut Diagnostics) {
@@ -429,7 +477,8 @@ fn check_items_files(pipeline: &Pipeline, catalog: &LazyCatalog<'_>, diags: &mut
         .filter_map(|p| Some((p.key.clone(), p.default.clone()?)))
         .collect();
     for step in &pipeline.steps {
-        let StepKind::Decompose(Decompose::Static(StaticForm::File, template)) = &step.kind else {
+        let StepKind::Decompose(Decompose::Static(StaticForm::File { .. }, template)) = &step.kind
+        else {
             continue;
         };
         // A path made of parameters without defaults is known only to the run.

@@ -210,7 +210,37 @@ pub(crate) fn compile_pipeline(mut pipeline: Pipeline, inputs: &Inputs<'_>) -> C
             );
         }
         let items = item_source(step);
-        if let StepKind::Decompose(Decompose::Static(StaticForm::File, template)) = &step.kind
+        // A literal path that climbs out with `..` is refused before anything runs; an
+        // absolute one and links are judged when the step opens the file.
+        if let StepKind::Decompose(Decompose::Static(
+            StaticForm::File {
+                outside_project: false,
+            },
+            template,
+        )) = &step.kind
+            && !crate::template::has_template(&template.text)
+            && std::path::Path::new(template.text.trim())
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+        {
+            findings.push(Finding {
+                step: index,
+                check: Check::Items,
+                pos: template.pos,
+                message: format!(
+                    "`decompose.file`: items file `{}` climbs out of the working directory with \
+                     `..`; an items file stays inside it, as `glob`'s matches do",
+                    template.text.trim()
+                ),
+                hint: Some(
+                    "move the file into the project, or set `outside_project: true` on the step \
+                     to read it where it is"
+                        .to_owned(),
+                ),
+            });
+        }
+        if let StepKind::Decompose(Decompose::Static(StaticForm::File { .. }, template)) =
+            &step.kind
             && !crate::template::has_template(&template.text)
             && let Err(error) = check_items_path(std::path::Path::new(template.text.trim()))
         {

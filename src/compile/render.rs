@@ -192,16 +192,19 @@ pub(crate) fn check_renders(
         if !step_templates(step).into_iter().all(reads_known) {
             continue;
         }
+        // A static form's failure is at its key (`decompose.command` ...), not at the step.
+        let mut at = step.pos;
         let problem = match &step.kind {
             StepKind::Decompose(Decompose::Items(_)) => None,
             StepKind::Decompose(Decompose::Static(form, template)) => {
+                at = template.pos;
                 if *form == StaticForm::Command {
                     crate::template::render_command(tenv, &template.text, base)
                 } else {
                     tenv.render_str(&template.text, base)
                 }
                 .err()
-                .map(|e| template.render_error(&e))
+                .map(|e| format!("`decompose.{}`: {}", form.name(), template.render_error(&e)))
             }
             StepKind::Decompose(Decompose::Agent(task))
             | StepKind::Synthesize(task)
@@ -223,7 +226,7 @@ pub(crate) fn check_renders(
             }),
         };
         if let Some(message) = problem {
-            problems.push((index, step.pos, message));
+            problems.push((index, at, message));
         }
     }
     problems

@@ -291,6 +291,9 @@ pub(crate) struct Config {
     pub(crate) loosened: Vec<(&'static str, Span)>,
     /// `traces`: where and how traces are exported, under the `OTEL_*` variables.
     pub(crate) traces: Option<Located<TracesConfig>>,
+    /// The models whose price an untrusted project asked lower than the price under it:
+    /// where the price counted instead comes from.
+    pub(crate) price_floors: IndexMap<String, String>,
 }
 
 /// The config file's `traces` entry; the scope says whose file wrote it (a project's needs
@@ -382,6 +385,48 @@ impl Config {
             .map(|n| n.name.value.clone())
             .collect();
         Ok(crate::sandbox::CommandEnv::new(names, credentials, keys))
+    }
+
+    /// Which standard price of `model` a cost and the spend cap count with, and where it came
+    /// from: `gpt-4o at $2.50 input, $10.00 output per million tokens (summon's built-in
+    /// table of 2025-06-01)`; the user's config file, this project's summon.yaml (trusted or
+    /// not), or a price under an untrusted project's lower one. `None` without a price.
+    pub(crate) fn price_source(&self, model: &str) -> Option<String> {
+        let (prices, from_file) = self.prices().model(model)?;
+        let from = if !from_file {
+            format!(
+                "summon's built-in table of {}",
+                super::prices::built_in().date
+            )
+        } else {
+            let entry = super::prices::find(&self.prices, model);
+            let project = entry.is_some_and(|entry| {
+                self.files
+                    .iter()
+                    .any(|f| f.scope == Scope::Project && f.path == entry.path())
+            });
+            match (entry, project) {
+                (Some(entry), false) => format!("the config file {}", entry.path().display()),
+                (_, true) if self.trust.is_trusted() => {
+                    "this project's summon.yaml, trusted".to_owned()
+                }
+                (_, true) => match super::prices::find(&self.price_floors, model) {
+                    Some(floor) => format!(
+                        "{floor}: this untrusted project's summon.yaml asked less, and may only \
+                         raise a price"
+                    ),
+                    None => "this untrusted project's summon.yaml, which may only raise a price \
+                             or price a model with none"
+                        .to_owned(),
+                },
+                (None, false) => "the config file".to_owned(),
+            }
+        };
+        let p = prices.standard;
+        Some(format!(
+            "{model} at ${} input, ${} output per million tokens ({from})",
+            p.input, p.output
+        ))
     }
 
     /// The price of a model: the config file's, else the built-in table's.
@@ -551,6 +596,7 @@ fn keep_prices_up(
         if let Some(merged) = loaded.config.prices.get_mut(model) {
             merged.value = kept;
         }
+        loaded.config.price_floors.insert(model.clone(), origin);
     }
 }
 

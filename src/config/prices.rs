@@ -201,7 +201,7 @@ pub(crate) fn built_in() -> &'static BuiltIn {
 
 /// `model`'s entry in `table`: by its id, else by the id without a dated snapshot suffix
 /// (`-2024-08-06`, `-20250929`) or a provider prefix (`openai/`).
-fn find<'t, T>(table: &'t IndexMap<String, T>, model: &str) -> Option<&'t T> {
+pub(crate) fn find<'t, T>(table: &'t IndexMap<String, T>, model: &str) -> Option<&'t T> {
     if let Some(found) = table.get(model) {
         return Some(found);
     }

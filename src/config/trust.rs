@@ -79,8 +79,9 @@ pub(crate) struct Record {
     pub(crate) files: BTreeMap<String, Option<String>>,
     /// When, as an RFC 3339 timestamp.
     pub(crate) trusted_at: String,
-    /// The project's recipe and agent files that start a `stdio` extension: path (relative
-    /// to the project folder) → SHA-256 (hex) of its content when it was trusted.
+    /// The project's recipe files that start a command (`stdio` extensions, `retry`
+    /// commands) and its pipeline files: path (relative to the project folder) → SHA-256
+    /// (hex) of its content when it was trusted.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) sources: BTreeMap<String, String>,
 }
@@ -183,11 +184,26 @@ pub(crate) fn check_file(env: &Env, path: &Path, bytes: &[u8]) -> Result<(), Unt
     }
 }
 
+/// The variable under which `summon run` runs its pipeline only when [`check_pipeline`]
+/// allows the bytes it parsed: `summon mcp`'s `run_pipeline` sets it for the run it starts,
+/// so a file swapped between the server's check and the run's read is refused too.
+pub(crate) const PIPELINE_TRUST_ENV: &str = "SUMMON_PIPELINE_NEEDS_TRUST";
+
 /// The trust rule for a pipeline file that `run_pipeline` (or anything started by someone
 /// other than the user at a terminal) would run: its `decompose.command`s start commands, so
-/// the file must be pinned by `summon trust` with exactly these `bytes` (the ones parsed).
-#[allow(dead_code, reason = "called by `summon mcp`'s run_pipeline")]
+/// the file must be pinned by `summon trust` with exactly these `bytes` (the ones parsed),
+/// in the one store of pins that [`check_file`] reads.
+/// Unlike [`check_file`], a file that is not inside the project (where it really is, through
+/// any link) is refused: nothing pins it.
 pub(crate) fn check_pipeline(env: &Env, path: &Path, bytes: &[u8]) -> Result<(), Untrusted> {
+    let project = project_dir(env);
+    if relative_to(&project, path).is_none() && !trusted_for_this_run(env) {
+        return Err(Untrusted {
+            file: path.display().to_string(),
+            project,
+            why: "it is not inside the project, so nothing pins it".to_owned(),
+        });
+    }
     check_file(env, path, bytes)
 }
 
@@ -235,7 +251,8 @@ pub(crate) fn project_trust_as_read(env: &Env, config: Option<Option<&[u8]>>) ->
 }
 
 /// Records the project in the working directory as trusted, with its files as they are now
-/// and the content of `sources` (its recipe and agent files that start a `stdio` extension).
+/// and the content of `sources` (its recipe files that start a `stdio` extension or have
+/// `retry` commands, and its pipeline files).
 pub(crate) fn trust(env: &Env, sources: &[PathBuf]) -> std::io::Result<(PathBuf, Record)> {
     let dir = project_dir(env);
     let mut pinned = BTreeMap::new();

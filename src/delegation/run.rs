@@ -211,6 +211,7 @@ pub(crate) fn ready(
                 )
             })?;
         let ledger = crate::subagent::budget::Ledger::new(cap, 0.0);
+        ledger.counted_at(model, config.price_source(model));
         let tier = request.tier.unwrap_or_default();
         prepared.spec.budget = Some(std::sync::Arc::new(ledger.task(price, tier)));
     }

@@ -266,6 +266,14 @@ pub(crate) fn plan(
     let graph = Graph::new(pipeline);
     let tenv = crate::template::environment(pipeline.file.path().parent());
     let agents = agents_json(catalog);
+    // An items command gets no credential, in a dry run as in the run.
+    let command_vars = items::CommandVars {
+        set: Vec::new(),
+        withheld: crate::config::presets::key_variables(env, config)
+            .into_iter()
+            .map(|(variable, _)| variable)
+            .collect(),
+    };
     let mut drafter = Drafter {
         env,
         config,
@@ -320,7 +328,7 @@ pub(crate) fn plan(
             StepKind::Decompose(decompose) => {
                 plan.tasks = Some(u64::from(matches!(decompose, Decompose::Agent(_))));
                 let found = if unknown.is_empty() {
-                    expand(env, &tenv, pipeline, step, decompose, &base)
+                    expand(env, &tenv, pipeline, step, decompose, &base, &command_vars)
                 } else {
                     Ok(Expanded::Later(Later::Needs(unknown)))
                 };
@@ -557,6 +565,7 @@ fn expand<'p>(
     step: &Step,
     decompose: &'p Decompose,
     base: &minijinja::Value,
+    command_vars: &items::CommandVars,
 ) -> Result<Expanded<'p>, String> {
     let (form, template) = match decompose {
         Decompose::Items(items) => return Ok(Expanded::Known(Known::Items(items.clone()))),
@@ -570,13 +579,15 @@ fn expand<'p>(
     }
     .map_err(|e| template.render_error(&e))?;
     let keep_items = Graph::new(pipeline).items_needed_by(&step.id);
-    Ok(match expand_items(form, &text, &env.cwd, keep_items, &[]) {
-        Ok(items::Expanded::Items(items)) => Expanded::Known(Known::Items(items)),
-        Ok(items::Expanded::File(path)) => Expanded::Known(Known::File(path)),
-        // An items file the run could not read is an error now, as it would be then.
-        Err(e) if form == StaticForm::File => return Err(e.to_string()),
-        Err(e) => Expanded::Later(Later::Failed(e.to_string())),
-    })
+    Ok(
+        match expand_items(form, &text, &env.cwd, keep_items, command_vars) {
+            Ok(items::Expanded::Items(items)) => Expanded::Known(Known::Items(items)),
+            Ok(items::Expanded::File(path)) => Expanded::Known(Known::File(path)),
+            // An items file the run could not read is an error now, as it would be then.
+            Err(e) if matches!(form, StaticForm::File { .. }) => return Err(e.to_string()),
+            Err(e) => Expanded::Later(Later::Failed(e.to_string())),
+        },
+    )
 }
 
 /// The number of items of a file, streamed; `None` when a line is bad (the run reports it).

@@ -639,6 +639,7 @@ async fn attempt_task(
                         ),
                     )
                 })?;
+            ledger.counted_at(model, shared.config.price_source(model));
             *budget = Some(Arc::new(ledger.task(price, step.settings.tier)));
         }
         prepared.spec.budget.clone_from(budget);

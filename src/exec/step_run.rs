@@ -171,11 +171,19 @@ impl StepRun {
                 };
                 let (cwd, keep_items) = (cwd.clone(), self.keep_items);
                 let shared = &self.run.shared;
-                let env: Vec<(String, String)> = shared
-                    .traceparent
-                    .iter()
-                    .map(|tp| ("TRACEPARENT".to_owned(), tp.clone()))
-                    .collect();
+                // The command gets no credential (any provider's key variable, or one named
+                // like a key), and runs under the run's span.
+                let env = crate::pipeline::items::CommandVars {
+                    set: shared
+                        .traceparent
+                        .iter()
+                        .map(|tp| ("TRACEPARENT".to_owned(), tp.clone()))
+                        .collect(),
+                    withheld: crate::config::presets::key_variables(&shared.env, &shared.config)
+                        .into_iter()
+                        .map(|(variable, _)| variable)
+                        .collect(),
+                };
                 let started = std::time::Instant::now();
                 let expanded = tokio::task::spawn_blocking(move || {
                     expand_items(form, &text, &cwd, keep_items, &env)

@@ -33,7 +33,23 @@ pub(super) fn run(
             })
     };
     let pipeline = within("path", &path)?;
-    let out_dir = out.as_deref().map(|out| within("out", out)).transpose()?;
+    // `out` is a folder the run writes into: judged with a name inside it, so a link planted
+    // at its own name that leads out is refused too.
+    let out_dir = out
+        .as_deref()
+        .map(|out| {
+            within("out", out)?;
+            let inner = std::path::Path::new(out).join("results.jsonl");
+            crate::safe_fs::inside(&shared.env.cwd, &inner)
+                .map(|rel| shared.env.cwd.join(rel).with_file_name(""))
+                .map_err(|why| {
+                    format!(
+                        "run_pipeline: `out` must be inside the project, found `{out}` (it {})",
+                        why.reason()
+                    )
+                })
+        })
+        .transpose()?;
     // Only a pipeline the user trusts runs, and none written while this server runs.
     super::trust::trusted_pipeline(shared, &pipeline, &path)?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find summon itself: {e}"))?;
@@ -42,6 +58,8 @@ pub(super) fn run(
         .arg("run")
         .arg("--json")
         .arg("--color=never")
+        // The run parses the file again: it runs only bytes the same rule allows.
+        .env(crate::config::trust::PIPELINE_TRUST_ENV, "1")
         .current_dir(&shared.env.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

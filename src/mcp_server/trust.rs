@@ -3,14 +3,13 @@
 //! one written or changed while this server runs (a subagent of the session may have
 //! written it).
 //!
-//! The file is read once: its bytes are hashed as read and compared with the trust store
-//! (`summon trust`'s pins in `src/config/trust.rs`), and its change time is taken from the
-//! same open file.
+//! The file is read once: its bytes are judged by the one trust rule of project files
+//! ([`trust::check_pipeline`], `summon trust`'s pins), and its change time is taken from the
+//! same open file. The run it starts judges the bytes it parses by the same rule again
+//! ([`trust::PIPELINE_TRUST_ENV`]), so a file swapped in between is refused.
 
 use std::io::Read as _;
 use std::path::Path;
-
-use sha2::{Digest, Sha256};
 
 use super::Shared;
 use crate::config::trust;
@@ -38,8 +37,7 @@ a subagent of this session may have written it. Ask the user to read it; to run 
 (`summon trust`) and start a new server."
         ));
     }
-    let hash = hex::encode(Sha256::digest(&bytes));
-    match pinned(shared, path, &hash) {
+    match trust::check_pipeline(&shared.env, path, &bytes) {
         Ok(()) => Ok(bytes),
         Err(why) => Err(format!(
             "run_pipeline: {shown} is not run: {why}. A pipeline can start commands, so run_pipeline runs only \
@@ -57,38 +55,4 @@ fn changed_since(meta: &std::fs::Metadata, since: std::time::SystemTime) -> bool
     };
     let changed = i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec());
     changed >= i128::try_from(since.as_nanos()).unwrap_or(i128::MAX)
-}
-
-/// Whether the user trusts these bytes of the file at `path`: the project trusted for this
-/// run (`--trust`, `SUMMON_TRUST_PROJECT=1`), or `summon trust` pinned the file with this
-/// hash.
-fn pinned(shared: &Shared, path: &Path, hash: &str) -> Result<(), String> {
-    let env = &shared.env;
-    if env
-        .var(trust::TRUST_ENV)
-        .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"))
-    {
-        return Ok(());
-    }
-    let Some(relative) = trust::project_relative(env, path) else {
-        return Err("it is not inside the project".to_owned());
-    };
-    let project = trust::project_dir(env);
-    let Some((_, record)) = trust::list(env)
-        .into_iter()
-        .find(|(dir, _)| *dir == project)
-    else {
-        return Err("this project is not trusted".to_owned());
-    };
-    match record.sources.get(&relative) {
-        Some(pinned) if pinned == hash => Ok(()),
-        Some(_) => Err(format!(
-            "it changed since the project was trusted ({})",
-            record.trusted_at
-        )),
-        None => Err(format!(
-            "it is not among the files trusted ({})",
-            record.trusted_at
-        )),
-    }
 }

@@ -71,6 +71,16 @@ pub(crate) enum ItemError {
     Unsupported { path: PathBuf },
     #[error("glob `{pattern}`: {message}")]
     Glob { pattern: String, message: String },
+    #[error(
+        "items file `{path}` is outside the working directory {}{why}: an items file stays \
+         inside it, as `glob`'s matches do (`outside_project: true` on the step reads it anyway)",
+        .cwd.display()
+    )]
+    Outside {
+        path: String,
+        cwd: PathBuf,
+        why: &'static str,
+    },
 }
 
 fn stderr_suffix(stderr: &str) -> String {
@@ -101,7 +111,8 @@ pub(crate) enum StaticForm {
     /// `.git/info/exclude` leave out are left out.
     Glob { gitignore: bool },
     /// A CSV file with a header (one object per row) or JSONL (one value per line), streamed.
-    File,
+    /// Inside the working directory as `glob`'s matches are, unless `outside_project`.
+    File { outside_project: bool },
 }
 
 impl StaticForm {
@@ -110,7 +121,7 @@ impl StaticForm {
         match self {
             Self::Command => "command",
             Self::Glob { .. } => "glob",
-            Self::File => "file",
+            Self::File { .. } => "file",
         }
     }
 }
@@ -171,15 +182,15 @@ pub(crate) fn expand_items(
     text: &str,
     cwd: &Path,
     keep_items: bool,
-    command_env: &[(String, String)],
+    command_env: &CommandVars,
 ) -> Result<Expanded, ItemError> {
     match form {
         StaticForm::Command => {
             command_items(text, cwd, COMMAND_LIMIT, command_env).map(Expanded::Items)
         }
         StaticForm::Glob { gitignore } => glob_items(text, cwd, gitignore).map(Expanded::Items),
-        StaticForm::File => {
-            let path = cwd.join(text.trim());
+        StaticForm::File { outside_project } => {
+            let path = confined_items_file(text, cwd, outside_project)?;
             let reader = open_file_items(&path)?;
             if keep_items {
                 reader.collect::<Result<_, _>>().map(Expanded::Items)
@@ -193,16 +204,26 @@ pub(crate) fn expand_items(
 // ---------------------------------------------------------------------------------------------
 // command
 
+/// What an items command's environment changes from summon's own: variables set on top (the
+/// run's `TRACEPARENT`), and the credentials withheld. Every variable named like a key
+/// (`*API_KEY`, `*_AUTH_TOKEN`) is withheld always; `withheld` adds the names the
+/// configuration gives keys (any provider's `api_key_env`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CommandVars {
+    pub(crate) set: Vec<(String, String)>,
+    pub(crate) withheld: Vec<String>,
+}
+
 /// Runs `sh -c COMMAND` in `cwd` with stdin closed; one string item per non-empty line of its
 /// stdout (a trailing `\r` is dropped). A non-zero exit is an error carrying the exit code and
 /// the last lines of stderr; so is running longer than `timeout` (the command's whole process
-/// group is killed then). `env` is set on top of summon's own environment (the run's
-/// `TRACEPARENT`).
+/// group is killed then). It runs with summon's environment without a credential, and with
+/// `env`'s variables set on top.
 pub(crate) fn command_items(
     command: &str,
     cwd: &Path,
     timeout: Duration,
-    env: &[(String, String)],
+    env: &CommandVars,
 ) -> Result<Vec<Value>, ItemError> {
     use std::os::unix::process::CommandExt;
 
@@ -210,12 +231,24 @@ pub(crate) fn command_items(
     // With pipefail, a failing stage of a pipe (`git diff ... | cut ... | sort`) fails the
     // command instead of passing an empty list on; bash has it everywhere summon runs, `sh`
     // stands in where it is missing.
+    let withheld: Vec<std::ffi::OsString> = std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| {
+            name.to_str().is_some_and(|name| {
+                crate::sandbox::is_secret_name(name) || env.withheld.iter().any(|w| w == name)
+            })
+        })
+        .collect();
     let spawn = |shell: &str, args: &[&str]| {
-        Command::new(shell)
+        let mut child = Command::new(shell);
+        for name in &withheld {
+            child.env_remove(name);
+        }
+        child
             .args(args)
             .arg(command)
             .current_dir(cwd)
-            .envs(env.iter().map(|(k, v)| (k, v)))
+            .envs(env.set.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -797,6 +830,56 @@ pub(crate) fn glob_items(
     Ok(found.into_iter().map(Value::String).collect())
 }
 
+/// The items file that `text` (a rendered `decompose.file`) names, confined as `glob` is:
+/// relative to `cwd` with no `..`, or absolute inside it, and where it really is (through any
+/// link) inside `cwd` too, so neither `../secret.jsonl` nor a link planted at `items.jsonl`
+/// that leads out (a model's commands can write the project) is read. The file is opened
+/// beneath `cwd` following no link once resolved. With `outside_project`, the path as given.
+pub(crate) fn confined_items_file(
+    text: &str,
+    cwd: &Path,
+    outside_project: bool,
+) -> Result<PathBuf, ItemError> {
+    let text = text.trim();
+    let given = cwd.join(text);
+    if outside_project {
+        return Ok(given);
+    }
+    let outside = |why| ItemError::Outside {
+        path: text.to_owned(),
+        cwd: cwd.to_owned(),
+        why,
+    };
+    let relative = relative_pattern(text, cwd).map_err(|_| outside(""))?;
+    if relative.is_empty() {
+        return Ok(given);
+    }
+    let base = cwd.canonicalize().unwrap_or_else(|_| cwd.to_owned());
+    let real = match std::fs::canonicalize(base.join(&relative)) {
+        Ok(real) => real,
+        // Missing: the read that follows says so.
+        Err(_) => return Ok(given),
+    };
+    let Ok(inside) = real.strip_prefix(&base) else {
+        return Err(outside(" (through a symbolic link)"));
+    };
+    let io = |source| ItemError::Io {
+        path: given.clone(),
+        source,
+    };
+    let dir = crate::safe_fs::open_dir(&base).map_err(io)?;
+    match crate::safe_fs::open_beneath(
+        &dir,
+        inside,
+        rustix::fs::OFlags::RDONLY,
+        rustix::fs::Mode::empty(),
+    ) {
+        Ok(_) => Ok(real),
+        Err(e) if crate::safe_fs::is_link_error(&e) => Err(outside(" (through a symbolic link)")),
+        Err(e) => Err(io(e)),
+    }
+}
+
 /// The pattern made relative to `cwd`, with `.` components dropped; refuses `..` and absolute
 /// paths outside `cwd`.
 fn relative_pattern(pattern: &str, cwd: &Path) -> Result<String, String> {
@@ -844,24 +927,53 @@ mod tests {
     fn a_file_is_read_whole_only_when_its_items_are_kept() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "in.jsonl", "1\n2\n");
-        let kept = expand_items(StaticForm::File, " in.jsonl\n", dir.path(), true, &[]).unwrap();
+        let kept = expand_items(
+            StaticForm::File {
+                outside_project: false,
+            },
+            " in.jsonl\n",
+            dir.path(),
+            true,
+            &CommandVars::default(),
+        )
+        .unwrap();
         assert!(
             matches!(&kept, Expanded::Items(items) if *items == [json!(1), json!(2)]),
             "{kept:?}"
         );
-        let streamed = expand_items(StaticForm::File, "in.jsonl", dir.path(), false, &[]).unwrap();
+        let streamed = expand_items(
+            StaticForm::File {
+                outside_project: false,
+            },
+            "in.jsonl",
+            dir.path(),
+            false,
+            &CommandVars::default(),
+        )
+        .unwrap();
         assert!(
             matches!(&streamed, Expanded::File(path) if *path == dir.path().join("in.jsonl")),
             "{streamed:?}"
         );
         // Missing, it is an error either way.
-        assert!(expand_items(StaticForm::File, "no.jsonl", dir.path(), false, &[]).is_err());
+        assert!(
+            expand_items(
+                StaticForm::File {
+                    outside_project: false
+                },
+                "no.jsonl",
+                dir.path(),
+                false,
+                &CommandVars::default()
+            )
+            .is_err()
+        );
         let lines = expand_items(
             StaticForm::Command,
             "printf 'a\\n\\nb\\n'",
             dir.path(),
             false,
-            &[],
+            &CommandVars::default(),
         );
         assert!(
             matches!(&lines, Ok(Expanded::Items(items)) if *items == [json!("a"), json!("b")]),
@@ -1007,7 +1119,7 @@ mod tests {
             ),
             dir.path(),
             Duration::from_secs(60),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap_err()
         .to_string();
@@ -1025,7 +1137,7 @@ mod tests {
             "printf 'a\\r\\n\\n  \\nb c\\n'; ls; printf last",
             dir.path(),
             Duration::from_secs(10),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap();
         assert_eq!(
@@ -1041,7 +1153,7 @@ mod tests {
             "echo out; for i in $(seq 1 30); do echo err$i >&2; done; exit 3",
             dir.path(),
             Duration::from_secs(10),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap_err()
         .to_string();
@@ -1064,7 +1176,7 @@ mod tests {
             "echo one >&2; echo two >&2; exit 1",
             dir.path(),
             Duration::from_secs(10),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap_err()
         .to_string();
@@ -1079,7 +1191,7 @@ mod tests {
             "echo one; sleep 30; echo two",
             dir.path(),
             Duration::from_millis(300),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap_err();
         assert!(matches!(error, ItemError::CommandTimeout { .. }), "{error}");
@@ -1098,7 +1210,7 @@ mod tests {
             "sleep 30 & echo x",
             dir.path(),
             Duration::from_millis(300),
-            &[],
+            &CommandVars::default(),
         )
         .unwrap_err();
         assert!(matches!(error, ItemError::CommandTimeout { .. }), "{error}");
@@ -1193,6 +1305,55 @@ mod tests {
         // a file named outright is matched though ignored
         assert_eq!(glob("build/out.md", true), ["build/out.md"]);
         assert_eq!(glob("**/*.md", false).len(), 10);
+    }
+
+    /// `decompose.file` is confined as `glob` is: `..`, an absolute path elsewhere and a link
+    /// planted at the file's name that leads out are refused, naming the file; a link that
+    /// stays inside is read; `outside_project` reads the path as given.
+    #[test]
+    fn an_items_file_stays_inside_the_working_directory() {
+        let top = tempfile::tempdir().unwrap();
+        let cwd = top.path().join("project");
+        std::fs::create_dir_all(cwd.join("data")).unwrap();
+        std::fs::write(top.path().join("secret.jsonl"), "\"key\"\n").unwrap();
+        std::fs::write(cwd.join("data/in.jsonl"), "1\n").unwrap();
+        std::os::unix::fs::symlink(top.path().join("secret.jsonl"), cwd.join("items.jsonl"))
+            .unwrap();
+        std::os::unix::fs::symlink(top.path(), cwd.join("up")).unwrap();
+        std::os::unix::fs::symlink("data/in.jsonl", cwd.join("near.jsonl")).unwrap();
+        let secret = top.path().join("secret.jsonl");
+        let file = |outside_project| StaticForm::File { outside_project };
+        for text in [
+            "../secret.jsonl",
+            "data/../../secret.jsonl",
+            secret.to_str().unwrap(),
+            "items.jsonl",
+            "up/secret.jsonl",
+        ] {
+            let error = expand_items(file(false), text, &cwd, true, &CommandVars::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.starts_with(&format!("items file `{text}`"))
+                    && error.contains("is outside the working directory")
+                    && error.contains("outside_project: true"),
+                "{text}: {error}"
+            );
+            let Expanded::Items(items) =
+                expand_items(file(true), text, &cwd, true, &CommandVars::default()).unwrap()
+            else {
+                panic!("kept")
+            };
+            assert_eq!(items, [json!("key")], "{text}");
+        }
+        for text in ["near.jsonl", "./data/in.jsonl"] {
+            let Expanded::Items(items) =
+                expand_items(file(false), text, &cwd, true, &CommandVars::default()).unwrap()
+            else {
+                panic!("kept")
+            };
+            assert_eq!(items, [json!(1)], "{text}");
+        }
     }
 
     #[test]

@@ -1234,6 +1234,22 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
             format!("`{gitignore_path}` only applies to `glob`; it is ignored"),
         );
     }
+    let outside_path = r.child_path("outside_project");
+    let outside_key = r.get_entry("outside_project").map(|(k, _)| k.pos);
+    let outside_project = bool_field(&mut r, "outside_project", d).unwrap_or(false);
+    match outside_key {
+        Some(pos) if forms.first().is_some_and(|(f, _)| *f != "file") => d.warning(
+            pos,
+            format!("`{outside_path}` only applies to `file`; it is ignored"),
+        ),
+        Some(pos) if outside_project => d.warning(
+            pos,
+            format!(
+                "`{outside_path}: true`: the items file may be read outside the project (its rendered path may use `..`, be absolute or go through a link), wherever the user can read"
+            ),
+        ),
+        _ => {}
+    }
     let is_agent = forms
         .first()
         .is_some_and(|(f, _)| matches!(*f, "source" | "instructions"));
@@ -1264,7 +1280,9 @@ fn read_decompose(key: &Node, node: &Node, path: &str, d: &mut FileDiags<'_>) ->
     match forms.first().map(|(f, _)| *f) {
         Some("command") => command.map_or(fallback, |t| Decompose::Static(StaticForm::Command, t)),
         Some("items") => items.map_or(fallback, Decompose::Items),
-        Some("file") => file.map_or(fallback, |t| Decompose::Static(StaticForm::File, t)),
+        Some("file") => file.map_or(fallback, |t| {
+            Decompose::Static(StaticForm::File { outside_project }, t)
+        }),
         Some("glob") => glob.map_or(fallback, |t| {
             Decompose::Static(
                 StaticForm::Glob {
@@ -2169,7 +2187,7 @@ outputs:
         );
         assert_eq!(p.steps[3].needs.len(), 2);
         assert!(
-            matches!(&p.steps[4].kind, StepKind::Decompose(Decompose::Static(StaticForm::File, f)) if f.text == "data.csv")
+            matches!(&p.steps[4].kind, StepKind::Decompose(Decompose::Static(StaticForm::File { outside_project: false }, f)) if f.text == "data.csv")
         );
         assert_eq!(p.steps[5].timeout, Some(Duration::from_millis(2500)));
         assert!(matches!(&p.steps[5].kind, StepKind::Delegate(_)));

@@ -187,7 +187,11 @@ impl Client {
                 ProviderKind::Anthropic => (location.clone(), batch_anthropic::parse_results),
             };
             // A results URL on another host gets no credentials.
-            let body = self.send_bytes(self.http_for(&url).get(url), None).await?;
+            // It holds many answers: read up to 16 times the bound of one.
+            let max = super::client::max_response_bytes().saturating_mul(16);
+            let body = self
+                .send_bytes_within(self.http_for(&url).get(url), None, max)
+                .await?;
             parse(&String::from_utf8_lossy(&body), &mut results);
         }
         Ok(results)

@@ -994,6 +994,18 @@ impl Client {
         request: reqwest::RequestBuilder,
         ticket: Option<&super::admission::Ticket>,
     ) -> Result<Vec<u8>, ProviderError> {
+        self.send_bytes_within(request, ticket, max_response_bytes())
+            .await
+    }
+
+    /// [`Self::send_bytes`] with `max` bytes as the largest body read (a batch's results
+    /// file holds the answers of thousands of requests).
+    pub(super) async fn send_bytes_within(
+        &self,
+        request: reqwest::RequestBuilder,
+        ticket: Option<&super::admission::Ticket>,
+        max: u64,
+    ) -> Result<Vec<u8>, ProviderError> {
         let key = self.endpoint.api_key.as_ref();
         // One request at a time until the provider has answered once, while it is starting and
         // while it cannot be reached; each goes no earlier than the pause after the last
@@ -1070,10 +1082,7 @@ impl Client {
             .replied
             .swap(true, std::sync::atomic::Ordering::Relaxed);
         let error_headers = (!status.is_success()).then(|| response.headers().clone());
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| ProviderError::from_transport(e, key));
+        let body = read_bounded(&mut response, &self.endpoint.name, max, key).await;
         let body = match body {
             Ok(body) => body,
             Err(err) => {
@@ -1105,8 +1114,67 @@ impl Client {
             return Err(err);
         }
         self.note_answer(None);
-        Ok(body.into())
+        Ok(body)
     }
+}
+
+/// The variable that sets the largest answer summon reads from a provider, in MiB.
+pub(crate) const MAX_RESPONSE_VAR: &str = "SUMMON_MAX_RESPONSE_MB";
+/// Its default: far above any model's answer, far below what would exhaust memory.
+const DEFAULT_MAX_RESPONSE_MB: u64 = 64;
+
+/// The largest answer body summon reads, in bytes (`SUMMON_MAX_RESPONSE_MB`, else 64 MiB; a
+/// value that is not a positive whole number is refused before any request, by
+/// [`super::retry::RetryPolicy::from_env`]).
+pub(super) fn max_response_bytes() -> u64 {
+    static MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        max_response_mb(std::env::var(MAX_RESPONSE_VAR).ok().as_deref()).saturating_mul(1024 * 1024)
+    })
+}
+
+/// The limit `value` of `SUMMON_MAX_RESPONSE_MB` sets, in MiB.
+pub(crate) fn max_response_mb(value: Option<&str>) -> u64 {
+    value
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|mb| *mb > 0)
+        .unwrap_or(DEFAULT_MAX_RESPONSE_MB)
+}
+
+/// The response's body, read a chunk at a time and refused once it passes `max` bytes (by its
+/// `Content-Length`, before reading, or as it comes): an answer of hundreds of megabytes
+/// fails the request, naming the provider and the limit, instead of taking summon's memory.
+/// The refusal is not retried (the same request would bring the same answer).
+async fn read_bounded(
+    response: &mut reqwest::Response,
+    provider: &str,
+    max: u64,
+    key: Option<&crate::provider::Secret>,
+) -> Result<Vec<u8>, ProviderError> {
+    let status = response.status().as_u16();
+    let too_large = || ProviderError::Other {
+        status: Some(status),
+        message: format!(
+            "the answer of provider `{provider}` is larger than {} MiB, the most summon reads \
+             ({MAX_RESPONSE_VAR} sets it); nothing of it was used",
+            max / (1024 * 1024)
+        ),
+    };
+    if response.content_length().is_some_and(|length| length > max) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| ProviderError::from_transport(e, key))?
+    {
+        if (body.len() + chunk.len()) as u64 > max {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 impl Client {

@@ -89,6 +89,14 @@ impl RetryPolicy {
             }
         }
         policy.wait_for_server = env.millis("SUMMON_STARTUP_WAIT_MS")?.is_some();
+        let bound = super::client::MAX_RESPONSE_VAR;
+        if let Some(text) = env.var(bound)
+            && !text.trim().parse::<u64>().is_ok_and(|mb| mb > 0)
+        {
+            return Err(format!(
+                "{bound} must be a whole number of MiB above 0, found `{text}`"
+            ));
+        }
         Ok(policy)
     }
 

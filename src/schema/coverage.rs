@@ -24,7 +24,7 @@ steps:
   - id: agent_items
     decompose: {instructions: "list", source: r, parameters: {a: "1"}, context: c, extensions: [x], schema: {type: array}}
   - id: from_command
-    decompose: {command: "echo a", file: f, glob: "*.md", gitignore: false}
+    decompose: {command: "echo a", file: f, glob: "*.md", gitignore: false, outside_project: false}
   - id: work
     fan_out: {over: listed, source: r, instructions: "do {{ item }}", parameters: {a: "1"}, context: c, extensions: [], schema: {type: object}}
     needs: [listed]

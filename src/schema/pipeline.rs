@@ -95,6 +95,14 @@ fn decompose() -> Value {
             template("A glob pattern; each matching path is an item."),
         ),
         (
+            "outside_project",
+            json!({
+                "description": "With `file`: read the items file even outside the working directory (`..`, an absolute path, a link that leads out); without it such a file is refused, as `glob` refuses such a pattern.",
+                "type": "boolean",
+                "default": false
+            }),
+        ),
+        (
             "schema",
             json!({
                 "description": "For a subagent: the JSON Schema its answer must match, over its source's `response.json_schema`; an array, or an object whose required `items` property is an array.",

@@ -78,7 +78,12 @@ fn private(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
         ))
     };
     if meta.uid() != me {
-        return refuse(format!("is owned by uid {}, not by uid {me}", meta.uid()));
+        return refuse(format!(
+            "is owned by uid {}, not by uid {me} (run `chown {me} {}` as root, or remove it and \
+             summon makes a new key)",
+            meta.uid(),
+            path.display()
+        ));
     }
     let open = meta.mode() & 0o077;
     if open != 0 {
@@ -195,6 +200,7 @@ mod tests {
             nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
             let error = load_key(dir.path()).unwrap_err().to_string();
             assert!(error.contains("owned by uid 65534"), "{error}");
+            assert!(error.contains("run `chown 0 "), "{error}");
         }
     }
 

@@ -24,6 +24,8 @@ pub(crate) const REACHED: &str = "budget reached";
 pub(crate) struct Ledger {
     cap: f64,
     state: Mutex<State>,
+    /// Each model priced against the cap, with the price counted and where it came from.
+    prices: Mutex<std::collections::BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Default)]
@@ -45,7 +47,28 @@ impl Ledger {
                 spent,
                 ..State::default()
             }),
+            prices: Mutex::default(),
         })
+    }
+
+    /// Notes the price `model`'s requests are counted at and where it came from
+    /// ([`crate::config::Config::price_source`]), for the message of a reached cap.
+    pub(crate) fn counted_at(&self, model: &str, source: Option<String>) {
+        let mut prices = self.prices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(source) = source {
+            prices.entry(model.to_owned()).or_insert(source);
+        }
+    }
+
+    /// `; counted at gpt-4o at $2.50 input, ... (summon's built-in table of ...)`, or nothing
+    /// when no model was priced.
+    fn prices_text(&self) -> String {
+        let prices = self.prices.lock().unwrap_or_else(|e| e.into_inner());
+        if prices.is_empty() {
+            return String::new();
+        }
+        let list: Vec<&str> = prices.values().map(String::as_str).collect();
+        format!("; counted at {}", list.join("; "))
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -68,7 +91,12 @@ impl Ledger {
 
     /// `budget reached: $X of $Y`.
     pub(crate) fn reached_text(&self) -> String {
-        format!("{REACHED}: {} of {}", usd(self.spent()), usd(self.cap))
+        format!(
+            "{REACHED}: {} of {}{}",
+            usd(self.spent()),
+            usd(self.cap),
+            self.prices_text()
+        )
     }
 
     /// `$X of $Y`: what progress lines, summaries and reports show.
@@ -165,16 +193,18 @@ impl TaskBudget {
             let message = if *started {
                 format!(
                     "{REACHED}: stopped before its next request ({} of {} spent; the next \
-                     request may cost up to {})",
+                     request may cost up to {}){}",
                     usd(spent),
                     usd(self.ledger.cap),
-                    usd(worst)
+                    usd(worst),
+                    self.ledger.prices_text()
                 )
             } else {
                 format!(
-                    "{REACHED}: not started ({} of {} spent)",
+                    "{REACHED}: not started ({} of {} spent){}",
                     usd(spent),
-                    usd(self.ledger.cap)
+                    usd(self.ledger.cap),
+                    self.ledger.prices_text()
                 )
             };
             return Err(Refused {
