@@ -1,0 +1,117 @@
+//! `summon mcp` on the hosts' defaults: a bare environment (hosts start servers with PATH and
+//! HOME), tools whose annotations tell a host what they do, calls that fit a host's timeout,
+//! and the catalog where every host's model sees it. Driven by the JSON-RPC client of
+//! tests/mcp_server.rs; the model is the test mock.
+
+use crate::mcp_server::Client;
+use crate::support;
+
+use std::os::unix::fs::PermissionsExt as _;
+
+use serde_json::json;
+use summon_mock_llm::{MockConfig, MockServer, Reply};
+use support::Test;
+
+const FILE_KEY: &str = "sk-from-the-credentials-file-0123";
+
+/// A project whose user configured the mock as the provider in the config file, the key's
+/// variable named there and its value in the credentials file (mode `mode`); nothing in the
+/// environment but what the test harness gives every run (PATH, HOME).
+fn bare(server: &MockServer, mode: u32) -> Test {
+    let test = Test::new()
+        .write(
+            ".config/summon/config.yaml",
+            &format!(
+                "default_provider: mine\nproviders:\n  mine:\n    kind: openai\n    base_url: {}\n    api_key_env: MY_PROVIDER_KEY\n    default_model: mock-model\n",
+                server.url_openai()
+            ),
+        )
+        .write_raw(
+            ".local/state/summon/credentials",
+            &format!("# summon's keys\nexport MY_PROVIDER_KEY=\"{FILE_KEY}\"\n"),
+        );
+    let file = test.path().join(".local/state/summon/credentials");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+    test
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bare_environment_finds_the_key_in_the_credentials_file_and_says_what_to_do_without_it() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .record(true)
+            .replies([Reply::text("done")]),
+    )
+    .await;
+    let test = bare(&server, 0o644);
+    let file = test.path().join(".local/state/summon/credentials");
+
+    // Others may read the file: nothing is sent, and the call says how to fix it.
+    let mut client = Client::start(&test);
+    let (text, is_error) = client.call("delegate", json!({"instructions": "Say done."}));
+    assert!(is_error, "{text}");
+    assert!(
+        text.contains("MY_PROVIDER_KEY is not set")
+            && text.contains(&format!("run `chmod 600 {}`", file.display())),
+        "{text}"
+    );
+    assert_eq!(support::chat_count(&server), 0);
+    drop(client);
+    let report = doctor(&test);
+    assert!(
+        report.contains("may be read by others (mode 0644)")
+            && report.contains(&format!("fix: chmod 600 {}", file.display())),
+        "{report}"
+    );
+
+    // Made private, the same bare environment delegates with the file's key.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut client = Client::start(&test);
+    let (text, is_error) = client.call("delegate", json!({"instructions": "Say done."}));
+    assert!(!is_error, "{text}");
+    assert!(text.contains("done"), "{text}");
+    let chats = support::chats(&server);
+    assert_eq!(chats.len(), 1);
+    let auth = chats[0]
+        .headers
+        .iter()
+        .find(|(name, _)| name == "authorization")
+        .map(|(_, value)| value.as_str());
+    assert_eq!(auth, Some(format!("Bearer {FILE_KEY}").as_str()));
+    let report = doctor(&test);
+    assert!(
+        report.contains(&format!(
+            "MY_PROVIDER_KEY read from {} (the environment does not set it)",
+            file.display()
+        )) && report.contains("API key set in MY_PROVIDER_KEY, read from"),
+        "{report}"
+    );
+    assert!(!report.contains(FILE_KEY), "{report}");
+}
+
+/// `summon doctor --offline`'s whole output.
+fn doctor(test: &Test) -> String {
+    let out = test
+        .command()
+        .args(["doctor", "--offline"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn with_no_provider_at_all_the_first_call_names_the_credentials_file() {
+    let test = Test::new().env("OLLAMA_HOST", "127.0.0.1:9");
+    let mut client = Client::start(&test);
+    let (text, is_error) = client.call("delegate", json!({"instructions": "Say done."}));
+    assert!(is_error, "{text}");
+    let file = test.path().join(".local/state/summon/credentials");
+    assert!(
+        text.contains("no LLM provider is configured")
+            && text.contains(&format!(
+                "a line such as `OPENAI_API_KEY=sk-...` in {} (mode 0600)",
+                file.display()
+            )),
+        "{text}"
+    );
+}
