@@ -3,12 +3,12 @@
 //! and the catalog where every host's model sees it. Driven by the JSON-RPC client of
 //! tests/mcp_server.rs; the model is the test mock.
 
-use crate::mcp_server::Client;
+use crate::mcp_server::{Client, project};
 use crate::support;
 
 use std::os::unix::fs::PermissionsExt as _;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::Test;
 
@@ -114,4 +114,58 @@ fn with_no_provider_at_all_the_first_call_names_the_credentials_file() {
             )),
         "{text}"
     );
+}
+
+/// Each tool's annotations as tools/list gives them.
+fn annotations(client: &mut Client) -> Vec<(String, Value)> {
+    let response = client.request("tools/list", json!({}));
+    response["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_owned(),
+                t["annotations"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_tool_says_what_it_does_to_the_world() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let test = project(&server);
+    let mut client = Client::start(&test);
+    let hints = |read_only: bool, destructive: bool, idempotent: bool, open_world: bool| {
+        json!({"readOnlyHint": read_only, "destructiveHint": destructive,
+               "idempotentHint": idempotent, "openWorldHint": open_world})
+    };
+    let mut seen = Vec::new();
+    for (name, annotations) in annotations(&mut client) {
+        assert!(
+            annotations["title"].as_str().is_some_and(|t| !t.is_empty()),
+            "{name}: {annotations}"
+        );
+        let mut annotations = annotations.clone();
+        annotations.as_object_mut().unwrap().remove("title");
+        let expected = match name.as_str() {
+            // cancel: true stops a running task; the project's store and sources only.
+            "load" => hints(false, true, true, false),
+            // A subagent or a pipeline: the provider, commands, the project's files.
+            "delegate" | "spawn_agent" | "run_pipeline" => hints(false, true, false, true),
+            other => panic!("an unexpected tool {other}"),
+        };
+        assert_eq!(annotations, expected, "{name}");
+        seen.push(name);
+    }
+    assert_eq!(seen, ["load", "delegate", "spawn_agent", "run_pipeline"]);
+    drop(client);
+
+    // Inside a subagent, load alone, with the same hints.
+    let mut nested = Client::start(&test.env("SUMMON_SUBAGENT", "1"));
+    let only = annotations(&mut nested);
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0].1["readOnlyHint"], json!(false));
+    assert_eq!(only[0].1["destructiveHint"], json!(true));
 }

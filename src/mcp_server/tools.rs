@@ -26,7 +26,27 @@ fn tool(name: &'static str, text: &'static str, schema: Value) -> rmcp::model::T
     let Value::Object(schema) = schema else {
         unreachable!("a tool's schema is an object")
     };
-    rmcp::model::Tool::new(name, text, std::sync::Arc::new(schema))
+    rmcp::model::Tool::new(name, text, std::sync::Arc::new(schema)).annotate(annotations(name))
+}
+
+/// What each tool does to the world, as hosts read it to decide what needs the user's
+/// approval. `load` reads the project's sources and tasks, but `cancel: true` stops a running
+/// task (repeating it changes nothing more), so it is neither read-only nor open-world. The
+/// three others start a subagent or a pipeline: it sends the project's text to the
+/// provider, may run commands and edit or remove files of the project, and each call is new
+/// work.
+fn annotations(name: &str) -> rmcp::model::ToolAnnotations {
+    let (title, read_only, destructive, idempotent, open_world) = match name {
+        LOAD => ("Load a source or collect a task", false, true, true, false),
+        DELEGATE => ("Delegate a task to a subagent", false, true, false, true),
+        SPAWN_AGENT => ("Run subagents in parallel", false, true, false, true),
+        _ => ("Run a pipeline", false, true, false, true),
+    };
+    rmcp::model::ToolAnnotations::with_title(title)
+        .read_only(read_only)
+        .destructive(destructive)
+        .idempotent(idempotent)
+        .open_world(open_world)
 }
 
 const LOAD_TEXT: &str = "Load knowledge into your context, or collect a background task.\n\
