@@ -169,3 +169,101 @@ async fn every_tool_says_what_it_does_to_the_world() {
     assert_eq!(only[0].1["readOnlyHint"], json!(false));
     assert_eq!(only[0].1["destructiveHint"], json!(true));
 }
+
+/// A host that gives a call a few seconds (`--call-wait 1`): a `delegate` still running
+/// then answers with its task, which goes on and is collected with `load`, each `load`
+/// answering in time too; the model's request is still unanswered when each call answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_longer_than_the_host_waits_goes_on_as_a_task_the_host_collects() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([Reply::text("the long answer").delayed(std::time::Duration::from_secs(6))]),
+    )
+    .await;
+    let test = project(&server);
+    let mut client = Client::start_with(&test, &["--call-wait", "1"]);
+    let response = client.request(
+        "tools/call",
+        json!({"name": "delegate", "arguments": {"instructions": "Take long."}}),
+    );
+    let result = &response["result"];
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        server.in_flight(),
+        1,
+        "the call answered before the task's end: {text}"
+    );
+    assert_ne!(result["isError"], json!(true), "{text}");
+    let id = result["structuredContent"]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(result["_meta"]["summon/task_id"], json!(id));
+    assert!(
+        text.starts_with(&format!(
+            "Task {id} (\"Take long.\") is still running after "
+        )) && text
+            .contains("longer than this host waits for a call, so it goes on in the background.")
+            && text.ends_with(&format!(
+                "When you need the result, use load(source: \"{id}\")."
+            )),
+        "{text}"
+    );
+    // Each load answers within the call's time until the answer is there.
+    let mut still = 0;
+    let text = loop {
+        let (text, is_error) = client.call("load", json!({"source": id}));
+        assert!(!is_error, "{text}");
+        if !text.starts_with(&format!("Task {id} is still running")) {
+            break text;
+        }
+        assert!(
+            text.contains(&format!("Call load(source: \"{id}\") again")),
+            "{text}"
+        );
+        still += 1;
+        assert!(still < 60, "the task never ended");
+    };
+    assert!(still >= 1, "the first load came after the answer");
+    assert!(text.contains("the long answer"), "{text}");
+    let tasks = crate::mcp_server::tasks_json(&test);
+    let task = tasks.iter().find(|t| t["id"] == json!(id)).unwrap();
+    assert_eq!(task["status"], "completed");
+}
+
+/// Without a flag, the first `load` of a running task answers before the shortest default
+/// of a host (the OpenAI Agents SDK gives a call 5 s), saying to call again.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_first_load_of_a_running_task_answers_before_a_five_second_host_gives_up() {
+    let server = MockServer::start(
+        MockConfig::new()
+            .replies([Reply::text("late").delayed(std::time::Duration::from_secs(30))]),
+    )
+    .await;
+    let test = project(&server);
+    let mut client = Client::start(&test);
+    let (text, _) = client.call(
+        "delegate",
+        json!({"instructions": "Take long.", "async": true}),
+    );
+    let id = text
+        .strip_prefix("Task started in background: ")
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let asked = std::time::Instant::now();
+    let (text, is_error) = client.call("load", json!({"source": id}));
+    let answered = asked.elapsed();
+    assert!(!is_error, "{text}");
+    assert!(
+        text.starts_with(&format!("Task {id} is still running")),
+        "{text}"
+    );
+    assert!(
+        answered < std::time::Duration::from_secs(5),
+        "{answered:?}: {text}"
+    );
+    assert_eq!(server.in_flight(), 1);
+    let (text, _) = client.call("load", json!({"source": id, "cancel": true}));
+    assert!(text.contains("cancelled"), "{text}");
+}

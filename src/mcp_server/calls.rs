@@ -132,20 +132,46 @@ fn load(
     let args = Args::new(LOAD, map, &["source", "peek", "cancel"])?;
     let source = args.string("source")?;
     let (peek, stop) = (args.boolean("peek")?, args.boolean("cancel")?);
-    let interrupted = || cancel.is_cancelled() || shared.shutdown.is_cancelled();
+    // A wait that fits the host: short at first, longer each time the host waited it out,
+    // never as long as a call it gave up on (see Session::load_started).
+    let most = shared
+        .options
+        .call_wait
+        .map_or(shared.options.load_wait, |c| {
+            c.min(shared.options.load_wait)
+        });
+    let waiting = source
+        .as_deref()
+        .filter(|_| !peek && !stop)
+        .map(|s| (s, session.load_started(s, most)));
+    let wait = waiting.as_ref().map_or(most, |(_, (w, _))| *w);
+    let superseded = waiting.as_ref().map(|(_, (_, token))| token.clone());
+    let interrupted = || {
+        cancel.is_cancelled()
+            || shared.shutdown.is_cancelled()
+            || superseded
+                .as_ref()
+                .is_some_and(CancellationToken::is_cancelled)
+    };
     let answer = |id: &str, answer: &str| sized(shared, id, answer, ANSWER_LIMIT);
     let owns = |id: &TaskId| session.owns(id);
-    let mut text = delegation::loading::Loading {
+    let started = std::time::Instant::now();
+    let loaded = delegation::loading::Loading {
         env: &shared.env,
         catalog: &shared.catalog,
         listing: &shared.listing,
-        wait: shared.options.load_wait,
+        wait,
         interrupted: &interrupted,
         answer: &answer,
         tool: LOAD,
         owned: Some(&owns),
     }
-    .load(source.as_deref(), peek, stop)?;
+    .load(source.as_deref(), peek, stop);
+    if let Some((source, (wait, token))) = &waiting {
+        let cut = cancel.is_cancelled() && !shared.shutdown.is_cancelled();
+        session.load_ended(source, token, *wait, started.elapsed(), cut);
+    }
+    let mut text = loaded?;
     if source.is_none() && !shared.nested && !shared.listing.sources.is_empty() {
         text.push_str("Use delegate(source: name) to run as subagent.\n");
     }
@@ -354,7 +380,26 @@ Continue with other work. When you need the result, use load(source: \"{id}\")."
     let label = request.source.clone().unwrap_or_else(|| "task".into());
     let held = allowance(shared, call.session, &config)?;
     request.max_cost = held.as_ref().map(super::session::Held::amount);
-    let view = foreground(call, &config, &shared.catalog, &request, &label, held)?;
+    // Where the host does not wait for the whole task (`--call-wait`, or a call it gave up
+    // on before), the call answers in time with the task, which the host collects with load.
+    let most = match (shared.options.call_wait, call.session.patience()) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let view = match foreground_for(call, &config, &shared.catalog, &request, &label, held, most)? {
+        Watched::Done(view) => view,
+        Watched::Running(view) => {
+            let id = view.task.id;
+            let mut reply = Reply::ok(format!(
+                "Task {id} (\"{description}\") is still running after {elapsed}, longer than this host waits for a call, so it goes on in the background.\n\
+Continue with other work. When you need the result, use load(source: \"{id}\").",
+                description = view.task.description,
+                elapsed = format_secs(view.elapsed_secs),
+            ));
+            reply.task = Some(id);
+            return Ok(reply);
+        }
+    };
     let failed = view.task.status != TaskStatus::Completed;
     let text = result_text(shared, &view);
     Ok(Reply {
@@ -375,6 +420,29 @@ fn foreground(
     label: &str,
     held: Option<super::session::Held<'_>>,
 ) -> Result<TaskView, String> {
+    match foreground_for(call, config, catalog, request, label, held, None)? {
+        Watched::Done(view) | Watched::Running(view) => Ok(view),
+    }
+}
+
+/// How a watched task stands when its call answers.
+enum Watched {
+    Done(TaskView),
+    /// Still running when the call's time (`most`) was up: it goes on, the session's to
+    /// collect, and stops with the server as foreground work does.
+    Running(TaskView),
+}
+
+/// [`foreground`], answering after `most` at the latest.
+fn foreground_for(
+    call: &Call<'_>,
+    config: &crate::config::Config,
+    catalog: &Catalog,
+    request: &DelegationRequest,
+    label: &str,
+    held: Option<super::session::Held<'_>>,
+    most: Option<Duration>,
+) -> Result<Watched, String> {
     let shared = call.shared;
     let started = delegation::start(&call.progress.env(shared), config, catalog, request, true)
         .map_err(|e| error_text(&e, shared))?;
@@ -382,9 +450,27 @@ fn foreground(
     call.session.started(id, request.max_cost);
     drop(held);
     shared.track(id, true);
-    let outcome = watch(shared, id, label, call.progress, call.cancel);
-    shared.track(id, false);
+    let outcome = watch(shared, id, label, call.progress, call.cancel, most);
+    match &outcome {
+        // Still the server's: a stop of the server stops it, and its end is not waited for.
+        Ok(Watched::Running(_)) => {}
+        _ => shared.track(id, false),
+    }
+    if call.cancel.is_cancelled() && !shared.shutdown.is_cancelled() {
+        // The host gave up on the call: its later calls answer sooner.
+        call.session.gave_up(started_at(&outcome));
+    }
     outcome
+}
+
+/// How long a watched task had run when its call answered.
+fn started_at(outcome: &Result<Watched, String>) -> Duration {
+    match outcome {
+        Ok(Watched::Done(view) | Watched::Running(view)) => {
+            Duration::from_secs_f64(view.elapsed_secs.max(0.0))
+        }
+        Err(_) => Duration::ZERO,
+    }
 }
 
 fn watch(
@@ -393,7 +479,9 @@ fn watch(
     label: &str,
     progress: &Progress,
     cancel: &CancellationToken,
-) -> Result<TaskView, String> {
+    most: Option<Duration>,
+) -> Result<Watched, String> {
+    let began = std::time::Instant::now();
     let tasks = open_tasks(shared)?;
     let mut seen = 0u64;
     let mut said = std::time::Instant::now();
@@ -423,7 +511,7 @@ fn watch(
             said = std::time::Instant::now();
         }
         if !collected.still_running {
-            return Ok(collected.view);
+            return Ok(Watched::Done(collected.view));
         }
         // When the server stops, its own stop ends the task at once (the task stays
         // tracked until then).
@@ -431,7 +519,10 @@ fn watch(
             let grace =
                 delegation::cancel_grace(&shared.env).map_err(|e| error_text(&e, shared))?;
             let cancelled = delegation::cancel(&tasks, &id, grace).map_err(|e| e.to_string())?;
-            return Ok(cancelled.view);
+            return Ok(Watched::Done(cancelled.view));
+        }
+        if most.is_some_and(|most| began.elapsed() >= most) {
+            return Ok(Watched::Running(collected.view));
         }
     }
 }

@@ -46,6 +46,10 @@ use session::Session;
 pub(crate) struct Options {
     /// The longest wait of one `load` of a running task.
     pub(crate) load_wait: Duration,
+    /// The longest a foreground `delegate` call keeps its host waiting before it answers
+    /// with its still-running task (`--call-wait`); `None`: until the task ends, or as long
+    /// as the session has shown its host waits.
+    pub(crate) call_wait: Option<Duration>,
     /// Every session sees, collects and cancels all of the project's tasks.
     pub(crate) share_tasks: bool,
     /// The most tasks of one `spawn_agent` call.
