@@ -267,3 +267,78 @@ async fn the_first_load_of_a_running_task_answers_before_a_five_second_host_give
     let (text, _) = client.call("load", json!({"source": id, "cancel": true}));
     assert!(text.contains("cancelled"), "{text}");
 }
+
+/// The catalog goes in `spawn_agent`'s description (hosts such as the Agents SDK never show
+/// the model a server's instructions), bounded: 302 roles, one with a 20,000-character
+/// description, give at most 100 entries of at most 500 characters of description in
+/// 12,000 bytes, and say how many are left out.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_catalog_is_in_spawn_agents_description_and_bounded() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let mut test = project(&server).write(
+        ".agents/agents/aaa-long.md",
+        &format!(
+            "---\nname: aaa-long\ndescription: {}\n---\nLong.\n",
+            "word ".repeat(4000).trim()
+        ),
+    );
+    for n in 0..300 {
+        test = test.write(
+            &format!(".agents/agents/role-{n:03}.md"),
+            &format!("---\nname: role-{n:03}\ndescription: Role number {n}.\n---\nRole {n}.\n"),
+        );
+    }
+    let mut client = Client::start(&test);
+    let tools = client.request("tools/list", json!({}));
+    let spawn = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "spawn_agent")
+        .unwrap()["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let block = spawn.split_once("\n\n").map(|(_, b)| b).unwrap();
+    assert!(
+        block.starts_with("Available project subagents (fixed for this session):\n"),
+        "{block}"
+    );
+    assert!(
+        client.instructions.ends_with(block),
+        "the same catalog in the instructions"
+    );
+    let json_line = block.lines().nth(1).unwrap();
+    let catalog: Value = serde_json::from_str(json_line).unwrap();
+    let entries = catalog["entries"].as_array().unwrap();
+    assert!(entries.len() <= 100, "{}", entries.len());
+    let entries_bytes: usize = entries.iter().map(|e| e.to_string().len() + 1).sum();
+    assert!(entries_bytes <= 12_000, "{entries_bytes}");
+    let long = entries.iter().find(|e| e["name"] == "aaa-long").unwrap();
+    let description = long["description"].as_str().unwrap();
+    assert_eq!(
+        description.chars().count(),
+        501,
+        "500 characters and the ellipsis"
+    );
+    assert!(description.ends_with('…'));
+    let left_out = 302 - entries.len();
+    assert!(
+        block.ends_with(&format!(
+            "\n{left_out} more roles are left out of this list, which holds at most 100 roles and 12000 bytes (each description cut at 500 characters); load() lists them, and spawn_agent takes their names too."
+        )),
+        "{block}"
+    );
+    // A role left out of the list is still a name spawn_agent takes; a wrong name lists
+    // the names, bounded too.
+    let (text, is_error) = client.call(
+        "spawn_agent",
+        json!({"tasks": [{"agent": "nobody", "task": "x"}]}),
+    );
+    assert!(is_error);
+    assert!(
+        text.starts_with("Subagent \"nobody\" is not in this session's catalog. Use a name from it, or null for a general subagent. The names: aaa-long, explorer, role-000, ")
+            && text.ends_with(", and 202 more (load() lists them)."),
+        "{text}"
+    );
+}

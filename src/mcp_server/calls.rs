@@ -628,6 +628,12 @@ fn spawn_agent(call: &Call<'_>, map: &Object) -> Result<Reply, String> {
                     .collect();
                 let names = if names.is_empty() {
                     "The catalog is empty.".to_owned()
+                } else if names.len() > super::tools::CATALOG_ROLES {
+                    format!(
+                        "The names: {}, and {} more (load() lists them).",
+                        names[..super::tools::CATALOG_ROLES].join(", "),
+                        names.len() - super::tools::CATALOG_ROLES
+                    )
                 } else {
                     format!("The names: {}.", names.join(", "))
                 };

@@ -82,6 +82,9 @@ pub(crate) struct Shared {
     /// Over HTTP: the sessions (their ids) that called a tool.
     used_sessions: Mutex<HashSet<String>>,
     instructions: String,
+    /// The catalog of roles as the model reads it (in the instructions and in
+    /// `spawn_agent`'s description); empty without roles.
+    catalog_text: String,
     /// The session's traces, when the `OTEL_*` variables or the config file turn them on.
     traces: Option<crate::telemetry::SessionTraces>,
 }
@@ -153,6 +156,7 @@ impl ServerHandler for Server {
     ) -> std::result::Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(tools::tools(
             self.shared.nested,
+            &self.shared.catalog_text,
         )))
     }
 
@@ -164,7 +168,7 @@ impl ServerHandler for Server {
         let name = request.name.to_string();
         // Inside a subagent the other tools are not listed, yet a call of one gets the
         // seed's refusal rather than "unknown tool".
-        if !tools::tools(false).iter().any(|t| t.name == name) {
+        if !tools::is_tool(&name) {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool `{}`", crate::text::printable(&name)),
                 None,
@@ -359,7 +363,8 @@ fn shared(env: Env, options: Options) -> std::sync::Arc<Shared> {
     let catalog = crate::source::discover(crate::source::search_dirs(&env));
     let listing = delegation::list_sources(&catalog);
     let nested = crate::subagent::inside_subagent(&env);
-    let instructions = tools::instructions(&listing, &env.cwd, nested);
+    let catalog_text = tools::catalog(&listing, &env.cwd);
+    let instructions = tools::instructions(&catalog_text, nested);
     let traces = session_traces(&env);
     std::sync::Arc::new(Shared {
         env,
@@ -373,6 +378,7 @@ fn shared(env: Env, options: Options) -> std::sync::Arc<Shared> {
         runs: Mutex::new(HashSet::new()),
         used_sessions: Mutex::new(HashSet::new()),
         instructions,
+        catalog_text,
         traces,
     })
 }
