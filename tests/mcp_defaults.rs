@@ -342,3 +342,177 @@ async fn the_catalog_is_in_spawn_agents_description_and_bounded() {
         "{text}"
     );
 }
+
+/// The OpenAI Agents SDK (PyPI `openai-agents`), installed by .ci/run under
+/// target/mcp-clients/agents-py.
+fn agents_sdk() -> std::path::PathBuf {
+    support::target_dir().join("mcp-clients/agents-py")
+}
+
+/// A real host on its defaults: the OpenAI Agents SDK starts `summon mcp` as docs/mcp.md's
+/// snippet says, with its bare environment (the key comes from the credentials file) and 5 s
+/// per call; it connects, lists, lets its model call spawn_agent (the catalog in the tool's
+/// description), calls every tool, a call longer than it waits, a cancel, and stops, leaving
+/// no task running.
+#[test]
+#[ignore = "needs the OpenAI Agents SDK from PyPI (target/mcp-clients/agents-py, installed by .ci/run)"]
+fn the_openai_agents_sdk_uses_every_tool_on_its_defaults() {
+    let sdk = agents_sdk();
+    assert!(
+        sdk.join("agents").is_dir(),
+        "the OpenAI Agents SDK is not installed at {}: run .ci/run",
+        sdk.display()
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(MockServer::start(MockConfig::new().rule(|request| {
+        let body = request.body.to_string();
+        let host = request.tool_names().iter().any(|t| t == "spawn_agent");
+        let asked = request.last_user_text().unwrap_or_default();
+        if host {
+            if body.contains("Subagent results:") {
+                Reply::text("HOST-FINAL: the explorer says port 8080")
+            } else {
+                Reply::tool_call(
+                    "spawn_agent",
+                    json!({"tasks": [{"agent": "explorer", "task": "Find the port."}]}),
+                )
+            }
+        } else if asked.contains("Take long.") {
+            Reply::text("LONG-ANSWER").delayed(std::time::Duration::from_secs(10))
+        } else if asked.contains("Hang.") {
+            Reply::text("never").delayed(std::time::Duration::from_secs(120))
+        } else {
+            Reply::text("SUB-ANSWER: port 8080")
+        }
+    })));
+    let test = bare(&server, 0o600)
+        .write(".agents/agents/explorer.md", crate::mcp_server::EXPLORER)
+        .write("notes.md", "three notes\n")
+        .write(
+            "pipe.yaml",
+            "version: 1\nname: one\nsteps:\n  - id: only\n    delegate:\n      instructions: say it\n",
+        );
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_summon"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/mcp.md");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/mcp_client/agents_sdk_host.py");
+    let output = std::process::Command::new("python3")
+        .arg(script)
+        .arg(docs)
+        .arg(server.url_openai())
+        .current_dir(test.path())
+        .env_clear()
+        .env("HOME", test.path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("PYTHONPATH", &sdk)
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the host failed:\n{stdout}\n{stderr}"
+    );
+    let steps: std::collections::HashMap<String, Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["step"].as_str().unwrap().to_owned(), v))
+        .collect();
+    let list = &steps["list"];
+    assert_eq!(
+        list["names"],
+        json!(["load", "delegate", "spawn_agent", "run_pipeline"])
+    );
+    assert_eq!(
+        list["annotations"]["delegate"]["destructiveHint"],
+        json!(true),
+        "{list}"
+    );
+    assert_eq!(
+        list["annotations"]["load"]["openWorldHint"],
+        json!(false),
+        "{list}"
+    );
+    assert!(
+        list["spawn_description"].as_str().unwrap().contains("{\"name\":\"explorer\",\"description\":\"Reads project files and reports with paths.\",\"tools\":[\"read_file\"]}"),
+        "{list}"
+    );
+    assert_eq!(
+        steps["model"]["final"],
+        "HOST-FINAL: the explorer says port 8080"
+    );
+    // The model of the host got the catalog through the tool's description.
+    let host_request = server
+        .requests()
+        .into_iter()
+        .find(|r| r.tool_names().iter().any(|t| t == "spawn_agent"))
+        .unwrap();
+    assert!(
+        host_request
+            .body
+            .to_string()
+            .contains("Available project subagents (fixed for this session)")
+    );
+    let text = |name: &str| steps[name]["text"].as_str().unwrap().to_owned();
+    assert!(text("load").contains("explorer"), "{}", text("load"));
+    assert!(
+        text("delegate").contains("SUB-ANSWER: port 8080"),
+        "{}",
+        text("delegate")
+    );
+    assert_eq!(steps["delegate"]["error"], json!(false));
+    assert!(
+        text("spawn_agent")
+            .starts_with("Subagent results: 1 tasks, 1 completed, 0 failed, 0 cancelled."),
+        "{}",
+        text("spawn_agent")
+    );
+    // The host's bare environment does not trust the project: the pipeline is refused.
+    assert!(
+        text("run_pipeline")
+            .starts_with("run_pipeline: pipe.yaml is not run: this project is not trusted."),
+        "{}",
+        text("run_pipeline")
+    );
+    let long = &steps["long"];
+    let id = long["task"].as_str().unwrap();
+    assert!(
+        text("long")
+            .contains("longer than this host waits for a call, so it goes on in the background."),
+        "{long}"
+    );
+    assert!(
+        steps["collected"]["loads"].as_u64().unwrap() >= 2,
+        "{}",
+        steps["collected"]
+    );
+    assert!(
+        text("collected").contains("LONG-ANSWER"),
+        "{}",
+        text("collected")
+    );
+    assert!(text("cancel").contains("cancelled"), "{}", text("cancel"));
+    assert!(steps.contains_key("stopped"));
+    // Nothing of it is left running, and the key never went through the host.
+    let tasks = crate::mcp_server::tasks_json(&test);
+    assert!(
+        tasks
+            .iter()
+            .any(|t| t["id"] == json!(id) && t["status"] == "completed")
+    );
+    let running: Vec<&Value> = tasks
+        .iter()
+        .filter(|t| !["completed", "failed", "cancelled"].contains(&t["status"].as_str().unwrap()))
+        .collect();
+    assert!(running.is_empty(), "{running:?}");
+}

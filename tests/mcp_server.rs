@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::Test;
 
-const EXPLORER: &str = "---\nname: explorer\ndescription: Reads project files and reports with paths.\ntools: [read_file]\n---\nEXPLORER-ROLE: read only what the task needs.\n";
+pub(crate) const EXPLORER: &str = "---\nname: explorer\ndescription: Reads project files and reports with paths.\ntools: [read_file]\n---\nEXPLORER-ROLE: read only what the task needs.\n";
 
 pub(crate) fn project(server: &MockServer) -> Test {
     Test::new()
