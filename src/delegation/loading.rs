@@ -276,7 +276,9 @@ impl crate::subagent::Loader for ProjectLoader {
             interrupted: &|| false,
             answer: &|_, answer| answer.to_owned(),
             tool: "load",
-            owned: None,
+            // A subagent starts no task (delegations cannot nest), so it reads, collects and
+            // cancels none: another caller's task reads as unknown.
+            owned: Some(&|_| false),
         }
         .load(source, peek, cancel)
     }
