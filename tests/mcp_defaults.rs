@@ -516,3 +516,55 @@ fn the_openai_agents_sdk_uses_every_tool_on_its_defaults() {
         .collect();
     assert!(running.is_empty(), "{running:?}");
 }
+
+/// A role whose `tools` lists `spawn_agent` or `run_pipeline` is skipped when the catalog is
+/// read, as one listing `delegate`, `Task` or `Agent` is: a subagent cannot delegate.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_listing_spawn_agent_or_run_pipeline_is_skipped() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let test = project(&server)
+        .write(
+            ".agents/agents/boss.md",
+            "---\nname: boss\ndescription: Spawns more.\ntools: [read_file, spawn_agent]\n---\nBoss.\n",
+        )
+        .write(
+            ".agents/agents/runner.md",
+            "---\nname: runner\ndescription: Runs pipelines.\ntools: [run_pipeline]\n---\nRunner.\n",
+        );
+    let mut client = Client::start(&test);
+    assert!(
+        client.instructions.contains("\"name\":\"explorer\""),
+        "{}",
+        client.instructions
+    );
+    assert!(
+        !client.instructions.contains("\"name\":\"boss\""),
+        "{}",
+        client.instructions
+    );
+    assert!(
+        !client.instructions.contains("\"name\":\"runner\""),
+        "{}",
+        client.instructions
+    );
+    let (text, is_error) = client.call(
+        "spawn_agent",
+        json!({"tasks": [{"agent": "boss", "task": "x"}]}),
+    );
+    assert!(
+        is_error && text.contains("Subagent \"boss\" is not in this session's catalog."),
+        "{text}"
+    );
+    let out = test
+        .command()
+        .args(["validate", ".agents/agents"])
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("agent `boss` lists the delegation tool `spawn_agent`, which a project role in .agents/agents/ may not use; the definition is skipped")
+            && said.contains("agent `runner` lists the delegation tool `run_pipeline`"),
+        "{said}"
+    );
+}
