@@ -568,3 +568,30 @@ async fn a_role_listing_spawn_agent_or_run_pipeline_is_skipped() {
         "{said}"
     );
 }
+
+/// A role's listed tools that are not available are left out, and its block of the
+/// `spawn_agent` result says so in the seed's words, as every other output does.
+#[tokio::test(flavor = "multi_thread")]
+async fn spawn_agent_says_which_listed_tools_were_left_out() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("looked"))).await;
+    let test = project(&server).write(
+        ".agents/agents/reader.md",
+        "---\nname: reader\ndescription: Reads and searches docs.\ntools: [read_file, docs__search]\n---\nRead.\n",
+    );
+    let mut client = Client::start(&test);
+    let (text, is_error) = client.call(
+        "spawn_agent",
+        json!({"tasks": [{"agent": "reader", "task": "Look."}]}),
+    );
+    assert!(!is_error, "{text}");
+    let block = text
+        .split_once("\n[1/1 reader] completed · task ")
+        .map(|(_, b)| b)
+        .unwrap_or_else(|| panic!("{text}"));
+    let lines: Vec<&str> = block.lines().collect();
+    assert_eq!(
+        lines[1], "Listed tools not available, left out: docs__search",
+        "{text}"
+    );
+    assert_eq!(lines[2], "looked", "{text}");
+}

@@ -776,6 +776,11 @@ fn spawn_one(
                     format!("Error: {error}\n{text}")
                 };
             }
+            // What the task's block says first: its role's listed tools that were left out
+            // (`Listed tools not available, left out: ...`), and its other warnings.
+            for warning in task.warnings.iter().rev() {
+                text = format!("{warning}\n{text}");
+            }
             Spawned {
                 status: task.status.as_str().to_owned(),
                 started: format!("task {}", task.id),
