@@ -595,3 +595,53 @@ async fn spawn_agent_says_which_listed_tools_were_left_out() {
     );
     assert_eq!(lines[2], "looked", "{text}");
 }
+
+/// A session scans the sources again once its last scan is older than a minute
+/// (`SUMMON_MCP_SOURCES_SECS`, here 0): a recipe written during the session is found, while
+/// the roles stay the ones the session started with.
+#[tokio::test(flavor = "multi_thread")]
+async fn sources_are_scanned_again_while_the_roles_stay_frozen() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ran"))).await;
+    let recipe = "title: Late\ndescription: written during the session\nprompt: Say it.\n";
+    let role = "---\nname: latecomer\ndescription: Came late.\n---\nLate.\n";
+
+    // Within the minute, the first scan holds.
+    let test = project(&server);
+    let mut client = Client::start(&test);
+    let (text, _) = client.call("load", json!({}));
+    assert!(!text.contains("late -"), "{text}");
+    std::fs::write(test.path().join("late.yaml"), recipe).unwrap();
+    let (text, is_error) = client.call("load", json!({"source": "late"}));
+    assert!(
+        is_error && text.starts_with("Source 'late' not found"),
+        "{text}"
+    );
+    drop(client);
+
+    let test = project(&server).env("SUMMON_MCP_SOURCES_SECS", "0");
+    let mut client = Client::start(&test);
+    std::fs::write(test.path().join("late.yaml"), recipe).unwrap();
+    std::fs::create_dir_all(test.path().join(".agents/agents")).unwrap();
+    std::fs::write(test.path().join(".agents/agents/latecomer.md"), role).unwrap();
+    let (text, is_error) = client.call("load", json!({"source": "late"}));
+    assert!(
+        !is_error && text.starts_with("# Loaded: late (recipe)"),
+        "{text}"
+    );
+    let (text, is_error) = client.call("delegate", json!({"source": "late"}));
+    assert!(!is_error && text.contains("ran"), "{text}");
+    let (text, _) = client.call("load", json!({}));
+    assert!(text.contains("late - written during the session"), "{text}");
+    assert!(
+        !text.contains("latecomer"),
+        "a role written during the session: {text}"
+    );
+    let (text, is_error) = client.call(
+        "spawn_agent",
+        json!({"tasks": [{"agent": "latecomer", "task": "x"}]}),
+    );
+    assert!(
+        is_error && text.starts_with("Subagent \"latecomer\" is not in this session's catalog."),
+        "{text}"
+    );
+}

@@ -156,10 +156,11 @@ fn load(
     let answer = |id: &str, answer: &str| sized(shared, id, answer, ANSWER_LIMIT);
     let owns = |id: &TaskId| session.owns(id);
     let started = std::time::Instant::now();
+    let sources = shared.sources();
     let loaded = delegation::loading::Loading {
         env: &shared.env,
-        catalog: &shared.catalog,
-        listing: &shared.listing,
+        catalog: &sources.catalog,
+        listing: &sources.listing,
         wait,
         interrupted: &interrupted,
         answer: &answer,
@@ -172,7 +173,7 @@ fn load(
         session.load_ended(source, token, *wait, started.elapsed(), cut);
     }
     let mut text = loaded?;
-    if source.is_none() && !shared.nested && !shared.listing.sources.is_empty() {
+    if source.is_none() && !shared.nested && !sources.listing.sources.is_empty() {
         text.push_str("Use delegate(source: name) to run as subagent.\n");
     }
     Ok(Reply::ok(text))
@@ -296,7 +297,7 @@ pub(super) fn start_task(
     let held = allowance(shared, session, &config)?;
     request.max_cost = held.as_ref().map(super::session::Held::amount);
     let env = super::traced_env(shared, trace);
-    let started = delegation::start(&env, &config, &shared.catalog, &request, true)
+    let started = delegation::start(&env, &config, &shared.sources().catalog, &request, true)
         .map_err(|e| error_text(&e, shared))?;
     session.started(started.id, request.max_cost);
     drop(held);
@@ -356,7 +357,7 @@ fn delegate(call: &Call<'_>, map: &Object) -> Result<Reply, String> {
         let started = delegation::start(
             &call.progress.env(shared),
             &config,
-            &shared.catalog,
+            &shared.sources().catalog,
             &request,
             false,
         )
@@ -386,7 +387,16 @@ Continue with other work. When you need the result, use load(source: \"{id}\")."
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let view = match foreground_for(call, &config, &shared.catalog, &request, &label, held, most)? {
+    let sources = shared.sources();
+    let view = match foreground_for(
+        call,
+        &config,
+        &sources.catalog,
+        &request,
+        &label,
+        held,
+        most,
+    )? {
         Watched::Done(view) => view,
         Watched::Running(view) => {
             let id = view.task.id;

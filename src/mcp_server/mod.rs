@@ -79,6 +79,8 @@ pub(crate) struct Shared {
     foreground: Mutex<HashSet<TaskId>>,
     /// The process groups of the `run_pipeline` runs going on now.
     runs: Mutex<HashSet<u32>>,
+    /// The last scan of the sources, and when it was made ([`Shared::sources`]).
+    sources: Mutex<Option<(std::time::Instant, std::sync::Arc<Sources>)>>,
     /// Over HTTP: the sessions (their ids) that called a tool.
     used_sessions: Mutex<HashSet<String>>,
     instructions: String,
@@ -89,7 +91,54 @@ pub(crate) struct Shared {
     traces: Option<crate::telemetry::SessionTraces>,
 }
 
+/// How long a scan of the sources is used before the next call scans again (goose's
+/// `source_cache`), unless `SUMMON_MCP_SOURCES_SECS` says otherwise.
+const SOURCES_TTL: Duration = Duration::from_secs(60);
+
+/// The project's sources as a call sees them: scanned again at most every
+/// [`SOURCES_TTL`], with the roles (agents) as the session froze them.
+pub(crate) struct Sources {
+    catalog: Catalog,
+    listing: SourceList,
+}
+
 impl Shared {
+    /// The sources now: a recipe written during the session is found once the last scan is
+    /// older than a minute; the agents stay those of the session's catalog.
+    fn sources(&self) -> std::sync::Arc<Sources> {
+        let Ok(mut cache) = self.sources.lock() else {
+            return std::sync::Arc::new(self.scan());
+        };
+        let ttl = self
+            .env
+            .var("SUMMON_MCP_SOURCES_SECS")
+            .and_then(|v| v.parse().ok())
+            .map_or(SOURCES_TTL, Duration::from_secs);
+        match &*cache {
+            Some((at, sources)) if at.elapsed() < ttl => std::sync::Arc::clone(sources),
+            _ => {
+                let sources = std::sync::Arc::new(self.scan());
+                *cache = Some((std::time::Instant::now(), std::sync::Arc::clone(&sources)));
+                sources
+            }
+        }
+    }
+
+    fn scan(&self) -> Sources {
+        let mut catalog = crate::source::discover(crate::source::search_dirs(&self.env));
+        let kind = crate::source::SourceKind::Agent;
+        catalog.sources.retain(|s| s.kind != kind);
+        catalog.sources.extend(
+            self.catalog
+                .sources
+                .iter()
+                .filter(|s| s.kind == kind)
+                .cloned(),
+        );
+        let listing = delegation::list_sources(&catalog);
+        Sources { catalog, listing }
+    }
+
     fn track(&self, id: TaskId, running: bool) {
         if let Ok(mut set) = self.foreground.lock() {
             if running {
@@ -377,6 +426,7 @@ fn shared(env: Env, options: Options) -> std::sync::Arc<Shared> {
         foreground: Mutex::new(HashSet::new()),
         runs: Mutex::new(HashSet::new()),
         used_sessions: Mutex::new(HashSet::new()),
+        sources: Mutex::new(None),
         instructions,
         catalog_text,
         traces,
