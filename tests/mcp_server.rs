@@ -1418,6 +1418,14 @@ async fn a_roles_tools_stay_as_the_session_saw_them() {
         !test.path().join("planted.txt").exists(),
         "the rewritten role wrote a file: {text}"
     );
+    // The subagent's next request says so in the seed's words.
+    let results = support::mcp::tool_results(support::chats(&server).last().unwrap());
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("Unknown tool `write_file`: it is not one of your tools")),
+        "{results:?}"
+    );
     // A new session takes the new list.
     drop(client);
     assert!(
