@@ -434,7 +434,7 @@ async fn bad_arguments_are_errors_that_name_the_key() {
         (
             "spawn_agent",
             json!({"tasks": [{"task": "x"}]}),
-            "spawn_agent: `tasks[0]` has no `agent` key",
+            "spawn_agent: `tasks[0]` has no `agent` key: give a subagent name, or null for a general subagent (where null does not reach the server, call delegate with the task as its instructions)",
         ),
         (
             "spawn_agent",

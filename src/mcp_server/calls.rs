@@ -573,7 +573,7 @@ fn spawn_tasks(map: &Object) -> Result<Vec<SpawnTask>, String> {
         let agent = match object.get("agent") {
             None => {
                 return Err(format!(
-                    "spawn_agent: `tasks[{i}]` has no `agent` key: give a subagent name, or null for a general subagent"
+                    "spawn_agent: `tasks[{i}]` has no `agent` key: give a subagent name, or null for a general subagent (where null does not reach the server, call delegate with the task as its instructions)"
                 ));
             }
             Some(Value::Null) => None,
