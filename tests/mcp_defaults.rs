@@ -645,3 +645,30 @@ async fn sources_are_scanned_again_while_the_roles_stay_frozen() {
         "{text}"
     );
 }
+
+/// A `spawn_agent` task object that writes a key twice is refused, as the seed refuses it
+/// (a JSON parser would keep the last value), and nothing starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_with_a_key_written_twice_is_refused() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("ran"))).await;
+    let test = project(&server);
+    let mut client = Client::start(&test);
+    let response = client.send_raw(
+        r#"{"jsonrpc":"2.0","id":900,"method":"tools/call","params":{"name":"spawn_agent","arguments":{"tasks":[{"agent":null,"task":"x"},{"agent":"explorer","task":"y","agent":null}]}}}"#,
+        900,
+    );
+    let result = &response["result"];
+    assert_eq!(result["isError"], json!(true), "{response}");
+    assert_eq!(
+        result["content"][0]["text"],
+        "spawn_agent: `tasks[1]` has the key `agent` twice; write each key once"
+    );
+    assert_eq!(support::chat_count(&server), 0);
+    // The same call written once runs.
+    let response = client.send_raw(
+        r#"{"jsonrpc":"2.0","id":901,"method":"tools/call","params":{"name":"spawn_agent","arguments":{"tasks":[{"agent":null,"task":"x"}]}}}"#,
+        901,
+    );
+    assert_ne!(response["result"]["isError"], json!(true), "{response}");
+    assert!(crate::mcp_server::tasks_json(&test).len() == 1);
+}

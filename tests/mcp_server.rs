@@ -94,6 +94,15 @@ impl Client {
         stdin.flush().unwrap();
     }
 
+    /// Sends one line as it is (a message no JSON library would write) and returns the
+    /// response with id `id`.
+    pub(crate) fn send_raw(&mut self, line: &str, id: u64) -> Value {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").expect("write to summon mcp");
+        stdin.flush().unwrap();
+        self.response(id)
+    }
+
     /// Sends a request and returns its response; notifications meanwhile are kept.
     pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
         self.next += 1;

@@ -10,6 +10,7 @@
 
 mod args;
 mod calls;
+mod duplicates;
 mod http;
 mod pipeline;
 mod session;
@@ -81,6 +82,8 @@ pub(crate) struct Shared {
     runs: Mutex<HashSet<u32>>,
     /// The last scan of the sources, and when it was made ([`Shared::sources`]).
     sources: Mutex<Option<(std::time::Instant, std::sync::Arc<Sources>)>>,
+    /// Calls whose arguments write a key twice, refused ([`duplicates`]).
+    duplicates: std::sync::Arc<duplicates::Duplicates>,
     /// Over HTTP: the sessions (their ids) that called a tool.
     used_sessions: Mutex<HashSet<String>>,
     instructions: String,
@@ -222,6 +225,21 @@ impl ServerHandler for Server {
                 format!("unknown tool `{}`", crate::text::printable(&name)),
                 None,
             ));
+        }
+        // Arguments that wrote a key twice were read with the last value: refused.
+        let http_session = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if let Ok(id) = serde_json::to_string(&context.id)
+            && let Some(refusal) = self.shared.duplicates.take(&http_session, &id)
+        {
+            return Ok(CallToolResponse::from(CallToolResult::error(vec![
+                ContentBlock::text(refusal),
+            ])));
         }
         let arguments = request.arguments.unwrap_or_default();
         // Over HTTP, a session that calls a tool is no longer ended as idle.
@@ -427,6 +445,7 @@ fn shared(env: Env, options: Options) -> std::sync::Arc<Shared> {
         runs: Mutex::new(HashSet::new()),
         used_sessions: Mutex::new(HashSet::new()),
         sources: Mutex::new(None),
+        duplicates: std::sync::Arc::default(),
         instructions,
         catalog_text,
         traces,
@@ -477,13 +496,17 @@ pub(crate) fn serve(env: Env, options: Options) -> Result<()> {
         shared: std::sync::Arc::clone(&shared),
         session: std::sync::Arc::new(Session::new(shared.options.share_tasks)),
     };
+    let duplicates = std::sync::Arc::clone(&shared.duplicates);
     let (served, signal) = runtime
         .block_on(async move {
             let signals = stop::Signals::new()?;
             // The end of stdin is seen as it is read: the session's own end waits for the calls
             // in flight, which stop only once the server stops them.
             let closed = CancellationToken::new();
-            let stdin = stop::EndOfInput::new(tokio::io::stdin(), closed.clone());
+            let stdin = stop::EndOfInput::new(
+                duplicates::Watch::new(tokio::io::stdin(), duplicates),
+                closed.clone(),
+            );
             let service = server
                 .serve((stdin, tokio::io::stdout()))
                 .await
