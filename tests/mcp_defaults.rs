@@ -672,3 +672,40 @@ async fn a_task_with_a_key_written_twice_is_refused() {
     assert_ne!(response["result"]["isError"], json!(true), "{response}");
     assert!(crate::mcp_server::tasks_json(&test).len() == 1);
 }
+
+/// `load()` lists as awaiting retrieval only the results the session has not had: a
+/// foreground delegation's answer came back with its call, an async one's did not.
+#[tokio::test(flavor = "multi_thread")]
+async fn load_lists_only_the_results_the_host_has_not_had() {
+    let server = MockServer::start(MockConfig::new().default_reply(Reply::text("done"))).await;
+    let test = project(&server);
+    let mut client = Client::start(&test);
+    let (text, is_error) = client.call("delegate", json!({"instructions": "In the foreground."}));
+    assert!(!is_error && text.contains("done"), "{text}");
+    let (text, _) = client.call(
+        "delegate",
+        json!({"instructions": "In the background.", "async": true}),
+    );
+    let id = text
+        .strip_prefix("Task started in background: ")
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    support::wait_for(
+        std::time::Duration::from_secs(30),
+        "the async task to end",
+        || {
+            crate::mcp_server::tasks_json(&test)
+                .iter()
+                .any(|t| t["id"] == json!(id) && t["status"] == "completed")
+        },
+    );
+    let (text, _) = client.call("load", json!({}));
+    let awaiting = text
+        .split_once("Completed tasks awaiting retrieval:\n")
+        .map(|(_, rest)| rest.split("\n\n").next().unwrap_or(""))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(awaiting.contains(&id), "{text}");
+    assert!(!awaiting.contains("In the foreground."), "{text}");
+    assert_eq!(awaiting.lines().count(), 1, "{text}");
+}

@@ -155,6 +155,7 @@ fn load(
     };
     let answer = |id: &str, answer: &str| sized(shared, id, answer, ANSWER_LIMIT);
     let owns = |id: &TaskId| session.owns(id);
+    let delivered = |id: &TaskId| session.was_delivered(id);
     let started = std::time::Instant::now();
     let sources = shared.sources();
     let loaded = delegation::loading::Loading {
@@ -166,6 +167,7 @@ fn load(
         answer: &answer,
         tool: LOAD,
         owned: Some(&owns),
+        delivered: Some(&delivered),
     }
     .load(source.as_deref(), peek, stop);
     if let Some((source, (wait, token))) = &waiting {
@@ -195,6 +197,7 @@ fn result_text(shared: &Shared, view: &TaskView) -> String {
         answer: &answer,
         tool: LOAD,
         owned: None,
+        delivered: None,
     }
     .result_text(view)
 }
@@ -411,6 +414,7 @@ Continue with other work. When you need the result, use load(source: \"{id}\")."
         }
     };
     let failed = view.task.status != TaskStatus::Completed;
+    call.session.delivered(view.task.id);
     let text = result_text(shared, &view);
     Ok(Reply {
         text,
@@ -777,6 +781,7 @@ fn spawn_one(
     match foreground(call, config, current, &request, label, None) {
         Err(message) => not_started(message),
         Ok(view) => {
+            call.session.delivered(view.task.id);
             let task = &view.task;
             let mut text = view.answer().to_owned();
             if let Some(error) = &task.error {

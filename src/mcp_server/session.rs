@@ -29,6 +29,8 @@ pub(crate) struct Session {
     waits: Mutex<HashMap<String, Duration>>,
     /// The `load` calls waiting now, by their source: when they started, and how to end one.
     loading: Mutex<HashMap<String, (Instant, CancellationToken)>>,
+    /// The finished tasks whose result a call of the session already answered with.
+    delivered: Mutex<std::collections::HashSet<TaskId>>,
 }
 
 /// The first wait of a `load` of a running task: below the shortest per-call timeout of a
@@ -66,7 +68,20 @@ impl Session {
             patience: Mutex::new(None),
             waits: Mutex::new(HashMap::new()),
             loading: Mutex::new(HashMap::new()),
+            delivered: Mutex::new(std::collections::HashSet::new()),
         }
+    }
+
+    /// Notes that a call answered with the result of the finished task `id`.
+    pub(crate) fn delivered(&self, id: TaskId) {
+        if let Ok(mut delivered) = self.delivered.lock() {
+            delivered.insert(id);
+        }
+    }
+
+    /// Whether a call already answered with the result of the task `id`.
+    pub(crate) fn was_delivered(&self, id: &TaskId) -> bool {
+        self.delivered.lock().is_ok_and(|d| d.contains(id))
     }
 
     /// The longest a call may keep its host waiting: three quarters of the time at which a
