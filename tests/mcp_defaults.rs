@@ -709,3 +709,37 @@ async fn load_lists_only_the_results_the_host_has_not_had() {
     assert!(!awaiting.contains("In the foreground."), "{text}");
     assert_eq!(awaiting.lines().count(), 1, "{text}");
 }
+
+/// `run_pipeline` without `out` reports the run's output tokens too (they were read from
+/// the report alone, which is written only with `out`).
+#[tokio::test(flavor = "multi_thread")]
+async fn run_pipeline_without_out_reports_its_output_tokens() {
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::text("the pipeline said this")))
+            .await;
+    let test = project(&server).write(
+        "pipe.yaml",
+        "version: 1\nname: one\nsteps:\n  - id: only\n    delegate:\n      instructions: say it\n",
+    );
+    let mut client = Client::start_with(&test, &["--trust"]);
+    let (text, is_error) = client.call("run_pipeline", json!({"path": "pipe.yaml"}));
+    assert!(!is_error, "{text}");
+    let tokens = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Tokens: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let words: Vec<&str> = tokens.split_whitespace().collect();
+    let output: u64 = words[2].parse().unwrap();
+    assert!(output > 0, "{text}");
+    // The same count as the run's own report gives with `out`.
+    let (with_out, _) = client.call("run_pipeline", json!({"path": "pipe.yaml", "out": "out"}));
+    let again = with_out
+        .lines()
+        .find_map(|l| l.strip_prefix("Tokens: "))
+        .unwrap_or_else(|| panic!("{with_out}"));
+    assert_eq!(
+        again.split_whitespace().nth(2),
+        Some(words[2]),
+        "{with_out}"
+    );
+}
