@@ -234,9 +234,15 @@ pub(crate) struct TasksArgs {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct McpArgs {
     /// The longest a `load` of a running task waits in one call, in seconds, before it
-    /// answers that the task is still running (hosts abort tool calls that stay quiet).
+    /// answers that the task is still running (the first waits 4 s, each next one twice as
+    /// long, as the host keeps waiting).
     #[arg(long, value_name = "SECS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub(crate) load_wait: u64,
+    /// The longest a `delegate` call (without `async`) keeps the host waiting, in seconds:
+    /// a task still running then goes on in the background and the call answers with its
+    /// id, to collect with `load` (for hosts that give a tool call a few seconds).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub(crate) call_wait: Option<u64>,
     /// Serve streamable HTTP at `http://ADDR/mcp` instead of stdio (ADDR: `127.0.0.1:8765`);
     /// every request needs `Authorization: Bearer TOKEN`, the token written at start to a file
     /// only the user can read, whose path is printed.

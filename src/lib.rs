@@ -66,7 +66,8 @@ where
     }
     // Nothing the model runs may read summon's memory or environment (the API keys).
     sandbox::forbid_inspection();
-    let env = env::Env::from_process();
+    // The user's credentials file fills what a bare environment (an MCP host's) lacks.
+    let env = env::Env::from_process().map(env::Env::with_credentials);
     if let Ok(env) = &env
         && let Some(code) = command::completions::complete_request(&args, env)
     {

@@ -31,6 +31,7 @@ struct RunJson {
     status: String,
     steps: Vec<RunStep>,
     input_tokens: u64,
+    output_tokens: u64,
     cache_read_tokens: u64,
     cache_write_tokens: u64,
     output: Option<String>,
@@ -194,6 +195,7 @@ async fn run_json_has_exactly_its_documented_keys() {
     assert!(json.steps.iter().all(|s| s.error.is_none()), "{json:?}");
     assert!(json.input_tokens > 0, "{json:?}");
     assert!(json.cache_read_tokens <= json.input_tokens, "{json:?}");
+    assert!(json.output_tokens > 0, "{json:?}");
     let _ = json.cache_write_tokens;
     let output = json.output.expect("the synthesis answer");
     assert!(

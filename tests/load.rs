@@ -682,14 +682,15 @@ fn load_says_which_files_it_skipped() {
     );
 }
 
-/// A subagent keeps `load` (as in goose): it lists the project's sources and finished tasks,
-/// loads a source, and collects a background task; it starts none, and a subagent without
-/// tools gets no `load`.
+/// A subagent keeps `load` (as in goose): it lists the project's sources and loads one; it
+/// starts no task, so it reads, collects and cancels none: another caller's finished task is
+/// not listed and reads as unknown, and its cancel of a running one stops nothing. A
+/// subagent without tools gets no `load`.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_subagent_lists_loads_and_collects_with_its_own_load() {
+async fn a_subagent_lists_and_loads_sources_but_reaches_no_other_callers_task() {
     use summon_mock_llm::{MockConfig, MockServer, Reply};
-    let task_id = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let id_for_model = std::sync::Arc::clone(&task_id);
+    let ids = std::sync::Arc::new(std::sync::Mutex::new((String::new(), String::new())));
+    let ids_for_model = std::sync::Arc::clone(&ids);
     let server = MockServer::start(MockConfig::new().rule(move |request| {
         let messages = request.body["messages"]
             .as_array()
@@ -703,15 +704,17 @@ async fn a_subagent_lists_loads_and_collects_with_its_own_load() {
         if first.contains("background job") {
             return Reply::text("BG-ANSWER: forty-two");
         }
+        if first.contains("slow job") {
+            return Reply::text("SLOW").delayed(std::time::Duration::from_secs(120));
+        }
         let results = messages.iter().filter(|m| m["role"] == "tool").count();
+        let (done, slow) = ids_for_model.lock().unwrap().clone();
         match results {
             0 => Reply::tool_call("load", serde_json::json!({})),
             1 => Reply::tool_call("load", serde_json::json!({"source": "main"})),
-            2 => Reply::tool_call(
-                "load",
-                serde_json::json!({"source": id_for_model.lock().unwrap().clone()}),
-            ),
-            _ => Reply::text("collected"),
+            2 => Reply::tool_call("load", serde_json::json!({"source": done})),
+            3 => Reply::tool_call("load", serde_json::json!({"source": slow, "cancel": true})),
+            _ => Reply::text("looked"),
         }
     }))
     .await;
@@ -719,25 +722,30 @@ async fn a_subagent_lists_loads_and_collects_with_its_own_load() {
         .env("OPENAI_BASE_URL", &server.url_openai())
         .env("OPENAI_API_KEY", "sk-test-key")
         .env("SUMMON_MODEL", "mock-model");
-    let started = test
-        .command()
-        .args([
-            "delegate",
-            "--async",
-            "--json",
-            "--instructions",
-            "background job",
-        ])
-        .output()
-        .unwrap();
-    let started: serde_json::Value = serde_json::from_slice(&started.stdout).unwrap();
-    let id = started["task_id"].as_str().unwrap().to_owned();
-    *task_id.lock().unwrap() = id.clone();
-    // The task ends by itself; `summon load ID` waits for it.
-    let collected = test.command().args(["load", &id]).output().unwrap();
-    assert!(
-        String::from_utf8_lossy(&collected.stdout).contains("BG-ANSWER"),
-        "{collected:?}"
+    let start = |what: &str| {
+        let started = test
+            .command()
+            .args(["delegate", "--async", "--json", "--instructions", what])
+            .output()
+            .unwrap();
+        let started: serde_json::Value = serde_json::from_slice(&started.stdout).unwrap();
+        started["task_id"].as_str().unwrap().to_owned()
+    };
+    let done = start("background job");
+    let slow = start("slow job");
+    *ids.lock().unwrap() = (done.clone(), slow.clone());
+    // The first ends by itself, unread (`--peek` waits for nothing and reads nothing out).
+    support::wait_for(
+        std::time::Duration::from_secs(30),
+        "the task to end",
+        || {
+            let out = test
+                .command()
+                .args(["load", &done, "--peek"])
+                .output()
+                .unwrap();
+            !String::from_utf8_lossy(&out.stdout).contains("running")
+        },
     );
     let tasks_before = test.command().args(["tasks", "--json"]).output().unwrap();
     let out = test
@@ -746,7 +754,7 @@ async fn a_subagent_lists_loads_and_collects_with_its_own_load() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "collected");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "looked");
     let chats: Vec<_> = support::chats(&server)
         .into_iter()
         .filter(|r| r.body["messages"].to_string().contains("look around"))
@@ -758,20 +766,16 @@ async fn a_subagent_lists_loads_and_collects_with_its_own_load() {
     );
     assert!(!chats[0].tool_names().iter().any(|n| n == "delegate"));
     let results = support::mcp::tool_results(chats.last().unwrap());
-    assert_eq!(results.len(), 3, "{results:?}");
-    // The listing: finished tasks, then the sources, with no way to start one.
-    assert!(
-        results[0].contains("Completed tasks awaiting retrieval"),
-        "{}",
-        results[0]
-    );
-    assert!(results[0].contains(&id), "{}", results[0]);
+    assert_eq!(results.len(), 4, "{results:?}");
+    // The listing: the sources, no task of another caller, no way to start one.
     assert!(
         results[0].contains("Recipes:\n  main - main recipe"),
         "{}",
         results[0]
     );
     assert!(results[0].contains("Agents:"), "{}", results[0]);
+    assert!(!results[0].contains(&done), "{}", results[0]);
+    assert!(!results[0].contains("awaiting retrieval"), "{}", results[0]);
     assert!(!results[0].contains("delegate("), "{}", results[0]);
     // A source's content.
     assert!(
@@ -780,13 +784,19 @@ async fn a_subagent_lists_loads_and_collects_with_its_own_load() {
         results[1]
     );
     assert!(results[1].contains("use the helper"), "{}", results[1]);
-    // The background task's result.
-    assert!(results[2].contains(&format!("Task {id}")), "{}", results[2]);
-    assert!(results[2].contains("Status: completed"), "{}", results[2]);
+    // Another caller's task reads as unknown, and its answer stays uncollected.
+    assert!(!results[2].contains("BG-ANSWER"), "{}", results[2]);
+    assert!(results[2].contains("not found"), "{}", results[2]);
+    // Its cancel reaches nothing: the slow task still runs.
+    assert!(!results[3].contains("cancelled"), "{}", results[3]);
+    let peek = test
+        .command()
+        .args(["load", &slow, "--peek"])
+        .output()
+        .unwrap();
     assert!(
-        results[2].contains("BG-ANSWER: forty-two"),
-        "{}",
-        results[2]
+        String::from_utf8_lossy(&peek.stdout).contains("running"),
+        "{peek:?}"
     );
     // Nothing was started by the subagent.
     let tasks_after = test.command().args(["tasks", "--json"]).output().unwrap();
@@ -796,6 +806,15 @@ async fn a_subagent_lists_loads_and_collects_with_its_own_load() {
             .map_or(0, Vec::len)
     };
     assert_eq!(count(&tasks_before), count(&tasks_after));
+    let collected = test.command().args(["load", &done]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&collected.stdout).contains("BG-ANSWER: forty-two"),
+        "{collected:?}"
+    );
+    test.command()
+        .args(["load", &slow, "--cancel"])
+        .output()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -28,7 +28,11 @@ struct Connection<S> {
 
 impl<S: std::io::Read + std::io::Write> Connection<S> {
     fn post(&mut self, token: Option<&str>, session: Option<&str>, body: &Value) -> Answer {
-        let body = body.to_string();
+        self.post_raw(token, session, &body.to_string())
+    }
+
+    /// [`Connection::post`] of a body as it is written.
+    fn post_raw(&mut self, token: Option<&str>, session: Option<&str>, body: &str) -> Answer {
         let mut head = format!(
             "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
             body.len()
@@ -42,7 +46,7 @@ impl<S: std::io::Read + std::io::Write> Connection<S> {
             ));
         }
         head.push_str("\r\n");
-        head.push_str(&body);
+        head.push_str(body);
         // One write: a request split in two waits for the peer's delayed ACK.
         let stream = self.reader.get_mut();
         stream.write_all(head.as_bytes()).unwrap();
@@ -341,4 +345,28 @@ fn a_unix_socket_is_the_users_alone_and_needs_no_token() {
     let answer = http.post(None, None, &initialize());
     assert_eq!(answer.status, 200, "{answer:?}");
     assert_eq!(answer.messages[0]["result"]["serverInfo"]["name"], "summon");
+}
+
+/// Over HTTP too, a call whose arguments write a key twice is refused, in its own session
+/// only: another session's call with the same request id runs.
+#[test]
+fn a_key_written_twice_is_refused_over_http_in_its_session() {
+    let test = Test::new();
+    let served = Served::start(&test, &["--http", "127.0.0.1:0"], "Authorization: Bearer");
+    let token = std::fs::read_to_string(served.token_file()).unwrap();
+    let token = token.trim();
+    let mut http = tcp(&served.addr());
+    let first = http.post(Some(token), None, &initialize()).session.unwrap();
+    let second = http.post(Some(token), None, &initialize()).session.unwrap();
+    let twice = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"load","arguments":{"source":"a","source":"b"}}}"#;
+    let answer = http.post_raw(Some(token), Some(&first), twice);
+    let result = &answer.messages[0]["result"];
+    assert_eq!(result["isError"], json!(true), "{}", answer.body);
+    assert_eq!(
+        result["content"][0]["text"],
+        "load: the arguments have the key `source` twice; write each key once"
+    );
+    let answer = http.post(Some(token), Some(&second), &call_load());
+    let result = &answer.messages[0]["result"];
+    assert_ne!(result["isError"], json!(true), "{}", answer.body);
 }

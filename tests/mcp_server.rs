@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use summon_mock_llm::{MockConfig, MockServer, Reply};
 use support::Test;
 
-const EXPLORER: &str = "---\nname: explorer\ndescription: Reads project files and reports with paths.\ntools: [read_file]\n---\nEXPLORER-ROLE: read only what the task needs.\n";
+pub(crate) const EXPLORER: &str = "---\nname: explorer\ndescription: Reads project files and reports with paths.\ntools: [read_file]\n---\nEXPLORER-ROLE: read only what the task needs.\n";
 
-fn project(server: &MockServer) -> Test {
+pub(crate) fn project(server: &MockServer) -> Test {
     Test::new()
         .env("SUMMON_TRUST_PROJECT", "1")
         .env("OPENAI_BASE_URL", &server.url_openai())
@@ -26,27 +26,27 @@ fn project(server: &MockServer) -> Test {
 }
 
 /// A JSON-RPC client of `summon mcp` on its stdin and stdout.
-struct Client {
+pub(crate) struct Client {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<Value>,
     next: u64,
     /// Notifications received so far.
     notifications: Vec<Value>,
-    instructions: String,
+    pub(crate) instructions: String,
 }
 
 impl Client {
-    fn start(test: &Test) -> Self {
+    pub(crate) fn start(test: &Test) -> Self {
         Self::start_with(test, &[])
     }
 
-    fn start_with(test: &Test, flags: &[&str]) -> Self {
+    pub(crate) fn start_with(test: &Test, flags: &[&str]) -> Self {
         Self::start_as(test, flags, json!({}))
     }
 
     /// Starts the server; the client declares `capabilities`.
-    fn start_as(test: &Test, flags: &[&str], capabilities: Value) -> Self {
+    pub(crate) fn start_as(test: &Test, flags: &[&str], capabilities: Value) -> Self {
         let mut command = test.command();
         command
             .arg("mcp")
@@ -88,21 +88,30 @@ impl Client {
         client
     }
 
-    fn send(&mut self, message: &Value) {
+    pub(crate) fn send(&mut self, message: &Value) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{message}").expect("write to summon mcp");
         stdin.flush().unwrap();
     }
 
+    /// Sends one line as it is (a message no JSON library would write) and returns the
+    /// response with id `id`.
+    pub(crate) fn send_raw(&mut self, line: &str, id: u64) -> Value {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").expect("write to summon mcp");
+        stdin.flush().unwrap();
+        self.response(id)
+    }
+
     /// Sends a request and returns its response; notifications meanwhile are kept.
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
         self.next += 1;
         let id = self.next;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         self.response(id)
     }
 
-    fn response(&mut self, id: u64) -> Value {
+    pub(crate) fn response(&mut self, id: u64) -> Value {
         loop {
             let message = self
                 .lines
@@ -116,7 +125,7 @@ impl Client {
     }
 
     /// Calls a tool with a progress token; returns the text and whether it is an error.
-    fn call(&mut self, name: &str, arguments: Value) -> (String, bool) {
+    pub(crate) fn call(&mut self, name: &str, arguments: Value) -> (String, bool) {
         let token = format!("p{}", self.next + 1);
         let response = self.request(
             "tools/call",
@@ -132,7 +141,7 @@ impl Client {
     }
 
     /// The progress messages received so far.
-    fn progress(&self) -> Vec<String> {
+    pub(crate) fn progress(&self) -> Vec<String> {
         self.notifications
             .iter()
             .filter(|n| n["method"] == "notifications/progress")
@@ -140,7 +149,7 @@ impl Client {
             .collect()
     }
 
-    fn tool_names(&mut self) -> Vec<String> {
+    pub(crate) fn tool_names(&mut self) -> Vec<String> {
         let response = self.request("tools/list", json!({}));
         response["result"]["tools"]
             .as_array()
@@ -151,7 +160,7 @@ impl Client {
     }
 
     /// Closes stdin and waits for the server to exit.
-    fn close(mut self) -> std::process::ExitStatus {
+    pub(crate) fn close(mut self) -> std::process::ExitStatus {
         drop(self.stdin.take());
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
@@ -174,7 +183,7 @@ impl Drop for Client {
     }
 }
 
-fn tasks_json(test: &Test) -> Vec<Value> {
+pub(crate) fn tasks_json(test: &Test) -> Vec<Value> {
     let out = Test::command(test)
         .args(["tasks", "--json"])
         .output()
@@ -437,7 +446,7 @@ async fn bad_arguments_are_errors_that_name_the_key() {
         (
             "spawn_agent",
             json!({"tasks": [{"task": "x"}]}),
-            "spawn_agent: `tasks[0]` has no `agent` key",
+            "spawn_agent: `tasks[0]` has no `agent` key: give a subagent name, or null for a general subagent (where null does not reach the server, call delegate with the task as its instructions)",
         ),
         (
             "spawn_agent",
@@ -1312,7 +1321,12 @@ async fn a_stopped_server_leaves_no_foreground_work_within_a_second() {
             .args(["load", &background, "--cancel"])
             .output()
             .unwrap();
-        assert!(worker_pids(&background).is_empty(), "{how}");
+        // Its worker, no longer the server's child, is reaped by init when it gets to it.
+        support::wait_for(
+            Duration::from_secs(10),
+            "the background worker to go",
+            || worker_pids(&background).is_empty(),
+        );
     }
 }
 
@@ -1426,6 +1440,14 @@ async fn a_roles_tools_stay_as_the_session_saw_them() {
     assert!(
         !test.path().join("planted.txt").exists(),
         "the rewritten role wrote a file: {text}"
+    );
+    // The subagent's next request says so in the seed's words.
+    let results = support::mcp::tool_results(support::chats(&server).last().unwrap());
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("Unknown tool `write_file`: it is not one of your tools")),
+        "{results:?}"
     );
     // A new session takes the new list.
     drop(client);

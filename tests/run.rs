@@ -1335,6 +1335,7 @@ async fn json_summary_shape() {
             "status",
             "steps",
             "input_tokens",
+            "output_tokens",
             "cache_read_tokens",
             "cache_write_tokens",
             "output"

@@ -40,6 +40,7 @@ mod load;
 mod local;
 mod mcp;
 mod mcp_conditions;
+mod mcp_defaults;
 mod mcp_names;
 mod mcp_owner;
 mod mcp_server;

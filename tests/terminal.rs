@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use summon_mock_llm::{MockConfig, MockServer, Ration};
+use summon_mock_llm::{MockConfig, MockServer, Ration, Reply};
 use support::Test;
 
 const PIPELINE: &str = r#"version: 1
@@ -45,6 +45,11 @@ impl Pane {
             dir = dir.display(),
             url = server.url_openai(),
         );
+        Self::shell(name, &command)
+    }
+
+    /// A tmux session running `command` in a 120×16 pane.
+    fn shell(name: &str, command: &str) -> Self {
         let _ = Command::new("tmux")
             .args(["kill-session", "-t", name])
             .output();
@@ -58,7 +63,7 @@ impl Pane {
                 "120",
                 "-y",
                 "16",
-                &command,
+                command,
             ])
             .status()
             .expect("tmux new-session");
@@ -302,4 +307,49 @@ async fn sigterm_stops_the_display_before_its_exit_line() {
     let last = end.find("[summon] labels: ").expect("the step's last line");
     assert!(last < end.find("summon: terminated").unwrap(), "{end}");
     assert_eq!(end.matches("[summon] labels: ").count(), 1, "{end}");
+}
+
+/// `summon delegate` on a terminal starts with goose's header and the source it runs;
+/// written to a pipe, it does not.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs tmux (CONTRIBUTING.md); runs with `cargo test --test suite -- --ignored`"]
+async fn delegate_shows_gooses_header_on_a_terminal() {
+    require("tmux");
+    let server =
+        MockServer::start(MockConfig::new().default_reply(Reply::text("notes drafted"))).await;
+    let t = Test::new()
+        .env("OPENAI_BASE_URL", &server.url_openai())
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("SUMMON_MODEL", "mock-model")
+        .write_raw(
+            ".agents/recipes/release-notes.yaml",
+            "title: Release Notes\ndescription: Draft release notes\nprompt: Draft release notes.\n",
+        );
+    let command = format!(
+        "cd {dir} && env -i PATH=\"$PATH\" HOME={dir} TERM=xterm-256color NO_COLOR=1 \
+         OPENAI_BASE_URL={url} OPENAI_API_KEY=sk-test SUMMON_MODEL=mock-model \
+         {summon} delegate --source release-notes; echo $? > exit.txt; sleep 120",
+        dir = t.path().display(),
+        url = server.url_openai(),
+        summon = env!("CARGO_BIN_EXE_summon"),
+    );
+    let pane = Pane::shell(&format!("summon-header-{}", std::process::id()), &command);
+    wait_for(Duration::from_secs(30), "the delegation to end", || {
+        t.path().join("exit.txt").exists()
+    });
+    let screen = pane.screen();
+    let header = format!(
+        "─── delegate | summon {}\nsource: release-notes\n",
+        "─".repeat(39)
+    );
+    assert!(screen.contains(&header), "{screen}");
+    assert!(screen.contains("notes drafted"), "{screen}");
+    let piped = t
+        .command()
+        .args(["delegate", "--source", "release-notes"])
+        .output()
+        .unwrap();
+    assert!(piped.status.success(), "{piped:?}");
+    let said = String::from_utf8_lossy(&piped.stderr);
+    assert!(!said.contains("─── delegate"), "{said}");
 }

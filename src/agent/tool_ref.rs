@@ -61,8 +61,19 @@ impl BuiltinTool {
     }
 }
 
-/// Names of the tool that starts a subagent, in Claude Code, goose and summon.
-const DELEGATION_NAMES: [&str; 5] = ["Task", "Agent", "delegate", "summon__delegate", "subagent"];
+/// Names of the tools that start a subagent (or a pipeline of them), in Claude Code, goose,
+/// Mino and summon's MCP server.
+const DELEGATION_NAMES: [&str; 9] = [
+    "Task",
+    "Agent",
+    "delegate",
+    "summon__delegate",
+    "subagent",
+    "spawn_agent",
+    "summon__spawn_agent",
+    "run_pipeline",
+    "summon__run_pipeline",
+];
 
 /// What a `tools` entry names.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -64,6 +64,9 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
         return show_started(&started, args.output.json, ctx);
     }
     let palette = ctx.err_palette;
+    if !args.output.json && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        eprint!("{}", header(request.source.as_deref(), palette));
+    }
     let mut traces = start_traces(trace_settings.as_ref(), &request, ctx);
     let env = ctx.env.clone().traced(
         traces
@@ -114,6 +117,17 @@ pub(crate) fn run(args: &DelegateArgs, ctx: &mut Ctx) -> Result<()> {
         }
         Some(failure) => Err(Error::Failed(failure.message)),
     }
+}
+
+/// What a person at a terminal sees as a delegation starts, as goose shows it:
+/// `─── delegate | summon ───...` and the source it runs.
+fn header(source: Option<&str>, palette: crate::color::Palette) -> String {
+    let mut text = palette.dim(&format!("─── delegate | summon {}", "─".repeat(39)));
+    text.push('\n');
+    if let Some(source) = source {
+        text.push_str(&format!("source: {}\n", crate::text::printable(source)));
+    }
+    text
 }
 
 /// The result: the answer on stdout (all of it with `--json`).

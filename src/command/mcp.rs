@@ -11,6 +11,7 @@ use crate::mcp_server::{Listen, Options};
 pub(crate) fn run(args: &McpArgs, ctx: &mut Ctx) -> Result<()> {
     let options = Options {
         load_wait: Duration::from_secs(args.load_wait),
+        call_wait: args.call_wait.map(Duration::from_secs),
         share_tasks: args.share_tasks,
         max_spawn: args.max_spawn as usize,
         max_cost: args.max_cost,

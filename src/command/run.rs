@@ -2,7 +2,8 @@
 //!
 //! JSON (`--json`): `{"run_id", "status": "succeeded"|"failed"|"interrupted", "steps":
 //! [{"id", "status": "succeeded"|"failed"|"skipped"|"deferred", "error"}], "input_tokens",
-//! "cache_read_tokens", "cache_write_tokens", "output"}` (the tokens over the whole run);
+//! "output_tokens", "cache_read_tokens", "cache_write_tokens", "output"}` (the tokens over the
+//! whole run);
 //! `deferred`: a step a shard leaves for `summon merge`, or one after `--until STEP`.
 //! `--dry-run --json`: `{"steps": [{"id", "kind", "needs": [ID], "width", "drafted",
 //! "input_tokens", "overhead", "model", "prompt", "later", "notes", "output_limit": {"tokens"
@@ -754,7 +755,12 @@ pub(super) fn print_outcome(
             object.extend(extra);
             object.insert("steps".into(), json!(steps));
             let total = &summary.report["total"];
-            for key in ["input_tokens", "cache_read_tokens", "cache_write_tokens"] {
+            for key in [
+                "input_tokens",
+                "output_tokens",
+                "cache_read_tokens",
+                "cache_write_tokens",
+            ] {
                 object.insert(key.into(), total[key].clone());
             }
             let output = summary.final_output.take().map(FinalText::into_string);

@@ -424,8 +424,10 @@ fn nothing_configured(
          OLLAMA_HOST=HOST:PORT\n\
          \x20 - a config file at {} (or summon.yaml in the working directory) with \
          `providers:` and `default_provider:`\n\
+         \x20 - {}\n\
          \x20 - the built-in local model: {local}",
         config_path_text(env),
+        credentials_text(env),
     ));
     if let Some(first) = config.providers.keys().next() {
         let names: Vec<&str> = config.providers.keys().map(String::as_str).collect();
@@ -589,7 +591,7 @@ pub(crate) fn endpoint(env: &Env, def: &ProviderDef) -> Result<ProviderEndpoint,
     match &def.api_key_env {
         Some(var) => match env.var(var).map(str::trim).filter(|k| !k.is_empty()) {
             Some(key) => endpoint = endpoint.with_api_key(Secret::new(key), Some(var)),
-            None if def.key_required => return Err(missing_key(def, var)),
+            None if def.key_required => return Err(missing_key(env, def, var)),
             // Named anyway, so a 401 from the server says which variable to set.
             None => endpoint.api_key_env = Some(var.clone()),
         },
@@ -607,11 +609,37 @@ pub(crate) fn endpoint(env: &Env, def: &ProviderDef) -> Result<ProviderEndpoint,
     Ok(endpoint)
 }
 
-fn missing_key(def: &ProviderDef, var: &str) -> Diagnostic {
-    let diagnostic = Diagnostic::error(format!(
+/// Where the keys may also live, for a process started with a bare environment (an MCP
+/// host's), and why the credentials file was not read when it was not.
+fn credentials_text(env: &Env) -> String {
+    let path = env.credentials_path().map_or_else(
+        || "~/.local/state/summon/credentials".to_owned(),
+        |p| p.display().to_string(),
+    );
+    let mut text = format!(
+        "a key kept for processes started with a bare environment (MCP hosts start \
+         `summon mcp` with little more than PATH and HOME): a line such as \
+         `OPENAI_API_KEY=sk-...` in {path} (mode 0600), read when the environment lacks \
+         the variable"
+    );
+    if let Some(problem) = env.credentials.as_ref().and_then(|c| c.problem.as_deref()) {
+        text.push_str(" (that file was not used: ");
+        text.push_str(problem);
+        text.push(')');
+    }
+    text
+}
+
+fn missing_key(env: &Env, def: &ProviderDef, var: &str) -> Diagnostic {
+    let mut message = format!(
         "provider `{}` needs an API key, but {var} is not set",
         def.name
-    ));
+    );
+    if let Some(problem) = env.credentials.as_ref().and_then(|c| c.problem.as_deref()) {
+        message.push_str(" (the credentials file was not used: ");
+        message.push_str(problem);
+        message.push(')');
+    }
     let hint = match (&def.origin, def.name.as_str()) {
         (Origin::Preset, "openai") => format!(
             "export {var}=...; for a local OpenAI-compatible server set OPENAI_BASE_URL (e.g. \
@@ -625,7 +653,15 @@ fn missing_key(def: &ProviderDef, var: &str) -> Diagnostic {
         ),
         _ => format!("export {var}=..."),
     };
-    diagnostic.with_hint(hint)
+    let file = env.credentials_path().map_or_else(
+        || "~/.local/state/summon/credentials".to_owned(),
+        |p| p.display().to_string(),
+    );
+    Diagnostic::error(message).with_hint(format!(
+        "{hint}; or write the line `{var}=...` in {file} (mode 0600), which summon reads when \
+         its environment lacks {var}, as when an MCP host starts `summon mcp` with a bare \
+         environment"
+    ))
 }
 
 /// `SUMMON_SUBAGENT_MAX_TURNS` (or goose's `GOOSE_SUBAGENT_MAX_TURNS`): a whole number ≥ 1,

@@ -30,6 +30,9 @@ pub(crate) struct Loading<'a> {
     /// The tasks the reader may see, collect and cancel (`None`: every task of the project);
     /// any other task id reads as unknown.
     pub(crate) owned: Option<&'a (dyn Fn(&TaskId) -> bool + Sync)>,
+    /// The finished tasks whose result the reader already got (a foreground call's answer):
+    /// not listed as awaiting retrieval, though still collected by their id.
+    pub(crate) delivered: Option<&'a (dyn Fn(&TaskId) -> bool + Sync)>,
 }
 
 impl Loading<'_> {
@@ -150,6 +153,11 @@ Call {tool}(source: \"{id}\") again to keep waiting, with peek: true to check on
             let done: Vec<_> = done
                 .into_iter()
                 .filter(|view| self.may_see(&view.task.id))
+                .filter(|view| {
+                    !self
+                        .delivered
+                        .is_some_and(|delivered| delivered(&view.task.id))
+                })
                 .collect();
             if !done.is_empty() {
                 text.push_str("Completed tasks awaiting retrieval:\n");
@@ -276,7 +284,10 @@ impl crate::subagent::Loader for ProjectLoader {
             interrupted: &|| false,
             answer: &|_, answer| answer.to_owned(),
             tool: "load",
-            owned: None,
+            // A subagent starts no task (delegations cannot nest), so it reads, collects and
+            // cancels none: another caller's task reads as unknown.
+            owned: Some(&|_| false),
+            delivered: None,
         }
         .load(source, peek, cancel)
     }

@@ -144,7 +144,9 @@ impl Session {
     ) -> (ToolOutput, Option<String>) {
         let Some((server, own)) = self.server_of(name) else {
             return (
-                ToolOutput::error(format!("unknown_tool: `{name}` is not one of your tools")),
+                ToolOutput::error(format!(
+                    "unknown_tool: Unknown tool `{name}`: it is not one of your tools"
+                )),
                 None,
             );
         };

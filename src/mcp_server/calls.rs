@@ -132,21 +132,50 @@ fn load(
     let args = Args::new(LOAD, map, &["source", "peek", "cancel"])?;
     let source = args.string("source")?;
     let (peek, stop) = (args.boolean("peek")?, args.boolean("cancel")?);
-    let interrupted = || cancel.is_cancelled() || shared.shutdown.is_cancelled();
+    // A wait that fits the host: short at first, longer each time the host waited it out,
+    // never as long as a call it gave up on (see Session::load_started).
+    let most = shared
+        .options
+        .call_wait
+        .map_or(shared.options.load_wait, |c| {
+            c.min(shared.options.load_wait)
+        });
+    let waiting = source
+        .as_deref()
+        .filter(|_| !peek && !stop)
+        .map(|s| (s, session.load_started(s, most)));
+    let wait = waiting.as_ref().map_or(most, |(_, (w, _))| *w);
+    let superseded = waiting.as_ref().map(|(_, (_, token))| token.clone());
+    let interrupted = || {
+        cancel.is_cancelled()
+            || shared.shutdown.is_cancelled()
+            || superseded
+                .as_ref()
+                .is_some_and(CancellationToken::is_cancelled)
+    };
     let answer = |id: &str, answer: &str| sized(shared, id, answer, ANSWER_LIMIT);
     let owns = |id: &TaskId| session.owns(id);
-    let mut text = delegation::loading::Loading {
+    let delivered = |id: &TaskId| session.was_delivered(id);
+    let started = std::time::Instant::now();
+    let sources = shared.sources();
+    let loaded = delegation::loading::Loading {
         env: &shared.env,
-        catalog: &shared.catalog,
-        listing: &shared.listing,
-        wait: shared.options.load_wait,
+        catalog: &sources.catalog,
+        listing: &sources.listing,
+        wait,
         interrupted: &interrupted,
         answer: &answer,
         tool: LOAD,
         owned: Some(&owns),
+        delivered: Some(&delivered),
     }
-    .load(source.as_deref(), peek, stop)?;
-    if source.is_none() && !shared.nested && !shared.listing.sources.is_empty() {
+    .load(source.as_deref(), peek, stop);
+    if let Some((source, (wait, token))) = &waiting {
+        let cut = cancel.is_cancelled() && !shared.shutdown.is_cancelled();
+        session.load_ended(source, token, *wait, started.elapsed(), cut);
+    }
+    let mut text = loaded?;
+    if source.is_none() && !shared.nested && !sources.listing.sources.is_empty() {
         text.push_str("Use delegate(source: name) to run as subagent.\n");
     }
     Ok(Reply::ok(text))
@@ -168,6 +197,7 @@ fn result_text(shared: &Shared, view: &TaskView) -> String {
         answer: &answer,
         tool: LOAD,
         owned: None,
+        delivered: None,
     }
     .result_text(view)
 }
@@ -270,7 +300,7 @@ pub(super) fn start_task(
     let held = allowance(shared, session, &config)?;
     request.max_cost = held.as_ref().map(super::session::Held::amount);
     let env = super::traced_env(shared, trace);
-    let started = delegation::start(&env, &config, &shared.catalog, &request, true)
+    let started = delegation::start(&env, &config, &shared.sources().catalog, &request, true)
         .map_err(|e| error_text(&e, shared))?;
     session.started(started.id, request.max_cost);
     drop(held);
@@ -330,7 +360,7 @@ fn delegate(call: &Call<'_>, map: &Object) -> Result<Reply, String> {
         let started = delegation::start(
             &call.progress.env(shared),
             &config,
-            &shared.catalog,
+            &shared.sources().catalog,
             &request,
             false,
         )
@@ -354,8 +384,37 @@ Continue with other work. When you need the result, use load(source: \"{id}\")."
     let label = request.source.clone().unwrap_or_else(|| "task".into());
     let held = allowance(shared, call.session, &config)?;
     request.max_cost = held.as_ref().map(super::session::Held::amount);
-    let view = foreground(call, &config, &shared.catalog, &request, &label, held)?;
+    // Where the host does not wait for the whole task (`--call-wait`, or a call it gave up
+    // on before), the call answers in time with the task, which the host collects with load.
+    let most = match (shared.options.call_wait, call.session.patience()) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let sources = shared.sources();
+    let view = match foreground_for(
+        call,
+        &config,
+        &sources.catalog,
+        &request,
+        &label,
+        held,
+        most,
+    )? {
+        Watched::Done(view) => view,
+        Watched::Running(view) => {
+            let id = view.task.id;
+            let mut reply = Reply::ok(format!(
+                "Task {id} (\"{description}\") is still running after {elapsed}, longer than this host waits for a call, so it goes on in the background.\n\
+Continue with other work. When you need the result, use load(source: \"{id}\").",
+                description = view.task.description,
+                elapsed = format_secs(view.elapsed_secs),
+            ));
+            reply.task = Some(id);
+            return Ok(reply);
+        }
+    };
     let failed = view.task.status != TaskStatus::Completed;
+    call.session.delivered(view.task.id);
     let text = result_text(shared, &view);
     Ok(Reply {
         text,
@@ -375,6 +434,29 @@ fn foreground(
     label: &str,
     held: Option<super::session::Held<'_>>,
 ) -> Result<TaskView, String> {
+    match foreground_for(call, config, catalog, request, label, held, None)? {
+        Watched::Done(view) | Watched::Running(view) => Ok(view),
+    }
+}
+
+/// How a watched task stands when its call answers.
+enum Watched {
+    Done(TaskView),
+    /// Still running when the call's time (`most`) was up: it goes on, the session's to
+    /// collect, and stops with the server as foreground work does.
+    Running(TaskView),
+}
+
+/// [`foreground`], answering after `most` at the latest.
+fn foreground_for(
+    call: &Call<'_>,
+    config: &crate::config::Config,
+    catalog: &Catalog,
+    request: &DelegationRequest,
+    label: &str,
+    held: Option<super::session::Held<'_>>,
+    most: Option<Duration>,
+) -> Result<Watched, String> {
     let shared = call.shared;
     let started = delegation::start(&call.progress.env(shared), config, catalog, request, true)
         .map_err(|e| error_text(&e, shared))?;
@@ -382,9 +464,27 @@ fn foreground(
     call.session.started(id, request.max_cost);
     drop(held);
     shared.track(id, true);
-    let outcome = watch(shared, id, label, call.progress, call.cancel);
-    shared.track(id, false);
+    let outcome = watch(shared, id, label, call.progress, call.cancel, most);
+    match &outcome {
+        // Still the server's: a stop of the server stops it, and its end is not waited for.
+        Ok(Watched::Running(_)) => {}
+        _ => shared.track(id, false),
+    }
+    if call.cancel.is_cancelled() && !shared.shutdown.is_cancelled() {
+        // The host gave up on the call: its later calls answer sooner.
+        call.session.gave_up(started_at(&outcome));
+    }
     outcome
+}
+
+/// How long a watched task had run when its call answered.
+fn started_at(outcome: &Result<Watched, String>) -> Duration {
+    match outcome {
+        Ok(Watched::Done(view) | Watched::Running(view)) => {
+            Duration::from_secs_f64(view.elapsed_secs.max(0.0))
+        }
+        Err(_) => Duration::ZERO,
+    }
 }
 
 fn watch(
@@ -393,7 +493,9 @@ fn watch(
     label: &str,
     progress: &Progress,
     cancel: &CancellationToken,
-) -> Result<TaskView, String> {
+    most: Option<Duration>,
+) -> Result<Watched, String> {
+    let began = std::time::Instant::now();
     let tasks = open_tasks(shared)?;
     let mut seen = 0u64;
     let mut said = std::time::Instant::now();
@@ -423,7 +525,7 @@ fn watch(
             said = std::time::Instant::now();
         }
         if !collected.still_running {
-            return Ok(collected.view);
+            return Ok(Watched::Done(collected.view));
         }
         // When the server stops, its own stop ends the task at once (the task stays
         // tracked until then).
@@ -431,7 +533,10 @@ fn watch(
             let grace =
                 delegation::cancel_grace(&shared.env).map_err(|e| error_text(&e, shared))?;
             let cancelled = delegation::cancel(&tasks, &id, grace).map_err(|e| e.to_string())?;
-            return Ok(cancelled.view);
+            return Ok(Watched::Done(cancelled.view));
+        }
+        if most.is_some_and(|most| began.elapsed() >= most) {
+            return Ok(Watched::Running(collected.view));
         }
     }
 }
@@ -472,7 +577,7 @@ fn spawn_tasks(map: &Object) -> Result<Vec<SpawnTask>, String> {
         let agent = match object.get("agent") {
             None => {
                 return Err(format!(
-                    "spawn_agent: `tasks[{i}]` has no `agent` key: give a subagent name, or null for a general subagent"
+                    "spawn_agent: `tasks[{i}]` has no `agent` key: give a subagent name, or null for a general subagent (where null does not reach the server, call delegate with the task as its instructions)"
                 ));
             }
             Some(Value::Null) => None,
@@ -537,6 +642,12 @@ fn spawn_agent(call: &Call<'_>, map: &Object) -> Result<Reply, String> {
                     .collect();
                 let names = if names.is_empty() {
                     "The catalog is empty.".to_owned()
+                } else if names.len() > super::tools::CATALOG_ROLES {
+                    format!(
+                        "The names: {}, and {} more (load() lists them).",
+                        names[..super::tools::CATALOG_ROLES].join(", "),
+                        names.len() - super::tools::CATALOG_ROLES
+                    )
                 } else {
                     format!("The names: {}.", names.join(", "))
                 };
@@ -670,6 +781,7 @@ fn spawn_one(
     match foreground(call, config, current, &request, label, None) {
         Err(message) => not_started(message),
         Ok(view) => {
+            call.session.delivered(view.task.id);
             let task = &view.task;
             let mut text = view.answer().to_owned();
             if let Some(error) = &task.error {
@@ -678,6 +790,11 @@ fn spawn_one(
                 } else {
                     format!("Error: {error}\n{text}")
                 };
+            }
+            // What the task's block says first: its role's listed tools that were left out
+            // (`Listed tools not available, left out: ...`), and its other warnings.
+            for warning in task.warnings.iter().rev() {
+                text = format!("{warning}\n{text}");
             }
             Spawned {
                 status: task.status.as_str().to_owned(),

@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, Response, StatusCode, header};
 use axum::middleware::Next;
+
+/// The largest request body read (a tool call's arguments are far smaller).
+const MAX_BODY: usize = 16 << 20;
 use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
@@ -96,6 +99,21 @@ impl Gate {
             }
             None => {}
         }
+        // A call whose arguments write a key twice is noted before the session reads it.
+        let request = match (&session, request.method() == axum::http::Method::POST) {
+            (Some(id), true) => {
+                let (parts, body) = request.into_parts();
+                let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
+                    return plain(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "summon mcp: the request is too large\n",
+                    );
+                };
+                self.shared.duplicates.check(id, &bytes);
+                Request::from_parts(parts, Body::from(bytes))
+            }
+            _ => request,
+        };
         let response = next.run(request).await;
         if session.is_none()
             && let Some(id) = response

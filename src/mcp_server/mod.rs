@@ -10,6 +10,7 @@
 
 mod args;
 mod calls;
+mod duplicates;
 mod http;
 mod pipeline;
 mod session;
@@ -46,6 +47,10 @@ use session::Session;
 pub(crate) struct Options {
     /// The longest wait of one `load` of a running task.
     pub(crate) load_wait: Duration,
+    /// The longest a foreground `delegate` call keeps its host waiting before it answers
+    /// with its still-running task (`--call-wait`); `None`: until the task ends, or as long
+    /// as the session has shown its host waits.
+    pub(crate) call_wait: Option<Duration>,
     /// Every session sees, collects and cancels all of the project's tasks.
     pub(crate) share_tasks: bool,
     /// The most tasks of one `spawn_agent` call.
@@ -75,14 +80,68 @@ pub(crate) struct Shared {
     foreground: Mutex<HashSet<TaskId>>,
     /// The process groups of the `run_pipeline` runs going on now.
     runs: Mutex<HashSet<u32>>,
+    /// The last scan of the sources, and when it was made ([`Shared::sources`]).
+    sources: Mutex<Option<(std::time::Instant, std::sync::Arc<Sources>)>>,
+    /// Calls whose arguments write a key twice, refused ([`duplicates`]).
+    duplicates: std::sync::Arc<duplicates::Duplicates>,
     /// Over HTTP: the sessions (their ids) that called a tool.
     used_sessions: Mutex<HashSet<String>>,
     instructions: String,
+    /// The catalog of roles as the model reads it (in the instructions and in
+    /// `spawn_agent`'s description); empty without roles.
+    catalog_text: String,
     /// The session's traces, when the `OTEL_*` variables or the config file turn them on.
     traces: Option<crate::telemetry::SessionTraces>,
 }
 
+/// How long a scan of the sources is used before the next call scans again (goose's
+/// `source_cache`), unless `SUMMON_MCP_SOURCES_SECS` says otherwise.
+const SOURCES_TTL: Duration = Duration::from_secs(60);
+
+/// The project's sources as a call sees them: scanned again at most every
+/// [`SOURCES_TTL`], with the roles (agents) as the session froze them.
+pub(crate) struct Sources {
+    catalog: Catalog,
+    listing: SourceList,
+}
+
 impl Shared {
+    /// The sources now: a recipe written during the session is found once the last scan is
+    /// older than a minute; the agents stay those of the session's catalog.
+    fn sources(&self) -> std::sync::Arc<Sources> {
+        let Ok(mut cache) = self.sources.lock() else {
+            return std::sync::Arc::new(self.scan());
+        };
+        let ttl = self
+            .env
+            .var("SUMMON_MCP_SOURCES_SECS")
+            .and_then(|v| v.parse().ok())
+            .map_or(SOURCES_TTL, Duration::from_secs);
+        match &*cache {
+            Some((at, sources)) if at.elapsed() < ttl => std::sync::Arc::clone(sources),
+            _ => {
+                let sources = std::sync::Arc::new(self.scan());
+                *cache = Some((std::time::Instant::now(), std::sync::Arc::clone(&sources)));
+                sources
+            }
+        }
+    }
+
+    fn scan(&self) -> Sources {
+        let mut catalog = crate::source::discover(crate::source::search_dirs(&self.env));
+        let kind = crate::source::SourceKind::Agent;
+        catalog.sources.retain(|s| s.kind != kind);
+        catalog.sources.extend(
+            self.catalog
+                .sources
+                .iter()
+                .filter(|s| s.kind == kind)
+                .cloned(),
+        );
+        let listing = delegation::list_sources(&catalog);
+        Sources { catalog, listing }
+    }
+
     fn track(&self, id: TaskId, running: bool) {
         if let Ok(mut set) = self.foreground.lock() {
             if running {
@@ -149,6 +208,7 @@ impl ServerHandler for Server {
     ) -> std::result::Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(tools::tools(
             self.shared.nested,
+            &self.shared.catalog_text,
         )))
     }
 
@@ -160,11 +220,26 @@ impl ServerHandler for Server {
         let name = request.name.to_string();
         // Inside a subagent the other tools are not listed, yet a call of one gets the
         // seed's refusal rather than "unknown tool".
-        if !tools::tools(false).iter().any(|t| t.name == name) {
+        if !tools::is_tool(&name) {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool `{}`", crate::text::printable(&name)),
                 None,
             ));
+        }
+        // Arguments that wrote a key twice were read with the last value: refused.
+        let http_session = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if let Ok(id) = serde_json::to_string(&context.id)
+            && let Some(refusal) = self.shared.duplicates.take(&http_session, &id)
+        {
+            return Ok(CallToolResponse::from(CallToolResult::error(vec![
+                ContentBlock::text(refusal),
+            ])));
         }
         let arguments = request.arguments.unwrap_or_default();
         // Over HTTP, a session that calls a tool is no longer ended as idle.
@@ -355,7 +430,8 @@ fn shared(env: Env, options: Options) -> std::sync::Arc<Shared> {
     let catalog = crate::source::discover(crate::source::search_dirs(&env));
     let listing = delegation::list_sources(&catalog);
     let nested = crate::subagent::inside_subagent(&env);
-    let instructions = tools::instructions(&listing, &env.cwd, nested);
+    let catalog_text = tools::catalog(&listing, &env.cwd);
+    let instructions = tools::instructions(&catalog_text, nested);
     let traces = session_traces(&env);
     std::sync::Arc::new(Shared {
         env,
@@ -368,7 +444,10 @@ fn shared(env: Env, options: Options) -> std::sync::Arc<Shared> {
         foreground: Mutex::new(HashSet::new()),
         runs: Mutex::new(HashSet::new()),
         used_sessions: Mutex::new(HashSet::new()),
+        sources: Mutex::new(None),
+        duplicates: std::sync::Arc::default(),
         instructions,
+        catalog_text,
         traces,
     })
 }
@@ -417,13 +496,17 @@ pub(crate) fn serve(env: Env, options: Options) -> Result<()> {
         shared: std::sync::Arc::clone(&shared),
         session: std::sync::Arc::new(Session::new(shared.options.share_tasks)),
     };
+    let duplicates = std::sync::Arc::clone(&shared.duplicates);
     let (served, signal) = runtime
         .block_on(async move {
             let signals = stop::Signals::new()?;
             // The end of stdin is seen as it is read: the session's own end waits for the calls
             // in flight, which stop only once the server stops them.
             let closed = CancellationToken::new();
-            let stdin = stop::EndOfInput::new(tokio::io::stdin(), closed.clone());
+            let stdin = stop::EndOfInput::new(
+                duplicates::Watch::new(tokio::io::stdin(), duplicates),
+                closed.clone(),
+            );
             let service = server
                 .serve((stdin, tokio::io::stdout()))
                 .await

@@ -175,7 +175,10 @@ fn render(shared: &Shared, result: &Value, out: Option<&str>, errors: &[String])
             .as_u64()
             .or(total["input_tokens"].as_u64())
             .unwrap_or(0),
-        total["output_tokens"].as_u64().unwrap_or(0),
+        result["output_tokens"]
+            .as_u64()
+            .or(total["output_tokens"].as_u64())
+            .unwrap_or(0),
     ));
     match total["cost_usd"].as_f64() {
         Some(cost) => text.push_str(&format!("Cost: ${cost:.4}\n")),

@@ -74,7 +74,7 @@ pub(super) fn check(
             return Report::default();
         }
     };
-    describe(&resolved, checks);
+    describe(&resolved, env, checks);
     let answers = if args.offline {
         checks.push(Check::ok(
             Section::Provider,
@@ -120,7 +120,7 @@ fn window_check(
 }
 
 /// The provider, its endpoint and key, and the model, each with where it came from.
-fn describe(r: &Resolved, checks: &mut Vec<Check>) {
+fn describe(r: &Resolved, env: &Env, checks: &mut Vec<Check>) {
     let def = &r.provider;
     checks.push(Check::ok(
         Section::Provider,
@@ -152,10 +152,19 @@ fn describe(r: &Resolved, checks: &mut Vec<Check>) {
         format!("model `{}` (from {}{alias})", r.model, r.model_origin),
     ));
     let key = match (&r.endpoint.api_key, &r.endpoint.api_key_env) {
-        (Some(_), Some(var)) => Check::ok(
-            Section::Provider,
-            format!("API key set in {var} (not shown)"),
-        ),
+        (Some(_), Some(var)) => match env.credentials_file_of(var) {
+            Some(file) => Check::ok(
+                Section::Provider,
+                format!(
+                    "API key set in {var}, read from {} (not shown)",
+                    file.display()
+                ),
+            ),
+            None => Check::ok(
+                Section::Provider,
+                format!("API key set in {var} (not shown)"),
+            ),
+        },
         (Some(_), None) => Check::ok(Section::Provider, "API key set (not shown)"),
         (None, Some(var)) => Check::ok(
             Section::Provider,

@@ -288,7 +288,7 @@ impl ToolSet {
             format!("Available tools: {}.", names.join(", "))
         };
         ToolOutput::error(format!(
-            "unknown_tool: {} is not one of your tools; nothing was run. {available}",
+            "unknown_tool: Unknown tool {}: it is not one of your tools; nothing was run. {available}",
             shown(name)
         ))
     }
@@ -568,8 +568,8 @@ mod tests {
         assert!(out.is_error);
         assert_eq!(
             out.content,
-            "unknown_tool: `write_file` is not one of your tools; nothing was run. Available \
-             tools: read_file, search."
+            "unknown_tool: Unknown tool `write_file`: it is not one of your tools; nothing was \
+             run. Available tools: read_file, search."
         );
         let out = set
             .call(
@@ -581,7 +581,8 @@ mod tests {
             )
             .await;
         assert!(
-            out.content.starts_with("unknown_tool: `shell`"),
+            out.content
+                .starts_with("unknown_tool: Unknown tool `shell`"),
             "{}",
             out.content
         );
@@ -595,7 +596,7 @@ mod tests {
             )
             .await;
         assert!(
-            out.content.starts_with("unknown_tool: `Bash`"),
+            out.content.starts_with("unknown_tool: Unknown tool `Bash`"),
             "{}",
             out.content
         );
@@ -615,8 +616,8 @@ mod tests {
         assert_eq!(
             out,
             ToolOutput::error(
-                "unknown_tool: `read_file` is not one of your tools; nothing was run. You have \
-                 no tools."
+                "unknown_tool: Unknown tool `read_file`: it is not one of your tools; nothing was \
+                 run. You have no tools."
             )
         );
     }
