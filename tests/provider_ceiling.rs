@@ -155,9 +155,9 @@ async fn requests_wait_for_the_providers_request_limit_instead_of_429s() {
         .run();
     let stats = server.ration_stats();
     assert_eq!(stats.admitted, 640, "{stats:?}");
-    // Held by the headers' numbers, not sent into 429s (a request whose answer refilled the
-    // bucket a hair late may still meet one).
-    assert!(stats.limited <= 6, "{stats:?}");
+    // Held by the headers' numbers, not sent into 429s: at most 2 % of the requests (a
+    // request whose answer refilled the bucket a hair late may still meet one).
+    assert!(stats.limited * 50 <= stats.admitted, "{stats:?}");
     let limits = &report(&out.dir)["rate_limits"]["openai"];
     assert_eq!(limits["rate_limited"], json!(stats.limited));
     assert_eq!(

@@ -593,17 +593,22 @@ impl Admission {
                 ticket.cost.get(dim).min(effective)
             };
             // What the provider has left now: what it said, refilled since, less what this
-            // run charged that it had not counted then.
+            // run charged that it had not counted then. It said it when the request arrived,
+            // some time between its sending and its answer: refilled since the sending at
+            // most, since the answer at least. A balance within those two stays as it is
+            // (it follows every charge and refill of the run); one outside is brought to the
+            // nearer.
             let since = bucket.net - before[dim as usize];
-            let server =
-                ((remaining - charged) + elapsed * limit / 60.0).min(limit) - since.max(0.0);
+            let said = (remaining - charged).min(limit);
+            let least = said - since.max(0.0);
+            let most = (said + elapsed * limit / 60.0).min(limit) - since.max(0.0);
             let configured_binds = bucket.configured.is_some_and(|c| c < limit);
             bucket.set_balance(if first {
-                server.min(effective)
+                least.min(effective)
             } else if configured_binds {
-                bucket.balance.min(server)
+                bucket.balance.min(most)
             } else {
-                server
+                bucket.balance.clamp(least, most.max(least))
             });
         }
         drop(state);
