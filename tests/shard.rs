@@ -906,3 +906,198 @@ async fn a_killed_shard_leaves_no_manifest_until_it_is_resumed() {
     let lines = results(&t.path().join("res"));
     assert_eq!(lines.len(), 17, "every task once: {lines:#?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// 7. Reports stay true after a resume and after a merge.
+
+/// 24 items at concurrency 2 with a fixed output limit (so that every request is the same in
+/// every run), a priced model, and a synthesis of every result.
+fn priced_pipeline() -> String {
+    format!(
+        "version: 1
+name: priced
+settings:
+  concurrency: 2
+  max_output_tokens: 100
+steps:
+  - id: list
+    decompose:
+      items: [{}]
+  - id: each
+    fan_out:
+      over: list
+      instructions: \"Process {{{{ item }}}}\"
+  - id: sum
+    synthesize:
+      instructions: |
+        Merge:
+        {{% for r in steps.each.results %}}{{{{ r.output }}}};{{% endfor %}}
+",
+        items(24).join(", ")
+    )
+}
+
+/// A mock whose first request for it00, it04 and it08 fails with HTTP 500, so that the runs
+/// meet retries: the same ones in every run against a fresh mock (all among the first 12
+/// items, which the killed run journals before it is killed).
+async fn flaky_mock() -> MockServer {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    MockServer::start(
+        MockConfig::new()
+            .latency(std::time::Duration::from_millis(20))
+            .rule(move |request| {
+                let text = request.last_user_text().unwrap_or_default();
+                let fails = text
+                    .strip_prefix("Process it")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n % 4 == 0 && n < 12);
+                if fails && seen.lock().unwrap().insert(text) {
+                    Reply::status(500, r#"{"error": {"message": "overloaded"}}"#)
+                } else {
+                    Reply::Echo
+                }
+            }),
+    )
+    .await
+}
+
+fn priced_project(server: &MockServer) -> Test {
+    project(server)
+        .env("SUMMON_MODEL", "gpt-4o-mini")
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .write_raw("p.yaml", &priced_pipeline())
+}
+
+/// `value` without what differs between two runs that did the same work: times (and the
+/// waits, which are times), ids, and
+/// how many tasks came from an earlier attempt (`resumed`). `rate_limits` describes what the
+/// provider's limits did to the process that sent the requests, so it is left out too.
+fn without_times(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(key, _)| {
+                    !matches!(
+                        key.as_str(),
+                        "started_at"
+                            | "wall_ms"
+                            | "duration_ms"
+                            | "started_ms"
+                            | "retry_wait_ms"
+                            | "waits"
+                            | "run_id"
+                            | "resumed"
+                            | "rate_limits"
+                    )
+                })
+                .map(|(key, value)| (key.clone(), without_times(value)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_times).collect()),
+        other => other.clone(),
+    }
+}
+
+/// `report.json` and the lines of `results.jsonl` (by step and index) of `dir`, without times.
+fn true_report(dir: &Path) -> (Value, BTreeMap<(String, u64), Value>) {
+    let report = support::read_json(&dir.join("report.json"));
+    let lines = results(dir)
+        .iter()
+        .map(|line| {
+            (
+                (
+                    line["step"].as_str().unwrap().to_owned(),
+                    line["index"].as_u64().unwrap(),
+                ),
+                without_times(line),
+            )
+        })
+        .collect();
+    (without_times(&report), lines)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resumed_and_merged_reports_equal_an_uninterrupted_run_field_by_field() {
+    // One uninterrupted run.
+    let server = flaky_mock().await;
+    let whole = priced_project(&server);
+    summon(&whole, &["run", "p.yaml", "--out", "res", "--quiet"]).expect(0);
+    let (whole_report, whole_lines) = true_report(&whole.path().join("res"));
+    assert_eq!(whole_report["total"]["priced"], true, "{whole_report:#}");
+    assert!(
+        whole_report["total"]["cost_usd"].as_f64().unwrap() > 0.0,
+        "{whole_report:#}"
+    );
+    assert_eq!(
+        whole_report["retries_by_class"]["server_error"], 3,
+        "{whole_report:#}"
+    );
+    assert_eq!(whole_lines.len(), 25);
+
+    // Killed with SIGKILL once the journal holds the first 12 items (the retried ones among
+    // them), then resumed.
+    let server = flaky_mock().await;
+    let t = priced_project(&server);
+    let mut child = t
+        .command()
+        .args(["run", "p.yaml", "--out", "res", "--quiet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn summon run");
+    let journaled = |path: &Path| -> i64 {
+        let Ok(conn) = rusqlite::Connection::open_with_flags(
+            path.join(".summon/state.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        ) else {
+            return 0;
+        };
+        conn.query_row(
+            "SELECT COUNT(*) FROM run_tasks WHERE status = 'completed' AND step_id = 'each' \
+             AND item_index < 12",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap_or(0)
+    };
+    support::wait_for(
+        std::time::Duration::from_secs(30),
+        "12 journaled tasks",
+        || journaled(t.path()) == 12,
+    );
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    assert!(
+        !t.path().join("res/report.json").exists(),
+        "killed before it finished"
+    );
+    summon(
+        &t,
+        &["run", "p.yaml", "--out", "res", "--quiet", "--resume"],
+    )
+    .expect(0);
+    let (resumed_report, resumed_lines) = true_report(&t.path().join("res"));
+    let resumed = support::read_json(&t.path().join("res/report.json"));
+    assert!(
+        resumed["total"]["resumed"].as_u64().unwrap() >= 12,
+        "the resumed run took the journaled tasks: {resumed:#}"
+    );
+    assert_eq!(resumed_report, whole_report);
+    assert_eq!(resumed_lines, whole_lines);
+
+    // Three shards and a merge.
+    let server = flaky_mock().await;
+    let t = priced_project(&server);
+    run_shards(&t, 3, &[]);
+    summon(
+        &t,
+        &[
+            "merge", "p.yaml", "s1", "s2", "s3", "--out", "res", "--quiet",
+        ],
+    )
+    .expect(0);
+    let (merged_report, merged_lines) = true_report(&t.path().join("res"));
+    assert_eq!(merged_report, whole_report);
+    assert_eq!(merged_lines, whole_lines);
+}

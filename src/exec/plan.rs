@@ -45,7 +45,7 @@ use super::context::{StepData, StepOutputs};
 use super::hash::request_hash;
 use crate::diag::Diagnostic;
 use crate::env::Env;
-use crate::event::{StepStatus, TaskDone, TaskTrace};
+use crate::event::{CapSummary, StepStatus, TaskDone, TaskTrace};
 use crate::pipeline::items::open_file_items;
 use crate::pipeline::model::{OnError, Pipeline, Step, StepKind};
 use crate::pipeline::shard::{Role, Shard, shard_roles, until_roles};
@@ -174,6 +174,10 @@ pub(crate) struct Plan {
     given: Vec<Option<Given>>,
     /// Said once the run starts (steps left for the merge).
     pub(crate) notes: Vec<String>,
+    /// The provider retries, by class, of the runs that gave steps (a merge's shards).
+    pub(crate) given_retries: BTreeMap<String, u64>,
+    /// The output limits the requests of the given steps were sent with, by step id.
+    pub(crate) given_output_limits: BTreeMap<String, CapSummary>,
 }
 
 impl Plan {
@@ -356,6 +360,8 @@ pub(crate) fn plan_for_run(
         roles,
         given,
         notes,
+        given_retries: BTreeMap::new(),
+        given_output_limits: BTreeMap::new(),
     })
 }
 
@@ -563,6 +569,42 @@ struct LoadedDir {
     manifest: Manifest,
     /// Every task of the run (from `tasks` and `results.jsonl`), by step id, in item order.
     records: HashMap<String, Vec<GivenTask>>,
+    /// The provider retries by class its `report.json` counts (none without one).
+    retries: BTreeMap<String, u64>,
+    /// The output limits its steps' requests were sent with, by step id, from `report.json`.
+    output_limits: BTreeMap<String, CapSummary>,
+}
+
+/// `retries_by_class` and `output_limits` of the `report.json` at `path`; empty when it
+/// cannot be read.
+fn read_report(path: &Path) -> (BTreeMap<String, u64>, BTreeMap<String, CapSummary>) {
+    let Some(report) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+    else {
+        return Default::default();
+    };
+    let retries = report["retries_by_class"]
+        .as_object()
+        .map(|classes| {
+            classes
+                .iter()
+                .filter_map(|(class, n)| Some((class.clone(), n.as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let limits = report["output_limits"]
+        .as_object()
+        .map(|steps| {
+            steps
+                .iter()
+                .filter_map(|(step, summary)| {
+                    Some((step.clone(), serde_json::from_value(summary.clone()).ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (retries, limits)
 }
 
 /// The parameters a shard ran with (`summon merge` takes them when given none).
@@ -680,11 +722,14 @@ impl LoadedDir {
         for list in records.values_mut() {
             list.sort_by_key(|r| r.index);
         }
+        let (retries, output_limits) = read_report(&dir.join(crate::output::REPORT_FILE));
         Ok(Self {
             shown: shown.to_owned(),
             manifest_path,
             manifest,
             records,
+            retries,
+            output_limits,
         })
     }
 
@@ -1015,11 +1060,31 @@ pub(crate) fn plan_for_merge(
             }
         }
     }
+    let mut given_retries: BTreeMap<String, u64> = BTreeMap::new();
+    for d in &shards {
+        for (class, n) in &d.retries {
+            *given_retries.entry(class.clone()).or_default() += n;
+        }
+    }
+    let mut given_output_limits = BTreeMap::new();
+    for (i, step) in pipeline.steps.iter().enumerate() {
+        if roles[i] != Role::Given {
+            continue;
+        }
+        let parts = shards
+            .iter()
+            .filter_map(|d| d.output_limits.get(&step.id).cloned());
+        if let Some(summary) = CapSummary::combine(parts) {
+            given_output_limits.insert(step.id.clone(), summary);
+        }
+    }
     Ok(Plan {
         mode: Mode::Merge,
         roles,
         given,
         notes: Vec::new(),
+        given_retries,
+        given_output_limits,
     })
 }
 

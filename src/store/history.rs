@@ -322,7 +322,7 @@ impl Store {
                  ORDER BY t.finished_at"
             ))?;
             let rows = stmt.query_map(params![pipeline, except, defaults], |row| {
-                Ok((result_row(row)?, row.get::<_, Option<String>>(13)?))
+                Ok((result_row(row)?, row.get::<_, Option<String>>(14)?))
             })?;
             let mut reusable = Reusable::default();
             for row in rows {
@@ -370,6 +370,7 @@ mod tests {
             error: None,
             finished_at: jiff::Timestamp::now(),
             batch_id: None,
+            meta: None,
         }
     }
 
