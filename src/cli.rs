@@ -147,8 +147,10 @@ pub(crate) struct RunArgs {
     /// Write `results.jsonl`, `report.json` and `report.html` into DIR.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
-    /// Continue the last run of this pipeline (or RUN_ID), repeating only unfinished tasks.
-    #[arg(long, value_name = "RUN_ID", num_args = 0..=1, default_missing_value = "")]
+    /// Continue the last run of this pipeline (or RUN_ID), repeating only unfinished tasks;
+    /// `--resume=auto` continues it when it did not complete and otherwise starts a new run
+    /// (one command for a scheduler's first attempt and every requeue).
+    #[arg(long, value_name = "RUN_ID|auto", num_args = 0..=1, default_missing_value = "")]
     pub(crate) resume: Option<String>,
     /// Take the answer of an earlier run to the same request instead of sending it again.
     #[arg(long)]

@@ -1101,3 +1101,99 @@ async fn resumed_and_merged_reports_equal_an_uninterrupted_run_field_by_field() 
     assert_eq!(merged_report, whole_report);
     assert_eq!(merged_lines, whole_lines);
 }
+
+// ---------------------------------------------------------------------------------------------
+// 8. Requeued by a scheduler: SIGTERM, then the same command again.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_keeps_a_shard_resumable_and_resume_auto_continues_or_starts() {
+    let server =
+        MockServer::start(MockConfig::new().latency(std::time::Duration::from_millis(100))).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(16), ""));
+    let shard1 = [
+        "run",
+        "p.yaml",
+        "--shard",
+        "1/2",
+        "--out",
+        "s1",
+        "--resume=auto",
+        "--concurrency",
+        "1",
+        "-q",
+    ];
+    // The first attempt: nothing to continue, so it starts.
+    let child = t
+        .command()
+        .args(shard1)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    support::wait_for(
+        std::time::Duration::from_secs(30),
+        "two finished tasks",
+        || results(&t.path().join("s1")).len() >= 2,
+    );
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let first = ran(child.wait_with_output().unwrap()).expect(130);
+    assert!(
+        first.stderr.contains("terminated (SIGTERM)")
+            && first
+                .stderr
+                .contains("summon run p.yaml --shard 1/2 --out s1 --resume"),
+        "{}",
+        first.stderr
+    );
+    let manifest = support::read_json(&t.path().join("s1/manifest.json"));
+    assert_eq!(manifest["status"], "interrupted", "{manifest:#}");
+    let done_before: Vec<String> = results(&t.path().join("s1"))
+        .iter()
+        .filter(|l| l["status"] == "completed")
+        .map(|l| l["item"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!done_before.is_empty());
+
+    // The requeue: the same command continues the run and sends no finished task again.
+    summon(&t, &shard1)
+        .expect(0)
+        .stderr_has("--resume=auto: continuing run");
+    let sent = sent_count(&server, "Process ");
+    for item in &done_before {
+        assert_eq!(
+            sent[&format!("Process {item} in a plain tone")],
+            1,
+            "{item} was sent again: {sent:?}"
+        );
+    }
+    let shard2 = [
+        "run",
+        "p.yaml",
+        "--shard",
+        "2/2",
+        "--out",
+        "s2",
+        "--resume=auto",
+        "-q",
+    ];
+    let started = summon(&t, &shard2).expect(0);
+    assert!(!started.stderr.contains("continuing"), "{}", started.stderr);
+    summon(
+        &t,
+        &["merge", "p.yaml", "s1", "s2", "--out", "res", "--quiet"],
+    )
+    .expect(0);
+    assert_eq!(results(&t.path().join("res")).len(), 17);
+    assert_eq!(sent_count(&server, "Process ").len(), 16);
+
+    // A completed run has nothing to continue: the same command starts a new one.
+    let before = server.request_count();
+    let again = summon(&t, &shard2).expect(0);
+    assert!(!again.stderr.contains("continuing"), "{}", again.stderr);
+    assert!(server.request_count() > before, "a new run sends its tasks");
+}

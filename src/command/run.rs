@@ -43,10 +43,30 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         from_started(args, &started)
     };
     let pipeline = load_pipeline(&args.pipeline, ctx)?;
-    // `--resume` continues with what the run was started with.
+    // `--resume=auto` continues the last run of this pipeline (and part of it) when it did not
+    // complete, else starts one: one command for a job's first attempt and every requeue.
+    let auto = args.resume.as_deref() == Some(RESUME_AUTO);
     let earlier = match &args.resume {
+        Some(_) if auto => {
+            resumed_setup(&pipeline, args, "", &shown, ctx)?.filter(|setup| !setup.completed)
+        }
         Some(id) => resumed_setup(&pipeline, args, id, &shown, ctx)?,
         None => None,
+    };
+    let auto_args;
+    let args = if auto {
+        let mut resolved = args.clone();
+        resolved.resume = earlier.as_ref().map(|setup| setup.run_id.clone());
+        if let Some(setup) = &earlier {
+            ctx.note(&format!(
+                "note: --resume=auto: continuing run {}",
+                setup.run_id
+            ));
+        }
+        auto_args = resolved;
+        &auto_args
+    } else {
+        args
     };
     let args = &match &earlier {
         Some(setup) => setup.fill(args, &ctx.env.cwd)?,
@@ -295,9 +315,14 @@ pub(super) fn end_traces(
     }
 }
 
+/// `--resume=auto`: continue the last run when it did not complete, else start one.
+pub(crate) const RESUME_AUTO: &str = "auto";
+
 /// What a run to be resumed was started with.
 struct Setup {
     run_id: String,
+    /// The run completed: `--resume=auto` starts a new one.
+    completed: bool,
     params: Option<indexmap::IndexMap<String, String>>,
     out: Option<String>,
     junit: Option<String>,
@@ -481,6 +506,7 @@ fn resumed_setup(
             .ok()
             .filter(serde_json::Value::is_array)
             .map(|frozen| crate::source::thaw(&frozen)),
+        completed: run.status == crate::store::RunStatus::Completed,
         run_id: run.run_id,
     }))
 }
