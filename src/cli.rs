@@ -183,7 +183,9 @@ pub(crate) struct RunArgs {
     #[arg(long, short)]
     pub(crate) quiet: bool,
     /// Run only shard I of N (1-based) of every fan_out, for `summon merge`; needs --out.
-    /// Without it, JOB_COMPLETION_INDEX (0-based) and JOB_COMPLETIONS select the shard.
+    /// Without it, a scheduler's index variables select the shard: Kubernetes'
+    /// JOB_COMPLETION_INDEX/JOB_COMPLETIONS, Slurm's SLURM_ARRAY_TASK_*, GitLab's
+    /// CI_NODE_INDEX/CI_NODE_TOTAL, AWS Batch's AWS_BATCH_JOB_ARRAY_INDEX/_SIZE.
     #[arg(long, value_name = "I/N")]
     pub(crate) shard: Option<String>,
     /// Compute STEP and the steps it needs, once, into --out, for every shard's --items-from.

@@ -1197,3 +1197,92 @@ async fn sigterm_keeps_a_shard_resumable_and_resume_auto_continues_or_starts() {
     assert!(!again.stderr.contains("continuing"), "{}", again.stderr);
     assert!(server.request_count() > before, "a new run sends its tasks");
 }
+
+// ---------------------------------------------------------------------------------------------
+// 9. The index variables of Slurm, GitLab and AWS Batch; a dry run of a shard.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slurm_gitlab_and_aws_batch_variables_select_the_shard_and_a_dry_run_honours_it() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(12), ""));
+    summon(
+        &t,
+        &[
+            "run", "p.yaml", "--shard", "2/4", "--out", "flag", "--quiet",
+        ],
+    )
+    .expect(0);
+    let by_flag = result_set(&t.path().join("flag"));
+    assert!(!by_flag.is_empty());
+    // Shard 2 of 4 as each scheduler numbers it.
+    let schedulers: [(&str, &[(&str, &str)]); 3] = [
+        (
+            "slurm",
+            &[
+                ("SLURM_ARRAY_TASK_ID", "6"),
+                ("SLURM_ARRAY_TASK_MIN", "5"),
+                ("SLURM_ARRAY_TASK_MAX", "8"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ],
+        ),
+        ("gitlab", &[("CI_NODE_INDEX", "2"), ("CI_NODE_TOTAL", "4")]),
+        (
+            "aws",
+            &[
+                ("AWS_BATCH_JOB_ARRAY_INDEX", "1"),
+                ("AWS_BATCH_JOB_ARRAY_SIZE", "4"),
+            ],
+        ),
+    ];
+    for (name, vars) in schedulers {
+        let mut command = t.command();
+        command.args(["run", "p.yaml", "--out", name, "--quiet"]);
+        for (k, v) in vars {
+            command.env(k, v);
+        }
+        ran(command.output().unwrap()).expect(0);
+        assert_eq!(result_set(&t.path().join(name)), by_flag, "{name}");
+        let manifest = support::read_json(&t.path().join(format!("{name}/manifest.json")));
+        assert_eq!(manifest["shard"], json!({"index": 2, "count": 4}), "{name}");
+    }
+
+    // Two schedulers that disagree: refused, naming both, before anything is sent.
+    let before = server.request_count();
+    let disagree = t
+        .command()
+        .args(["run", "p.yaml", "--out", "bad", "--quiet"])
+        .env("CI_NODE_INDEX", "1")
+        .env("CI_NODE_TOTAL", "4")
+        .env("AWS_BATCH_JOB_ARRAY_INDEX", "1")
+        .env("AWS_BATCH_JOB_ARRAY_SIZE", "4")
+        .output()
+        .unwrap();
+    ran(disagree).expect(1).stderr_has(
+        "CI_NODE_INDEX selects shard 1/4 but AWS_BATCH_JOB_ARRAY_INDEX selects shard 2/4",
+    );
+    assert_eq!(server.request_count(), before);
+    assert!(!t.path().join("bad").exists());
+
+    // A dry run of shard 2/4 counts the tasks that shard sends, and leaves the synthesis for
+    // the merge; it needs no --out.
+    let dry = summon(&t, &["run", "p.yaml", "--shard", "2/4", "--dry-run"]).expect(0);
+    let owned = by_flag.len();
+    assert!(
+        dry.stdout
+            .contains(&format!("each (fan_out) after list: {owned} task"))
+            || dry
+                .stderr
+                .contains(&format!("each (fan_out) after list: {owned} task")),
+        "{}{}",
+        dry.stdout,
+        dry.stderr
+    );
+    assert!(
+        (dry.stdout.clone() + &dry.stderr)
+            .contains("sum (synthesize) after each: 0 tasks; left for `summon merge`"),
+        "{}{}",
+        dry.stdout,
+        dry.stderr
+    );
+    assert_eq!(server.request_count(), before, "a dry run sends nothing");
+}

@@ -97,7 +97,11 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         shard: args.shard.as_deref(),
         until: args.until.as_deref(),
         items_from: args.items_from.as_deref(),
-        out: args.out.as_deref(),
+        // A dry run writes nothing: a shard's needs no `--out`.
+        out: args
+            .out
+            .as_deref()
+            .or_else(|| args.dry_run.then(|| std::path::Path::new("."))),
         shown: &shown,
     };
     let plan = crate::exec::plan::plan_for_run(&ctx.env, &pipeline, &params, &request)?;
@@ -117,7 +121,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
     );
     ctx.report(&compiled.warnings());
     if args.dry_run {
-        return dry_run(&compiled, &catalog, &params, args, ctx);
+        return dry_run(&compiled, &catalog, &params, &plan, args, ctx);
     }
     // Without the run to resume, the run says so before anything else.
     if args.resume.is_none() || frozen.is_some() {
@@ -905,6 +909,7 @@ fn dry_run(
     compiled: &CompiledPipeline,
     catalog: &crate::source::Catalog,
     params: &indexmap::IndexMap<String, String>,
+    run_plan: &crate::exec::plan::Plan,
     args: &RunArgs,
     ctx: &mut Ctx,
 ) -> Result<()> {
@@ -913,7 +918,7 @@ fn dry_run(
     ctx.report(&warnings.items);
     dry_run_windows(compiled, &mut config, &ctx.env)?;
     let pipeline = &compiled.pipeline;
-    let plan = crate::exec::dry_run::plan(&ctx.env, &config, catalog, compiled, params);
+    let plan = crate::exec::dry_run::plan(&ctx.env, &config, catalog, compiled, params, run_plan);
     let costs = step_costs(pipeline, &plan, &config, args.batch);
     let budget = DryBudget {
         cap: args

@@ -265,19 +265,20 @@ pub(crate) fn plan_for_run(
 ) -> Result<Plan, Diagnostic> {
     // The provider's waits and windows, refused here rather than halfway through the run.
     crate::provider::RetryPolicy::from_env(env).map_err(Diagnostic::error)?;
+    // `--shard` wins over a scheduler's variables.
     let from_env = if request.shard.is_none() {
-        Shard::from_env(env).map_err(Diagnostic::error)?
+        Shard::from_env_by(env).map_err(Diagnostic::error)?
     } else {
         None
     };
     let shard = match request.shard {
         Some(text) => Some(Shard::parse(text).map_err(Diagnostic::error)?),
-        None => from_env,
+        None => from_env.map(|(shard, _)| shard),
     };
     let mode = match (shard, request.until) {
         (Some(shard), Some(step)) => {
-            let how = if from_env.is_some() {
-                format!("JOB_COMPLETION_INDEX selects shard {shard}")
+            let how = if let Some((_, by)) = from_env {
+                format!("{by} selects shard {shard}")
             } else {
                 format!("`--shard {shard}` is given")
             };
@@ -292,9 +293,9 @@ pub(crate) fn plan_for_run(
     };
     if request.out.is_none() {
         let what = match &mode {
-            Mode::Shard(shard) if from_env.is_some() => Some(format!(
-                "JOB_COMPLETION_INDEX selects shard {shard}, which needs `--out DIR`: `summon \
-                 merge` combines the shards from there"
+            Mode::Shard(shard) if let Some((_, by)) = from_env => Some(format!(
+                "{by} selects shard {shard}, which needs `--out DIR`: `summon merge` combines \
+                 the shards from there"
             )),
             Mode::Shard(shard) => Some(format!(
                 "`--shard {shard}` needs `--out DIR`: `summon merge` combines the shards from there"
