@@ -1286,3 +1286,47 @@ async fn slurm_gitlab_and_aws_batch_variables_select_the_shard_and_a_dry_run_hon
     );
     assert_eq!(server.request_count(), before, "a dry run sends nothing");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_of_shards_run_with_different_models_says_so_naming_them() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(8), ""));
+    for (i, model) in [(1, "mock-model"), (2, "other-model")] {
+        let out = t
+            .command()
+            .args([
+                "run",
+                "p.yaml",
+                "--shard",
+                &format!("{i}/2"),
+                "--out",
+                &format!("s{i}"),
+                "--quiet",
+            ])
+            .env("SUMMON_MODEL", model)
+            .output()
+            .unwrap();
+        ran(out).expect(0);
+    }
+    summon(
+        &t,
+        &["merge", "p.yaml", "s1", "s2", "--out", "res", "--quiet"],
+    )
+    .expect(0)
+    .stderr_has(
+        "warning: the shards ran their tasks with different models: `mock-model` in shard \
+             1/2 (`s1`); `other-model` in shard 2/2 (`s2`)",
+    );
+    // Shard 2 again with the same model as shard 1: no warning.
+    summon(
+        &t,
+        &["run", "p.yaml", "--shard", "2/2", "--out", "s2b", "--quiet"],
+    )
+    .expect(0);
+    let same = summon(
+        &t,
+        &["merge", "p.yaml", "s1", "s2b", "--out", "res2", "--quiet"],
+    )
+    .expect(0);
+    assert!(!same.stderr.contains("different models"), "{}", same.stderr);
+}

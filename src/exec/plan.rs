@@ -1061,6 +1061,36 @@ pub(crate) fn plan_for_merge(
             }
         }
     }
+    // Shards that ran their tasks with different models are one run only in name: said,
+    // naming the shards and the models.
+    let mut notes = Vec::new();
+    let mut models: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for d in &shards {
+        let shard = d.shard().map_or_else(String::new, |s| s.to_string());
+        for model in d
+            .manifest
+            .tasks
+            .iter()
+            .filter_map(|t| t.model.as_deref())
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            models
+                .entry(model)
+                .or_default()
+                .push(format!("{shard} (`{}`)", d.shown));
+        }
+    }
+    if models.len() > 1 {
+        let each: Vec<String> = models
+            .iter()
+            .map(|(model, shards)| format!("`{model}` in shard {}", shards.join(", ")))
+            .collect();
+        notes.push(format!(
+            "the shards ran their tasks with different models: {}; the merged results mix \
+             them (run every shard with the same configuration and SUMMON_MODEL)",
+            each.join("; ")
+        ));
+    }
     let mut given_retries: BTreeMap<String, u64> = BTreeMap::new();
     for d in &shards {
         for (class, n) in &d.retries {
@@ -1083,7 +1113,7 @@ pub(crate) fn plan_for_merge(
         mode: Mode::Merge,
         roles,
         given,
-        notes: Vec::new(),
+        notes,
         given_retries,
         given_output_limits,
     })
