@@ -1330,3 +1330,80 @@ async fn a_merge_of_shards_run_with_different_models_says_so_naming_them() {
     .expect(0);
     assert!(!same.stderr.contains("different models"), "{}", same.stderr);
 }
+
+// ---------------------------------------------------------------------------------------------
+// 10. Shards that share a folder: one run at a time, whatever the PID namespace.
+
+/// `summon ARGS` in project `t` inside a PID namespace of its own (`unshare --pid --fork
+/// --mount-proc`, as root): its pid there is 1, as is that of every other such process.
+fn in_pid_namespace(t: &Test, args: &[&str]) -> std::process::Command {
+    let mut base = t.command();
+    base.args(args);
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(base.get_program())
+        .args(base.get_args())
+        .current_dir(base.get_current_dir().expect("the project"))
+        .env_clear();
+    for (key, value) in base.get_envs() {
+        if let Some(value) = value {
+            command.env(key, value);
+        }
+    }
+    command
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs root and unshare (util-linux) for PID namespaces; runs with `cargo test --test suite -- --ignored`"]
+async fn two_pid_namespaces_never_both_run_one_shard_into_one_out() {
+    let works = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(works, "unshare --pid --fork --mount-proc needs root here");
+    let server =
+        MockServer::start(MockConfig::new().latency(std::time::Duration::from_millis(100))).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(16), ""));
+    let args = [
+        "run",
+        "p.yaml",
+        "--shard",
+        "1/1",
+        "--out",
+        "out",
+        "--concurrency",
+        "2",
+        "-q",
+    ];
+    let first = in_pid_namespace(&t, &args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    support::wait_for(
+        std::time::Duration::from_secs(30),
+        "the first run's first request",
+        || server.request_count() >= 1,
+    );
+    // The same shard into the same folder, from another PID namespace: a new run, and a
+    // requeue that continues the live one. Both are refused while the first lives.
+    let again = ran(in_pid_namespace(&t, &args).output().unwrap()).expect(75);
+    assert!(
+        again.stderr.contains("still running") || again.stderr.contains("same --out"),
+        "{}",
+        again.stderr
+    );
+    let mut requeue: Vec<&str> = args.to_vec();
+    requeue.push("--resume=auto");
+    ran(in_pid_namespace(&t, &requeue).output().unwrap())
+        .expect(75)
+        .stderr_has("is already running (host ");
+    ran(first.wait_with_output().unwrap()).expect(0);
+    // Every item was paid for once.
+    let per_item = sent_count(&server, "Process ");
+    assert_eq!(per_item.len(), 16, "{per_item:?}");
+    assert!(per_item.values().all(|&n| n == 1), "{per_item:?}");
+    assert_eq!(results(&t.path().join("out")).len(), 16);
+}

@@ -52,6 +52,15 @@ impl OpenRun {
         options: &RunOptions,
     ) -> Result<Self> {
         let store = Store::open_for(env)?;
+        if let Some(fs) = crate::store::live::network_filesystem(store.dir()) {
+            eprintln!(
+                "summon: warning: the run journal `{}` is on {fs}, where SQLite is not safe for \
+                 processes of different hosts: run each shard from a working directory on \
+                 node-local disk and give `--out` a folder on the shared one (docs/sharding.md, \
+                 \"Shared folders\")",
+                store.dir().display()
+            );
+        }
         let pipeline_path = pipeline
             .file
             .path()
@@ -290,6 +299,27 @@ fn open_results(env: &Env, options: &RunOptions) -> Result<(Option<ResultsWriter
 fn hold(store: &Store, run: &RunRecord, fresh: bool, wait: bool) -> Result<()> {
     let pid = std::process::id();
     let mut told = false;
+    // The run's live lock first: two processes that resume one run (the same shard requeued
+    // twice, in two containers or on two hosts sharing the folder) never both run it.
+    loop {
+        match crate::store::live::take(store.dir(), &run.run_id)? {
+            Ok(()) => break,
+            Err(holder) if !wait => {
+                return Err(Error::Busy(format!(
+                    "run {} is already running ({holder}); two processes never run one run: \
+                     wait for it with --wait, or stop it first",
+                    run.run_id
+                )));
+            }
+            Err(holder) => {
+                if !told {
+                    eprintln!("summon: waiting for run {} to end ({holder})", run.run_id);
+                    told = true;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    }
     loop {
         let held = store.hold_run(&run.run_id, pid, fresh && !wait, crate::process::pid_alive)?;
         let Some(held) = held else {
