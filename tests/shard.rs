@@ -10,6 +10,7 @@ use crate::support::results;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use summon_mock_llm::{Api, MockConfig, MockServer, Reply};
@@ -801,8 +802,8 @@ fn the_sharding_docs_examples_are_consistent() {
         .collect();
     assert_eq!(
         blocks.len(),
-        2,
-        "a GitHub Actions workflow and a Kubernetes Job"
+        3,
+        "a GitHub Actions workflow, a Kubernetes Job and a GitLab pipeline"
     );
     let value_after = |text: &str, key: &str| -> String {
         let at = text.find(key).unwrap_or_else(|| panic!("no {key}"));
@@ -832,6 +833,11 @@ fn the_sharding_docs_examples_are_consistent() {
     assert_eq!(set, completions);
     assert!(job.contains("--out /shards/shard-$JOB_COMPLETION_INDEX"));
     assert!(job.contains("summon merge pipelines/classify-tickets.yaml /shards/shard-*"));
+    // GitLab: `parallel:` jobs, each with its CI_NODE_INDEX, then a merge.
+    let gitlab = blocks[2];
+    assert_eq!(value_after(gitlab, "parallel:"), "4");
+    assert!(gitlab.contains("--out \"shards/shard-$CI_NODE_INDEX\" --resume=auto"));
+    assert!(gitlab.contains("summon merge pipelines/tickets.yaml shards/shard-*"));
     // Every flag the page uses exists.
     let help = |command: &str| {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_summon"))
@@ -1406,4 +1412,277 @@ async fn two_pid_namespaces_never_both_run_one_shard_into_one_out() {
     assert_eq!(per_item.len(), 16, "{per_item:?}");
     assert!(per_item.values().all(|&n| n == 1), "{per_item:?}");
     assert_eq!(results(&t.path().join("out")).len(), 16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. A real scheduler: the sbatch script of docs/sharding.md on a Slurm cluster of one node.
+
+/// The shell block of docs/sharding.md that starts with `#!/bin/sh` and `#SBATCH`.
+fn docs_sbatch_script() -> String {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sharding.md"))
+        .expect("docs/sharding.md");
+    docs.split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.starts_with("#!/bin/sh\n#SBATCH"))
+        .expect("an sbatch script in docs/sharding.md")
+        .to_owned()
+}
+
+/// A Slurm controller, a node daemon and munge on 127.0.0.1, with a configuration of their
+/// own in a temporary folder; stopped (by their pids) when dropped.
+struct Slurm {
+    dir: tempfile::TempDir,
+}
+
+impl Slurm {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        let p = |name: &str| root.join(name).display().to_string();
+        for sub in ["state", "spool", "munge"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let free_port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap()
+            .trim()
+            .to_owned();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let conf = format!(
+            "ClusterName=summontest\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={}\n\
+             SlurmdPort={}\nAuthType=auth/munge\nCredType=cred/munge\n\
+             AuthInfo=socket={munge},cred_expire=5\nSlurmUser=root\nSlurmdUser=root\n\
+             StateSaveLocation={state}\nSlurmdSpoolDir={spool}\n\
+             SlurmctldPidFile={ctld_pid}\nSlurmdPidFile={d_pid}\n\
+             SlurmctldLogFile={ctld_log}\nSlurmdLogFile={d_log}\n\
+             ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
+             SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n\
+             SchedulerType=sched/builtin\nSchedulerParameters=sched_interval=1\n\
+             ReturnToService=2\nMpiDefault=none\n\
+             JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
+             KillWait=10\n\
+             NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 State=UNKNOWN\n\
+             PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP \
+             OverSubscribe=FORCE:4\n",
+            free_port(),
+            free_port(),
+            munge = p("munge/socket"),
+            state = p("state"),
+            spool = p("spool"),
+            ctld_pid = p("slurmctld.pid"),
+            d_pid = p("slurmd.pid"),
+            ctld_log = p("slurmctld.log"),
+            d_log = p("slurmd.log"),
+        );
+        std::fs::write(dir.path().join("slurm.conf"), conf).unwrap();
+        let key: Vec<u8> = (0..1024u32).map(|i| (i * 7919 % 251) as u8).collect();
+        std::fs::write(dir.path().join("munge/key"), key).unwrap();
+        std::fs::set_permissions(
+            dir.path().join("munge/key"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o400),
+        )
+        .unwrap();
+        let slurm = Self { dir };
+        let run = |program: &str, args: &[String]| {
+            let status = std::process::Command::new(program)
+                .args(args)
+                .env("SLURM_CONF", slurm.conf())
+                .status()
+                .unwrap_or_else(|e| panic!("{program}: {e}"));
+            assert!(status.success(), "{program} {args:?} failed");
+        };
+        run(
+            "munged",
+            &[
+                format!("--key-file={}", p("munge/key")),
+                format!("--socket={}", p("munge/socket")),
+                format!("--pid-file={}", p("munge/munged.pid")),
+                format!("--log-file={}", p("munge/munged.log")),
+                format!("--seed-file={}", p("munge/seed")),
+                "--force".to_owned(),
+            ],
+        );
+        run("slurmctld", &[]);
+        run("slurmd", &["-N".to_owned(), host]);
+        support::wait_for(Duration::from_secs(60), "the Slurm node to be idle", || {
+            slurm
+                .command("sinfo")
+                .args(["-h", "-o", "%t"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")
+        });
+        slurm
+    }
+
+    fn conf(&self) -> std::path::PathBuf {
+        self.dir.path().join("slurm.conf")
+    }
+
+    /// A Slurm client command (`sbatch`, `squeue`, ...) against this cluster.
+    fn command(&self, program: &str) -> std::process::Command {
+        let mut command = std::process::Command::new(program);
+        command.env("SLURM_CONF", self.conf());
+        command
+    }
+
+    /// The array tasks of job `job` still queued or running.
+    fn pending(&self, job: &str) -> usize {
+        let out = self
+            .command("squeue")
+            .args(["-h", "-r", "-j", job, "-o", "%i"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        for pid_file in ["slurmd.pid", "slurmctld.pid", "munge/munged.pid"] {
+            if let Ok(pid) = std::fs::read_to_string(self.dir.path().join(pid_file)) {
+                let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs slurm (slurmctld, slurmd, sbatch: apt-get install slurmctld slurmd slurm-client munge; .ci/run installs them), run as root; runs with `cargo test --test suite -- --ignored`"]
+async fn a_slurm_array_killed_and_requeued_then_merged_gives_what_one_run_gives() {
+    // sbatch needs a cluster to say its version; slurmd and munged say theirs alone.
+    support::require("slurmd");
+    support::require("munged");
+    let items = items(24);
+    // One task at a time in each shard, so that a requeue finds array task 1 halfway.
+    let text = pipeline(&items, "    concurrency: 1\n");
+    let whole_server = MockServer::start(MockConfig::new()).await;
+    let whole = project(&whole_server).write_raw("pipelines/tickets.yaml", &text);
+    summon(
+        &whole,
+        &["run", "pipelines/tickets.yaml", "--out", "res", "--quiet"],
+    )
+    .expect(0);
+
+    let slurm = Slurm::start();
+    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(700))).await;
+    let t = project(&server)
+        .write_raw("pipelines/tickets.yaml", &text)
+        .write_raw("shards.sh", &docs_sbatch_script());
+    // sbatch passes its environment to the job: the project's, with summon on PATH.
+    let base = t.command();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_summon"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let mut sbatch = slurm.command("sbatch");
+    sbatch
+        .args(["--parsable", "--oversubscribe", "shards.sh"])
+        .current_dir(t.path());
+    for (key, value) in base.get_envs() {
+        if let Some(value) = value {
+            sbatch.env(key, value);
+        }
+    }
+    sbatch.env(
+        "PATH",
+        format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+    );
+    let submitted = sbatch.output().unwrap();
+    assert!(submitted.status.success(), "{submitted:?}");
+    let job = String::from_utf8(submitted.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+
+    // Once array task 1 has finished a few tasks, requeue it: Slurm stops it (SIGTERM, then
+    // SIGKILL after KillWait) and runs it again with the same command.
+    let shard = |i: u32| t.path().join(format!("shards/shard-{i}"));
+    support::wait_for(
+        Duration::from_secs(120),
+        "array task 1's first results",
+        || results(&shard(1)).len() >= 2,
+    );
+    let task = format!("{job}_1");
+    let requeued = slurm
+        .command("scontrol")
+        .args(["requeue", &task])
+        .status()
+        .unwrap();
+    assert!(requeued.success());
+    // Slurm starts a requeued task again once the credentials of its first attempt have
+    // expired (`cred_expire`: 5 s on this cluster, 120 s by default).
+    let done = |i: u32| {
+        std::fs::read_to_string(shard(i).join("manifest.json"))
+            .is_ok_and(|text| text.contains("\"status\": \"completed\""))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(150);
+    while slurm.pending(&job) > 0 || !(0..4).all(done) {
+        if std::time::Instant::now() > deadline {
+            let queue = slurm
+                .command("squeue")
+                .args(["-r", "-o", "%i %t %r"])
+                .output()
+                .unwrap();
+            let log = |name: &str| {
+                std::fs::read_to_string(slurm.dir.path().join(name)).unwrap_or_default()
+            };
+            panic!(
+                "the array did not end:\n{}\n--- slurmctld\n{}\n--- slurmd\n{}",
+                String::from_utf8_lossy(&queue.stdout),
+                log("slurmctld.log"),
+                log("slurmd.log")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for i in 0..4 {
+        let log = std::fs::read_to_string(t.path().join(format!("slurm-{job}_{i}.out")))
+            .unwrap_or_default();
+        let manifest = support::read_json(&shard(i).join("manifest.json"));
+        assert_eq!(manifest["status"], "completed", "shard {i}:\n{log}");
+        assert_eq!(manifest["shard"]["index"], i + 1, "shard {i}");
+    }
+    let log1 = std::fs::read_to_string(t.path().join(format!("slurm-{job}_1.out"))).unwrap();
+    assert!(
+        log1.contains("terminated (SIGTERM)") && log1.contains("--resume=auto: continuing run"),
+        "the requeued task continued its run:\n{log1}"
+    );
+    // The requeued task sent again at most the tasks in flight when it was stopped.
+    let per_item = sent_count(&server, "Process ");
+    assert_eq!(per_item.len(), 24, "{per_item:?}");
+    let twice = per_item.values().filter(|&&n| n > 1).count();
+    assert!(twice <= 1, "{twice} items sent twice: {per_item:?}");
+
+    summon(
+        &t,
+        &[
+            "merge",
+            "pipelines/tickets.yaml",
+            "shards/shard-0",
+            "shards/shard-1",
+            "shards/shard-2",
+            "shards/shard-3",
+            "--out",
+            "res",
+            "--quiet",
+        ],
+    )
+    .expect(0);
+    assert_eq!(
+        result_set(&t.path().join("res")),
+        result_set(&whole.path().join("res"))
+    );
+    // The same counts, but for the tasks the requeued shard took from its journal.
+    assert_eq!(
+        without_times(&report_counts(&t.path().join("res"))),
+        without_times(&report_counts(&whole.path().join("res")))
+    );
+    drop(slurm);
 }
