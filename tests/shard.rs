@@ -818,15 +818,21 @@ fn the_sharding_docs_examples_are_consistent() {
             .trim_matches('"')
             .to_owned()
     };
+    let block = |marker: &str| {
+        *blocks
+            .iter()
+            .find(|b| b.contains(marker))
+            .unwrap_or_else(|| panic!("no yaml block with {marker}"))
+    };
     // GitHub Actions: one matrix entry per shard, I/N from the matrix.
-    let workflow = blocks[0];
+    let workflow = block("jobs:");
     let shards: usize = value_after(workflow, "SHARDS:").parse().unwrap();
     let matrix = value_after(workflow, "shard: [");
     assert_eq!(matrix.trim_end_matches(']').split(',').count(), shards);
     assert!(workflow.contains("--shard ${{ matrix.shard }}/${{ env.SHARDS }}"));
     assert!(workflow.contains("summon merge pipelines/classify-tickets.yaml shards/shard-*"));
     // Kubernetes: an Indexed Job whose JOB_COMPLETIONS matches its completions.
-    let job = blocks[1];
+    let job = block("kind: Job");
     assert_eq!(value_after(job, "completionMode:"), "Indexed");
     let completions = value_after(job, "completions:");
     let set = value_after(&job[job.find("name: JOB_COMPLETIONS").unwrap()..], "value:");
@@ -834,7 +840,7 @@ fn the_sharding_docs_examples_are_consistent() {
     assert!(job.contains("--out /shards/shard-$JOB_COMPLETION_INDEX"));
     assert!(job.contains("summon merge pipelines/classify-tickets.yaml /shards/shard-*"));
     // GitLab: `parallel:` jobs, each with its CI_NODE_INDEX, then a merge.
-    let gitlab = blocks[2];
+    let gitlab = block("parallel:");
     assert_eq!(value_after(gitlab, "parallel:"), "4");
     assert!(gitlab.contains("--out \"shards/shard-$CI_NODE_INDEX\" --resume=auto"));
     assert!(gitlab.contains("summon merge pipelines/tickets.yaml shards/shard-*"));
