@@ -9,12 +9,15 @@
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use rustix::fs::{FlockOperation, flock};
 
-/// The locks this process holds: kept open until it exits.
-static HELD: Mutex<Vec<File>> = Mutex::new(Vec::new());
+/// A live lock this process holds: released when dropped (the run ended) or when the process
+/// ends, however it ends.
+#[derive(Debug)]
+pub(crate) struct LiveLock {
+    _file: File,
+}
 
 fn path(dir: &Path, run_id: &str) -> PathBuf {
     dir.join("live").join(format!("{run_id}.lock"))
@@ -34,9 +37,9 @@ fn kernel(name: &str) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// Takes the live lock of `run_id` for this process, until it exits. `Ok(Err(holder))` when
-/// another process holds it (what its file says, if anything).
-pub(crate) fn take(dir: &Path, run_id: &str) -> std::io::Result<Result<(), String>> {
+/// Takes the live lock of `run_id`, until the lock is dropped or the process exits.
+/// `Ok(Err(holder))` when another run holds it (what its file says, if anything).
+pub(crate) fn take(dir: &Path, run_id: &str) -> std::io::Result<Result<LiveLock, String>> {
     let path = path(dir, run_id);
     std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
     let mut file = std::fs::OpenOptions::new()
@@ -64,10 +67,7 @@ pub(crate) fn take(dir: &Path, run_id: &str) -> std::io::Result<Result<(), Strin
         std::process::id()
     )?;
     file.flush()?;
-    if let Ok(mut held) = HELD.lock() {
-        held.push(file);
-    }
-    Ok(Ok(()))
+    Ok(Ok(LiveLock { _file: file }))
 }
 
 /// Whether a live process holds the lock of `run_id`; `None` when the run has no lock file
@@ -116,10 +116,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lock_is_held_until_its_file_is_closed_and_says_who_holds_it() {
+    fn a_lock_is_held_until_it_is_dropped_and_says_who_holds_it() {
         let tmp = tempfile::tempdir().unwrap();
         assert_eq!(held(tmp.path(), "r1"), None, "no lock file yet");
-        take(tmp.path(), "r1").unwrap().unwrap();
+        let lock = take(tmp.path(), "r1").unwrap().unwrap();
         assert_eq!(held(tmp.path(), "r1"), Some(true));
         // Another open file description (as another process would have) cannot take it.
         let holder = take(tmp.path(), "r1").unwrap().unwrap_err();
@@ -127,10 +127,9 @@ mod tests {
             holder.contains(&format!("pid {}", std::process::id())),
             "{holder}"
         );
-        // Closed (as at the holder's exit): free.
-        HELD.lock().unwrap().clear();
+        // Dropped (as at the run's end, or the holder's exit): free.
+        drop(lock);
         assert_eq!(held(tmp.path(), "r1"), Some(false));
-        take(tmp.path(), "r1").unwrap().unwrap();
-        HELD.lock().unwrap().clear();
+        drop(take(tmp.path(), "r1").unwrap().unwrap());
     }
 }
