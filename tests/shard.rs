@@ -1118,7 +1118,7 @@ async fn resumed_and_merged_reports_equal_an_uninterrupted_run_field_by_field() 
 // 8. Requeued by a scheduler: SIGTERM, then the same command again.
 
 #[tokio::test(flavor = "multi_thread")]
-async fn sigterm_keeps_a_shard_resumable_and_resume_auto_continues_or_starts() {
+async fn a_shard_ended_by_sigterm_is_continued_by_resume_auto_which_otherwise_starts() {
     let server =
         MockServer::start(MockConfig::new().latency(std::time::Duration::from_millis(100))).await;
     let t = project(&server).write_raw("p.yaml", &pipeline(&items(16), ""));
@@ -1153,17 +1153,15 @@ async fn sigterm_keeps_a_shard_resumable_and_resume_auto_continues_or_starts() {
         .status()
         .unwrap();
     assert!(status.success());
-    let first = ran(child.wait_with_output().unwrap()).expect(130);
+    // SIGTERM ends summon at once (143); every finished task is in the journal, and the
+    // manifest is written by the run that continues it.
+    let first = ran(child.wait_with_output().unwrap()).expect(143);
     assert!(
-        first.stderr.contains("terminated (SIGTERM)")
-            && first
-                .stderr
-                .contains("summon run p.yaml --shard 1/2 --out s1 --resume"),
+        first.stderr.contains("terminated (SIGTERM)"),
         "{}",
         first.stderr
     );
-    let manifest = support::read_json(&t.path().join("s1/manifest.json"));
-    assert_eq!(manifest["status"], "interrupted", "{manifest:#}");
+    assert!(!t.path().join("s1/manifest.json").exists());
     let done_before: Vec<String> = results(&t.path().join("s1"))
         .iter()
         .filter(|l| l["status"] == "completed")

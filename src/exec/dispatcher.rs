@@ -181,23 +181,9 @@ impl<'a> Dispatcher<'a> {
     }
 
     /// The first Ctrl-C drains the run (no new task starts), the second stops the tasks in
-    /// flight. SIGTERM (what Slurm, Kubernetes and a cancelled CI job send, with a grace
-    /// period before SIGKILL) does both at once: the run ends as after Ctrl-C, keeping what
-    /// finished, writing its outputs (a shard's manifest) and saying how to continue; a second
-    /// SIGTERM ends summon at once.
+    /// flight.
     fn watch_signals(&self) -> tokio::task::JoinHandle<()> {
         let shared = Arc::clone(&self.run.shared);
-        let terminated = Arc::clone(&shared);
-        crate::process::groups::on_terminate(Some(Arc::new(move || {
-            terminated.events.emit(RunEvent::Interrupted {
-                text: "summon: terminated (SIGTERM): stopping the tasks in flight; what finished \
-                       is kept (SIGTERM again to exit at once)"
-                    .to_owned(),
-            });
-            terminated.drain.cancel();
-            crate::provider::end_waits();
-            terminated.kill.cancel();
-        })));
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 shared.events.emit(RunEvent::Interrupted {

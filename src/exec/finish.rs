@@ -375,7 +375,8 @@ fn add_earlier_retries(
     store: &Store,
     run_id: &str,
 ) {
-    let mut any_meta = false;
+    // From the journal: also the attempts killed before they wrote a report.
+    let mut journaled: BTreeMap<&'static str, u64> = BTreeMap::new();
     for row in finished.values() {
         let Some(meta) = row
             .meta
@@ -384,24 +385,31 @@ fn add_earlier_retries(
         else {
             continue;
         };
-        any_meta = true;
         for (class, n) in &meta.retry_classes {
             if let Some(class) = crate::output::RETRY_CLASSES.iter().find(|c| **c == class) {
-                *retries.entry(class).or_default() += u64::from(*n);
+                *journaled.entry(class).or_default() += u64::from(*n);
             }
         }
     }
-    if any_meta {
-        return;
+    // From the report the last attempt left: also the retries of tasks it never journaled
+    // (a provider that stopped answering). Each class counts the larger of the two.
+    let mut reported: BTreeMap<&'static str, u64> = BTreeMap::new();
+    if let Ok(Some(report)) = store.run_report(run_id)
+        && let Some(earlier) = report["retries_by_class"].as_object()
+    {
+        for class in crate::output::RETRY_CLASSES {
+            if let Some(n) = earlier.get(class).and_then(Value::as_u64) {
+                reported.insert(class, n);
+            }
+        }
     }
-    let Ok(Some(report)) = store.run_report(run_id) else {
-        return;
-    };
-    let Some(earlier) = report["retries_by_class"].as_object() else {
-        return;
-    };
     for class in crate::output::RETRY_CLASSES {
-        if let Some(n) = earlier.get(class).and_then(Value::as_u64) {
+        let n = journaled
+            .get(class)
+            .copied()
+            .unwrap_or(0)
+            .max(reported.get(class).copied().unwrap_or(0));
+        if n > 0 {
             *retries.entry(class).or_default() += n;
         }
     }

@@ -105,19 +105,6 @@ pub(crate) fn flush_on_exit(flush: std::sync::Weak<dyn Screen>) {
     }
 }
 
-/// What the first SIGTERM does instead of ending summon, while set: it stops the work so that
-/// it ends by itself and says how to continue it (a run stops its tasks in flight, keeps what
-/// finished and writes its outputs, as after Ctrl-C). A second SIGTERM ends summon at once.
-type OnTerminate = std::sync::Arc<dyn Fn() + Send + Sync>;
-static ON_TERMINATE: Mutex<Option<OnTerminate>> = Mutex::new(None);
-
-/// Sets (or with `None` clears) what the first SIGTERM does instead of ending summon.
-pub(crate) fn on_terminate(hook: Option<OnTerminate>) {
-    if let Ok(mut slot) = ON_TERMINATE.lock() {
-        *slot = hook;
-    }
-}
-
 /// Called when the work is done, before summon exits with its own code: when a signal is
 /// ending summon, waits for its watcher to exit with the signal's code, so that a command
 /// whose children the watcher killed cannot finish first and exit as if nothing happened.
@@ -155,26 +142,16 @@ pub(crate) fn exit_on_signals(handled: Handled) {
     };
     std::thread::spawn(move || {
         let (name, number) = runtime.block_on(async {
-            loop {
-                let interrupted = async {
-                    match interrupt.as_mut() {
-                        Some(signal) => signal.recv().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let got = tokio::select! {
-                    _ = term.recv() => ("terminated (SIGTERM)", 15),
-                    _ = hangup.recv() => ("hung up (SIGHUP)", 1),
-                    _ = interrupted => ("interrupted", 2),
-                };
-                // The first SIGTERM lets a run that asked for it end by itself.
-                let hook = (got.1 == 15)
-                    .then(|| ON_TERMINATE.lock().ok().and_then(|mut slot| slot.take()))
-                    .flatten();
-                match hook {
-                    Some(hook) => hook(),
-                    None => break got,
+            let interrupted = async {
+                match interrupt.as_mut() {
+                    Some(signal) => signal.recv().await,
+                    None => std::future::pending().await,
                 }
+            };
+            tokio::select! {
+                _ = term.recv() => ("terminated (SIGTERM)", 15),
+                _ = hangup.recv() => ("hung up (SIGHUP)", 1),
+                _ = interrupted => ("interrupted", 2),
             }
         });
         // From here the work may end by itself (its commands and servers are killed): it
