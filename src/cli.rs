@@ -147,8 +147,10 @@ pub(crate) struct RunArgs {
     /// Write `results.jsonl`, `report.json` and `report.html` into DIR.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
-    /// Continue the last run of this pipeline (or RUN_ID), repeating only unfinished tasks.
-    #[arg(long, value_name = "RUN_ID", num_args = 0..=1, default_missing_value = "")]
+    /// Continue the last run of this pipeline (or RUN_ID), repeating only unfinished tasks;
+    /// `--resume=auto` continues it when it did not complete and otherwise starts a new run
+    /// (one command for a scheduler's first attempt and every requeue).
+    #[arg(long, value_name = "RUN_ID|auto", num_args = 0..=1, default_missing_value = "")]
     pub(crate) resume: Option<String>,
     /// Take the answer of an earlier run to the same request instead of sending it again.
     #[arg(long)]
@@ -181,7 +183,9 @@ pub(crate) struct RunArgs {
     #[arg(long, short)]
     pub(crate) quiet: bool,
     /// Run only shard I of N (1-based) of every fan_out, for `summon merge`; needs --out.
-    /// Without it, JOB_COMPLETION_INDEX (0-based) and JOB_COMPLETIONS select the shard.
+    /// Without it, a scheduler's index variables select the shard: Kubernetes'
+    /// JOB_COMPLETION_INDEX/JOB_COMPLETIONS, Slurm's SLURM_ARRAY_TASK_*, GitLab's
+    /// CI_NODE_INDEX/CI_NODE_TOTAL, AWS Batch's AWS_BATCH_JOB_ARRAY_INDEX/_SIZE.
     #[arg(long, value_name = "I/N")]
     pub(crate) shard: Option<String>,
     /// Compute STEP and the steps it needs, once, into --out, for every shard's --items-from.

@@ -621,3 +621,45 @@ async fn a_signing_key_open_to_others_or_owned_by_another_user_is_not_used() {
     ok(summon(&t, &["run", "p.yaml", "--out", "e", "--reuse"]));
     assert_eq!(support::chat_count(&server), sent);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_with_tasks_that_have_no_price_never_shows_zero_dollars() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server)
+        .write_raw(
+            "all-unpriced.yaml",
+            "version: 1\nname: unpriced\nsteps:\n  - id: one\n    delegate:\n      \
+             instructions: Say hi\n    model: unpriced-model\n",
+        )
+        .write_raw(
+            "mixed.yaml",
+            "version: 1\nname: mixed\nsteps:\n  - id: one\n    delegate:\n      \
+             instructions: Say hi\n  - id: two\n    delegate:\n      instructions: Say bye\n    \
+             model: unpriced-model\n",
+        );
+    ok(summon(&t, &["run", "all-unpriced.yaml"]));
+    ok(summon(&t, &["run", "mixed.yaml"]));
+    let listed = ok(summon(&t, &["runs", "--json"])).json();
+    let runs = listed["runs"].as_array().unwrap();
+    let of = |pipeline: &str| {
+        runs.iter()
+            .find(|r| r["pipeline"] == pipeline)
+            .unwrap_or_else(|| panic!("{listed:#}"))
+    };
+    assert_eq!(of("all-unpriced.yaml")["priced"], false, "{listed:#}");
+    assert_eq!(of("mixed.yaml")["priced"], false, "{listed:#}");
+    assert!(
+        of("mixed.yaml")["cost_usd"].as_f64().unwrap() > 0.0,
+        "{listed:#}"
+    );
+    let text = ok(summon(&t, &["runs"])).stdout;
+    let line = |pipeline: &str| {
+        text.lines()
+            .find(|l| l.ends_with(pipeline))
+            .unwrap_or_else(|| panic!("{text}"))
+            .to_owned()
+    };
+    assert!(line("all-unpriced.yaml").contains("no price"), "{text}");
+    assert!(!line("all-unpriced.yaml").contains('$'), "{text}");
+    assert!(line("mixed.yaml").contains(" + ?"), "{text}");
+}

@@ -10,6 +10,7 @@ use crate::support::results;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use summon_mock_llm::{Api, MockConfig, MockServer, Reply};
@@ -801,8 +802,8 @@ fn the_sharding_docs_examples_are_consistent() {
         .collect();
     assert_eq!(
         blocks.len(),
-        2,
-        "a GitHub Actions workflow and a Kubernetes Job"
+        3,
+        "a GitHub Actions workflow, a Kubernetes Job and a GitLab pipeline"
     );
     let value_after = |text: &str, key: &str| -> String {
         let at = text.find(key).unwrap_or_else(|| panic!("no {key}"));
@@ -817,21 +818,32 @@ fn the_sharding_docs_examples_are_consistent() {
             .trim_matches('"')
             .to_owned()
     };
+    let block = |marker: &str| {
+        *blocks
+            .iter()
+            .find(|b| b.contains(marker))
+            .unwrap_or_else(|| panic!("no yaml block with {marker}"))
+    };
     // GitHub Actions: one matrix entry per shard, I/N from the matrix.
-    let workflow = blocks[0];
+    let workflow = block("jobs:");
     let shards: usize = value_after(workflow, "SHARDS:").parse().unwrap();
     let matrix = value_after(workflow, "shard: [");
     assert_eq!(matrix.trim_end_matches(']').split(',').count(), shards);
     assert!(workflow.contains("--shard ${{ matrix.shard }}/${{ env.SHARDS }}"));
     assert!(workflow.contains("summon merge pipelines/classify-tickets.yaml shards/shard-*"));
     // Kubernetes: an Indexed Job whose JOB_COMPLETIONS matches its completions.
-    let job = blocks[1];
+    let job = block("kind: Job");
     assert_eq!(value_after(job, "completionMode:"), "Indexed");
     let completions = value_after(job, "completions:");
     let set = value_after(&job[job.find("name: JOB_COMPLETIONS").unwrap()..], "value:");
     assert_eq!(set, completions);
     assert!(job.contains("--out /shards/shard-$JOB_COMPLETION_INDEX"));
     assert!(job.contains("summon merge pipelines/classify-tickets.yaml /shards/shard-*"));
+    // GitLab: `parallel:` jobs, each with its CI_NODE_INDEX, then a merge.
+    let gitlab = block("parallel:");
+    assert_eq!(value_after(gitlab, "parallel:"), "4");
+    assert!(gitlab.contains("--out \"shards/shard-$CI_NODE_INDEX\" --resume=auto"));
+    assert!(gitlab.contains("summon merge pipelines/tickets.yaml shards/shard-*"));
     // Every flag the page uses exists.
     let help = |command: &str| {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_summon"))
@@ -905,4 +917,776 @@ async fn a_killed_shard_leaves_no_manifest_until_it_is_resumed() {
     .expect(0);
     let lines = results(&t.path().join("res"));
     assert_eq!(lines.len(), 17, "every task once: {lines:#?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Reports stay true after a resume and after a merge.
+
+/// 24 items at concurrency 2 with a fixed output limit (so that every request is the same in
+/// every run), a priced model, and a synthesis of every result.
+fn priced_pipeline() -> String {
+    format!(
+        "version: 1
+name: priced
+settings:
+  concurrency: 2
+  max_output_tokens: 100
+steps:
+  - id: list
+    decompose:
+      items: [{}]
+  - id: each
+    fan_out:
+      over: list
+      instructions: \"Process {{{{ item }}}}\"
+  - id: sum
+    synthesize:
+      instructions: |
+        Merge:
+        {{% for r in steps.each.results %}}{{{{ r.output }}}};{{% endfor %}}
+",
+        items(24).join(", ")
+    )
+}
+
+/// A mock whose first request for it00, it04 and it08 fails with HTTP 500, so that the runs
+/// meet retries: the same ones in every run against a fresh mock (all among the first 12
+/// items, which the killed run journals before it is killed).
+async fn flaky_mock() -> MockServer {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    MockServer::start(
+        MockConfig::new()
+            .latency(std::time::Duration::from_millis(20))
+            .rule(move |request| {
+                let text = request.last_user_text().unwrap_or_default();
+                let fails = text
+                    .strip_prefix("Process it")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n % 4 == 0 && n < 12);
+                if fails && seen.lock().unwrap().insert(text) {
+                    Reply::status(500, r#"{"error": {"message": "overloaded"}}"#)
+                } else {
+                    Reply::Echo
+                }
+            }),
+    )
+    .await
+}
+
+fn priced_project(server: &MockServer) -> Test {
+    project(server)
+        .env("SUMMON_MODEL", "gpt-4o-mini")
+        .env("SUMMON_RETRY_BASE_MS", "1")
+        .write_raw("p.yaml", &priced_pipeline())
+}
+
+/// `value` without what differs between two runs that did the same work: times (and the
+/// waits, which are times), ids, and
+/// how many tasks came from an earlier attempt (`resumed`). `rate_limits` describes what the
+/// provider's limits did to the process that sent the requests, so it is left out too.
+fn without_times(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(key, _)| {
+                    !matches!(
+                        key.as_str(),
+                        "started_at"
+                            | "wall_ms"
+                            | "duration_ms"
+                            | "started_ms"
+                            | "retry_wait_ms"
+                            | "waits"
+                            | "run_id"
+                            | "resumed"
+                            | "rate_limits"
+                    )
+                })
+                .map(|(key, value)| (key.clone(), without_times(value)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_times).collect()),
+        other => other.clone(),
+    }
+}
+
+/// `report.json` and the lines of `results.jsonl` (by step and index) of `dir`, without times.
+fn true_report(dir: &Path) -> (Value, BTreeMap<(String, u64), Value>) {
+    let report = support::read_json(&dir.join("report.json"));
+    let lines = results(dir)
+        .iter()
+        .map(|line| {
+            (
+                (
+                    line["step"].as_str().unwrap().to_owned(),
+                    line["index"].as_u64().unwrap(),
+                ),
+                without_times(line),
+            )
+        })
+        .collect();
+    (without_times(&report), lines)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resumed_and_merged_reports_equal_an_uninterrupted_run_field_by_field() {
+    // One uninterrupted run.
+    let server = flaky_mock().await;
+    let whole = priced_project(&server);
+    summon(&whole, &["run", "p.yaml", "--out", "res", "--quiet"]).expect(0);
+    let (whole_report, whole_lines) = true_report(&whole.path().join("res"));
+    assert_eq!(whole_report["total"]["priced"], true, "{whole_report:#}");
+    assert!(
+        whole_report["total"]["cost_usd"].as_f64().unwrap() > 0.0,
+        "{whole_report:#}"
+    );
+    assert_eq!(
+        whole_report["retries_by_class"]["server_error"], 3,
+        "{whole_report:#}"
+    );
+    assert_eq!(whole_lines.len(), 25);
+
+    // Killed with SIGKILL once the journal holds the first 12 items (the retried ones among
+    // them), then resumed.
+    let server = flaky_mock().await;
+    let t = priced_project(&server);
+    let mut child = t
+        .command()
+        .args(["run", "p.yaml", "--out", "res", "--quiet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn summon run");
+    let journaled = |path: &Path| -> i64 {
+        let Ok(conn) = rusqlite::Connection::open_with_flags(
+            path.join(".summon/state.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        ) else {
+            return 0;
+        };
+        conn.query_row(
+            "SELECT COUNT(*) FROM run_tasks WHERE status = 'completed' AND step_id = 'each' \
+             AND item_index < 12",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap_or(0)
+    };
+    support::wait_for(
+        std::time::Duration::from_secs(30),
+        "12 journaled tasks",
+        || journaled(t.path()) == 12,
+    );
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+    assert!(
+        !t.path().join("res/report.json").exists(),
+        "killed before it finished"
+    );
+    summon(
+        &t,
+        &["run", "p.yaml", "--out", "res", "--quiet", "--resume"],
+    )
+    .expect(0);
+    let (resumed_report, resumed_lines) = true_report(&t.path().join("res"));
+    let resumed = support::read_json(&t.path().join("res/report.json"));
+    assert!(
+        resumed["total"]["resumed"].as_u64().unwrap() >= 12,
+        "the resumed run took the journaled tasks: {resumed:#}"
+    );
+    assert_eq!(resumed_report, whole_report);
+    assert_eq!(resumed_lines, whole_lines);
+
+    // Three shards and a merge.
+    let server = flaky_mock().await;
+    let t = priced_project(&server);
+    run_shards(&t, 3, &[]);
+    summon(
+        &t,
+        &[
+            "merge", "p.yaml", "s1", "s2", "s3", "--out", "res", "--quiet",
+        ],
+    )
+    .expect(0);
+    let (merged_report, merged_lines) = true_report(&t.path().join("res"));
+    assert_eq!(merged_report, whole_report);
+    assert_eq!(merged_lines, whole_lines);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Requeued by a scheduler: SIGTERM, then the same command again.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shard_ended_by_sigterm_is_continued_by_resume_auto_which_otherwise_starts() {
+    let server =
+        MockServer::start(MockConfig::new().latency(std::time::Duration::from_millis(100))).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(16), ""));
+    let shard1 = [
+        "run",
+        "p.yaml",
+        "--shard",
+        "1/2",
+        "--out",
+        "s1",
+        "--resume=auto",
+        "--concurrency",
+        "1",
+        "-q",
+    ];
+    // The first attempt: nothing to continue, so it starts.
+    let child = t
+        .command()
+        .args(shard1)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    support::wait_for(
+        std::time::Duration::from_secs(30),
+        "two finished tasks",
+        || results(&t.path().join("s1")).len() >= 2,
+    );
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // SIGTERM ends summon at once (143); every finished task is in the journal, and the
+    // manifest is written by the run that continues it.
+    let first = ran(child.wait_with_output().unwrap()).expect(143);
+    assert!(
+        first.stderr.contains("terminated (SIGTERM)"),
+        "{}",
+        first.stderr
+    );
+    assert!(!t.path().join("s1/manifest.json").exists());
+    let done_before: Vec<String> = results(&t.path().join("s1"))
+        .iter()
+        .filter(|l| l["status"] == "completed")
+        .map(|l| l["item"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!done_before.is_empty());
+
+    // The requeue: the same command continues the run and sends no finished task again.
+    summon(&t, &shard1)
+        .expect(0)
+        .stderr_has("--resume=auto: continuing run");
+    let sent = sent_count(&server, "Process ");
+    for item in &done_before {
+        assert_eq!(
+            sent[&format!("Process {item} in a plain tone")],
+            1,
+            "{item} was sent again: {sent:?}"
+        );
+    }
+    let shard2 = [
+        "run",
+        "p.yaml",
+        "--shard",
+        "2/2",
+        "--out",
+        "s2",
+        "--resume=auto",
+        "-q",
+    ];
+    let started = summon(&t, &shard2).expect(0);
+    assert!(!started.stderr.contains("continuing"), "{}", started.stderr);
+    summon(
+        &t,
+        &["merge", "p.yaml", "s1", "s2", "--out", "res", "--quiet"],
+    )
+    .expect(0);
+    assert_eq!(results(&t.path().join("res")).len(), 17);
+    assert_eq!(sent_count(&server, "Process ").len(), 16);
+
+    // A completed run has nothing to continue: the same command starts a new one.
+    let before = server.request_count();
+    let again = summon(&t, &shard2).expect(0);
+    assert!(!again.stderr.contains("continuing"), "{}", again.stderr);
+    assert!(server.request_count() > before, "a new run sends its tasks");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. The index variables of Slurm, GitLab and AWS Batch; a dry run of a shard.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slurm_gitlab_and_aws_batch_variables_select_the_shard_and_a_dry_run_honours_it() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(12), ""));
+    summon(
+        &t,
+        &[
+            "run", "p.yaml", "--shard", "2/4", "--out", "flag", "--quiet",
+        ],
+    )
+    .expect(0);
+    let by_flag = result_set(&t.path().join("flag"));
+    assert!(!by_flag.is_empty());
+    // Shard 2 of 4 as each scheduler numbers it.
+    let schedulers: [(&str, &[(&str, &str)]); 3] = [
+        (
+            "slurm",
+            &[
+                ("SLURM_ARRAY_TASK_ID", "6"),
+                ("SLURM_ARRAY_TASK_MIN", "5"),
+                ("SLURM_ARRAY_TASK_MAX", "8"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ],
+        ),
+        ("gitlab", &[("CI_NODE_INDEX", "2"), ("CI_NODE_TOTAL", "4")]),
+        (
+            "aws",
+            &[
+                ("AWS_BATCH_JOB_ARRAY_INDEX", "1"),
+                ("AWS_BATCH_JOB_ARRAY_SIZE", "4"),
+            ],
+        ),
+    ];
+    for (name, vars) in schedulers {
+        let mut command = t.command();
+        command.args(["run", "p.yaml", "--out", name, "--quiet"]);
+        for (k, v) in vars {
+            command.env(k, v);
+        }
+        ran(command.output().unwrap()).expect(0);
+        assert_eq!(result_set(&t.path().join(name)), by_flag, "{name}");
+        let manifest = support::read_json(&t.path().join(format!("{name}/manifest.json")));
+        assert_eq!(manifest["shard"], json!({"index": 2, "count": 4}), "{name}");
+    }
+
+    // Two schedulers that disagree: refused, naming both, before anything is sent.
+    let before = server.request_count();
+    let disagree = t
+        .command()
+        .args(["run", "p.yaml", "--out", "bad", "--quiet"])
+        .env("CI_NODE_INDEX", "1")
+        .env("CI_NODE_TOTAL", "4")
+        .env("AWS_BATCH_JOB_ARRAY_INDEX", "1")
+        .env("AWS_BATCH_JOB_ARRAY_SIZE", "4")
+        .output()
+        .unwrap();
+    ran(disagree).expect(1).stderr_has(
+        "CI_NODE_INDEX selects shard 1/4 but AWS_BATCH_JOB_ARRAY_INDEX selects shard 2/4",
+    );
+    assert_eq!(server.request_count(), before);
+    assert!(!t.path().join("bad").exists());
+
+    // A dry run of shard 2/4 counts the tasks that shard sends, and leaves the synthesis for
+    // the merge; it needs no --out.
+    let dry = summon(&t, &["run", "p.yaml", "--shard", "2/4", "--dry-run"]).expect(0);
+    let owned = by_flag.len();
+    assert!(
+        dry.stdout
+            .contains(&format!("each (fan_out) after list: {owned} task"))
+            || dry
+                .stderr
+                .contains(&format!("each (fan_out) after list: {owned} task")),
+        "{}{}",
+        dry.stdout,
+        dry.stderr
+    );
+    assert!(
+        (dry.stdout.clone() + &dry.stderr)
+            .contains("sum (synthesize) after each: 0 tasks; left for `summon merge`"),
+        "{}{}",
+        dry.stdout,
+        dry.stderr
+    );
+    assert_eq!(server.request_count(), before, "a dry run sends nothing");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_of_shards_run_with_different_models_says_so_naming_them() {
+    let server = MockServer::start(MockConfig::new()).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(8), ""));
+    for (i, model) in [(1, "mock-model"), (2, "other-model")] {
+        let out = t
+            .command()
+            .args([
+                "run",
+                "p.yaml",
+                "--shard",
+                &format!("{i}/2"),
+                "--out",
+                &format!("s{i}"),
+                "--quiet",
+            ])
+            .env("SUMMON_MODEL", model)
+            .output()
+            .unwrap();
+        ran(out).expect(0);
+    }
+    summon(
+        &t,
+        &["merge", "p.yaml", "s1", "s2", "--out", "res", "--quiet"],
+    )
+    .expect(0)
+    .stderr_has(
+        "warning: the shards ran their tasks with different models: `mock-model` in shard \
+             1/2 (`s1`); `other-model` in shard 2/2 (`s2`)",
+    );
+    // Shard 2 again with the same model as shard 1: no warning.
+    summon(
+        &t,
+        &["run", "p.yaml", "--shard", "2/2", "--out", "s2b", "--quiet"],
+    )
+    .expect(0);
+    let same = summon(
+        &t,
+        &["merge", "p.yaml", "s1", "s2b", "--out", "res2", "--quiet"],
+    )
+    .expect(0);
+    assert!(!same.stderr.contains("different models"), "{}", same.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. Shards that share a folder: one run at a time, whatever the PID namespace.
+
+/// `summon ARGS` in project `t` inside a PID namespace of its own (`unshare --pid --fork
+/// --mount-proc`, as root): its pid there is 1, as is that of every other such process.
+fn in_pid_namespace(t: &Test, args: &[&str]) -> std::process::Command {
+    let mut base = t.command();
+    base.args(args);
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(base.get_program())
+        .args(base.get_args())
+        .current_dir(base.get_current_dir().expect("the project"))
+        .env_clear();
+    for (key, value) in base.get_envs() {
+        if let Some(value) = value {
+            command.env(key, value);
+        }
+    }
+    command
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs root and unshare (util-linux) for PID namespaces; runs with `cargo test --test suite -- --ignored`"]
+async fn two_pid_namespaces_never_both_run_one_shard_into_one_out() {
+    let works = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(works, "unshare --pid --fork --mount-proc needs root here");
+    let server =
+        MockServer::start(MockConfig::new().latency(std::time::Duration::from_millis(100))).await;
+    let t = project(&server).write_raw("p.yaml", &pipeline(&items(16), ""));
+    let args = [
+        "run",
+        "p.yaml",
+        "--shard",
+        "1/1",
+        "--out",
+        "out",
+        "--concurrency",
+        "2",
+        "-q",
+    ];
+    let first = in_pid_namespace(&t, &args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    support::wait_for(
+        std::time::Duration::from_secs(30),
+        "the first run's first request",
+        || server.request_count() >= 1,
+    );
+    // The same shard into the same folder, from another PID namespace: a new run, and a
+    // requeue that continues the live one. Both are refused while the first lives.
+    let again = ran(in_pid_namespace(&t, &args).output().unwrap()).expect(75);
+    assert!(
+        again.stderr.contains("still running") || again.stderr.contains("same --out"),
+        "{}",
+        again.stderr
+    );
+    let mut requeue: Vec<&str> = args.to_vec();
+    requeue.push("--resume=auto");
+    ran(in_pid_namespace(&t, &requeue).output().unwrap())
+        .expect(75)
+        .stderr_has("is already running (host ");
+    ran(first.wait_with_output().unwrap()).expect(0);
+    // Every item was paid for once.
+    let per_item = sent_count(&server, "Process ");
+    assert_eq!(per_item.len(), 16, "{per_item:?}");
+    assert!(per_item.values().all(|&n| n == 1), "{per_item:?}");
+    assert_eq!(results(&t.path().join("out")).len(), 16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. A real scheduler: the sbatch script of docs/sharding.md on a Slurm cluster of one node.
+
+/// The shell block of docs/sharding.md that starts with `#!/bin/sh` and `#SBATCH`.
+fn docs_sbatch_script() -> String {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sharding.md"))
+        .expect("docs/sharding.md");
+    docs.split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.starts_with("#!/bin/sh\n#SBATCH"))
+        .expect("an sbatch script in docs/sharding.md")
+        .to_owned()
+}
+
+/// A Slurm controller, a node daemon and munge on 127.0.0.1, with a configuration of their
+/// own in a temporary folder; stopped (by their pids) when dropped.
+struct Slurm {
+    dir: tempfile::TempDir,
+}
+
+impl Slurm {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        let p = |name: &str| root.join(name).display().to_string();
+        for sub in ["state", "spool", "munge"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let free_port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap()
+            .trim()
+            .to_owned();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let conf = format!(
+            "ClusterName=summontest\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={}\n\
+             SlurmdPort={}\nAuthType=auth/munge\nCredType=cred/munge\n\
+             AuthInfo=socket={munge},cred_expire=5\nSlurmUser=root\nSlurmdUser=root\n\
+             StateSaveLocation={state}\nSlurmdSpoolDir={spool}\n\
+             SlurmctldPidFile={ctld_pid}\nSlurmdPidFile={d_pid}\n\
+             SlurmctldLogFile={ctld_log}\nSlurmdLogFile={d_log}\n\
+             ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
+             SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n\
+             SchedulerType=sched/builtin\nSchedulerParameters=sched_interval=1\n\
+             ReturnToService=2\nMpiDefault=none\n\
+             JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
+             KillWait=10\n\
+             NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 State=UNKNOWN\n\
+             PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP \
+             OverSubscribe=FORCE:4\n",
+            free_port(),
+            free_port(),
+            munge = p("munge/socket"),
+            state = p("state"),
+            spool = p("spool"),
+            ctld_pid = p("slurmctld.pid"),
+            d_pid = p("slurmd.pid"),
+            ctld_log = p("slurmctld.log"),
+            d_log = p("slurmd.log"),
+        );
+        std::fs::write(dir.path().join("slurm.conf"), conf).unwrap();
+        let key: Vec<u8> = (0..1024u32).map(|i| (i * 7919 % 251) as u8).collect();
+        std::fs::write(dir.path().join("munge/key"), key).unwrap();
+        std::fs::set_permissions(
+            dir.path().join("munge/key"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o400),
+        )
+        .unwrap();
+        let slurm = Self { dir };
+        let run = |program: &str, args: &[String]| {
+            let status = std::process::Command::new(program)
+                .args(args)
+                .env("SLURM_CONF", slurm.conf())
+                .status()
+                .unwrap_or_else(|e| panic!("{program}: {e}"));
+            assert!(status.success(), "{program} {args:?} failed");
+        };
+        run(
+            "munged",
+            &[
+                format!("--key-file={}", p("munge/key")),
+                format!("--socket={}", p("munge/socket")),
+                format!("--pid-file={}", p("munge/munged.pid")),
+                format!("--log-file={}", p("munge/munged.log")),
+                format!("--seed-file={}", p("munge/seed")),
+                "--force".to_owned(),
+            ],
+        );
+        run("slurmctld", &[]);
+        run("slurmd", &["-N".to_owned(), host]);
+        support::wait_for(Duration::from_secs(60), "the Slurm node to be idle", || {
+            slurm
+                .command("sinfo")
+                .args(["-h", "-o", "%t"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")
+        });
+        slurm
+    }
+
+    fn conf(&self) -> std::path::PathBuf {
+        self.dir.path().join("slurm.conf")
+    }
+
+    /// A Slurm client command (`sbatch`, `squeue`, ...) against this cluster.
+    fn command(&self, program: &str) -> std::process::Command {
+        let mut command = std::process::Command::new(program);
+        command.env("SLURM_CONF", self.conf());
+        command
+    }
+
+    /// The array tasks of job `job` still queued or running.
+    fn pending(&self, job: &str) -> usize {
+        let out = self
+            .command("squeue")
+            .args(["-h", "-r", "-j", job, "-o", "%i"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        for pid_file in ["slurmd.pid", "slurmctld.pid", "munge/munged.pid"] {
+            if let Ok(pid) = std::fs::read_to_string(self.dir.path().join(pid_file)) {
+                let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs slurm (slurmctld, slurmd, sbatch: apt-get install slurmctld slurmd slurm-client munge; .ci/run installs them), run as root; runs with `cargo test --test suite -- --ignored`"]
+async fn a_slurm_array_killed_and_requeued_then_merged_gives_what_one_run_gives() {
+    // sbatch needs a cluster to say its version; slurmd and munged say theirs alone.
+    support::require("slurmd");
+    support::require("munged");
+    let items = items(24);
+    // One task at a time in each shard, so that a requeue finds array task 1 halfway.
+    let text = pipeline(&items, "    concurrency: 1\n");
+    let whole_server = MockServer::start(MockConfig::new()).await;
+    let whole = project(&whole_server).write_raw("pipelines/tickets.yaml", &text);
+    summon(
+        &whole,
+        &["run", "pipelines/tickets.yaml", "--out", "res", "--quiet"],
+    )
+    .expect(0);
+
+    let slurm = Slurm::start();
+    let server = MockServer::start(MockConfig::new().latency(Duration::from_millis(700))).await;
+    let t = project(&server)
+        .write_raw("pipelines/tickets.yaml", &text)
+        .write_raw("shards.sh", &docs_sbatch_script());
+    // sbatch passes its environment to the job: the project's, with summon on PATH.
+    let base = t.command();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_summon"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let mut sbatch = slurm.command("sbatch");
+    sbatch
+        .args(["--parsable", "--oversubscribe", "shards.sh"])
+        .current_dir(t.path());
+    for (key, value) in base.get_envs() {
+        if let Some(value) = value {
+            sbatch.env(key, value);
+        }
+    }
+    sbatch.env(
+        "PATH",
+        format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+    );
+    let submitted = sbatch.output().unwrap();
+    assert!(submitted.status.success(), "{submitted:?}");
+    let job = String::from_utf8(submitted.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+
+    // Once array task 1 has finished a few tasks, requeue it: Slurm stops it (SIGTERM, then
+    // SIGKILL after KillWait) and runs it again with the same command.
+    let shard = |i: u32| t.path().join(format!("shards/shard-{i}"));
+    support::wait_for(
+        Duration::from_secs(120),
+        "array task 1's first results",
+        || results(&shard(1)).len() >= 2,
+    );
+    let task = format!("{job}_1");
+    let requeued = slurm
+        .command("scontrol")
+        .args(["requeue", &task])
+        .status()
+        .unwrap();
+    assert!(requeued.success());
+    // Slurm starts a requeued task again once the credentials of its first attempt have
+    // expired (`cred_expire`: 5 s on this cluster, 120 s by default).
+    let done = |i: u32| {
+        std::fs::read_to_string(shard(i).join("manifest.json"))
+            .is_ok_and(|text| text.contains("\"status\": \"completed\""))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(150);
+    while slurm.pending(&job) > 0 || !(0..4).all(done) {
+        if std::time::Instant::now() > deadline {
+            let queue = slurm
+                .command("squeue")
+                .args(["-r", "-o", "%i %t %r"])
+                .output()
+                .unwrap();
+            let log = |name: &str| {
+                std::fs::read_to_string(slurm.dir.path().join(name)).unwrap_or_default()
+            };
+            panic!(
+                "the array did not end:\n{}\n--- slurmctld\n{}\n--- slurmd\n{}",
+                String::from_utf8_lossy(&queue.stdout),
+                log("slurmctld.log"),
+                log("slurmd.log")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for i in 0..4 {
+        let log = std::fs::read_to_string(t.path().join(format!("slurm-{job}_{i}.out")))
+            .unwrap_or_default();
+        let manifest = support::read_json(&shard(i).join("manifest.json"));
+        assert_eq!(manifest["status"], "completed", "shard {i}:\n{log}");
+        assert_eq!(manifest["shard"]["index"], i + 1, "shard {i}");
+    }
+    let log1 = std::fs::read_to_string(t.path().join(format!("slurm-{job}_1.out"))).unwrap();
+    assert!(
+        log1.contains("terminated (SIGTERM)") && log1.contains("--resume=auto: continuing run"),
+        "the requeued task continued its run:\n{log1}"
+    );
+    // The requeued task sent again at most the tasks in flight when it was stopped.
+    let per_item = sent_count(&server, "Process ");
+    assert_eq!(per_item.len(), 24, "{per_item:?}");
+    let twice = per_item.values().filter(|&&n| n > 1).count();
+    assert!(twice <= 1, "{twice} items sent twice: {per_item:?}");
+
+    summon(
+        &t,
+        &[
+            "merge",
+            "pipelines/tickets.yaml",
+            "shards/shard-0",
+            "shards/shard-1",
+            "shards/shard-2",
+            "shards/shard-3",
+            "--out",
+            "res",
+            "--quiet",
+        ],
+    )
+    .expect(0);
+    assert_eq!(
+        result_set(&t.path().join("res")),
+        result_set(&whole.path().join("res"))
+    );
+    // The same counts, but for the tasks the requeued shard took from its journal.
+    assert_eq!(
+        without_times(&report_counts(&t.path().join("res"))),
+        without_times(&report_counts(&whole.path().join("res")))
+    );
+    drop(slurm);
 }

@@ -86,6 +86,9 @@ pub(crate) fn run(args: &MergeArgs, ctx: &mut Ctx) -> Result<()> {
     }
     let params = binding.values();
     let plan = plan_for_merge(&ctx.env, &pipeline, &params, &args.dirs, &shown)?;
+    for note in &plan.notes {
+        ctx.note(&format!("warning: {note}"));
+    }
     let catalog = ctx.catalog();
     let compiled = compile_pipeline(
         pipeline,

@@ -45,10 +45,30 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         from_started(args, &started)
     };
     let pipeline = load_pipeline(&args.pipeline, ctx)?;
-    // `--resume` continues with what the run was started with.
+    // `--resume=auto` continues the last run of this pipeline (and part of it) when it did not
+    // complete, else starts one: one command for a job's first attempt and every requeue.
+    let auto = args.resume.as_deref() == Some(RESUME_AUTO);
     let earlier = match &args.resume {
+        Some(_) if auto => {
+            resumed_setup(&pipeline, args, "", &shown, ctx)?.filter(|setup| !setup.completed)
+        }
         Some(id) => resumed_setup(&pipeline, args, id, &shown, ctx)?,
         None => None,
+    };
+    let auto_args;
+    let args = if auto {
+        let mut resolved = args.clone();
+        resolved.resume = earlier.as_ref().map(|setup| setup.run_id.clone());
+        if let Some(setup) = &earlier {
+            ctx.note(&format!(
+                "note: --resume=auto: continuing run {}",
+                setup.run_id
+            ));
+        }
+        auto_args = resolved;
+        &auto_args
+    } else {
+        args
     };
     let args = &match &earlier {
         Some(setup) => setup.fill(args, &ctx.env.cwd)?,
@@ -79,7 +99,11 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
         shard: args.shard.as_deref(),
         until: args.until.as_deref(),
         items_from: args.items_from.as_deref(),
-        out: args.out.as_deref(),
+        // A dry run writes nothing: a shard's needs no `--out`.
+        out: args
+            .out
+            .as_deref()
+            .or_else(|| args.dry_run.then(|| std::path::Path::new("."))),
         shown: &shown,
     };
     let plan = crate::exec::plan::plan_for_run(&ctx.env, &pipeline, &params, &request)?;
@@ -99,7 +123,7 @@ pub(crate) fn run(args: &RunArgs, ctx: &mut Ctx) -> Result<()> {
     );
     ctx.report(&compiled.warnings());
     if args.dry_run {
-        return dry_run(&compiled, &catalog, &params, args, ctx);
+        return dry_run(&compiled, &catalog, &params, &plan, args, ctx);
     }
     // Without the run to resume, the run says so before anything else.
     if args.resume.is_none() || frozen.is_some() {
@@ -297,9 +321,14 @@ pub(super) fn end_traces(
     }
 }
 
+/// `--resume=auto`: continue the last run when it did not complete, else start one.
+pub(crate) const RESUME_AUTO: &str = "auto";
+
 /// What a run to be resumed was started with.
 struct Setup {
     run_id: String,
+    /// The run completed: `--resume=auto` starts a new one.
+    completed: bool,
     params: Option<indexmap::IndexMap<String, String>>,
     out: Option<String>,
     junit: Option<String>,
@@ -483,6 +512,7 @@ fn resumed_setup(
             .ok()
             .filter(serde_json::Value::is_array)
             .map(|frozen| crate::source::thaw(&frozen)),
+        completed: run.status == crate::store::RunStatus::Completed,
         run_id: run.run_id,
     }))
 }
@@ -896,6 +926,7 @@ fn dry_run(
     compiled: &CompiledPipeline,
     catalog: &crate::source::Catalog,
     params: &indexmap::IndexMap<String, String>,
+    run_plan: &crate::exec::plan::Plan,
     args: &RunArgs,
     ctx: &mut Ctx,
 ) -> Result<()> {
@@ -904,7 +935,7 @@ fn dry_run(
     ctx.report(&warnings.items);
     dry_run_windows(compiled, &mut config, &ctx.env)?;
     let pipeline = &compiled.pipeline;
-    let plan = crate::exec::dry_run::plan(&ctx.env, &config, catalog, compiled, params);
+    let plan = crate::exec::dry_run::plan(&ctx.env, &config, catalog, compiled, params, run_plan);
     let costs = step_costs(pipeline, &plan, &config, args.batch);
     let budget = DryBudget {
         cap: args

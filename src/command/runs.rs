@@ -2,8 +2,9 @@
 //!
 //! JSON (`--json`): `{"runs": [RUN]}`, newest first, where RUN is `{"run_id", "pipeline",
 //! "status", "started_at", "finished_at", "duration_ms", "completed", "failed",
-//! "input_tokens", "output_tokens", "cost_usd", "out"}` (`cost_usd` from the run's report:
-//! null while it runs or when no price is configured). `runs show ID --json`: RUN with
+//! "input_tokens", "output_tokens", "cost_usd", "priced", "out"}` (`cost_usd` from the run's
+//! report: null while it runs or when no price is configured; over the priced tasks only when
+//! `priced` is false: some tasks had no price). `runs show ID --json`: RUN with
 //! `"report"`, the content of the run's `report.json`. `runs prune --json`: `{"runs",
 //! "tasks"}` deleted.
 
@@ -103,7 +104,7 @@ fn list(args: &RunsArgs, ctx: &mut Ctx) -> Result<()> {
             duration(r).map_or_else(|| "-".to_owned(), fmt_duration),
             format!("{}/{}", r.completed, r.failed),
             fmt_tokens(r.input_tokens + r.output_tokens),
-            cost(r).map_or_else(|| "no price".to_owned(), fmt_cost),
+            shown_cost(r),
             shown_path(&run.pipeline_path, ctx),
         ));
     }
@@ -304,6 +305,21 @@ fn cost(r: &RunListing) -> Option<f64> {
     r.report.as_ref()?["total"]["cost_usd"].as_f64()
 }
 
+/// Whether every task of the run had a price (`None` while it has no report).
+fn priced(r: &RunListing) -> Option<bool> {
+    r.report.as_ref()?["total"]["priced"].as_bool()
+}
+
+/// The cost column: unknown is not zero. A run with tasks that had no price shows what the
+/// priced ones cost and `+ ?`, or `no price` when they cost nothing.
+fn shown_cost(r: &RunListing) -> String {
+    match (cost(r), priced(r)) {
+        (Some(cost), Some(true) | None) => fmt_cost(cost),
+        (Some(cost), Some(false)) if cost > 0.0 => format!("{} + ?", fmt_cost(cost)),
+        _ => "no price".to_owned(),
+    }
+}
+
 fn shown_path(path: &str, ctx: &Ctx) -> String {
     crate::diag::render::display_path(std::path::Path::new(path), &ctx.env.cwd)
 }
@@ -322,6 +338,7 @@ fn run_json(r: &RunListing, ctx: &Ctx) -> Value {
         "input_tokens": r.input_tokens,
         "output_tokens": r.output_tokens,
         "cost_usd": cost(r),
+        "priced": priced(r),
         "out": run.out_dir.as_deref().map(|out| shown_path(out, ctx)),
     })
 }

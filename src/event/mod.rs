@@ -18,4 +18,4 @@ pub(crate) use final_text::{FinalText, FinalTextBuilder};
 pub(crate) use output_limit::{CapSource, CapSummary};
 pub(crate) use overhead::{Overhead, OverheadSum};
 pub(crate) use run::{Notice, ProviderStopped, RunEvent, RunSummary, StepStatus};
-pub(crate) use task::{PROMPT_LIMIT, Spent, TaskDone, TaskTrace, item_label};
+pub(crate) use task::{PROMPT_LIMIT, Spent, TaskDone, TaskMeta, TaskTrace, item_label};

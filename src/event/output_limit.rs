@@ -1,7 +1,7 @@
 //! The output limit a step's requests carried, as the run's events and outputs tell it.
 
 /// Where a task's output limit comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum CapSource {
     /// `max_output_tokens` was set.
@@ -15,7 +15,7 @@ pub(crate) enum CapSource {
 }
 
 /// A step's output limits, as report.json and the summary give them.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct CapSummary {
     /// Where the limit of the step's later requests came from.
     pub(crate) source: CapSource,
@@ -29,6 +29,32 @@ pub(crate) struct CapSummary {
 }
 
 impl CapSummary {
+    /// The output limits of one step run in parts (the shards of a merge): the smallest and
+    /// largest limits of all, the longest answer, every re-send; the source of the last part
+    /// that learned, else of the last part.
+    pub(crate) fn combine(parts: impl IntoIterator<Item = Self>) -> Option<Self> {
+        let mut all: Option<Self> = None;
+        for part in parts {
+            all = Some(match all {
+                None => part,
+                Some(mut all) => {
+                    all.smallest = match (all.smallest, part.smallest) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    all.largest = all.largest.max(part.largest);
+                    all.longest_answer = all.longest_answer.max(part.longest_answer);
+                    all.resent += part.resent;
+                    if all.source != CapSource::Learned {
+                        all.source = part.source;
+                    }
+                    all
+                }
+            });
+        }
+        all
+    }
+
     /// `learned: 128 tokens (the longest answer 12; the first request 4,096), 0 re-sent`
     pub(crate) fn describe(&self) -> String {
         let tokens = |n: u32| crate::text::thousands(u64::from(n));

@@ -60,6 +60,86 @@ impl TaskDone {
     }
 }
 
+/// What the run journal keeps of a finished task beyond its answer and counts (the `meta`
+/// column of its row, as JSON): what a resumed run needs to report the task as the attempt
+/// that ran it did — its model (and so its price), role, prompt, attempts and retries.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct TaskMeta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) role: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) extracted: bool,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) corrections: u32,
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub(crate) cache_read_tokens: u64,
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub(crate) cache_write_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) service_tier: Option<String>,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(crate) retry_classes: std::collections::BTreeMap<String, u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cap: Option<super::CapSummary>,
+    pub(crate) trace: TaskTrace,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+impl TaskMeta {
+    pub(crate) fn of(done: &TaskDone) -> Self {
+        Self {
+            model: done.model.clone(),
+            role: done.role.clone(),
+            extracted: done.extracted,
+            corrections: done.corrections,
+            cache_read_tokens: done.usage.cache_read_tokens,
+            cache_write_tokens: done.usage.cache_write_tokens,
+            service_tier: done.trace.service_tier.clone(),
+            retry_classes: done.trace.retry_classes.clone(),
+            warnings: done.warnings.clone(),
+            cap: done.trace.cap.clone(),
+            trace: TaskTrace {
+                // Times belong to the clock of the attempt that ran it.
+                started_ms: None,
+                waits: Vec::new(),
+                ..done.trace.clone()
+            },
+        }
+    }
+
+    /// Gives `done`, a task taken from the journal, what its attempt knew of it.
+    pub(crate) fn restore(self, done: &mut TaskDone) {
+        done.model = self.model;
+        done.role = self.role;
+        done.extracted = self.extracted;
+        done.corrections = self.corrections;
+        done.usage.cache_read_tokens = self.cache_read_tokens;
+        done.usage.cache_write_tokens = self.cache_write_tokens;
+        done.warnings = self.warnings;
+        done.trace = TaskTrace {
+            started_ms: None,
+            waits: Vec::new(),
+            service_tier: self.service_tier,
+            retry_classes: self.retry_classes,
+            cap: self.cap,
+            in_flight: Spent::default(),
+            ..self.trace
+        };
+    }
+}
+
 /// What `results.jsonl` and `report.html` tell about a task beyond its answer: enough to
 /// draw it on a timeline and to show what it was asked and what it did.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -98,6 +178,14 @@ pub(crate) struct TaskTrace {
     /// stopped by its timeout or a cancel is still billed for them.
     #[serde(skip)]
     pub(crate) in_flight: Spent,
+    /// Its provider retries by class (`rate_limited`, `server_error`, ...), for the run
+    /// report's `retries_by_class` after a `--resume` (not written to `results.jsonl`).
+    #[serde(skip)]
+    pub(crate) retry_classes: std::collections::BTreeMap<String, u32>,
+    /// The output limits its step's requests had been sent with when it ended (journaled,
+    /// so that a resumed run goes on from them; not written to `results.jsonl`).
+    #[serde(skip)]
+    pub(crate) cap: Option<super::CapSummary>,
 }
 
 /// Turns taken and tokens billed.
@@ -144,6 +232,8 @@ impl TaskTrace {
             tool_tokens: line["tool_tokens"].as_u64(),
             service_tier: None,
             in_flight: Spent::default(),
+            retry_classes: std::collections::BTreeMap::new(),
+            cap: None,
         }
     }
 
@@ -189,6 +279,7 @@ impl TaskTrace {
     pub(crate) fn retry(&mut self, class: &str, delay: Duration) {
         self.retries += 1;
         self.rate_limited += u32::from(class == "rate_limited");
+        *self.retry_classes.entry(class.to_owned()).or_default() += 1;
         self.retry_wait_ms = self
             .retry_wait_ms
             .saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));

@@ -155,6 +155,7 @@ pub(super) async fn run_batch_tasks(
         redactors: HashMap::new(),
         live: Vec::new(),
         live_reason: None,
+        need_tools: 0,
         waiting: Vec::new(),
         in_flight: Vec::new(),
     };
@@ -208,17 +209,20 @@ pub(super) async fn run_batch_tasks(
     run.submit().await;
     if !run.live.is_empty() {
         let live = std::mem::take(&mut run.live);
-        let (needs, runs) = if live.len() == 1 {
-            ("needs", "runs")
-        } else {
-            ("need", "run")
-        };
-        shared.events.warning(format!(
-            "step `{}`: {} {needs} tools ({}) and {runs} live, not through the batch API",
-            step.id,
-            crate::plural::count(live.len() as u64, "task"),
-            run.live_reason.take().unwrap_or_default()
-        ));
+        let tools = std::mem::take(&mut run.need_tools);
+        if tools > 0 {
+            let (needs, runs) = if tools == 1 {
+                ("needs", "runs")
+            } else {
+                ("need", "run")
+            };
+            shared.events.warning(format!(
+                "step `{}`: {} {needs} tools ({}) and {runs} live, not through the batch API",
+                step.id,
+                crate::plural::count(tools, "task"),
+                run.live_reason.take().unwrap_or_default()
+            ));
+        }
         run.run_live(live, cap).await?;
     }
     run.poll().await;
@@ -336,6 +340,9 @@ struct BatchRun<'a> {
     redactors: HashMap<String, crate::subagent::Redactor>,
     live: Vec<LiveTask>,
     live_reason: Option<String>,
+    /// Of `live`, the tasks that need tools (the rest go live because the provider has no
+    /// batch API, which is said on its own).
+    need_tools: u64,
     /// Tasks to send in the next batch.
     waiting: Vec<Pending>,
     in_flight: Vec<InFlight>,
@@ -464,6 +471,7 @@ impl BatchRun<'_> {
         };
         if let Some(reason) = needs_tools(self.shared, &rendered, &prepared) {
             self.live_reason.get_or_insert(reason);
+            self.need_tools += 1;
             self.live.push((index, item, rendered, hash));
             return;
         }

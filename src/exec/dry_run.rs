@@ -261,6 +261,7 @@ pub(crate) fn plan(
     catalog: &Catalog,
     compiled: &CompiledPipeline,
     params: &indexmap::IndexMap<String, String>,
+    run_plan: &super::plan::Plan,
 ) -> DryRun {
     let pipeline = &compiled.pipeline;
     let graph = Graph::new(pipeline);
@@ -323,8 +324,18 @@ pub(crate) fn plan(
         let base = base_context(params, Value::Object(steps), &agents);
         let unknown = unknown_reads(pipeline, step, &known);
         let reads_known = unknown.is_empty();
-        let config = StepConfig::new(i, step, &pipeline.settings);
+        let mut config = StepConfig::new(i, step, &pipeline.settings);
+        // A shard drafts only the fan-out tasks it owns, and none of the steps left for the
+        // merge.
+        config.shard = run_plan.step_shard(i);
+        let left_for_merge = matches!(run_plan.mode, super::plan::Mode::Shard(_))
+            && run_plan.role(i) == crate::pipeline::shard::Role::Merge;
         let outcome = match &step.kind {
+            _ if left_for_merge => {
+                plan.tasks = Some(0);
+                plan.later = Some("left for `summon merge`".into());
+                Ok(())
+            }
             StepKind::Decompose(decompose) => {
                 plan.tasks = Some(u64::from(matches!(decompose, Decompose::Agent(_))));
                 let found = if unknown.is_empty() {
@@ -366,7 +377,7 @@ pub(crate) fn plan(
                     plan.width = over_width;
                     plan.tasks = over_width;
                     if unknown.is_empty() {
-                        drafter.tasks(
+                        let drafted = drafter.tasks(
                             &tenv,
                             &config,
                             &fan_out.task,
@@ -374,7 +385,11 @@ pub(crate) fn plan(
                             fan_out.task.schema.as_deref().cloned(),
                             Some(items),
                             plan,
-                        )
+                        );
+                        if config.shard.is_some() {
+                            plan.tasks = Some(plan.drafted);
+                        }
+                        drafted
                     } else {
                         plan.later = Some(Later::Needs(unknown).to_string());
                         Ok(())
@@ -633,6 +648,9 @@ impl Drafter<'_> {
             let mut rendered = compiled.render(task, ctx)?;
             if rendered.schema.is_none() && !expects_data(self.catalog, &rendered) {
                 rendered.schema.clone_from(&schema);
+            }
+            if !step.owns(&step.hash(&rendered)) {
+                return Ok(());
             }
             self.task(step, &rendered, plan)
         };

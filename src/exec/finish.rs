@@ -85,10 +85,19 @@ impl Finish<'_> {
         }
         let mut retries = sink.retries().clone();
         if self.resuming {
-            // The retries of the run's earlier attempts, from the report they left.
-            add_earlier_retries(&mut retries, store, run_id);
+            // The retries of the run's earlier attempts: those of the tasks they journaled.
+            add_earlier_retries(&mut retries, &self.shared.finished, store, run_id);
+        }
+        // A merge counts the retries its shards made.
+        for (class, n) in &self.plan.given_retries {
+            if let Some(class) = crate::output::RETRY_CLASSES.iter().find(|c| **c == class) {
+                *retries.entry(class).or_default() += n;
+            }
         }
         sink.out.report.set_retries(&retries);
+        for (step, summary) in &self.plan.given_output_limits {
+            sink.out.report.set_output_limit(step, summary.clone());
+        }
         let budget = self.shared.budget.as_ref().map(|ledger| {
             let spent = ledger.spent();
             if let Err(e) = store.set_run_spent(run_id, spent) {
@@ -356,16 +365,51 @@ fn prune(store: &Store, config: &crate::config::Config, pipeline: &str, run_id: 
 
 /// Keeps the last line of every task in `results.jsonl` (a task that ran again after a
 /// resume replaces its earlier line), in first-seen order.
-/// Adds to `retries` those of the earlier attempts of `run_id`, from the report they left.
-fn add_earlier_retries(retries: &mut BTreeMap<&'static str, u64>, store: &Store, run_id: &str) {
-    let Ok(Some(report)) = store.run_report(run_id) else {
-        return;
-    };
-    let Some(earlier) = report["retries_by_class"].as_object() else {
-        return;
-    };
+/// Adds to `retries` those of the earlier attempts of `run_id`: the retries of every task
+/// they journaled (`finished`), also of those killed before they could write a report. A
+/// journal written before tasks kept their retries falls back on the report the earlier
+/// attempt left.
+fn add_earlier_retries(
+    retries: &mut BTreeMap<&'static str, u64>,
+    finished: &crate::store::FinishedMap,
+    store: &Store,
+    run_id: &str,
+) {
+    // From the journal: also the attempts killed before they wrote a report.
+    let mut journaled: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for row in finished.values() {
+        let Some(meta) = row
+            .meta
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<crate::event::TaskMeta>(text).ok())
+        else {
+            continue;
+        };
+        for (class, n) in &meta.retry_classes {
+            if let Some(class) = crate::output::RETRY_CLASSES.iter().find(|c| **c == class) {
+                *journaled.entry(class).or_default() += u64::from(*n);
+            }
+        }
+    }
+    // From the report the last attempt left: also the retries of tasks it never journaled
+    // (a provider that stopped answering). Each class counts the larger of the two.
+    let mut reported: BTreeMap<&'static str, u64> = BTreeMap::new();
+    if let Ok(Some(report)) = store.run_report(run_id)
+        && let Some(earlier) = report["retries_by_class"].as_object()
+    {
+        for class in crate::output::RETRY_CLASSES {
+            if let Some(n) = earlier.get(class).and_then(Value::as_u64) {
+                reported.insert(class, n);
+            }
+        }
+    }
     for class in crate::output::RETRY_CLASSES {
-        if let Some(n) = earlier.get(class).and_then(Value::as_u64) {
+        let n = journaled
+            .get(class)
+            .copied()
+            .unwrap_or(0)
+            .max(reported.get(class).copied().unwrap_or(0));
+        if n > 0 {
             *retries.entry(class).or_default() += n;
         }
     }

@@ -40,6 +40,8 @@ pub(super) struct OpenRun {
     pub(super) already_written: Written,
     /// What an earlier attempt of this run spent, USD (`--resume`).
     pub(super) spent_before: f64,
+    /// The run's live lock, held until the run ends.
+    pub(super) live: crate::store::live::LiveLock,
 }
 
 impl OpenRun {
@@ -52,6 +54,15 @@ impl OpenRun {
         options: &RunOptions,
     ) -> Result<Self> {
         let store = Store::open_for(env)?;
+        if let Some(fs) = crate::store::live::network_filesystem(store.dir()) {
+            eprintln!(
+                "summon: warning: the run journal `{}` is on {fs}, where SQLite is not safe for \
+                 processes of different hosts: run each shard from a working directory on \
+                 node-local disk and give `--out` a folder on the shared one (docs/sharding.md, \
+                 \"Shared folders\")",
+                store.dir().display()
+            );
+        }
         let pipeline_path = pipeline
             .file
             .path()
@@ -114,7 +125,7 @@ impl OpenRun {
             spent_micro_usd: run.setup.as_ref().and_then(|s| s.spent_micro_usd),
         };
         store.set_run_setup(&run.run_id, out_text.as_deref(), &setup, &defaults)?;
-        hold(&store, &run, options.resume.is_none(), options.wait)?;
+        let live = hold(&store, &run, options.resume.is_none(), options.wait)?;
         let reuse_any = options.reuse || pipeline.steps.iter().any(|s| s.reuse);
         let reusable = if reuse_any {
             let reusable = store.reusable(&path_text, &run.run_id, &defaults, key.as_ref())?;
@@ -176,6 +187,7 @@ impl OpenRun {
             results,
             already_written,
             spent_before,
+            live,
         })
     }
 }
@@ -287,13 +299,39 @@ fn open_results(env: &Env, options: &RunOptions) -> Result<(Option<ResultsWriter
 
 /// Takes the run for this process. Another live run of the same pipeline refuses it (or,
 /// with `wait`, is waited for); a run left `running` by a killed process is taken over.
-fn hold(store: &Store, run: &RunRecord, fresh: bool, wait: bool) -> Result<()> {
+fn hold(
+    store: &Store,
+    run: &RunRecord,
+    fresh: bool,
+    wait: bool,
+) -> Result<crate::store::live::LiveLock> {
     let pid = std::process::id();
     let mut told = false;
+    // The run's live lock first: two processes that resume one run (the same shard requeued
+    // twice, in two containers or on two hosts sharing the folder) never both run it.
+    let live = loop {
+        match crate::store::live::take(store.dir(), &run.run_id)? {
+            Ok(live) => break live,
+            Err(holder) if !wait => {
+                return Err(Error::Busy(format!(
+                    "run {} is already running ({holder}); two processes never run one run: \
+                     wait for it with --wait, or stop it first",
+                    run.run_id
+                )));
+            }
+            Err(holder) => {
+                if !told {
+                    eprintln!("summon: waiting for run {} to end ({holder})", run.run_id);
+                    told = true;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    };
     loop {
         let held = store.hold_run(&run.run_id, pid, fresh && !wait, crate::process::pid_alive)?;
         let Some(held) = held else {
-            return Ok(());
+            return Ok(live);
         };
         if !wait {
             return Err(Error::Busy(if held.same_pipeline {

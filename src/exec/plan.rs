@@ -45,7 +45,7 @@ use super::context::{StepData, StepOutputs};
 use super::hash::request_hash;
 use crate::diag::Diagnostic;
 use crate::env::Env;
-use crate::event::{StepStatus, TaskDone, TaskTrace};
+use crate::event::{CapSummary, StepStatus, TaskDone, TaskTrace};
 use crate::pipeline::items::open_file_items;
 use crate::pipeline::model::{OnError, Pipeline, Step, StepKind};
 use crate::pipeline::shard::{Role, Shard, shard_roles, until_roles};
@@ -174,6 +174,10 @@ pub(crate) struct Plan {
     given: Vec<Option<Given>>,
     /// Said once the run starts (steps left for the merge).
     pub(crate) notes: Vec<String>,
+    /// The provider retries, by class, of the runs that gave steps (a merge's shards).
+    pub(crate) given_retries: BTreeMap<String, u64>,
+    /// The output limits the requests of the given steps were sent with, by step id.
+    pub(crate) given_output_limits: BTreeMap<String, CapSummary>,
 }
 
 impl Plan {
@@ -261,19 +265,20 @@ pub(crate) fn plan_for_run(
 ) -> Result<Plan, Diagnostic> {
     // The provider's waits and windows, refused here rather than halfway through the run.
     crate::provider::RetryPolicy::from_env(env).map_err(Diagnostic::error)?;
+    // `--shard` wins over a scheduler's variables.
     let from_env = if request.shard.is_none() {
-        Shard::from_env(env).map_err(Diagnostic::error)?
+        Shard::from_env_by(env).map_err(Diagnostic::error)?
     } else {
         None
     };
     let shard = match request.shard {
         Some(text) => Some(Shard::parse(text).map_err(Diagnostic::error)?),
-        None => from_env,
+        None => from_env.map(|(shard, _)| shard),
     };
     let mode = match (shard, request.until) {
         (Some(shard), Some(step)) => {
-            let how = if from_env.is_some() {
-                format!("JOB_COMPLETION_INDEX selects shard {shard}")
+            let how = if let Some((_, by)) = from_env {
+                format!("{by} selects shard {shard}")
             } else {
                 format!("`--shard {shard}` is given")
             };
@@ -288,9 +293,9 @@ pub(crate) fn plan_for_run(
     };
     if request.out.is_none() {
         let what = match &mode {
-            Mode::Shard(shard) if from_env.is_some() => Some(format!(
-                "JOB_COMPLETION_INDEX selects shard {shard}, which needs `--out DIR`: `summon \
-                 merge` combines the shards from there"
+            Mode::Shard(shard) if let Some((_, by)) = from_env => Some(format!(
+                "{by} selects shard {shard}, which needs `--out DIR`: `summon merge` combines \
+                 the shards from there"
             )),
             Mode::Shard(shard) => Some(format!(
                 "`--shard {shard}` needs `--out DIR`: `summon merge` combines the shards from there"
@@ -356,6 +361,8 @@ pub(crate) fn plan_for_run(
         roles,
         given,
         notes,
+        given_retries: BTreeMap::new(),
+        given_output_limits: BTreeMap::new(),
     })
 }
 
@@ -563,6 +570,42 @@ struct LoadedDir {
     manifest: Manifest,
     /// Every task of the run (from `tasks` and `results.jsonl`), by step id, in item order.
     records: HashMap<String, Vec<GivenTask>>,
+    /// The provider retries by class its `report.json` counts (none without one).
+    retries: BTreeMap<String, u64>,
+    /// The output limits its steps' requests were sent with, by step id, from `report.json`.
+    output_limits: BTreeMap<String, CapSummary>,
+}
+
+/// `retries_by_class` and `output_limits` of the `report.json` at `path`; empty when it
+/// cannot be read.
+fn read_report(path: &Path) -> (BTreeMap<String, u64>, BTreeMap<String, CapSummary>) {
+    let Some(report) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+    else {
+        return Default::default();
+    };
+    let retries = report["retries_by_class"]
+        .as_object()
+        .map(|classes| {
+            classes
+                .iter()
+                .filter_map(|(class, n)| Some((class.clone(), n.as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let limits = report["output_limits"]
+        .as_object()
+        .map(|steps| {
+            steps
+                .iter()
+                .filter_map(|(step, summary)| {
+                    Some((step.clone(), serde_json::from_value(summary.clone()).ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (retries, limits)
 }
 
 /// The parameters a shard ran with (`summon merge` takes them when given none).
@@ -680,11 +723,14 @@ impl LoadedDir {
         for list in records.values_mut() {
             list.sort_by_key(|r| r.index);
         }
+        let (retries, output_limits) = read_report(&dir.join(crate::output::REPORT_FILE));
         Ok(Self {
             shown: shown.to_owned(),
             manifest_path,
             manifest,
             records,
+            retries,
+            output_limits,
         })
     }
 
@@ -1015,11 +1061,61 @@ pub(crate) fn plan_for_merge(
             }
         }
     }
+    // Shards that ran their tasks with different models are one run only in name: said,
+    // naming the shards and the models.
+    let mut notes = Vec::new();
+    let mut models: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for d in &shards {
+        let shard = d.shard().map_or_else(String::new, |s| s.to_string());
+        for model in d
+            .manifest
+            .tasks
+            .iter()
+            .filter_map(|t| t.model.as_deref())
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            models
+                .entry(model)
+                .or_default()
+                .push(format!("{shard} (`{}`)", d.shown));
+        }
+    }
+    if models.len() > 1 {
+        let each: Vec<String> = models
+            .iter()
+            .map(|(model, shards)| format!("`{model}` in shard {}", shards.join(", ")))
+            .collect();
+        notes.push(format!(
+            "the shards ran their tasks with different models: {}; the merged results mix \
+             them (run every shard with the same configuration and SUMMON_MODEL)",
+            each.join("; ")
+        ));
+    }
+    let mut given_retries: BTreeMap<String, u64> = BTreeMap::new();
+    for d in &shards {
+        for (class, n) in &d.retries {
+            *given_retries.entry(class.clone()).or_default() += n;
+        }
+    }
+    let mut given_output_limits = BTreeMap::new();
+    for (i, step) in pipeline.steps.iter().enumerate() {
+        if roles[i] != Role::Given {
+            continue;
+        }
+        let parts = shards
+            .iter()
+            .filter_map(|d| d.output_limits.get(&step.id).cloned());
+        if let Some(summary) = CapSummary::combine(parts) {
+            given_output_limits.insert(step.id.clone(), summary);
+        }
+    }
     Ok(Plan {
         mode: Mode::Merge,
         roles,
         given,
-        notes: Vec::new(),
+        notes,
+        given_retries,
+        given_output_limits,
     })
 }
 

@@ -133,6 +133,7 @@ pub(crate) fn run_pipeline(
         results,
         already_written,
         spent_before,
+        live: _live,
     } = opened;
     let budget = options
         .max_cost

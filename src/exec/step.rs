@@ -402,7 +402,7 @@ pub(crate) fn resumed(
         None => return None,
     };
     let output = row.output.clone().unwrap_or_default();
-    Some(TaskDone {
+    let mut done = TaskDone {
         step: step.index,
         index,
         item: item.clone(),
@@ -428,7 +428,18 @@ pub(crate) fn resumed(
         trace: TaskTrace::default(),
         warnings: Vec::new(),
         role: None,
-    })
+    };
+    // A task of this run keeps what its attempt knew: its model (its price), role, prompt,
+    // attempts and retries. A reused answer cost nothing here.
+    if !reused
+        && let Some(meta) = row
+            .meta
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<crate::event::TaskMeta>(text).ok())
+    {
+        meta.restore(&mut done);
+    }
+    Some(done)
 }
 
 /// Runs one task to the end: retries on failure, a timeout per attempt.
@@ -1162,6 +1173,16 @@ async fn run_task_set(
             let (rendered, hash) = match tasks.item_task(shared, &compiled, this, &item)? {
                 ItemTask::NotOurs => continue,
                 ItemTask::Answered(done) => {
+                    // The step learns its output limit from the answers of an earlier
+                    // attempt too, as it did from them then.
+                    if let Some(cap) = &step.output_cap {
+                        if learns && done.ok {
+                            cap.answered(done.usage.output_tokens);
+                        }
+                        if let Some(summary) = &done.trace.cap {
+                            cap.seed(summary);
+                        }
+                    }
                     stop |= !on_done(*done).0;
                     continue;
                 }
@@ -1241,7 +1262,10 @@ async fn run_task_set(
             }
         };
         match joined {
-            Some(Ok((done, permits))) => {
+            Some(Ok((mut done, permits))) => {
+                // What the step's requests were sent with so far, journaled with the task: a
+                // resumed run starts its step's output limits from there.
+                done.trace.cap = step.output_cap.as_ref().and_then(|cap| cap.summary());
                 if done.not_started() {
                     // Refused by the spend cap, or not sent to a stopped provider, before its
                     // first request: not recorded, so that `--resume` runs it.

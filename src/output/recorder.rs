@@ -167,6 +167,7 @@ impl Recorder {
                 error: done.error_message().map(str::to_owned),
                 finished_at: Timestamp::now(),
                 batch_id: done.batch_id.clone(),
+                meta: serde_json::to_string(&crate::event::TaskMeta::of(done)).ok(),
             };
             if let Err(e) = self.out.journal.record(row) {
                 self.out.fail(WriteError::Journal(e));

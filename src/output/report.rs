@@ -53,8 +53,8 @@
 //! step over `settings` over the config file).
 //!
 //! `retries_by_class` counts the provider requests sent again after a transient failure, over
-//! the whole run (every attempt of it: after a `--resume`, those of the earlier attempts are
-//! added from the report they left): HTTP 429 (`rate_limited`), 5xx
+//! the whole run (every attempt of it: after a `--resume`, those of the tasks the earlier
+//! attempts journaled are added, also when they were killed; a merge adds its shards'): HTTP 429 (`rate_limited`), 5xx
 //! (`server_error`), a connection that failed or closed early (`connection`), no complete
 //! answer within the request timeout (`timeout`), a success whose body was not JSON, such as
 //! one cut off (`invalid_response`). Every class is always present.

@@ -1,5 +1,6 @@
-//! Splitting a pipeline across machines: which shard `I/N` a run is (`--shard I/N`, or a
-//! Kubernetes Indexed Job's `JOB_COMPLETION_INDEX`/`JOB_COMPLETIONS`), which fan-out items it
+//! Splitting a pipeline across machines: which shard `I/N` a run is (`--shard I/N`, or the
+//! index variables of a Kubernetes Indexed Job, a Slurm job array, GitLab's `parallel:` or an
+//! AWS Batch array job), which fan-out items it
 //! owns, and what each step does in a sharded or partial run ([`Role`]).
 //!
 //! **Partition.** A fan-out task belongs to shard `1 + h mod N`, where `h` is the first 64 bits
@@ -64,51 +65,44 @@ impl Shard {
         Ok(Self { index, count })
     }
 
-    /// The shard a Kubernetes Indexed Job's pod is: `JOB_COMPLETION_INDEX` (0-based, set by
-    /// Kubernetes) + 1 of `JOB_COMPLETIONS` (set in the pod template). `None` when neither is
-    /// set; one without the other is an error, since every pod would then run everything.
+    /// The shard a scheduler's array job says this process is, when `--shard` is not given
+    /// (see [`Shard::from_env_by`]).
+    #[cfg(test)]
     pub(crate) fn from_env(env: &Env) -> Result<Option<Self>, String> {
-        let index = env.var("JOB_COMPLETION_INDEX");
-        let count = env.var("JOB_COMPLETIONS");
-        let (index, count) = match (index, count) {
-            (None, None) => return Ok(None),
-            (Some(_), None) => {
-                return Err(
-                    "JOB_COMPLETION_INDEX is set but JOB_COMPLETIONS is not: set \
-                            JOB_COMPLETIONS to the Job's `completions` in the pod template, or \
-                            pass `--shard I/N`"
-                        .into(),
-                );
-            }
-            (None, Some(_)) => {
-                return Err(
-                    "JOB_COMPLETIONS is set but JOB_COMPLETION_INDEX is not: the Job \
-                            needs `completionMode: Indexed`, or pass `--shard I/N`"
-                        .into(),
-                );
-            }
-            (Some(index), Some(count)) => (index.trim(), count.trim()),
+        Ok(Self::from_env_by(env)?.map(|(shard, _)| shard))
+    }
+
+    /// The shard a scheduler's index variables select, and the variable that selects it, each
+    /// scheduler with its own arithmetic:
+    ///
+    /// - Kubernetes Indexed Job: `JOB_COMPLETION_INDEX` (from 0, set by Kubernetes) + 1 of
+    ///   `JOB_COMPLETIONS` (set in the pod template);
+    /// - Slurm job array: (`SLURM_ARRAY_TASK_ID` − `SLURM_ARRAY_TASK_MIN`) /
+    ///   `SLURM_ARRAY_TASK_STEP` (1 when unset) + 1 of `SLURM_ARRAY_TASK_COUNT`, for an array
+    ///   given as a range (`--array=0-3`, `1-8`, `0-15:5`);
+    /// - GitLab `parallel:`: `CI_NODE_INDEX` (from 1) of `CI_NODE_TOTAL`;
+    /// - AWS Batch array job: `AWS_BATCH_JOB_ARRAY_INDEX` (from 0) + 1 of
+    ///   `AWS_BATCH_JOB_ARRAY_SIZE`.
+    ///
+    /// `None` when no scheduler's index is set. An index without its count, one out of range,
+    /// or two schedulers that disagree is an error naming the variables, since every process
+    /// would otherwise run everything or the wrong part.
+    pub(crate) fn from_env_by(env: &Env) -> Result<Option<(Self, &'static str)>, String> {
+        let found: Vec<(Self, &'static str)> =
+            [kubernetes(env)?, slurm(env)?, gitlab(env)?, aws_batch(env)?]
+                .into_iter()
+                .flatten()
+                .collect();
+        let Some(&(first, by)) = found.first() else {
+            return Ok(None);
         };
-        let zero_based: u32 = index.parse().map_err(|_| {
-            format!("JOB_COMPLETION_INDEX=`{index}` is not a whole number (it counts from 0)")
-        })?;
-        let count_n: u32 = count
-            .parse()
-            .map_err(|_| format!("JOB_COMPLETIONS=`{count}` is not a whole number"))?;
-        if count_n == 0 {
-            return Err("JOB_COMPLETIONS=0: the shard count must be at least 1".into());
-        }
-        if zero_based >= count_n {
+        if let Some(&(other, other_by)) = found.iter().find(|(shard, _)| *shard != first) {
             return Err(format!(
-                "JOB_COMPLETION_INDEX={zero_based} is out of range for JOB_COMPLETIONS={count_n} \
-                 (the index counts from 0 to {})",
-                count_n - 1
+                "{by} selects shard {first} but {other_by} selects shard {other}: the variables \
+                 of two schedulers are set and disagree; pass `--shard I/N`"
             ));
         }
-        Ok(Some(Self {
-            index: zero_based + 1,
-            count: count_n,
-        }))
+        Ok(Some((first, by)))
     }
 
     /// The shard (1-based) that owns a task with this content hash (hex) among `count`.
@@ -123,6 +117,142 @@ impl Shard {
     pub(crate) fn owns(self, hash: &str) -> bool {
         Self::of(hash, self.count) == self.index
     }
+}
+
+/// A whole number from variable `name`, if set.
+fn number(env: &Env, name: &str, what: &str) -> Result<Option<u32>, String> {
+    env.var(name)
+        .map(|value| {
+            value
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| format!("{name}=`{}` is not a whole number{what}", value.trim()))
+        })
+        .transpose()
+}
+
+/// `index` (from 0) of `count`, as a shard, or the error naming `index_name` and `count_name`.
+fn zero_based(index: u32, count: u32, index_name: &str, count_name: &str) -> Result<Shard, String> {
+    if count == 0 {
+        return Err(format!(
+            "{count_name}=0: the shard count must be at least 1"
+        ));
+    }
+    if index >= count {
+        return Err(format!(
+            "{index_name}={index} is out of range for {count_name}={count} (the index counts \
+             from 0 to {})",
+            count - 1
+        ));
+    }
+    Ok(Shard {
+        index: index + 1,
+        count,
+    })
+}
+
+/// A Kubernetes Indexed Job's pod.
+fn kubernetes(env: &Env) -> Result<Option<(Shard, &'static str)>, String> {
+    let index = number(env, "JOB_COMPLETION_INDEX", " (it counts from 0)")?;
+    let count = number(env, "JOB_COMPLETIONS", "")?;
+    match (index, count) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(
+            "JOB_COMPLETION_INDEX is set but JOB_COMPLETIONS is not: set \
+                                JOB_COMPLETIONS to the Job's `completions` in the pod template, \
+                                or pass `--shard I/N`"
+                .into(),
+        ),
+        (None, Some(_)) => Err(
+            "JOB_COMPLETIONS is set but JOB_COMPLETION_INDEX is not: the Job \
+                                needs `completionMode: Indexed`, or pass `--shard I/N`"
+                .into(),
+        ),
+        (Some(index), Some(count)) => Ok(Some((
+            zero_based(index, count, "JOB_COMPLETION_INDEX", "JOB_COMPLETIONS")?,
+            "JOB_COMPLETION_INDEX",
+        ))),
+    }
+}
+
+/// A task of a Slurm job array (`sbatch --array=MIN-MAX[:STEP]`).
+fn slurm(env: &Env) -> Result<Option<(Shard, &'static str)>, String> {
+    let Some(id) = number(env, "SLURM_ARRAY_TASK_ID", "")? else {
+        return Ok(None);
+    };
+    let (Some(min), Some(count)) = (
+        number(env, "SLURM_ARRAY_TASK_MIN", "")?,
+        number(env, "SLURM_ARRAY_TASK_COUNT", "")?,
+    ) else {
+        return Err("SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_MIN or \
+                    SLURM_ARRAY_TASK_COUNT is not (Slurm sets them in every task of an array); \
+                    pass `--shard I/N`"
+            .into());
+    };
+    let step = number(env, "SLURM_ARRAY_TASK_STEP", "")?
+        .unwrap_or(1)
+        .max(1);
+    let max = number(env, "SLURM_ARRAY_TASK_MAX", "")?;
+    let range = |max: u32| {
+        max >= min && (max - min).is_multiple_of(step) && (max - min) / step + 1 == count
+    };
+    if id < min || !(id - min).is_multiple_of(step) || max.is_some_and(|max| !range(max)) {
+        return Err(format!(
+            "SLURM_ARRAY_TASK_ID={id} is not one of a range of SLURM_ARRAY_TASK_COUNT={count} \
+             tasks from SLURM_ARRAY_TASK_MIN={min} in steps of {step}: give the array as a range \
+             (`--array=0-{}`), or pass `--shard I/N`",
+            count.saturating_sub(1)
+        ));
+    }
+    Ok(Some((
+        zero_based(
+            (id - min) / step,
+            count,
+            "SLURM_ARRAY_TASK_ID",
+            "SLURM_ARRAY_TASK_COUNT",
+        )?,
+        "SLURM_ARRAY_TASK_ID",
+    )))
+}
+
+/// A job of GitLab CI's `parallel:` (`CI_NODE_TOTAL` is set in every job, 1 without it).
+fn gitlab(env: &Env) -> Result<Option<(Shard, &'static str)>, String> {
+    let Some(index) = number(env, "CI_NODE_INDEX", " (it counts from 1)")? else {
+        return Ok(None);
+    };
+    let Some(count) = number(env, "CI_NODE_TOTAL", "")? else {
+        return Err("CI_NODE_INDEX is set but CI_NODE_TOTAL is not; pass `--shard I/N`".into());
+    };
+    if index == 0 || index > count {
+        return Err(format!(
+            "CI_NODE_INDEX={index} is out of range for CI_NODE_TOTAL={count} (the index counts \
+             from 1 to {count})"
+        ));
+    }
+    Ok(Some((Shard { index, count }, "CI_NODE_INDEX")))
+}
+
+/// A child of an AWS Batch array job.
+fn aws_batch(env: &Env) -> Result<Option<(Shard, &'static str)>, String> {
+    let Some(index) = number(env, "AWS_BATCH_JOB_ARRAY_INDEX", " (it counts from 0)")? else {
+        return Ok(None);
+    };
+    let Some(count) = number(env, "AWS_BATCH_JOB_ARRAY_SIZE", "")? else {
+        return Err(
+            "AWS_BATCH_JOB_ARRAY_INDEX is set but AWS_BATCH_JOB_ARRAY_SIZE is not; \
+                    pass `--shard I/N`"
+                .into(),
+        );
+    };
+    Ok(Some((
+        zero_based(
+            index,
+            count,
+            "AWS_BATCH_JOB_ARRAY_INDEX",
+            "AWS_BATCH_JOB_ARRAY_SIZE",
+        )?,
+        "AWS_BATCH_JOB_ARRAY_INDEX",
+    )))
 }
 
 impl fmt::Display for Shard {
@@ -343,6 +473,111 @@ mod tests {
             (
                 &[("JOB_COMPLETION_INDEX", "a"), ("JOB_COMPLETIONS", "3")][..],
                 "not a whole number",
+            ),
+        ] {
+            let error = Shard::from_env(&env(vars)).unwrap_err();
+            assert!(error.contains(wanted), "{vars:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn each_scheduler_has_its_own_arithmetic_and_two_that_disagree_are_refused() {
+        let env = |vars: &[(&str, &str)]| Env::for_test("/", vars);
+        let shard = |index, count| Ok(Some(Shard { index, count }));
+        for (vars, wanted) in [
+            // Slurm: --array=0-3 (task 2), --array=1-4 (task 4), --array=0-15:5 (task 10).
+            (
+                &[
+                    ("SLURM_ARRAY_TASK_ID", "2"),
+                    ("SLURM_ARRAY_TASK_MIN", "0"),
+                    ("SLURM_ARRAY_TASK_MAX", "3"),
+                    ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ][..],
+                shard(3, 4),
+            ),
+            (
+                &[
+                    ("SLURM_ARRAY_TASK_ID", "4"),
+                    ("SLURM_ARRAY_TASK_MIN", "1"),
+                    ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ][..],
+                shard(4, 4),
+            ),
+            (
+                &[
+                    ("SLURM_ARRAY_TASK_ID", "10"),
+                    ("SLURM_ARRAY_TASK_MIN", "0"),
+                    ("SLURM_ARRAY_TASK_MAX", "15"),
+                    ("SLURM_ARRAY_TASK_STEP", "5"),
+                    ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ][..],
+                shard(3, 4),
+            ),
+            // GitLab counts from 1; CI_NODE_TOTAL alone (every job has it) selects nothing.
+            (
+                &[("CI_NODE_INDEX", "2"), ("CI_NODE_TOTAL", "3")][..],
+                shard(2, 3),
+            ),
+            (&[("CI_NODE_TOTAL", "1")][..], Ok(None)),
+            // AWS Batch counts from 0.
+            (
+                &[
+                    ("AWS_BATCH_JOB_ARRAY_INDEX", "0"),
+                    ("AWS_BATCH_JOB_ARRAY_SIZE", "5"),
+                ][..],
+                shard(1, 5),
+            ),
+            // Two schedulers that agree.
+            (
+                &[
+                    ("JOB_COMPLETION_INDEX", "1"),
+                    ("JOB_COMPLETIONS", "3"),
+                    ("CI_NODE_INDEX", "2"),
+                    ("CI_NODE_TOTAL", "3"),
+                ][..],
+                shard(2, 3),
+            ),
+        ] {
+            assert_eq!(Shard::from_env(&env(vars)), wanted, "{vars:?}");
+        }
+        for (vars, wanted) in [
+            (
+                &[("SLURM_ARRAY_TASK_ID", "2")][..],
+                "SLURM_ARRAY_TASK_MIN or SLURM_ARRAY_TASK_COUNT is not",
+            ),
+            (
+                // --array=1,3,4: not a range.
+                &[
+                    ("SLURM_ARRAY_TASK_ID", "3"),
+                    ("SLURM_ARRAY_TASK_MIN", "1"),
+                    ("SLURM_ARRAY_TASK_MAX", "4"),
+                    ("SLURM_ARRAY_TASK_COUNT", "3"),
+                ][..],
+                "give the array as a range",
+            ),
+            (
+                &[("CI_NODE_INDEX", "0"), ("CI_NODE_TOTAL", "3")][..],
+                "CI_NODE_INDEX=0 is out of range for CI_NODE_TOTAL=3",
+            ),
+            (
+                &[
+                    ("AWS_BATCH_JOB_ARRAY_INDEX", "5"),
+                    ("AWS_BATCH_JOB_ARRAY_SIZE", "5"),
+                ][..],
+                "AWS_BATCH_JOB_ARRAY_INDEX=5 is out of range for AWS_BATCH_JOB_ARRAY_SIZE=5",
+            ),
+            (
+                &[("AWS_BATCH_JOB_ARRAY_INDEX", "1")][..],
+                "AWS_BATCH_JOB_ARRAY_SIZE is not",
+            ),
+            (
+                &[
+                    ("JOB_COMPLETION_INDEX", "0"),
+                    ("JOB_COMPLETIONS", "3"),
+                    ("CI_NODE_INDEX", "2"),
+                    ("CI_NODE_TOTAL", "3"),
+                ][..],
+                "JOB_COMPLETION_INDEX selects shard 1/3 but CI_NODE_INDEX selects shard 2/3",
             ),
         ] {
             let error = Shard::from_env(&env(vars)).unwrap_err();

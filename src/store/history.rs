@@ -79,6 +79,12 @@ impl Store {
         drop_if_held: bool,
         alive: impl Fn(u32) -> bool,
     ) -> Result<Option<Held>, StoreError> {
+        // A run whose live lock is there is alive exactly while that lock is held, whatever
+        // its pid says in this PID namespace; an older run without one goes by its pid.
+        let alive = |other: &str, other_pid: u32| match super::live::held(self.dir(), other) {
+            Some(held) => held,
+            None => other_pid != pid && other_pid != 0 && alive(other_pid),
+        };
         self.write(|tx| {
             // Runs of the same pipeline and shard, and runs writing the same --out.
             let mut stmt = tx.prepare(
@@ -95,7 +101,7 @@ impl Store {
                 .collect::<Result<_, _>>()?;
             for (other, other_pid, same_pipeline) in others {
                 let other_pid = u32::try_from(other_pid).unwrap_or(0);
-                if other_pid != pid && other_pid != 0 && alive(other_pid) {
+                if alive(&other, other_pid) {
                     if drop_if_held {
                         tx.execute("DELETE FROM runs WHERE run_id = ?1", [run_id])?;
                     }
@@ -322,7 +328,7 @@ impl Store {
                  ORDER BY t.finished_at"
             ))?;
             let rows = stmt.query_map(params![pipeline, except, defaults], |row| {
-                Ok((result_row(row)?, row.get::<_, Option<String>>(13)?))
+                Ok((result_row(row)?, row.get::<_, Option<String>>(14)?))
             })?;
             let mut reusable = Reusable::default();
             for row in rows {
@@ -370,6 +376,7 @@ mod tests {
             error: None,
             finished_at: jiff::Timestamp::now(),
             batch_id: None,
+            meta: None,
         }
     }
 

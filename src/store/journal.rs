@@ -191,6 +191,10 @@ pub(crate) struct TaskResultRow {
     pub(crate) error: Option<String>,
     pub(crate) finished_at: Timestamp,
     pub(crate) batch_id: Option<String>,
+    /// What the run knew of the task beyond its answer and counts (JSON, a
+    /// [`TaskMeta`](crate::event::TaskMeta)): its model, role, trace and retries, so that a
+    /// resumed run reports it as the attempt that ran it did. `None` in rows written before.
+    pub(crate) meta: Option<String>,
 }
 
 /// `(step_id, item_index)`.
@@ -274,14 +278,15 @@ pub(super) fn run_record(row: &Row<'_>) -> rusqlite::Result<RunRecord> {
 
 const UPSERT: &str = "INSERT INTO run_tasks (run_id, step_id, item_index, input_hash, status,
         output, item, turns, input_tokens, output_tokens, duration_ms, error, finished_at,
-        batch_id, output_hash, mac)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+        batch_id, output_hash, mac, meta)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
     ON CONFLICT (run_id, step_id, item_index) DO UPDATE SET
         input_hash = excluded.input_hash, status = excluded.status, output = excluded.output,
         item = excluded.item, turns = excluded.turns, input_tokens = excluded.input_tokens,
         output_tokens = excluded.output_tokens, duration_ms = excluded.duration_ms,
         error = excluded.error, finished_at = excluded.finished_at,
-        batch_id = excluded.batch_id, output_hash = excluded.output_hash, mac = excluded.mac";
+        batch_id = excluded.batch_id, output_hash = excluded.output_hash, mac = excluded.mac,
+        meta = excluded.meta";
 
 /// An output longer than [`INLINE_OUTPUT`] is stored once per content; the row names it by
 /// hash. A stored text that no longer matches its hash (written over by something else) is put
@@ -298,7 +303,7 @@ pub(super) const INLINE_OUTPUT: usize = 256;
 /// The columns of a [`TaskResultRow`] (`t` is `run_tasks`, `o` its joined `outputs` row).
 pub(super) const RESULT_COLUMNS: &str = "t.step_id, t.item_index, t.input_hash, t.status,
     coalesce(t.output, o.text), t.item, t.turns, t.input_tokens, t.output_tokens,
-    t.duration_ms, t.error, t.finished_at, t.batch_id";
+    t.duration_ms, t.error, t.finished_at, t.batch_id, t.meta";
 
 /// Writes `rows` of `run_id` in one immediate transaction (retried while busy).
 fn write_rows(
@@ -352,6 +357,7 @@ fn write_rows(
                         r.status.as_str(),
                         r.output.as_deref()
                     )),
+                    r.meta,
                 ])?;
             }
             crate::env::crash_point("journal-commit");
@@ -386,6 +392,7 @@ pub(super) fn result_row(row: &Row<'_>) -> rusqlite::Result<TaskResultRow> {
         error: row.get(10)?,
         finished_at: timestamp(row.get(11)?)?,
         batch_id: row.get(12)?,
+        meta: row.get(13)?,
     })
 }
 
@@ -513,7 +520,7 @@ impl Store {
                  LEFT JOIN outputs o ON o.hash = t.output_hash WHERE t.run_id = ?1"
             ))?;
             let rows = stmt.query_map([run_id], |row| {
-                Ok((result_row(row)?, row.get::<_, Option<String>>(13)?))
+                Ok((result_row(row)?, row.get::<_, Option<String>>(14)?))
             })?;
             let mut map = FinishedMap::new();
             let mut unsigned = 0;
@@ -641,7 +648,7 @@ fn tune_writer(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 enum Msg {
-    Row(TaskResultRow),
+    Row(Box<TaskResultRow>),
     Flush(SyncSender<()>),
 }
 
@@ -677,7 +684,7 @@ impl JournalWriter {
     /// once an earlier batch could not be written.
     pub(crate) fn record(&self, row: TaskResultRow) -> Result<(), StoreError> {
         self.check()?;
-        self.send(Msg::Row(row))
+        self.send(Msg::Row(Box::new(row)))
     }
 
     /// Commits every row recorded so far and waits for it.
@@ -769,7 +776,7 @@ impl Worker {
         let mut open = true;
         while open {
             match self.receiver.recv() {
-                Ok(Msg::Row(row)) => batch.push(row),
+                Ok(Msg::Row(row)) => batch.push(*row),
                 Ok(Msg::Flush(ack)) => acks.push(ack),
                 Err(_) => break,
             }
@@ -787,7 +794,7 @@ impl Worker {
                     self.receiver.recv_timeout(left)
                 };
                 match msg {
-                    Ok(Msg::Row(row)) => batch.push(row),
+                    Ok(Msg::Row(row)) => batch.push(*row),
                     Ok(Msg::Flush(ack)) => acks.push(ack),
                     Err(RecvTimeoutError::Timeout) => break,
                     Err(RecvTimeoutError::Disconnected) => {
@@ -894,6 +901,7 @@ mod tests {
             error: None,
             finished_at: Timestamp::from_millisecond(1_771_500_000_000 + index as i64).unwrap(),
             batch_id: None,
+            meta: None,
         }
     }
 

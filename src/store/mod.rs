@@ -47,6 +47,7 @@
 mod batch;
 mod history;
 mod journal;
+pub(crate) mod live;
 mod schema;
 pub(crate) mod sign;
 mod task;

@@ -174,8 +174,14 @@ const V7: &str = r#"
 ALTER TABLE tasks ADD COLUMN request_mac TEXT; -- hex HMAC-SHA256 of id and request; NULL: unsigned
 "#;
 
+/// Version 8: what a resumed run needs to report a journaled task as the attempt that ran it
+/// did: its model (its price), role, prompt, attempts and retries.
+const V8: &str = r#"
+ALTER TABLE run_tasks ADD COLUMN meta TEXT;   -- JSON (TaskMeta); NULL: written before
+"#;
+
 /// Every migration, in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 /// The schema version this summon writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

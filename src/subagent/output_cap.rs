@@ -142,6 +142,29 @@ impl OutputCap {
         self.needed.fetch_max(limit, Ordering::Relaxed);
     }
 
+    /// Goes on from what an earlier attempt of the step had sent (a task it journaled, at the
+    /// time it ended): every figure only grows, so the last one of them wins.
+    pub(crate) fn seed(&self, earlier: &CapSummary) {
+        if let Some(smallest) = earlier.smallest {
+            self.smallest.fetch_min(smallest, Ordering::Relaxed);
+        }
+        if let Some(largest) = earlier.largest {
+            self.largest.fetch_max(largest, Ordering::Relaxed);
+        }
+        if let Some(longest) = earlier.longest_answer {
+            self.needed.fetch_max(longest, Ordering::Relaxed);
+            self.answered.store(true, Ordering::Relaxed);
+        }
+        self.resent.fetch_max(earlier.resent, Ordering::Relaxed);
+        // The source of the limits sent since then, if any, is the later one.
+        let _ = self.source.compare_exchange(
+            0,
+            earlier.source as u32 + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
     /// What the step's requests were sent with, for the report; `None` when none was sent.
     pub(crate) fn summary(&self) -> Option<CapSummary> {
         if self.source.load(Ordering::Relaxed) == 0 {
