@@ -1550,3 +1550,171 @@ async fn a_command_runs_within_process_memory_and_file_limits() {
         results[0]
     );
 }
+
+/// Eight processes that each take 64 MiB and hold it: once each has said it has it or has
+/// died, prints how many are still alive holding it, all at once.
+const EIGHT_TIMES_64_MIB: &str = r#"python3 -c '
+import os
+ready = []
+for i in range(8):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        block = b"x" * (64 << 20)
+        os.write(w, b"k")
+        os.read(os.pipe()[0], 1)
+    os.close(w)
+    ready.append((pid, r))
+said = [(pid, os.read(r, 1) == b"k") for pid, r in ready]
+held = sum(k and os.waitpid(pid, os.WNOHANG) == (0, 0) for pid, k in said)
+print(f"{held} of 8 held 64 MiB at once")
+'"#;
+
+/// The command's own control groups (`memory` and `pids` lines of `/proc/self/cgroup`),
+/// written to `file` in the working directory.
+fn groups_to(file: &str) -> String {
+    format!("grep -E '^[0-9]+:(memory|pids):' /proc/self/cgroup > {file}")
+}
+
+/// The folders of the groups a command wrote with [`groups_to`]; each named `summon-PID`.
+fn group_dirs(file: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string(file).expect("the command's groups");
+    let dirs: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let controller = parts.nth(1)?;
+            let path = parts.next()?;
+            Some(
+                Path::new("/sys/fs/cgroup")
+                    .join(controller)
+                    .join(path.trim_start_matches('/')),
+            )
+        })
+        .collect();
+    assert_eq!(dirs.len(), 2, "{text}");
+    for dir in &dirs {
+        assert!(
+            dir.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("summon-")),
+            "{text}"
+        );
+    }
+    dirs
+}
+
+/// As root, where cgroup v1's `memory` and `pids` hierarchies can be written, each command
+/// is in a control group of its own holding all its processes to the totals the variables
+/// set: 8 processes of 64 MiB (each well within its 2048 MiB) do not all fit in 128 MiB in
+/// all, a fork bomb stops at the process total, and no group is left when the command ends,
+/// whether it finished or was killed at its timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_is_held_to_its_totals_by_a_control_group() {
+    require_landlock();
+    if !nix_is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        eprintln!("skipped: only root with cgroup v1 makes a command's control group here");
+        return;
+    }
+    let doctor = Test::new()
+        .args(["doctor", "--offline", "--json"])
+        .output()
+        .json();
+    assert_eq!(
+        doctor["sandbox"]["limits"], "cgroup v1",
+        "{}",
+        doctor["sandbox"]
+    );
+    let fork_bomb = r#"python3 -c '
+import os
+n = 0
+for i in range(100):
+    try:
+        if os.fork() == 0:
+            os.read(os.pipe()[0], 1)
+        n += 1
+    except OSError as e:
+        print(e)
+        break
+print(f"started {n} of 100")
+'; cat "/sys/fs/cgroup/pids$(sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup)/pids.events""#;
+    let server = MockServer::start(MockConfig::new().replies([
+        Reply::tool_calls(vec![
+            (
+                "shell",
+                json!({"command": format!("{}; {EIGHT_TIMES_64_MIB}", groups_to("memory.groups"))}),
+            ),
+            (
+                "shell",
+                json!({"command": format!("{}; {fork_bomb}", groups_to("pids.groups"))}),
+            ),
+            (
+                "shell",
+                json!({"command": format!("{}; sleep 30", groups_to("timeout.groups")), "timeout_secs": 1}),
+            ),
+        ]),
+        Reply::text("done"),
+    ]))
+    .await;
+    let project = Project::new(&server);
+    let out = project
+        .delegate(&[])
+        .env("SUMMON_SHELL_MAX_TOTAL_MEMORY_MB", "128")
+        .env("SUMMON_SHELL_MAX_PROCESSES", "20")
+        .output()
+        .expect("run summon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{stderr}");
+    let results: Vec<String> = requests[1].body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+        .collect();
+    let held: u32 = results[0]
+        .split(" of 8 held")
+        .next()
+        .and_then(|before| before.rsplit(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .expect("how many held");
+    assert!(held <= 1, "{}", results[0]);
+    // Refused by the group (its `max` event), with no more than 20 of the command's own.
+    assert!(
+        results[1].contains("Resource temporarily unavailable") && !results[1].contains("max 0"),
+        "{}",
+        results[1]
+    );
+    let started: u32 = results[1]
+        .split("started ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the number started");
+    assert!(started < 20, "{}", results[1]);
+    assert!(results[2].contains("timed out"), "{}", results[2]);
+    for file in ["memory.groups", "pids.groups", "timeout.groups"] {
+        for dir in group_dirs(&project.work().join(file)) {
+            assert!(!dir.exists(), "{file}: {} is left behind", dir.display());
+        }
+    }
+    // The same processes, with no total, all hold their 64 MiB at once: each is within
+    // its own limit.
+    let results = tool_results(
+        vec![("shell", json!({"command": EIGHT_TIMES_64_MIB}))],
+        &[],
+        |_| {},
+        |command| {
+            command.env("SUMMON_SHELL_MAX_TOTAL_MEMORY_MB", "0");
+        },
+    )
+    .await
+    .0;
+    assert!(
+        results[0].contains("8 of 8 held 64 MiB at once"),
+        "{}",
+        results[0]
+    );
+}

@@ -183,6 +183,7 @@ pub(crate) fn early(args: &[OsString]) -> Option<i32> {
     let mut hide = Vec::new();
     let mut limits = None;
     let mut exec_only = false;
+    let mut release = Vec::new();
     let mut rest = args[2..].iter();
     loop {
         let arg = rest.next()?.to_str()?;
@@ -197,12 +198,16 @@ pub(crate) fn early(args: &[OsString]) -> Option<i32> {
             "--init" => init = true,
             "--own-pids" => own_pids = true,
             "--exec" => exec_only = true,
+            "--release" => release.push(PathBuf::from(rest.next()?)),
             "--watch" => watch = Some(rest.next()?.to_str()?.parse().ok()?),
             "--" => break,
             _ => return None,
         }
     }
     let argv: Vec<OsString> = rest.cloned().collect();
+    if !release.is_empty() {
+        return Some(super::cgroup::release(&release));
+    }
     if argv.is_empty() {
         return None;
     }
@@ -267,6 +272,14 @@ pub(crate) fn run(
         eprintln!("summon: sandbox: {message}");
         return SETUP_FAILED;
     }
+    // A shell command's whole process tree is held to its totals by a control group, made and
+    // joined while this process may still write the cgroup folders; without one, the rlimits
+    // alone hold. The keeper's pipe closes when this process goes, however it goes.
+    let _group = paths
+        .own_pids
+        .then_some(paths.limits)
+        .flatten()
+        .and_then(super::cgroup::enter);
     let isolated = if policy == Policy::Off {
         let isolated = paths.own_pids && own_processes();
         // A shell command's (an MCP server under `off` is the author's, as written).

@@ -4,17 +4,21 @@
 //! under every policy.
 //!
 //! Defaults: 512 processes beyond those the user already runs, 2048 MiB of data (heap and
-//! private mappings) per process, files of up to 1024 MiB. Each is set by a variable of
-//! summon's environment (a whole number; `0` lifts that limit):
-//! `SUMMON_SHELL_MAX_PROCESSES`, `SUMMON_SHELL_MAX_MEMORY_MB`, `SUMMON_SHELL_MAX_FILE_MB`.
+//! private mappings) per process, files of up to 1024 MiB. Where a control group can be made
+//! ([`super::cgroup`]), the whole command is also held to 512 processes and 4096 MiB of memory
+//! in all. Each is set by a variable of summon's environment (a whole number; `0` lifts that
+//! limit): `SUMMON_SHELL_MAX_PROCESSES` (per user and in all), `SUMMON_SHELL_MAX_MEMORY_MB`,
+//! `SUMMON_SHELL_MAX_TOTAL_MEMORY_MB`, `SUMMON_SHELL_MAX_FILE_MB`.
 
 /// The variables that set the limits, with their defaults.
 pub(crate) const PROCESSES_VAR: &str = "SUMMON_SHELL_MAX_PROCESSES";
 pub(crate) const MEMORY_VAR: &str = "SUMMON_SHELL_MAX_MEMORY_MB";
 pub(crate) const FILE_VAR: &str = "SUMMON_SHELL_MAX_FILE_MB";
+pub(crate) const TOTAL_MEMORY_VAR: &str = "SUMMON_SHELL_MAX_TOTAL_MEMORY_MB";
 const DEFAULT_PROCESSES: u64 = 512;
 const DEFAULT_MEMORY_MB: u64 = 2048;
 const DEFAULT_FILE_MB: u64 = 1024;
+const DEFAULT_TOTAL_MEMORY_MB: u64 = 4096;
 
 /// The limits of one command; `0` is no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +29,8 @@ pub(crate) struct Limits {
     pub(crate) memory_mb: u64,
     /// Largest file a process may write, in MiB.
     pub(crate) file_mb: u64,
+    /// Memory of all the command's processes together, in MiB (held by a control group).
+    pub(crate) total_memory_mb: u64,
 }
 
 impl Default for Limits {
@@ -33,6 +39,7 @@ impl Default for Limits {
             processes: DEFAULT_PROCESSES,
             memory_mb: DEFAULT_MEMORY_MB,
             file_mb: DEFAULT_FILE_MB,
+            total_memory_mb: DEFAULT_TOTAL_MEMORY_MB,
         }
     }
 }
@@ -46,6 +53,7 @@ impl Limits {
             (PROCESSES_VAR, &mut limits.processes),
             (MEMORY_VAR, &mut limits.memory_mb),
             (FILE_VAR, &mut limits.file_mb),
+            (TOTAL_MEMORY_VAR, &mut limits.total_memory_mb),
         ] {
             if let Some(value) = var(name) {
                 *slot = value.trim().parse().map_err(|_| {
@@ -61,9 +69,12 @@ impl Limits {
         Self::from_vars(|name| std::env::var(name).ok())
     }
 
-    /// The helper's argument that carries them: `PROCESSES:MEMORY_MB:FILE_MB`.
+    /// The helper's argument that carries them: `PROCESSES:MEMORY_MB:FILE_MB:TOTAL_MEMORY_MB`.
     pub(crate) fn to_arg(self) -> String {
-        format!("{}:{}:{}", self.processes, self.memory_mb, self.file_mb)
+        format!(
+            "{}:{}:{}:{}",
+            self.processes, self.memory_mb, self.file_mb, self.total_memory_mb
+        )
     }
 
     pub(crate) fn from_arg(arg: &str) -> Option<Self> {
@@ -72,6 +83,7 @@ impl Limits {
             processes: parts.next()??,
             memory_mb: parts.next()??,
             file_mb: parts.next()??,
+            total_memory_mb: parts.next()??,
         };
         parts.next().is_none().then_some(limits)
     }
@@ -167,5 +179,10 @@ mod tests {
         assert!(error.contains("SUMMON_SHELL_MAX_FILE_MB=1G"), "{error}");
         assert_eq!(Limits::from_arg(&set.to_arg()), Some(set));
         assert_eq!(Limits::from_arg("1:2"), None);
+        assert_eq!(Limits::from_arg("1:2:3"), None);
+        let total =
+            Limits::from_vars(|name| (name == TOTAL_MEMORY_VAR).then(|| "0".to_owned())).unwrap();
+        assert_eq!(total.total_memory_mb, 0);
+        assert_eq!(total.memory_mb, DEFAULT_MEMORY_MB);
     }
 }

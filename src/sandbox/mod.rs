@@ -9,6 +9,7 @@
 //! reads its memory or environment. Where the kernel cannot
 //! confine ([`support`]), the shell refuses unless the policy is `off`.
 
+pub(crate) mod cgroup;
 pub(crate) mod environment;
 pub(crate) mod helper;
 mod limits;

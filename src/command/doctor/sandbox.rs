@@ -51,6 +51,32 @@ pub(super) fn check(config: &Config, checks: &mut Vec<Check>) -> Value {
             .fix("use a Linux kernel with Landlock enabled, or choose `--sandbox off` knowingly"),
         ),
     }
+    let group = crate::sandbox::cgroup::available();
+    checks.push(Check::ok(
+        Section::Sandbox,
+        match group {
+            Some(kind) => {
+                let limits = crate::sandbox::Limits::from_process().unwrap_or_default();
+                let processes = match limits.processes {
+                    0 => "any number of processes".to_owned(),
+                    n => format!("{n} processes"),
+                };
+                let memory = match limits.total_memory_mb {
+                    0 => "any memory".to_owned(),
+                    n => format!("{n} MiB of memory"),
+                };
+                format!(
+                    "each command is held to its totals by a control group ({kind}): \
+                     {processes} (SUMMON_SHELL_MAX_PROCESSES) and {memory} \
+                     (SUMMON_SHELL_MAX_TOTAL_MEMORY_MB) in all, beside the rlimits of each process"
+                )
+            }
+            None => "no control group can be made here (it needs root, or a delegated cgroup v2 \
+                     subtree): each process of a command has the rlimits alone, so its \
+                     processes together may take more than one's limit"
+                .to_owned(),
+        },
+    ));
     for policy in [Policy::WorkspaceWrite, Policy::ReadOnly, Policy::Off] {
         checks.push(Check::ok(
             Section::Sandbox,
@@ -62,6 +88,7 @@ pub(super) fn check(config: &Config, checks: &mut Vec<Check>) -> Value {
         "namespaces": refusal(default.policy_if_on()).is_none() && namespaces(),
         "landlock_abi": landlock_abi(),
         "landlock_tcp": landlock_tcp(),
+        "limits": group.unwrap_or("rlimits"),
         "default": default.to_json(),
     })
 }
