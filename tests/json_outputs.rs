@@ -251,13 +251,13 @@ fn dry_run_json_has_exactly_its_documented_keys() {
     assert_eq!(each.model.as_deref(), Some("mock-model"));
     assert_eq!(each.prompt.as_deref(), Some("Check a"));
     assert!(each.later.is_none() && each.notes.is_empty(), "{each:?}");
-    // OpenAI itself: no blanket limit on the first answer, the rest learned from it.
+    // OpenAI itself: no limit, first answer or later (a learned one would cost the key's tokens).
     assert_eq!(
         each.output_limit,
         Some(OutputLimit {
             tokens: None,
             source: "full".to_owned(),
-            learned: true,
+            learned: false,
             default: true
         })
     );

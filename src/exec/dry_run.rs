@@ -714,7 +714,10 @@ impl Drafter<'_> {
                 plan.output_limit = Some(DryCap {
                     tokens,
                     source,
-                    learned: step.fan_out && explicit.is_none() && schema.is_none(),
+                    learned: step.fan_out
+                        && explicit.is_none()
+                        && schema.is_none()
+                        && full.is_some(),
                     local,
                     kind: resolved.endpoint.kind,
                 });

@@ -6,8 +6,11 @@
 //!
 //! 1. an explicit `max_output_tokens` (flag, step, pipeline, config) is sent as given;
 //! 2. a task without tools whose answer schema bounds its size gets that bound;
-//! 3. the tasks of a fan-out learn from the step's answers: the first go with the full limit,
-//!    the rest with twice the longest answer so far plus a margin ([`learned_limit`]);
+//! 3. the tasks of a fan-out learn from the step's answers where there is a full limit to
+//!    narrow (Anthropic, a local server): the first go with it, the rest with twice the
+//!    longest answer so far plus a margin ([`learned_limit`]). A hosted OpenAI-compatible
+//!    provider is sent none: it counts a request as the larger of its limit and its input,
+//!    so any limit above a one-line task's input would cost the key's tokens for nothing;
 //! 4. otherwise the full limit: none for a hosted OpenAI-compatible provider (the model's
 //!    own), summon's runaway guard for a local server (4,096, less where the context window
 //!    leaves less), 8,192 for Anthropic, which requires one.
@@ -48,8 +51,7 @@ pub(crate) fn full_limit(
 }
 
 /// The limit that fits answers of up to `needed` tokens, with a generous margin: twice that
-/// plus 32, in steps of 16. (OpenAI counts a request as the larger of its limit and its
-/// input: a limit of a short answer's size costs a one-line task nothing more.)
+/// plus 32, in steps of 16.
 pub(crate) fn learned_limit(needed: u32) -> u32 {
     needed
         .saturating_mul(2)
@@ -114,7 +116,7 @@ impl OutputCap {
             (Some(limit), CapSource::Explicit)
         } else if let Some(bound) = schema {
             (Some(narrower(bound)), CapSource::Schema)
-        } else if self.learns && self.answered.load(Ordering::Relaxed) {
+        } else if self.learns && full.is_some() && self.answered.load(Ordering::Relaxed) {
             let needed = self.needed.load(Ordering::Relaxed);
             (Some(narrower(learned_limit(needed))), CapSource::Learned)
         } else {
@@ -305,8 +307,9 @@ mod tests {
             cap.choose(None, None, Some(4096)),
             (Some(64), CapSource::Learned)
         );
-        // A hosted provider's full limit is none: the learned one still bounds answers.
-        assert_eq!(cap.choose(None, None, None), (Some(64), CapSource::Learned));
+        // A hosted OpenAI-compatible provider's full limit is none, and it is sent none: a
+        // learned one would count against its tokens per minute above the input.
+        assert_eq!(cap.choose(None, None, None), (None, CapSource::Full));
         cap.answered(1500);
         assert_eq!(cap.choose(None, None, Some(4096)).0, Some(3040));
         cap.resend(3040);
