@@ -411,8 +411,8 @@ impl Admission {
             )
         });
         drop(state);
-        if let Some((left, binding)) = &binding {
-            self.note_held(*left, binding);
+        if let Some((_, binding)) = &binding {
+            self.note_held(binding);
         }
         // The request goes once its wait is over: what the provider says then is as of then.
         let at = Instant::now() + binding.as_ref().map_or(Duration::ZERO, |(w, _)| *w);
@@ -467,9 +467,9 @@ impl Admission {
         }
     }
 
-    /// A request is held by `binding` (for `wait` at most: [`Admission::ready`] counts the
-    /// time it really waited).
-    fn note_held(&self, _wait: Duration, binding: &Binding) {
+    /// A request is held by `binding` ([`Admission::ready`] counts the time it really
+    /// waited).
+    fn note_held(&self, binding: &Binding) {
         self.held.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut last) = self.binding.lock() {
             last[binding.dim as usize] = Some(binding.clone());
